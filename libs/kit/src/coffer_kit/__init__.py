@@ -1,0 +1,1 @@
+"""coffer-kit: platform code shared by every Coffer service."""

@@ -1,0 +1,74 @@
+"""Base settings every service extends, and the secrets of the embedded default."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Literal
+
+from pydantic import SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def local_secret(data_dir: Path, name: str) -> SecretStr:
+    """Read a generated secret from the data dir, creating it on first use.
+
+    Used only in local mode, so the embedded default never runs on a hard-coded secret.
+    Creation is atomic (O_EXCL), so services starting together agree on one value.
+    """
+    directory = data_dir / "secrets"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        tmp_value = secrets.token_urlsafe(32)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(tmp_value)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return SecretStr(tmp_value)
+    for _ in range(100):  # another process may be writing it right now
+        value = path.read_text().strip()
+        if value:
+            return SecretStr(value)
+        import time
+
+        time.sleep(0.01)
+    raise RuntimeError(f"secret file {path} is empty")
+
+
+class BaseServiceSettings(BaseSettings):
+    """Settings shared by every service.
+
+    Every variable has the prefix ``COFFER_`` (service-specific ones carry the service's name,
+    e.g. ``COFFER_AUTH_DATABASE_URL``), so one env file configures the whole stack.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="COFFER_", extra="ignore")
+
+    mode: Literal["local", "production"] = "local"
+    data_dir: Path = Path(".coffer")
+    log_level: str = "INFO"
+    internal_token: SecretStr | None = None
+    # Public addresses, used to build URLs that clients see.
+    base_url: str = "http://127.0.0.1:8080"
+    cdn_url: str = "http://127.0.0.1:8090"
+
+    @model_validator(mode="after")
+    def _secrets(self) -> BaseServiceSettings:
+        if self.internal_token is None:
+            if self.mode != "local":
+                raise ValueError("COFFER_INTERNAL_TOKEN must be set outside local mode")
+            self.internal_token = local_secret(self.data_dir, "internal_token")
+        self.base_url = self.base_url.rstrip("/")
+        self.cdn_url = self.cdn_url.rstrip("/")
+        return self
+
+    def sqlite_url(self, name: str) -> str:
+        """Default database URL of the embedded stack: a SQLite file in the data dir."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{(self.data_dir / name).resolve()}"

@@ -1,0 +1,19 @@
+"""Timestamps as the contract writes them: ISO 8601 UTC, milliseconds, ``Z``."""
+
+from datetime import UTC, datetime
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC, truncated to milliseconds."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def as_utc(value: datetime) -> datetime:
+    """Treat a naive datetime (as SQLite returns them) as UTC."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def isoformat(value: datetime) -> str:
+    """``2026-11-22T10:15:30.123Z``."""
+    return as_utc(value).strftime("%Y-%m-%dT%H:%M:%S.") + f"{as_utc(value).microsecond // 1000:03d}Z"

@@ -1,0 +1,153 @@
+"""Start, watch and stop the four services as local processes (the embedded default)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coffer_kit.testing import wait_healthy
+
+# (service, module, arguments) in start order: the data services before edge.
+SERVICES: dict[str, list[str]] = {
+    "auth": ["-m", "coffer_auth.cli", "serve"],
+    "metadata": ["-m", "coffer_metadata.cli", "serve"],
+    "blob": ["-m", "coffer_blob.cli", "serve", "--role", "all"],
+    "edge": ["-m", "coffer_edge.cli", "serve"],
+}
+MIGRATIONS = [["-m", "coffer_auth.cli", "migrate"], ["-m", "coffer_metadata.cli", "migrate"]]
+
+
+@dataclass
+class Ports:
+    edge: int = 8080
+    cdn: int = 8090
+    auth: int = 8081
+    metadata: int = 8082
+    blob: int = 8083
+    edge_internal: int = 9080
+
+
+@dataclass
+class Stack:
+    """The four services as child processes sharing one environment."""
+
+    data_dir: Path
+    ports: Ports = field(default_factory=Ports)
+    host: str = "127.0.0.1"
+    base_url: str | None = None
+    cdn_url: str | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    log_dir: Path | None = None
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def edge_url(self) -> str:
+        return f"http://{self.host}:{self.ports.edge}"
+
+    @property
+    def public_cdn_url(self) -> str:
+        return self.cdn_url or f"http://{self.host}:{self.ports.cdn}"
+
+    def url(self, service: str) -> str:
+        port = {"cdn": self.ports.cdn, "edge_internal": self.ports.edge_internal}.get(
+            service, getattr(self.ports, service, None)
+        )
+        return f"http://{self.host}:{port}"
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            {
+                "COFFER_DATA_DIR": str(self.data_dir),
+                "COFFER_BASE_URL": self.base_url or self.edge_url,
+                "COFFER_CDN_URL": self.public_cdn_url,
+                "COFFER_AUTH_HOST": self.host,
+                "COFFER_AUTH_PORT": str(self.ports.auth),
+                "COFFER_METADATA_HOST": self.host,
+                "COFFER_METADATA_PORT": str(self.ports.metadata),
+                "COFFER_BLOB_HOST": self.host,
+                "COFFER_BLOB_PORT": str(self.ports.blob),
+                "COFFER_CDN_HOST": self.host,
+                "COFFER_CDN_PORT": str(self.ports.cdn),
+                "COFFER_EDGE_HOST": self.host,
+                "COFFER_EDGE_PORT": str(self.ports.edge),
+                "COFFER_EDGE_INTERNAL_PORT": str(self.ports.edge_internal),
+                "COFFER_AUTH_URL": self.url("auth"),
+                "COFFER_METADATA_URL": self.url("metadata"),
+                "COFFER_BLOB_URL": self.url("blob"),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update(self.extra_env)
+        return env
+
+    def migrate(self) -> None:
+        """Apply both databases' migrations before any service starts."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        for args in MIGRATIONS:
+            subprocess.run([sys.executable, *args], env=self.env(), check=True, stdout=subprocess.DEVNULL)
+
+    def start(self, *services: str, timeout: float = 60) -> None:
+        """Start the named services (all when none are named) and wait until they are healthy."""
+        for name in services or tuple(SERVICES):
+            self.processes[name] = self._spawn(name)
+        for name in services or tuple(SERVICES):
+            self.wait(name, timeout=timeout)
+
+    def _spawn(self, name: str) -> subprocess.Popen[bytes]:
+        out = None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        return subprocess.Popen(
+            [sys.executable, *SERVICES[name]], env=self.env(), stdout=out, stderr=subprocess.STDOUT if out else None
+        )
+
+    def wait(self, name: str, *, timeout: float = 60) -> None:
+        proc = self.processes[name]
+        health = [self.url(name if name != "edge" else "edge") + "/healthz"]
+        if name == "blob":
+            health.append(self.url("cdn") + "/healthz")
+        for url in health:
+            deadline = time.monotonic() + timeout
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {proc.returncode} while starting")
+                try:
+                    wait_healthy(url, timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+                    break
+                except TimeoutError:
+                    if time.monotonic() > deadline:
+                        raise
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to a service (SIGKILL by default) and reap it."""
+        proc = self.processes.pop(name)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+
+    def stop(self, timeout: float = 20) -> None:
+        """SIGTERM every child (edge first), then SIGKILL what is left after ``timeout``."""
+        for name in reversed(list(self.processes)):
+            if self.processes[name].poll() is None:
+                self.processes[name].send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in self.processes.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.processes.clear()
+
+    def poll(self) -> str | None:
+        """The name of a child that has exited, if any."""
+        for name, proc in self.processes.items():
+            if proc.poll() is not None:
+                return name
+        return None

@@ -1,0 +1,1 @@
+"""Coffer blob service."""

@@ -1,0 +1,1 @@
+"""Coffer edge service."""

@@ -1,0 +1,18 @@
+"""Edge settings (``COFFER_EDGE_*``, the other services' URLs, plus the shared ``COFFER_*``)."""
+
+from __future__ import annotations
+
+from coffer_kit.settings import BaseServiceSettings
+
+
+class Settings(BaseServiceSettings):
+    edge_host: str = "127.0.0.1"
+    edge_port: int = 8080
+    # Metrics and health only; never exposed publicly.
+    edge_internal_port: int = 9080
+    auth_url: str = "http://127.0.0.1:8081"
+    metadata_url: str = "http://127.0.0.1:8082"
+    blob_url: str = "http://127.0.0.1:8083"
+    # How long an auth answer may be reused; the contract bounds it at 5 s.
+    auth_cache_seconds: float = 5.0
+    auth_cache_size: int = 10_000

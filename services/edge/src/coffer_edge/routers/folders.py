@@ -1,0 +1,53 @@
+"""``/api/folders`` (CONTRACT §5)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from coffer_kit.errors import CofferError
+from fastapi import APIRouter, Query, Request
+
+from coffer_edge.deps import MetadataDep, PrincipalDep, RequestIdDep
+from coffer_edge.schemas import FolderCreate, FolderList, Success, errors
+from coffer_edge.schemas import Folder as FolderOut
+
+router = APIRouter(prefix="/api/folders", tags=["folders"])
+
+
+def require_json(request: Request) -> None:
+    """415 unless the body is declared as JSON."""
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise CofferError(
+            415, "unsupported_media_type", "Send the folder as JSON (Content-Type: application/json)."
+        )
+
+
+@router.get("", response_model=FolderList, responses=errors(404))
+async def list_folders(
+    principal: PrincipalDep,
+    metadata: MetadataDep,
+    rid: RequestIdDep,
+    parent_id: Annotated[
+        str | None, Query(alias="parentId", description="List this folder's children; omitted = root.")
+    ] = None,
+) -> Any:
+    """List the folders under a parent (or at root), ordered by name, then id."""
+    return await metadata.list_folders(principal.organization_id, parent_id, request_id=rid)
+
+
+@router.post("", status_code=201, response_model=FolderOut, responses=errors(404, 409, 415))
+async def create_folder(
+    request: Request, body: FolderCreate, principal: PrincipalDep, metadata: MetadataDep, rid: RequestIdDep
+) -> Any:
+    """Create a folder at root or under ``parentId``."""
+    require_json(request)
+    return await metadata.create_folder(principal.organization_id, body.name, body.parentId, request_id=rid)
+
+
+@router.delete("/{folder_id}", response_model=Success, responses=errors(404))
+async def delete_folder(
+    folder_id: str, principal: PrincipalDep, metadata: MetadataDep, rid: RequestIdDep
+) -> Any:
+    """Delete a folder and all its subfolders; their assets move to root."""
+    return await metadata.delete_folder(principal.organization_id, folder_id, request_id=rid)

@@ -1,0 +1,1 @@
+"""Coffer metadata service."""

@@ -1,0 +1,36 @@
+"""``coffer-metadata``: serve the metadata API, or migrate its database."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from coffer_metadata.config import Settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="coffer-metadata", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("serve", help="run the metadata service")
+    sub.add_parser("migrate", help="create or upgrade the metadata database schema")
+    args = parser.parse_args(argv)
+    settings = Settings()
+    if args.command == "migrate":
+        from coffer_metadata.migrations import migrate
+
+        migrate(settings.metadata_database_url)
+        print(json.dumps({"migrated": True}))
+        return 0
+    from coffer_kit.logs import configure_logging
+    from coffer_kit.serve import Listener, serve
+
+    from coffer_metadata.main import create_app
+
+    configure_logging("metadata", settings.log_level)
+    serve([Listener(create_app(settings), settings.metadata_host, settings.metadata_port)])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

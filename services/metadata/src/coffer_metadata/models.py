@@ -1,0 +1,103 @@
+"""Metadata tables: folders, assets, per-organization usage, upload intents, delete tombstones."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Column, DateTime, ForeignKey, Index, String, text
+from sqlmodel import Field, SQLModel
+
+
+def _ts(nullable: bool = False) -> Column:  # type: ignore[type-arg]
+    return Column(DateTime(timezone=True), nullable=nullable)
+
+
+class Folder(SQLModel, table=True):
+    __tablename__ = "folders"
+    __table_args__ = (
+        # Sibling names are unique. NULL parents never compare equal in a UNIQUE constraint,
+        # so root folders get their own partial index (both SQLite and PostgreSQL have them).
+        Index(
+            "uq_folders_sibling_name",
+            "organization_id",
+            "parent_id",
+            "name",
+            unique=True,
+            sqlite_where=text("parent_id IS NOT NULL"),
+            postgresql_where=text("parent_id IS NOT NULL"),
+        ),
+        Index(
+            "uq_folders_root_name",
+            "organization_id",
+            "name",
+            unique=True,
+            sqlite_where=text("parent_id IS NULL"),
+            postgresql_where=text("parent_id IS NULL"),
+        ),
+    )
+
+    id: str = Field(primary_key=True, max_length=40)
+    organization_id: str = Field(max_length=40)
+    parent_id: str | None = Field(
+        default=None,
+        sa_column=Column(String(40), ForeignKey("folders.id", ondelete="CASCADE"), nullable=True),
+    )
+    name: str = Field(max_length=1024)
+    created_at: datetime = Field(sa_column=_ts())
+
+
+class Asset(SQLModel, table=True):
+    __tablename__ = "assets"
+    __table_args__ = (
+        # Serve the list orderings: all assets, and assets of one folder (root = NULL), newest first.
+        Index("ix_assets_org_created", "organization_id", "created_at", "id"),
+        Index("ix_assets_org_folder_created", "organization_id", "folder_id", "created_at", "id"),
+    )
+
+    id: str = Field(primary_key=True, max_length=40)
+    organization_id: str = Field(max_length=40)
+    folder_id: str | None = Field(
+        default=None,
+        sa_column=Column(String(40), ForeignKey("folders.id", ondelete="SET NULL"), nullable=True),
+    )
+    key: str = Field(sa_column=Column(String(2048), nullable=False, unique=True))
+    name: str = Field(max_length=1024)
+    mime_type: str = Field(max_length=255)
+    size: int = Field(sa_column=Column(BigInteger, nullable=False))
+    sha256: str = Field(max_length=64)
+    created_at: datetime = Field(sa_column=_ts())
+
+
+class Usage(SQLModel, table=True):
+    """Bytes and count stored per organization; the row the quota update is conditional on."""
+
+    __tablename__ = "usage"
+
+    organization_id: str = Field(primary_key=True, max_length=40)
+    used_bytes: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
+    asset_count: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
+
+
+class UploadIntent(SQLModel, table=True):
+    """An upload in flight: its bytes may exist without a row; the sweeper deletes stale ones."""
+
+    __tablename__ = "upload_intents"
+
+    asset_id: str = Field(primary_key=True, max_length=40)
+    organization_id: str = Field(max_length=40)
+    key: str = Field(max_length=2048)
+    created_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False, index=True))
+
+
+class Tombstone(SQLModel, table=True):
+    """A deleted asset whose bytes may still exist; dropped once blob has deleted them."""
+
+    __tablename__ = "tombstones"
+
+    asset_id: str = Field(primary_key=True, max_length=40)
+    organization_id: str = Field(max_length=40)
+    key: str = Field(max_length=2048)
+    created_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False, index=True))
+
+
+TABLES = [t.__table__ for t in (Folder, Asset, Usage, UploadIntent, Tombstone)]  # type: ignore[attr-defined]
