@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+from typing import Any
 
 import httpx
 
@@ -26,3 +27,16 @@ def wait_healthy(url: str, *, timeout: float = 30.0) -> None:
             last = exc
         time.sleep(0.05)
     raise TimeoutError(f"{url} did not become healthy in {timeout}s ({last!r})")
+
+
+def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """Assert the response is the contract's error envelope with this status and code."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json"), response.headers
+    body = response.json()
+    assert set(body) == {"error"}, body
+    error = body["error"]
+    assert error["code"] == code, error
+    assert isinstance(error["message"], str) and error["message"]
+    assert error["requestId"] == response.headers["x-request-id"]
+    return error  # type: ignore[no-any-return]

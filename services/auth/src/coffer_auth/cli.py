@@ -45,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--user", required=True)
     p.add_argument("--role", choices=[r.value for r in Role], default=Role.member.value)
 
+    p = sub.add_parser("remove-member", help="remove a user from an organization")
+    p.add_argument("--org", required=True)
+    p.add_argument("--user", required=True)
+
     p = sub.add_parser("create-key", help="create an organization key, or a user key with --user")
     p.add_argument("--org", required=True)
     p.add_argument("--user", default=None)
@@ -91,6 +95,11 @@ def _add_member(session: Session, settings: Settings, args: argparse.Namespace) 
     return {"organizationId": m.organization_id, "userId": m.user_id, "role": m.role}
 
 
+def _remove_member(session: Session, settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    service.remove_member(session, org_id=args.org, user_id=args.user)
+    return {"organizationId": args.org, "userId": args.user, "removed": True}
+
+
 def _create_key(session: Session, settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     row, secret = service.create_key(
         session, org_id=args.org, user_id=args.user, name=args.name, expires_in=args.expires_in
@@ -112,15 +121,16 @@ _COMMANDS: dict[str, Callable[[Session, Settings, argparse.Namespace], dict[str,
     "set-quota": _set_quota,
     "create-user": _create_user,
     "add-member": _add_member,
+    "remove-member": _remove_member,
     "create-key": _create_key,
     "delete-key": _delete_key,
     "list-keys": _list_keys,
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, settings: Settings | None = None) -> int:
     args = _parser().parse_args(argv)
-    settings = Settings()
+    settings = settings or Settings()
     if args.command == "serve":
         from coffer_kit.logs import configure_logging
         from coffer_kit.serve import Listener, serve

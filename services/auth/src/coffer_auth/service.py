@@ -93,6 +93,17 @@ def add_member(session: Session, *, org_id: str, user_id: str, role: Role) -> Me
     return membership
 
 
+def remove_member(session: Session, *, org_id: str, user_id: str) -> None:
+    """Remove a user from an organization; their user keys stop working for it."""
+    membership = session.exec(
+        select(Membership).where(Membership.organization_id == org_id, Membership.user_id == user_id)
+    ).first()
+    if membership is None:
+        raise not_found(f"User {user_id} is not a member of {org_id}.")
+    session.delete(membership)
+    session.flush()
+
+
 def create_key(
     session: Session,
     *,

@@ -2,25 +2,44 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from coffer_kit.errors import CofferError
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.routing import APIRoute
 
 from coffer_edge.deps import MetadataDep, PrincipalDep, RequestIdDep
 from coffer_edge.schemas import FolderCreate, FolderList, Success, errors
 from coffer_edge.schemas import Folder as FolderOut
 
-router = APIRouter(prefix="/api/folders", tags=["folders"])
 
 
 def require_json(request: Request) -> None:
-    """415 unless the body is declared as JSON."""
+    """415 unless a request with a body declares it as JSON."""
+    if request.method not in ("POST", "PUT", "PATCH"):
+        return
     media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
         raise CofferError(
             415, "unsupported_media_type", "Send the folder as JSON (Content-Type: application/json)."
         )
+
+
+class JSONRoute(APIRoute):
+    """Checks the media type before FastAPI parses the body, so a form post is 415, not 400."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def checked(request: Request) -> Response:
+            require_json(request)
+            return await handler(request)
+
+        return checked
+
+
+router = APIRouter(prefix="/api/folders", tags=["folders"], route_class=JSONRoute)
 
 
 @router.get("", response_model=FolderList, responses=errors(404))
@@ -38,10 +57,9 @@ async def list_folders(
 
 @router.post("", status_code=201, response_model=FolderOut, responses=errors(404, 409, 415))
 async def create_folder(
-    request: Request, body: FolderCreate, principal: PrincipalDep, metadata: MetadataDep, rid: RequestIdDep
+    body: FolderCreate, principal: PrincipalDep, metadata: MetadataDep, rid: RequestIdDep
 ) -> Any:
     """Create a folder at root or under ``parentId``."""
-    require_json(request)
     return await metadata.create_folder(principal.organization_id, body.name, body.parentId, request_id=rid)
 
 
