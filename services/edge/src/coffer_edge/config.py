@@ -16,3 +16,8 @@ class Settings(BaseServiceSettings):
     # How long an auth answer may be reused; the contract bounds it at 5 s.
     auth_cache_seconds: float = 5.0
     auth_cache_size: int = 10_000
+    # The sweeper: how often it runs (0 = never, in this process), and when intents and
+    # tombstones count as stale. An intent must outlive the slowest upload.
+    sweep_interval_seconds: float = 60.0
+    sweep_intent_age_seconds: float = 3600.0
+    sweep_tombstone_age_seconds: float = 60.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,7 +15,8 @@ from coffer_edge.clients.auth import AuthClient
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.config import Settings
-from coffer_edge.routers import folders
+from coffer_edge.routers import assets, folders
+from coffer_edge.sweeper import sweep_forever
 
 DESCRIPTION = """Coffer's public API: assets and folders of an organization.
 
@@ -49,9 +51,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         app.state.metadata = MetadataClient(metadata_http)
         app.state.blob = BlobClient(blob_http)
+        sweeper = None
+        if settings.sweep_interval_seconds > 0:
+            sweeper = asyncio.create_task(
+                sweep_forever(
+                    app.state.metadata,
+                    app.state.blob,
+                    interval=settings.sweep_interval_seconds,
+                    intent_age=settings.sweep_intent_age_seconds,
+                    tombstone_age=settings.sweep_tombstone_age_seconds,
+                )
+            )
         try:
             yield
         finally:
+            if sweeper is not None:
+                sweeper.cancel()
             for http in (auth_http, metadata_http, blob_http):
                 await http.aclose()
 
@@ -67,6 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.include_router(health_router(_dependency_checks(app)))  # type: ignore[arg-type]
     app.include_router(folders.router)
+    app.include_router(assets.router)
     return app
 
 

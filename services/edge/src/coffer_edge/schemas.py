@@ -63,3 +63,55 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
         s: {"model": ErrorEnvelope, "description": descriptions[s]}
         for s in sorted(set(statuses) | set(common))
     }
+
+
+class Asset(BaseModel):
+    id: str = Field(examples=["ast_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9"])
+    organizationId: str
+    folderId: str | None = Field(description="Containing folder; null for root.")
+    key: str = Field(description="Internal storage path `{organizationId}/{assetId}/{filename}`; never changes.")
+    name: str
+    mimeType: str
+    size: int = Field(description="Bytes, counted by the server.")
+    publicUrl: str = Field(description="Public CDN URL; no key needed.")
+    createdAt: str = Field(description="ISO 8601 UTC with milliseconds.")
+
+
+class AssetList(BaseModel):
+    assets: list[Asset]
+    total: int = Field(description="Every matching asset, not just this page.")
+    limit: int
+    offset: int
+
+
+class SignedAsset(BaseModel):
+    id: str
+    name: str
+    mimeType: str
+    size: int
+
+
+class SignedUrl(BaseModel):
+    url: str = Field(description="CDN URL with `expires` and `signature`; no key needed.")
+    expiresIn: int
+    asset: SignedAsset
+
+
+UPLOAD_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary", "description": "The file, at most 100 MiB."},
+                        "name": {"type": "string", "description": "Asset name; defaults to the file name."},
+                        "folderId": {"type": "string", "description": "Folder id; omitted or empty = root."},
+                    },
+                }
+            }
+        },
+    }
+}

@@ -11,6 +11,7 @@ from coffer_kit.health import health_router
 from coffer_kit.internal import require_internal_token
 from fastapi import Depends, FastAPI
 
+from coffer_metadata.assets.router import router as assets_router
 from coffer_metadata.config import Settings
 from coffer_metadata.folders.router import router as folders_router
 
@@ -32,4 +33,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health_router({"database": database_check(lambda: app.state.engine)}))
     internal = [Depends(require_internal_token)]
     app.include_router(folders_router, dependencies=internal)
+    app.include_router(assets_router, dependencies=internal)
     return app

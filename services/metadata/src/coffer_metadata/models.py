@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Column, DateTime, ForeignKey, Index, String, text
+from sqlalchemy import BigInteger, Boolean, Column, DateTime, ForeignKey, Index, String, false, text
 from sqlmodel import Field, SQLModel
 
 
@@ -87,6 +87,8 @@ class UploadIntent(SQLModel, table=True):
     organization_id: str = Field(max_length=40)
     key: str = Field(max_length=2048)
     created_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False, index=True))
+    # Set by the sweeper before it deletes the bytes; an upload whose intent is swept cannot commit.
+    swept: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
 
 
 class Tombstone(SQLModel, table=True):

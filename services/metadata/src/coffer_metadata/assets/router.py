@@ -1,0 +1,116 @@
+"""Internal asset API, called by edge only; organization comes from edge's principal."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any
+
+from coffer_kit.db import SessionDep
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from coffer_metadata.assets import service
+
+router = APIRouter(prefix="/internal/v1")
+
+
+class IntentIn(BaseModel):
+    asset_id: str = Field(alias="assetId", pattern=r"^ast_[0-9A-Z]{26}$")
+
+
+class AssetIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = Field(pattern=r"^ast_[0-9A-Z]{26}$")
+    key: str = Field(min_length=1, max_length=2048)
+    name: str
+    folder_id: str | None = Field(default=None, alias="folderId")
+    mime_type: str = Field(alias="mimeType", min_length=1, max_length=255)
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    quota_bytes: int = Field(alias="quotaBytes", ge=0)
+
+
+def _cdn(request: Request) -> str:
+    return request.app.state.settings.cdn_url  # type: ignore[no-any-return]
+
+
+@router.post("/orgs/{org_id}/intents", status_code=201)
+def register_intent(org_id: str, body: IntentIn, session: SessionDep) -> dict[str, str]:
+    service.register_intent(session, org_id=org_id, asset_id=body.asset_id)
+    return {"prefix": service.key_prefix(org_id, body.asset_id)}
+
+
+@router.delete("/orgs/{org_id}/intents/{asset_id}")
+def abandon_intent(org_id: str, asset_id: str, session: SessionDep) -> dict[str, bool]:
+    service.abandon_upload(session, org_id=org_id, asset_id=asset_id)
+    return {"success": True}
+
+
+@router.post("/orgs/{org_id}/assets", status_code=201)
+def commit_upload(org_id: str, body: AssetIn, request: Request, session: SessionDep) -> dict[str, Any]:
+    asset = service.commit_upload(
+        session,
+        org_id=org_id,
+        asset_id=body.id,
+        key=body.key,
+        name=body.name,
+        folder_id=body.folder_id or None,
+        mime_type=body.mime_type,
+        size=body.size,
+        sha256=body.sha256,
+        quota_bytes=body.quota_bytes,
+    )
+    return service.view(asset, _cdn(request))
+
+
+@router.get("/orgs/{org_id}/assets")
+def list_assets(
+    org_id: str,
+    request: Request,
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    folder_id: Annotated[str | None, Query(alias="folderId")] = None,
+) -> dict[str, Any]:
+    items, total = service.list_assets(session, org_id=org_id, folder_id=folder_id, limit=limit, offset=offset)
+    cdn = _cdn(request)
+    return {"assets": [service.view(a, cdn) for a in items], "total": total, "limit": limit, "offset": offset}
+
+
+@router.get("/orgs/{org_id}/assets/{asset_id}")
+def get_asset(org_id: str, asset_id: str, request: Request, session: SessionDep) -> dict[str, Any]:
+    return service.view(service.require_asset(session, org_id=org_id, asset_id=asset_id), _cdn(request))
+
+
+@router.post("/orgs/{org_id}/assets/{asset_id}/tombstone")
+def hide_asset(org_id: str, asset_id: str, session: SessionDep) -> dict[str, str]:
+    return {"key": service.hide(session, org_id=org_id, asset_id=asset_id)}
+
+
+@router.delete("/tombstones/{asset_id}")
+def finish_delete(asset_id: str, session: SessionDep) -> dict[str, bool]:
+    service.finish_delete(session, asset_id=asset_id)
+    return {"success": True}
+
+
+@router.post("/sweep")
+def sweep(
+    session: SessionDep,
+    intent_age: Annotated[float, Query(alias="intentAgeSeconds", ge=0)] = 3600,
+    tombstone_age: Annotated[float, Query(alias="tombstoneAgeSeconds", ge=0)] = 60,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """Claim stale upload intents and list stale tombstones for edge's sweeper."""
+    return service.sweep_candidates(
+        session,
+        intent_age=timedelta(seconds=intent_age),
+        tombstone_age=timedelta(seconds=tombstone_age),
+        limit=limit,
+    )
+
+
+@router.delete("/sweep/intents/{asset_id}")
+def finish_intent(asset_id: str, session: SessionDep) -> dict[str, bool]:
+    service.finish_intent(session, asset_id=asset_id)
+    return {"success": True}
