@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -40,3 +41,63 @@ def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, 
     assert isinstance(error["message"], str) and error["message"]
     assert error["requestId"] == response.headers["x-request-id"]
     return error  # type: ignore[no-any-return]
+
+
+def pattern_chunks(size: int, chunk: int = 1024 * 1024) -> Iterator[bytes]:
+    """``size`` bytes of a repeating, position-dependent pattern, generated chunk by chunk."""
+    block = bytes(range(256)) * (chunk // 256)
+    sent = 0
+    while sent < size:
+        n = min(chunk, size - sent)
+        yield block[:n]
+        sent += n
+
+
+def pattern_bytes(size: int) -> bytes:
+    return b"".join(pattern_chunks(size))
+
+
+def multipart_stream(
+    *,
+    size: int,
+    filename: str = "data.bin",
+    content_type: str | None = "application/octet-stream",
+    before: dict[str, str] | None = None,
+    after: dict[str, str] | None = None,
+    boundary: str = "cofferboundary7MA4YWxkTrZu0gW",
+) -> tuple[str, Iterator[bytes]]:
+    """A multipart/form-data body with a generated file of ``size`` bytes, never held in memory.
+
+    Returns (content type header, body iterator).
+    """
+
+    def field(name: str, value: str) -> bytes:
+        return (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode()
+            + value.encode("utf-8")
+            + b"\r\n"
+        )
+
+    def body() -> Iterator[bytes]:
+        for name, value in (before or {}).items():
+            yield field(name, value)
+        head = f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
+        if content_type is not None:
+            head += f"Content-Type: {content_type}\r\n"
+        yield (head + "\r\n").encode("utf-8")
+        yield from pattern_chunks(size)
+        yield b"\r\n"
+        for name, value in (after or {}).items():
+            yield field(name, value)
+        yield f"--{boundary}--\r\n".encode()
+
+    return f"multipart/form-data; boundary={boundary}", body()
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a process, from /proc."""
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for {pid}")

@@ -77,3 +77,6 @@ class ApiKey(SQLModel, table=True):
     created_at: datetime = Field(sa_column=_ts())
     expires_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
     last_used_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+
+
+TABLES = [t.__table__ for t in (User, Organization, Membership, ApiKey)]  # type: ignore[attr-defined]
