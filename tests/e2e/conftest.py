@@ -8,6 +8,7 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,15 +19,14 @@ from coffer_kit.testing import free_port
 from coffer_stack.stack import Ports, Stack
 
 
-@pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """The embedded default stack, started once for the session."""
-    root = tmp_path_factory.mktemp("stack")
+@contextlib.contextmanager
+def running_stack(root: Path, **env: str) -> Iterator[Stack]:
+    """Start the four services on free loopback ports with data under ``root``; stop them after."""
     ports = Ports(
         edge=free_port(), cdn=free_port(), auth=free_port(), metadata=free_port(),
         blob=free_port(), edge_internal=free_port(),
     )
-    s = Stack(data_dir=root / "data", ports=ports, log_dir=root / "logs")
+    s = Stack(data_dir=root / "data", ports=ports, log_dir=root / "logs", extra_env=env)
     s.migrate()
     s.start()
     try:
@@ -36,6 +36,43 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         if os.environ.get("COFFER_TEST_SHOW_LOGS"):
             for log in sorted((root / "logs").glob("*.log")):
                 print(f"--- {log.name}\n{log.read_text()[-5000:]}")
+
+
+BACKENDS = ["embedded", "production"]
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Every end-to-end test runs on both configurations."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def backend_env(request: pytest.FixtureRequest, backend: str) -> Any:
+    """A factory of settings for a fresh backend: nothing for the embedded default;
+    new PostgreSQL databases and a new bucket on a real S3 server for production."""
+    if backend == "embedded":
+        return lambda: {}
+    fresh_database = request.getfixturevalue("fresh_database")
+    s3 = request.getfixturevalue("s3_server")
+    redis_url = request.getfixturevalue("redis_url")
+
+    def make() -> dict[str, str]:
+        return {
+            "COFFER_AUTH_DATABASE_URL": fresh_database("auth"),
+            "COFFER_METADATA_DATABASE_URL": fresh_database("metadata"),
+            **s3.env(s3.new_bucket()),
+            "COFFER_REDIS_URL": redis_url,
+        }
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory, backend: str, backend_env: Any) -> Iterator[Stack]:
+    """The stack on this backend, started once for the session."""
+    with running_stack(tmp_path_factory.mktemp(f"stack-{backend}"), **backend_env()) as s:
+        yield s
 
 
 @dataclass
@@ -54,8 +91,18 @@ class Admin:
 
 
 @pytest.fixture(scope="session")
-def admin(stack: Stack) -> Admin:
-    return Admin(AuthSettings(data_dir=stack.data_dir))
+def admin_for() -> Any:
+    """An Admin for any stack."""
+    def make(s: Stack) -> Admin:
+        url = s.extra_env.get("COFFER_AUTH_DATABASE_URL", "")
+        return Admin(AuthSettings(data_dir=s.data_dir, auth_database_url=url))
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def admin(stack: Stack, admin_for: Any) -> Admin:
+    return admin_for(stack)  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -96,3 +143,20 @@ def tenant(new_tenant: Any) -> Tenant:
 def anon(stack: Stack) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=stack.edge_url, timeout=60) as client:
         yield client
+
+
+@pytest.fixture
+def own_stack_with(tmp_path_factory: pytest.TempPathFactory, backend_env: Any) -> Iterator[Any]:
+    """Start a stack for one test alone (to kill or reconfigure), with extra settings."""
+    with contextlib.ExitStack() as stacks:
+
+        def make(**settings: str) -> Stack:
+            env = {**backend_env(), "COFFER_SWEEP_INTERVAL_SECONDS": "0", **settings}
+            return stacks.enter_context(running_stack(tmp_path_factory.mktemp("own-stack"), **env))
+
+        yield make
+
+
+@pytest.fixture
+def own_stack(own_stack_with: Any) -> Stack:
+    return own_stack_with()  # type: ignore[no-any-return]

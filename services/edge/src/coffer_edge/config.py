@@ -16,6 +16,10 @@ class Settings(BaseServiceSettings):
     # How long an auth answer may be reused; the contract bounds it at 5 s.
     auth_cache_seconds: float = 5.0
     auth_cache_size: int = 10_000
+    # Requests per API key, in the ``limits`` notation ("100/second", "6000/minute").
+    edge_rate_limit: str = "100/second"
+    # Shared rate-limit counters for several edges; in-process counters when unset.
+    redis_url: str | None = None
     # The sweeper: how often it runs (0 = never, in this process), and when intents and
     # tombstones count as stale. An intent must outlive the slowest upload.
     sweep_interval_seconds: float = 60.0

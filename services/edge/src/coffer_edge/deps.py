@@ -35,6 +35,7 @@ async def authenticate(
         key_hash, (organization_id or "").strip() or None, request_id=request.state.request_id
     )
     request.state.organization_id = principal.organization_id
+    await request.app.state.rate_limiter.check(principal.key_id)
     return principal
 
 

@@ -15,6 +15,7 @@ from coffer_edge.clients.auth import AuthClient
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.config import Settings
+from coffer_edge.ratelimit import RateLimiter
 from coffer_edge.routers import assets, folders
 from coffer_edge.sweeper import sweep_forever
 
@@ -80,6 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
+    app.state.rate_limiter = RateLimiter(settings.edge_rate_limit, settings.redis_url)
     app.include_router(health_router(_dependency_checks(app)))  # type: ignore[arg-type]
     app.include_router(folders.router)
     app.include_router(assets.router)

@@ -1,0 +1,172 @@
+"""Shared pytest fixtures: real PostgreSQL databases and a real S3 API server.
+
+Tests take real services from the environment (``COFFER_TEST_DATABASE_URL``,
+``COFFER_TEST_S3_ENDPOINT_URL``). Without them: PostgreSQL is the machine's server on
+127.0.0.1:5432, else a testcontainers container where Docker runs; S3 is moto's standalone
+server started on loopback, or MinIO through testcontainers where Docker runs. Nothing is
+mocked, and nothing is skipped for lack of a server: a missing server fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from coffer_kit.testing import free_port, wait_healthy
+
+DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+
+
+def _docker_available() -> bool:
+    if not shutil.which("docker"):
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
+
+
+def _reachable(url: str) -> bool:
+    try:
+        engine = create_engine(url)
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        engine.dispose()
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "not this one"
+        return False
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url() -> Iterator[str]:
+    """URL of a PostgreSQL server's maintenance database, with rights to create databases."""
+    url = os.environ.get("COFFER_TEST_DATABASE_URL", DEFAULT_POSTGRES)
+    if _reachable(url):
+        yield url
+        return
+    if _docker_available():
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:16-alpine", driver="psycopg") as pg:
+            yield pg.get_connection_url()
+        return
+    pytest.fail(f"no PostgreSQL at {url} and no Docker to start one (set COFFER_TEST_DATABASE_URL)")
+
+
+@pytest.fixture(scope="session")
+def fresh_database(postgres_server_url: str) -> Iterator[object]:
+    """A factory of new, empty databases on the server; all dropped at the end of the session."""
+    admin = create_engine(postgres_server_url, isolation_level="AUTOCOMMIT")
+    made: list[str] = []
+
+    def make(label: str) -> str:
+        name = f"coffer_test_{label}_{secrets.token_hex(4)}"
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        made.append(name)
+        return make_url(postgres_server_url).set(database=name).render_as_string(hide_password=False)
+
+    yield make
+    with admin.connect() as conn:
+        for name in made:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """A Redis server: COFFER_TEST_REDIS_URL, or the machine's on 127.0.0.1:6379."""
+    import socket
+
+    url = os.environ.get("COFFER_TEST_REDIS_URL", "redis://127.0.0.1:6379")
+    host_port = url.split("://", 1)[1].split("/", 1)[0].rsplit("@", 1)[-1]
+    host, _, port = host_port.partition(":")
+    try:
+        with socket.create_connection((host, int(port or 6379)), timeout=3) as sock:
+            sock.sendall(b"PING\r\n")
+            assert sock.recv(16).startswith(b"+PONG")
+    except (OSError, AssertionError):
+        pytest.fail(f"no Redis at {url} (set COFFER_TEST_REDIS_URL)")
+    return url
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint_url: str
+    access_key: str
+    secret_key: str
+    region: str = "us-east-1"
+
+    def client(self):  # type: ignore[no-untyped-def]
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+        )
+
+    def new_bucket(self) -> str:
+        name = f"coffer-test-{secrets.token_hex(6)}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def env(self, bucket: str) -> dict[str, str]:
+        """Settings that point blob's S3 driver at this server and bucket."""
+        return {
+            "COFFER_STORAGE": "s3",
+            "COFFER_S3_ENDPOINT_URL": self.endpoint_url,
+            "COFFER_S3_BUCKET": bucket,
+            "COFFER_S3_REGION": self.region,
+            "COFFER_S3_FORCE_PATH_STYLE": "true",
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+        }
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """A real S3 API server on loopback (or the one named by COFFER_TEST_S3_ENDPOINT_URL)."""
+    endpoint = os.environ.get("COFFER_TEST_S3_ENDPOINT_URL")
+    if endpoint:
+        yield S3Server(
+            endpoint,
+            os.environ.get("AWS_ACCESS_KEY_ID", "test"),
+            os.environ.get("AWS_SECRET_ACCESS_KEY", "test"),
+        )
+        return
+    # moto accepts any credentials; generate them rather than writing any down.
+    access, secret = secrets.token_hex(8), secrets.token_hex(16)
+    try:
+        import moto.server  # noqa: F401
+    except ImportError:
+        moto_installed = False
+    else:
+        moto_installed = True
+    if not moto_installed and _docker_available():
+        from testcontainers.minio import MinioContainer
+
+        with MinioContainer(access_key=access, secret_key=secret) as minio:
+            host, port = minio.get_container_host_ip(), minio.get_exposed_port(9000)
+            yield S3Server(f"http://{host}:{port}", access, secret)
+        return
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/moto-api/", timeout=30)
+        yield S3Server(f"http://127.0.0.1:{port}", access, secret)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -1,0 +1,42 @@
+"""Per-key rate limits (CONTRACT §7) with the ``limits`` library: in process, or Redis when set."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+from coffer_kit.errors import CofferError
+from limits import parse
+from limits.aio.strategies import FixedWindowRateLimiter
+from limits.storage import storage_from_string
+
+log = logging.getLogger("coffer.edge.ratelimit")
+
+
+class RateLimiter:
+    """One fixed window per API key; shared across edges through Redis when configured."""
+
+    def __init__(self, limit: str, redis_url: str | None) -> None:
+        self.item = parse(limit)
+        uri = "async+" + redis_url if redis_url else "async+memory://"
+        self.storage = storage_from_string(uri)
+        self.limiter = FixedWindowRateLimiter(self.storage)
+
+    async def check(self, key_id: str) -> None:
+        """Count one request for ``key_id``; 429 with Retry-After once the window is used up."""
+        try:
+            allowed = await self.limiter.hit(self.item, key_id)
+            if allowed:
+                return
+            stats = await self.limiter.get_window_stats(self.item, key_id)
+        except Exception:  # noqa: BLE001 - a limiter outage must not take the API down
+            log.warning("rate limiter unavailable; allowing the request", exc_info=True)
+            return
+        retry_after = max(1, math.ceil(stats.reset_time - time.time()))
+        raise CofferError(
+            429,
+            "rate_limited",
+            f"Too many requests for this key (limit {self.item}); retry in {retry_after} s.",
+            headers={"Retry-After": str(retry_after)},
+        )
