@@ -38,6 +38,12 @@ def running_stack(root: Path, **env: str) -> Iterator[Stack]:
                 print(f"--- {log.name}\n{log.read_text()[-5000:]}")
 
 
+@pytest.fixture(scope="session")
+def running_stack_factory() -> Any:
+    """``running_stack`` for tests that wire a stack of their own."""
+    return running_stack
+
+
 BACKENDS = ["embedded", "production"]
 
 

@@ -14,8 +14,8 @@ class Settings(BaseServiceSettings):
     metadata_url: str = "http://127.0.0.1:8082"
     blob_url: str = "http://127.0.0.1:8083"
     # How long an auth answer may be reused; the contract bounds it at 5 s.
-    auth_cache_seconds: float = 5.0
-    auth_cache_size: int = 10_000
+    edge_auth_cache_seconds: float = 5.0
+    edge_auth_cache_size: int = 10_000
     # Requests per API key, in the ``limits`` notation ("100/second", "6000/minute").
     edge_rate_limit: str = "100/second"
     # Shared rate-limit counters for several edges; in-process counters when unset.

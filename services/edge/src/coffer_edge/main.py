@@ -48,7 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Uploads stream for as long as the client sends; only connecting and pauses are bounded.
         blob_http = internal_client(settings.blob_url, token, timeout=30, read_timeout=300)
         app.state.auth = AuthClient(
-            auth_http, cache_seconds=settings.auth_cache_seconds, cache_size=settings.auth_cache_size
+            auth_http, cache_seconds=settings.edge_auth_cache_seconds, cache_size=settings.edge_auth_cache_size
         )
         app.state.metadata = MetadataClient(metadata_http)
         app.state.blob = BlobClient(blob_http)
