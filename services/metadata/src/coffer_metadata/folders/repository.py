@@ -40,8 +40,8 @@ def sibling_named(session: Session, *, org_id: str, parent_id: str | None, name:
     return found is not None
 
 
-def delete_tree(session: Session, *, org_id: str, folder_id: str) -> int:
-    """Delete a folder and all its descendants; their assets move to root. Returns folders deleted."""
+def delete_tree(session: Session, *, org_id: str, folder_id: str) -> None:
+    """Delete a folder and all its descendants; their assets move to root."""
     tree = (
         sa_select(col(Folder.id))
         .where(Folder.organization_id == org_id, Folder.id == folder_id)
@@ -56,7 +56,6 @@ def delete_tree(session: Session, *, org_id: str, folder_id: str) -> int:
         .where(col(Asset.organization_id) == org_id, col(Asset.folder_id).in_(ids))
         .values(folder_id=None)
     )
-    result = session.exec(  # type: ignore[call-overload]
+    session.exec(  # type: ignore[call-overload]
         delete(Folder).where(col(Folder.organization_id) == org_id, col(Folder.id).in_(ids))
     )
-    return int(result.rowcount or 0)
