@@ -33,7 +33,7 @@ def test_migrations_match_the_models(engine) -> None:
 
 
 def test_only_the_hash_of_a_key_is_stored(engine) -> None:
-    with Session(writer(engine)) as s:
+    with Session(writer(engine), expire_on_commit=False) as s:
         org = service.create_org(s, name="Acme", quota_bytes=10)
         row, secret = service.create_key(s, org_id=org.id, user_id=None, name="ci", expires_in=None)
         s.commit()
@@ -44,7 +44,7 @@ def test_only_the_hash_of_a_key_is_stored(engine) -> None:
 
 
 def test_passwords_are_argon2_hashed(engine) -> None:
-    with Session(writer(engine)) as s:
+    with Session(writer(engine), expire_on_commit=False) as s:
         user = service.create_user(s, email="Ada@Example.com", password="correct horse")
         s.commit()
     assert user.email == "ada@example.com"
@@ -54,7 +54,7 @@ def test_passwords_are_argon2_hashed(engine) -> None:
 
 
 def test_principal_refusals(engine) -> None:
-    with Session(writer(engine)) as s:
+    with Session(writer(engine), expire_on_commit=False) as s:
         a = service.create_org(s, name="A", quota_bytes=5)
         b = service.create_org(s, name="B", quota_bytes=7)
         user = service.create_user(s, email="u@example.com", password="password1")
