@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from coffer_auth.cli import main as auth_cli
 from coffer_auth.config import Settings as AuthSettings
 from coffer_kit.testing import free_port
@@ -23,8 +24,12 @@ from coffer_stack.stack import Ports, Stack
 def running_stack(root: Path, **env: str) -> Iterator[Stack]:
     """Start the four services on free loopback ports with data under ``root``; stop them after."""
     ports = Ports(
-        edge=free_port(), cdn=free_port(), auth=free_port(), metadata=free_port(),
-        blob=free_port(), edge_internal=free_port(),
+        edge=free_port(),
+        cdn=free_port(),
+        auth=free_port(),
+        metadata=free_port(),
+        blob=free_port(),
+        edge_internal=free_port(),
     )
     s = Stack(data_dir=root / "data", ports=ports, log_dir=root / "logs", extra_env=env)
     s.migrate()
@@ -99,6 +104,7 @@ class Admin:
 @pytest.fixture(scope="session")
 def admin_for() -> Any:
     """An Admin for any stack."""
+
     def make(s: Stack) -> Admin:
         url = s.extra_env.get("COFFER_AUTH_DATABASE_URL", "")
         return Admin(AuthSettings(data_dir=s.data_dir, auth_database_url=url))

@@ -6,6 +6,7 @@ import time
 
 import httpx
 import pytest
+
 from coffer_kit.internal import INTERNAL_TOKEN_HEADER
 from coffer_kit.testing import assert_error
 
@@ -43,7 +44,9 @@ def test_organization_key_with_organization_header(tenant, new_tenant) -> None:
 
 
 def _user_key(admin, stack, *orgs: str):
-    user = admin("create-user", "--email", f"u{time.monotonic_ns()}@example.com", "--password", "correct horse")
+    user = admin(
+        "create-user", "--email", f"u{time.monotonic_ns()}@example.com", "--password", "correct horse"
+    )
     for org in orgs:
         admin("add-member", "--org", org, "--user", user["id"])
     key = admin("create-key", "--org", orgs[0], "--user", user["id"], "--name", "mine")
@@ -117,10 +120,15 @@ def test_key_format_and_listing(admin, tenant) -> None:
 
 def test_internal_endpoints_need_the_internal_token(stack) -> None:
     key_hash = "0" * 64
-    for service, path in (("auth", "/internal/v1/principal"), ("metadata", "/internal/v1/orgs/org_x/folders")):
+    for service, path in (
+        ("auth", "/internal/v1/principal"),
+        ("metadata", "/internal/v1/orgs/org_x/folders"),
+    ):
         response = httpx.get(stack.url(service) + path, headers={"x-key-hash": key_hash})
         assert_error(response, 401, "unauthorized")
-        wrong = httpx.get(stack.url(service) + path, headers={INTERNAL_TOKEN_HEADER: "wrong", "x-key-hash": key_hash})
+        wrong = httpx.get(
+            stack.url(service) + path, headers={INTERNAL_TOKEN_HEADER: "wrong", "x-key-hash": key_hash}
+        )
         assert_error(wrong, 401, "unauthorized")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import unicodedata
 
 import pytest
+
 from coffer_kit.testing import assert_error
 
 pytestmark = pytest.mark.e2e
@@ -106,7 +107,9 @@ def test_malformed_json_is_400(tenant) -> None:
 def test_non_json_body_is_415(tenant) -> None:
     response = tenant.api.post("/api/folders", data={"name": "form"})
     assert_error(response, 415, "unsupported_media_type")
-    response = tenant.api.post("/api/folders", content=b'{"name":"x"}', headers={"content-type": "text/plain"})
+    response = tenant.api.post(
+        "/api/folders", content=b'{"name":"x"}', headers={"content-type": "text/plain"}
+    )
     assert_error(response, 415, "unsupported_media_type")
     assert tenant.api.get("/api/folders").json() == {"folders": []}
 

@@ -7,18 +7,23 @@ import time
 
 import httpx
 import pytest
-from coffer_kit.testing import TcpProxy, assert_error
 from sqlalchemy.engine import make_url
+
+from coffer_kit.testing import TcpProxy, assert_error
 
 pytestmark = pytest.mark.e2e
 
 
-def test_postgresql_outage_gives_503_and_recovers(tmp_path, fresh_database, s3_server, admin_for, running_stack_factory):
+def test_postgresql_outage_gives_503_and_recovers(
+    tmp_path, fresh_database, s3_server, admin_for, running_stack_factory
+):
     auth_url, metadata_url = make_url(fresh_database("auth")), make_url(fresh_database("metadata"))
     proxy = TcpProxy(auth_url.host or "127.0.0.1", auth_url.port or 5432).start()
     env = {
         "COFFER_AUTH_DATABASE_URL": auth_url.set(host="127.0.0.1", port=proxy.port).render_as_string(False),
-        "COFFER_METADATA_DATABASE_URL": metadata_url.set(host="127.0.0.1", port=proxy.port).render_as_string(False),
+        "COFFER_METADATA_DATABASE_URL": metadata_url.set(host="127.0.0.1", port=proxy.port).render_as_string(
+            False
+        ),
         **s3_server.env(s3_server.new_bucket()),
         "COFFER_EDGE_AUTH_CACHE_SECONDS": "0",
     }
@@ -30,8 +35,11 @@ def test_postgresql_outage_gives_503_and_recovers(tmp_path, fresh_database, s3_s
         assert api.post("/api/folders", json={"name": "before"}).status_code == 201
 
         proxy.cut()
-        for request in (lambda: api.get("/api/folders"), lambda: api.post("/api/folders", json={"name": "during"}),
-                        lambda: api.get("/api/assets")):
+        for request in (
+            lambda: api.get("/api/folders"),
+            lambda: api.post("/api/folders", json={"name": "during"}),
+            lambda: api.get("/api/assets"),
+        ):
             response = request()
             assert_error(response, 503, "unavailable")
             assert int(response.headers["retry-after"]) >= 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+
 from coffer_kit.testing import assert_error
 
 pytestmark = pytest.mark.e2e

@@ -7,20 +7,24 @@ import hashlib
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from coffer_kit.db import make_engine, writer
-from coffer_kit.errors import CofferError
-from coffer_kit.migrate import metadata_of
 from sqlmodel import Session, select
 
 from coffer_auth import service
 from coffer_auth.keys import hash_key
 from coffer_auth.migrations import migrate
 from coffer_auth.models import TABLES, ApiKey, Role
+from coffer_kit.db import make_engine, writer
+from coffer_kit.errors import CofferError
+from coffer_kit.migrate import metadata_of
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def engine(request, tmp_path):
-    url = f"sqlite:///{tmp_path / 'auth.db'}" if request.param == "sqlite" else request.getfixturevalue("fresh_database")("auth_unit")
+    url = (
+        f"sqlite:///{tmp_path / 'auth.db'}"
+        if request.param == "sqlite"
+        else request.getfixturevalue("fresh_database")("auth_unit")
+    )
     migrate(url)
     engine = make_engine(url)
     yield engine

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from coffer_kit.db import make_engine
 from sqlalchemy.engine import Engine
 
+from coffer_kit.db import make_engine
 from coffer_metadata.migrations import migrate
 
 

@@ -6,11 +6,11 @@ import threading
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from sqlmodel import Session, select
+
 from coffer_kit.db import writer
 from coffer_kit.migrate import metadata_of
 from coffer_kit.timeutil import utcnow
-from sqlmodel import Session, select
-
 from coffer_metadata.assets import repository as assets
 from coffer_metadata.folders import repository as folders
 from coffer_metadata.models import TABLES, Asset, Folder, Usage
@@ -59,8 +59,19 @@ def _folder(s: Session, fid: str, org: str, parent: str | None) -> None:
 
 
 def _asset(s: Session, aid: str, org: str, folder: str | None) -> None:
-    s.add(Asset(id=aid, organization_id=org, folder_id=folder, key=f"{org}/{aid}/f", name="f",
-                mime_type="text/plain", size=1, sha256="0" * 64, created_at=utcnow()))
+    s.add(
+        Asset(
+            id=aid,
+            organization_id=org,
+            folder_id=folder,
+            key=f"{org}/{aid}/f",
+            name="f",
+            mime_type="text/plain",
+            size=1,
+            sha256="0" * 64,
+            created_at=utcnow(),
+        )
+    )
     s.flush()
 
 

@@ -8,11 +8,18 @@ from fastapi import FastAPI
 
 from coffer_kit.errors import install_error_handlers
 from coffer_kit.middleware import RequestContextMiddleware
+from coffer_kit.tracing import instrument_app, setup_tracing
 
 
-def base_app(title: str, **kwargs: Any) -> FastAPI:
-    """A FastAPI app with the contract's error envelope and request ids installed."""
+def base_app(title: str, service: str | None = None, **kwargs: Any) -> FastAPI:
+    """A FastAPI app with the error envelope, request ids, metrics, logs and traces installed.
+
+    ``service`` names the process in metrics and traces (default: the title without "coffer-").
+    """
+    service = service or title.removeprefix("coffer-")
     app = FastAPI(title=title, **kwargs)
     install_error_handlers(app)
-    app.add_middleware(RequestContextMiddleware)
+    app.add_middleware(RequestContextMiddleware, service=service)
+    setup_tracing(service)
+    instrument_app(app)
     return app

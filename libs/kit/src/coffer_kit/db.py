@@ -13,6 +13,7 @@ from sqlmodel import Session, create_engine
 from starlette.concurrency import run_in_threadpool
 
 from coffer_kit.errors import unavailable
+from coffer_kit.tracing import instrument_engine
 
 # Execution option marking a transaction that will write (see the SQLite begin hook below).
 WRITE_OPTION = "coffer_write"
@@ -47,14 +48,17 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
             write = conn.get_execution_options().get(WRITE_OPTION, False)
             conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
+        instrument_engine(engine)
         return engine
-    return create_engine(
+    engine = create_engine(
         url,
         pool_pre_ping=True,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_timeout=10,
     )
+    instrument_engine(engine)
+    return engine
 
 
 def writer(engine: Engine) -> Engine:

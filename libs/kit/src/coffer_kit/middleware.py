@@ -9,6 +9,8 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coffer_kit.ids import new_id
+from coffer_kit.metrics import observe_request
+from coffer_kit.tracing import current_trace_id
 
 REQUEST_ID_HEADER = "x-request-id"
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
@@ -18,10 +20,11 @@ access_log = logging.getLogger("coffer.access")
 
 
 class RequestContextMiddleware:
-    """Echo or mint ``X-Request-Id`` and log one JSON line per request."""
+    """Echo or mint ``X-Request-Id``; count, time and log (one JSON line) every request."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, service: str) -> None:
         self.app = app
+        self.service = service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -36,6 +39,7 @@ class RequestContextMiddleware:
         scope.setdefault("state", {})["request_id"] = request_id
         started = time.perf_counter()
         status = 500
+        trace_id = current_trace_id()
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -51,16 +55,20 @@ class RequestContextMiddleware:
         finally:
             path = scope.get("path", "")
             if path not in _QUIET_PATHS:
-                route = scope.get("route")
-                state = scope.get("state", {})
+                seconds = time.perf_counter() - started
+                # The route template, never the raw path: ids stay out of labels and logs.
+                route = getattr(scope.get("route"), "path", None) or "unmatched"
+                method = scope.get("method", "")
+                observe_request(self.service, route, method, status, seconds)
                 access_log.info(
                     "request",
                     extra={
                         "request_id": request_id,
-                        "method": scope.get("method"),
-                        "route": getattr(route, "path", None) or "unmatched",
+                        "trace_id": trace_id,
+                        "method": method,
+                        "route": route,
                         "status": status,
-                        "duration_ms": round((time.perf_counter() - started) * 1000, 2),
-                        "organization_id": state.get("organization_id"),
+                        "duration_ms": round(seconds * 1000, 2),
+                        "organization_id": scope.get("state", {}).get("organization_id"),
                     },
                 )

@@ -22,6 +22,9 @@ def load_env_file(path: Path) -> None:
         os.environ.setdefault(key.strip().removeprefix("export ").strip(), value.strip().strip("'\""))
 
 
+PICK = "import json,sys;print(json.load(sys.stdin)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="coffer-stack", description=__doc__)
     parser.add_argument("--env-file", type=Path, default=os.environ.get("COFFER_ENV_FILE") or None)
@@ -58,8 +61,8 @@ Coffer is running (data in {data_dir}).
   CDN:  {stack.public_cdn_url}
 
 Create a first organization and key (in another terminal):
-  ORG=$(.venv/bin/coffer-auth create-org --name "My org" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
-  KEY=$(.venv/bin/coffer-auth create-key --org "$ORG" | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')
+  ORG=$(.venv/bin/coffer-auth create-org --name Demo | python3 -c "{PICK}['id'])")
+  KEY=$(.venv/bin/coffer-auth create-key --org $ORG | python3 -c "{PICK}['key'])")
   curl -H "x-api-key: $KEY" {stack.edge_url}/api/folders
 
 Press Ctrl-C to stop.""",

@@ -105,7 +105,10 @@ class Stack:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         return subprocess.Popen(
-            [sys.executable, *SERVICES[name]], env=self.env(), stdout=out, stderr=subprocess.STDOUT if out else None
+            [sys.executable, *SERVICES[name]],
+            env=self.env(),
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
         )
 
     def wait(self, name: str, *, timeout: float = 60) -> None:

@@ -12,14 +12,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from coffer_kit.db import make_engine, writer
-from coffer_kit.errors import CofferError
-from coffer_kit.timeutil import isoformat
 from sqlmodel import Session
 
 from coffer_auth import service
 from coffer_auth.config import Settings
 from coffer_auth.models import Role
+from coffer_kit.db import make_engine, writer
+from coffer_kit.errors import CofferError
+from coffer_kit.timeutil import isoformat
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -77,7 +77,12 @@ def _admin(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
 def _create_org(session: Session, settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     quota = settings.auth_default_quota_bytes if args.quota_bytes is None else args.quota_bytes
     org = service.create_org(session, name=args.name, quota_bytes=quota)
-    return {"id": org.id, "name": org.name, "quotaBytes": org.quota_bytes, "createdAt": isoformat(org.created_at)}
+    return {
+        "id": org.id,
+        "name": org.name,
+        "quotaBytes": org.quota_bytes,
+        "createdAt": isoformat(org.created_at),
+    }
 
 
 def _set_quota(session: Session, settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
@@ -132,10 +137,9 @@ def main(argv: list[str] | None = None, settings: Settings | None = None) -> int
     args = _parser().parse_args(argv)
     settings = settings or Settings()
     if args.command == "serve":
+        from coffer_auth.main import create_app
         from coffer_kit.logs import configure_logging
         from coffer_kit.serve import Listener, serve
-
-        from coffer_auth.main import create_app
 
         configure_logging("auth", settings.log_level)
         serve([Listener(create_app(settings), settings.auth_host, settings.auth_port)])

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
-from coffer_kit.db import SessionDep, writer
-from coffer_kit.internal import require_internal_token
 from fastapi import APIRouter, Depends, Header, Request
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from coffer_auth import service
+from coffer_kit.db import SessionDep, writer
+from coffer_kit.internal import require_internal_token
 
 log = logging.getLogger("coffer.auth")
 router = APIRouter(prefix="/internal/v1", dependencies=[Depends(require_internal_token)])

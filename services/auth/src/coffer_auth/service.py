@@ -6,14 +6,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from argon2 import PasswordHasher
-from coffer_kit.errors import CofferError, invalid, not_found
-from coffer_kit.ids import new_id
-from coffer_kit.timeutil import as_utc, isoformat, utcnow
 from sqlalchemy import update
 from sqlmodel import Session, col, select
 
 from coffer_auth.keys import display_prefix, generate_key, hash_key
 from coffer_auth.models import ApiKey, KeyKind, Membership, Organization, Role, User
+from coffer_kit.errors import CofferError, invalid, not_found
+from coffer_kit.ids import new_id
+from coffer_kit.timeutil import as_utc, isoformat, utcnow
 
 _hasher = PasswordHasher()
 # Writing last_used_at on every request would turn each read into a write; once a minute is enough.
@@ -176,9 +176,7 @@ def key_view(row: ApiKey) -> dict[str, Any]:
     }
 
 
-def resolve_principal(
-    session: Session, *, key_hash: str, organization_id: str | None
-) -> dict[str, Any]:
+def resolve_principal(session: Session, *, key_hash: str, organization_id: str | None) -> dict[str, Any]:
     """Who a key is and which organization it acts for, or the contract's refusal (§2)."""
     row = session.exec(select(ApiKey).where(ApiKey.key_hash == key_hash)).first()
     if row is None:
@@ -233,5 +231,3 @@ def touch_key(session: Session, *, key_id: str, last_used_at: str | None) -> Non
     session.exec(  # type: ignore[call-overload]
         update(ApiKey).where(col(ApiKey.id) == key_id).values(last_used_at=now)
     )
-
-

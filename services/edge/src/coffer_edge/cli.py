@@ -12,11 +12,10 @@ from coffer_edge.config import Settings
 
 
 def _sweep(settings: Settings, intent_age: float, tombstone_age: float) -> int:
-    from coffer_kit.internal import internal_client
-
     from coffer_edge.clients.blob import BlobClient
     from coffer_edge.clients.metadata import MetadataClient
     from coffer_edge.sweeper import sweep_once
+    from coffer_kit.internal import internal_client
 
     async def run() -> int:
         token = settings.internal_token.get_secret_value()  # type: ignore[union-attr]
@@ -25,8 +24,10 @@ def _sweep(settings: Settings, intent_age: float, tombstone_age: float) -> int:
             internal_client(settings.blob_url, token, timeout=30) as blob_http,
         ):
             result = await sweep_once(
-                MetadataClient(metadata_http), BlobClient(blob_http),
-                intent_age=intent_age, tombstone_age=tombstone_age,
+                MetadataClient(metadata_http),
+                BlobClient(blob_http),
+                intent_age=intent_age,
+                tombstone_age=tombstone_age,
             )
         print(json.dumps(asdict(result)))
         return 1 if result.failed else 0
@@ -50,10 +51,9 @@ def main(argv: list[str] | None = None) -> int:
             settings.sweep_tombstone_age_seconds if args.tombstone_age is None else args.tombstone_age,
         )
 
+    from coffer_edge.main import create_app, create_internal_app
     from coffer_kit.logs import configure_logging
     from coffer_kit.serve import Listener, serve
-
-    from coffer_edge.main import create_app, create_internal_app
 
     configure_logging("edge", settings.log_level)
     public = create_app(settings)

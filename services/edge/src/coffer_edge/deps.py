@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 from typing import Annotated
 
-from coffer_kit.errors import CofferError
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader
 
 from coffer_edge.clients.auth import AuthClient, Principal
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
+from coffer_kit.errors import CofferError
 
 _api_key = APIKeyHeader(name="x-api-key", auto_error=False, description="Organization or user API key.")
 _org_header = APIKeyHeader(

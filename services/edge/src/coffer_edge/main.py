@@ -6,9 +6,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from coffer_kit.app import base_app
-from coffer_kit.health import health_router
-from coffer_kit.internal import internal_client
 from fastapi import FastAPI
 
 from coffer_edge.clients.auth import AuthClient
@@ -18,6 +15,10 @@ from coffer_edge.config import Settings
 from coffer_edge.ratelimit import RateLimiter
 from coffer_edge.routers import assets, folders
 from coffer_edge.sweeper import sweep_forever
+from coffer_kit.app import base_app
+from coffer_kit.health import health_router
+from coffer_kit.internal import internal_client
+from coffer_kit.metrics import metrics_router
 
 DESCRIPTION = """Coffer's public API: assets and folders of an organization.
 
@@ -48,7 +49,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Uploads stream for as long as the client sends; only connecting and pauses are bounded.
         blob_http = internal_client(settings.blob_url, token, timeout=30, read_timeout=300)
         app.state.auth = AuthClient(
-            auth_http, cache_seconds=settings.edge_auth_cache_seconds, cache_size=settings.edge_auth_cache_size
+            auth_http,
+            cache_seconds=settings.edge_auth_cache_seconds,
+            cache_size=settings.edge_auth_cache_size,
         )
         app.state.metadata = MetadataClient(metadata_http)
         app.state.blob = BlobClient(blob_http)
@@ -73,6 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = base_app(
         "Coffer API",
+        service="edge",
         version="1.0.0",
         description=DESCRIPTION,
         lifespan=lifespan,
@@ -89,8 +93,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def create_internal_app(public: FastAPI) -> FastAPI:
-    """Health (and, with observability, metrics) on a port that is never exposed publicly."""
-    app = base_app("coffer-edge-internal", docs_url=None, redoc_url=None, openapi_url=None)
+    """Health and metrics on a port that is never exposed publicly."""
+    app = base_app("coffer-edge-internal", service="edge", docs_url=None, redoc_url=None, openapi_url=None)
     app.include_router(health_router(_dependency_checks(public)))  # type: ignore[arg-type]
+    app.include_router(metrics_router())
     return app
-

@@ -6,10 +6,11 @@ import logging
 import math
 import time
 
-from coffer_kit.errors import CofferError
 from limits import parse
 from limits.aio.strategies import FixedWindowRateLimiter
 from limits.storage import storage_from_string
+
+from coffer_kit.errors import CofferError
 
 log = logging.getLogger("coffer.edge.ratelimit")
 

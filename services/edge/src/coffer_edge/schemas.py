@@ -25,7 +25,9 @@ class Folder(BaseModel):
     organizationId: str
     parentId: str | None = Field(description="Parent folder; null for a root folder.")
     name: str
-    createdAt: str = Field(description="ISO 8601 UTC with milliseconds.", examples=["2026-11-22T10:15:30.123Z"])
+    createdAt: str = Field(
+        description="ISO 8601 UTC with milliseconds.", examples=["2026-11-22T10:15:30.123Z"]
+    )
 
 
 class FolderList(BaseModel):
@@ -69,7 +71,9 @@ class Asset(BaseModel):
     id: str = Field(examples=["ast_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9"])
     organizationId: str
     folderId: str | None = Field(description="Containing folder; null for root.")
-    key: str = Field(description="Internal storage path `{organizationId}/{assetId}/{filename}`; never changes.")
+    key: str = Field(
+        description="Internal storage path `{organizationId}/{assetId}/{filename}`; never changes."
+    )
     name: str
     mimeType: str
     size: int = Field(description="Bytes, counted by the server.")
@@ -106,7 +110,11 @@ UPLOAD_BODY: dict[str, Any] = {
                     "type": "object",
                     "required": ["file"],
                     "properties": {
-                        "file": {"type": "string", "format": "binary", "description": "The file, at most 100 MiB."},
+                        "file": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "The file, at most 100 MiB.",
+                        },
                         "name": {"type": "string", "description": "Asset name; defaults to the file name."},
                         "folderId": {"type": "string", "description": "Folder id; omitted or empty = root."},
                     },

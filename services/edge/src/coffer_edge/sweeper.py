@@ -14,10 +14,10 @@ import logging
 import random
 from dataclasses import dataclass
 
-from coffer_kit.errors import CofferError
-
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
+from coffer_edge.metrics import SWEPT
+from coffer_kit.errors import CofferError
 
 log = logging.getLogger("coffer.edge.sweeper")
 
@@ -40,21 +40,27 @@ async def sweep_once(
     """Sweep until nothing stale is left (or something fails)."""
     result = SweepResult()
     while True:
-        todo = await metadata.sweep_candidates(intent_age=intent_age, tombstone_age=tombstone_age, limit=batch)
+        todo = await metadata.sweep_candidates(
+            intent_age=intent_age, tombstone_age=tombstone_age, limit=batch
+        )
         for intent in todo["intents"]:
             try:
                 await blob.delete_prefix(intent["organizationId"], intent["assetId"])
                 await metadata.finish_intent(intent["assetId"])
                 result.intents += 1
+                SWEPT.labels("intent", "done").inc()
             except CofferError:
                 result.failed += 1
+                SWEPT.labels("intent", "failed").inc()
         for stone in todo["tombstones"]:
             try:
                 await blob.delete_object(stone["key"])
                 await metadata.finish_delete(stone["assetId"])
                 result.tombstones += 1
+                SWEPT.labels("tombstone", "done").inc()
             except CofferError:
                 result.failed += 1
+                SWEPT.labels("tombstone", "failed").inc()
         if result.failed or (len(todo["intents"]) < batch and len(todo["tombstones"]) < batch):
             break
     if result.intents or result.tombstones or result.failed:

@@ -24,7 +24,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from coffer_kit.logs import configure_logging
     from coffer_kit.serve import Listener, serve
-
     from coffer_metadata.main import create_app
 
     configure_logging("metadata", settings.log_level)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from coffer_kit.settings import BaseServiceSettings
 from pydantic import model_validator
+
+from coffer_kit.settings import BaseServiceSettings
 
 
 class Settings(BaseServiceSettings):

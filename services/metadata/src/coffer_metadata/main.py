@@ -5,15 +5,28 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from fastapi import Depends, FastAPI
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
 from coffer_kit.app import base_app
 from coffer_kit.db import database_check, make_engine
 from coffer_kit.health import health_router
 from coffer_kit.internal import require_internal_token
-from fastapi import Depends, FastAPI
-
+from coffer_kit.metrics import metrics_router, register_gauge, register_pool_gauge
+from coffer_metadata.assets import repository
 from coffer_metadata.assets.router import router as assets_router
 from coffer_metadata.config import Settings
 from coffer_metadata.folders.router import router as folders_router
+
+
+def _backlog(engine: Engine) -> list[tuple[list[str], float]]:
+    try:
+        with Session(engine) as session:
+            intents, tombstones = repository.backlog(session)
+    except Exception:  # noqa: BLE001 - a scrape must not fail because the database is down
+        return []
+    return [(["intent"], intents), (["tombstone"], tombstones)]
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -23,6 +36,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.engine = make_engine(settings.metadata_database_url)
+        register_pool_gauge("metadata", lambda: app.state.engine)
+        register_gauge(
+            "coffer_sweeper_backlog",
+            "Upload intents and delete tombstones waiting (in flight, or left by a crash for the sweeper).",
+            ["kind"],
+            lambda: _backlog(app.state.engine),
+        )
         try:
             yield
         finally:
@@ -31,6 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = base_app("coffer-metadata", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings
     app.include_router(health_router({"database": database_check(lambda: app.state.engine)}))
+    app.include_router(metrics_router())
     internal = [Depends(require_internal_token)]
     app.include_router(folders_router, dependencies=internal)
     app.include_router(assets_router, dependencies=internal)

@@ -1,7 +1,6 @@
 """Alembic environment of the auth database."""
 
-from coffer_kit.migrate import metadata_of, run_env
-
 from coffer_auth.models import TABLES
+from coffer_kit.migrate import metadata_of, run_env
 
 run_env(metadata_of(TABLES), "auth")

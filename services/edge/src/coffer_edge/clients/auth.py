@@ -9,6 +9,7 @@ from datetime import datetime
 from cachetools import TLRUCache
 
 from coffer_edge.clients.base import ServiceClient
+from coffer_edge.metrics import AUTH_CACHE
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,15 +40,15 @@ class AuthClient(ServiceClient):
         cache_key = (key_hash, organization_id)
         hit = self._cache.get(cache_key)
         if hit is not None:
+            AUTH_CACHE.labels("hit").inc()
             return hit[0]
+        AUTH_CACHE.labels("miss").inc()
         headers = {"x-key-hash": key_hash}
         if organization_id is not None:
             headers["x-organization-id"] = organization_id
         body = await self.json("GET", "/internal/v1/principal", headers=headers, request_id=request_id)
         expires = body.get("keyExpiresAt")
-        expires_unix = (
-            datetime.fromisoformat(expires.replace("Z", "+00:00")).timestamp() if expires else None
-        )
+        expires_unix = datetime.fromisoformat(expires.replace("Z", "+00:00")).timestamp() if expires else None
         principal = Principal(
             organization_id=body["organizationId"],
             key_id=body["keyId"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+
 from coffer_kit.internal import relay_error, transport_error
 
 

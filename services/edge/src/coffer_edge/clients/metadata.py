@@ -19,16 +19,22 @@ class MetadataClient(ServiceClient):
     # Folders
     async def list_folders(self, org_id: str, parent_id: str | None, *, request_id: str) -> Any:
         params = {"parentId": parent_id} if parent_id else {}
-        return await self.json("GET", f"/internal/v1/orgs/{org_id}/folders", params=params, request_id=request_id)
+        return await self.json(
+            "GET", f"/internal/v1/orgs/{org_id}/folders", params=params, request_id=request_id
+        )
 
     async def create_folder(self, org_id: str, name: str, parent_id: str | None, *, request_id: str) -> Any:
         return await self.json(
-            "POST", f"/internal/v1/orgs/{org_id}/folders", json={"name": name, "parentId": parent_id},
+            "POST",
+            f"/internal/v1/orgs/{org_id}/folders",
+            json={"name": name, "parentId": parent_id},
             request_id=request_id,
         )
 
     async def delete_folder(self, org_id: str, folder_id: str, *, request_id: str) -> Any:
-        return await self.json("DELETE", f"/internal/v1/orgs/{org_id}/folders/{_seg(folder_id)}", request_id=request_id)
+        return await self.json(
+            "DELETE", f"/internal/v1/orgs/{org_id}/folders/{_seg(folder_id)}", request_id=request_id
+        )
 
     # Assets
     async def register_intent(self, org_id: str, asset_id: str, *, request_id: str) -> Any:
@@ -37,16 +43,24 @@ class MetadataClient(ServiceClient):
         )
 
     async def abandon_intent(self, org_id: str, asset_id: str, *, request_id: str) -> Any:
-        return await self.json("DELETE", f"/internal/v1/orgs/{org_id}/intents/{asset_id}", request_id=request_id)
+        return await self.json(
+            "DELETE", f"/internal/v1/orgs/{org_id}/intents/{asset_id}", request_id=request_id
+        )
 
     async def commit_upload(self, org_id: str, asset: dict[str, Any], *, request_id: str) -> Any:
-        return await self.json("POST", f"/internal/v1/orgs/{org_id}/assets", json=asset, request_id=request_id)
+        return await self.json(
+            "POST", f"/internal/v1/orgs/{org_id}/assets", json=asset, request_id=request_id
+        )
 
     async def list_assets(self, org_id: str, params: dict[str, Any], *, request_id: str) -> Any:
-        return await self.json("GET", f"/internal/v1/orgs/{org_id}/assets", params=params, request_id=request_id)
+        return await self.json(
+            "GET", f"/internal/v1/orgs/{org_id}/assets", params=params, request_id=request_id
+        )
 
     async def get_asset(self, org_id: str, asset_id: str, *, request_id: str) -> Any:
-        return await self.json("GET", f"/internal/v1/orgs/{org_id}/assets/{_seg(asset_id)}", request_id=request_id)
+        return await self.json(
+            "GET", f"/internal/v1/orgs/{org_id}/assets/{_seg(asset_id)}", request_id=request_id
+        )
 
     async def hide_asset(self, org_id: str, asset_id: str, *, request_id: str) -> str:
         body = await self.json(

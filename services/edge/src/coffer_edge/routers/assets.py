@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from coffer_kit.errors import CofferError
-from coffer_kit.ids import new_id
-from coffer_kit.urls import MAX_FILE_BYTES
 from fastapi import APIRouter, Query, Request
 from starlette.requests import ClientDisconnect
 
+from coffer_edge.clients.auth import Principal
+from coffer_edge.clients.blob import BlobClient
+from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.deps import BlobDep, MetadataDep, PrincipalDep, RequestIdDep
+from coffer_edge.metrics import UPLOAD_BYTES, UPLOAD_DURATION, UPLOADS
 from coffer_edge.schemas import UPLOAD_BODY, AssetList, SignedUrl, Success, errors
 from coffer_edge.schemas import Asset as AssetOut
+from coffer_kit.errors import CofferError
+from coffer_kit.ids import new_id
+from coffer_kit.urls import MAX_FILE_BYTES
 
 log = logging.getLogger("coffer.edge.assets")
 router = APIRouter(prefix="/api/assets", tags=["assets"])
@@ -57,7 +62,10 @@ def _basename(filename: str) -> str:
 
 def _require_multipart(request: Request) -> str:
     content_type = request.headers.get("content-type", "")
-    if content_type.split(";", 1)[0].strip().lower() != "multipart/form-data" or "boundary=" not in content_type:
+    if (
+        content_type.split(";", 1)[0].strip().lower() != "multipart/form-data"
+        or "boundary=" not in content_type
+    ):
         raise CofferError(
             415, "unsupported_media_type", "Upload the file as multipart/form-data with a 'file' part."
         )
@@ -76,11 +84,34 @@ def _check_length(request: Request) -> None:
         raise too_large()
 
 
-@router.post("", status_code=201, response_model=AssetOut, responses=errors(404, 413, 415), openapi_extra=UPLOAD_BODY)
+@router.post(
+    "", status_code=201, response_model=AssetOut, responses=errors(404, 413, 415), openapi_extra=UPLOAD_BODY
+)
 async def upload_asset(
     request: Request, principal: PrincipalDep, metadata: MetadataDep, blob: BlobDep, rid: RequestIdDep
 ) -> Any:
     """Upload a file (multipart/form-data: `file`, optional `name` and `folderId`)."""
+    started = time.perf_counter()
+    outcome = "failed"
+    try:
+        asset = await _upload(request, principal, metadata, blob, rid)
+    except CofferError as exc:
+        # quota_exceeded and file_too_large are worth telling apart; other refusals are not.
+        outcome = exc.code if exc.status == 413 else "rejected" if exc.status < 500 else "failed"
+        raise
+    else:
+        outcome = "created"
+        UPLOAD_BYTES.inc(asset["size"])
+        return asset
+    finally:
+        UPLOADS.labels(outcome).inc()
+        UPLOAD_DURATION.labels(outcome).observe(time.perf_counter() - started)
+
+
+async def _upload(
+    request: Request, principal: Principal, metadata: MetadataClient, blob: BlobClient, rid: str
+) -> dict[str, Any]:
+    """DESIGN.md's upload protocol: intent, stream to blob, commit in metadata, or clean up."""
     content_type = _require_multipart(request)
     _check_length(request)
     org = principal.organization_id
@@ -102,7 +133,9 @@ async def upload_asset(
         raise too_large() from None
     except _ClientGone:
         await discard()
-        raise CofferError(400, "invalid_request", "The client went away before the upload finished.") from None
+        raise CofferError(
+            400, "invalid_request", "The client went away before the upload finished."
+        ) from None
     except CofferError:
         await discard()
         raise
@@ -120,7 +153,7 @@ async def upload_asset(
         "quotaBytes": principal.quota_bytes,
     }
     try:
-        return await metadata.commit_upload(org, asset, request_id=rid)
+        return await metadata.commit_upload(org, asset, request_id=rid)  # type: ignore[no-any-return]
     except CofferError as exc:
         if 400 <= exc.status < 500:
             # A definite refusal: the transaction rolled back, so the bytes must go.
@@ -139,7 +172,9 @@ async def list_assets(
     offset: Annotated[int, Query(ge=0, description="Assets to skip.")] = 0,
     folder_id: Annotated[
         str | None,
-        Query(alias="folderId", description="Omitted: all assets; empty: root level only; an id: that folder."),
+        Query(
+            alias="folderId", description="Omitted: all assets; empty: root level only; an id: that folder."
+        ),
     ] = None,
 ) -> Any:
     """List assets, newest first, with the total that match."""

@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
-from coffer_kit.errors import CofferError
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.routing import APIRoute
 
 from coffer_edge.deps import MetadataDep, PrincipalDep, RequestIdDep
-from coffer_edge.schemas import FolderCreate, FolderList, Success, errors
 from coffer_edge.schemas import Folder as FolderOut
-
+from coffer_edge.schemas import FolderCreate, FolderList, Success, errors
+from coffer_kit.errors import CofferError
 
 
 def require_json(request: Request) -> None:

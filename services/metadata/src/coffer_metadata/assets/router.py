@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Any
 
-from coffer_kit.db import SessionDep
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from coffer_kit.db import SessionDep
 from coffer_metadata.assets import service
 
 router = APIRouter(prefix="/internal/v1")
@@ -73,7 +73,9 @@ def list_assets(
     offset: Annotated[int, Query(ge=0)] = 0,
     folder_id: Annotated[str | None, Query(alias="folderId")] = None,
 ) -> dict[str, Any]:
-    items, total = service.list_assets(session, org_id=org_id, folder_id=folder_id, limit=limit, offset=offset)
+    items, total = service.list_assets(
+        session, org_id=org_id, folder_id=folder_id, limit=limit, offset=offset
+    )
     cdn = _cdn(request)
     return {"assets": [service.view(a, cdn) for a in items], "total": total, "limit": limit, "offset": offset}
 

@@ -5,16 +5,22 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from coffer_kit.errors import CofferError, forbidden, invalid, not_found
-from coffer_kit.timeutil import isoformat, utcnow
-from coffer_kit.urls import public_url
+from prometheus_client import Counter
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
+from coffer_kit.errors import CofferError, forbidden, invalid, not_found
+from coffer_kit.timeutil import isoformat, utcnow
+from coffer_kit.tracing import tracer
+from coffer_kit.urls import public_url
 from coffer_metadata.assets import repository
 from coffer_metadata.folders.service import require_folder
 from coffer_metadata.models import Asset
 from coffer_metadata.names import normalize_name
+
+QUOTA_REJECTIONS = Counter(
+    "coffer_quota_rejections_total", "Uploads refused because they would exceed the quota."
+)
 
 
 def view(asset: Asset, cdn_url: str) -> dict[str, Any]:
@@ -52,7 +58,11 @@ def register_intent(session: Session, *, org_id: str, asset_id: str) -> None:
     try:
         with session.begin_nested():
             repository.add_intent(
-                session, org_id=org_id, asset_id=asset_id, key_prefix=key_prefix(org_id, asset_id), now=utcnow()
+                session,
+                org_id=org_id,
+                asset_id=asset_id,
+                key_prefix=key_prefix(org_id, asset_id),
+                now=utcnow(),
             )
     except IntegrityError:
         raise CofferError(409, "conflict", f"An upload for {asset_id} is already registered.") from None
@@ -77,7 +87,10 @@ def commit_upload(
     name = normalize_name(name)
     if folder_id is not None:
         require_folder(session, org_id=org_id, folder_id=folder_id, field="folderId")
-    if not repository.reserve(session, org_id=org_id, size=size, quota_bytes=quota_bytes):
+    with tracer.start_as_current_span("quota.reserve"):
+        reserved = repository.reserve(session, org_id=org_id, size=size, quota_bytes=quota_bytes)
+    if not reserved:
+        QUOTA_REJECTIONS.inc()
         used = repository.usage(session, org_id=org_id).used_bytes
         raise CofferError(
             413,
@@ -157,7 +170,9 @@ def sweep_candidates(
     intents = repository.claim_stale_intents(session, older_than=now - intent_age, limit=limit)
     tombstones = repository.stale_tombstones(session, older_than=now - tombstone_age, limit=limit)
     return {
-        "intents": [{"assetId": i.asset_id, "organizationId": i.organization_id, "prefix": i.key} for i in intents],
+        "intents": [
+            {"assetId": i.asset_id, "organizationId": i.organization_id, "prefix": i.key} for i in intents
+        ],
         "tombstones": [
             {"assetId": t.asset_id, "organizationId": t.organization_id, "key": t.key} for t in tombstones
         ],

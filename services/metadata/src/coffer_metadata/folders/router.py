@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from coffer_kit.db import SessionDep
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from coffer_kit.db import SessionDep
 from coffer_metadata.folders import service
 
 router = APIRouter(prefix="/internal/v1/orgs/{org_id}/folders")

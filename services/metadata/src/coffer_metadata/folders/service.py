@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from coffer_kit.errors import CofferError, forbidden, not_found
-from coffer_kit.ids import new_id
-from coffer_kit.timeutil import isoformat, utcnow
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
+from coffer_kit.errors import CofferError, forbidden, not_found
+from coffer_kit.ids import new_id
+from coffer_kit.timeutil import isoformat, utcnow
 from coffer_metadata.folders import repository
 from coffer_metadata.models import Folder
 from coffer_metadata.names import normalize_name

@@ -1,0 +1,109 @@
+"""Prometheus metrics: the request metrics every service shares, and ``/metrics``.
+
+Works with several worker processes: when ``PROMETHEUS_MULTIPROC_DIR`` is set (as
+prometheus-client's multiprocess mode requires), ``/metrics`` aggregates every process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+
+from fastapi import APIRouter, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+# Latency buckets from 5 ms to 5 minutes: small API calls up to slow 100 MiB uploads.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+HTTP_REQUESTS = Counter(
+    "coffer_http_requests_total",
+    "HTTP requests answered, by route template, method and status.",
+    ["service", "route", "method", "status"],
+)
+HTTP_DURATION = Histogram(
+    "coffer_http_request_duration_seconds",
+    "Time to answer an HTTP request, by route template and method.",
+    ["service", "route", "method"],
+    buckets=LATENCY_BUCKETS,
+)
+
+
+def observe_request(service: str, route: str, method: str, status: int, seconds: float) -> None:
+    HTTP_REQUESTS.labels(service, route, method, str(status)).inc()
+    HTTP_DURATION.labels(service, route, method).observe(seconds)
+
+
+def _registry() -> CollectorRegistry:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return registry
+    return REGISTRY
+
+
+def metrics_router() -> APIRouter:
+    """``GET /metrics`` in the Prometheus text format. Mount it on internal listeners only."""
+    router = APIRouter(include_in_schema=False)
+
+    @router.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(_registry()), media_type=CONTENT_TYPE_LATEST)
+
+    return router
+
+
+class GaugeCollector(Collector):
+    """A gauge family computed at scrape time (pool use, backlogs), registered once."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labels: list[str],
+        read: Callable[[], Iterable[tuple[list[str], float]]],
+    ) -> None:
+        self.name, self.documentation, self.labels, self.read = name, documentation, labels, read
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labels)
+        for label_values, value in self.read():
+            family.add_metric(label_values, value)
+        yield family
+
+
+def register_gauge(
+    name: str, documentation: str, labels: list[str], read: Callable[[], Iterable[tuple[list[str], float]]]
+) -> None:
+    """Register (or replace, e.g. when an app is rebuilt in tests) a scrape-time gauge."""
+    existing = REGISTRY._names_to_collectors.get(name)  # noqa: SLF001 - no public lookup exists
+    if existing is not None:
+        REGISTRY.unregister(existing)
+    REGISTRY.register(GaugeCollector(name, documentation, labels, read))
+
+
+def register_pool_gauge(service: str, engine_of: Callable[[], object]) -> None:
+    """``coffer_db_pool_connections{service,state}``: checked-out and idle pooled connections."""
+
+    def read() -> Iterable[tuple[list[str], float]]:
+        pool = getattr(engine_of(), "pool", None)
+        if pool is None or not hasattr(pool, "checkedout"):
+            return []
+        return [([service, "in_use"], pool.checkedout()), ([service, "idle"], pool.checkedin())]
+
+    register_gauge(
+        "coffer_db_pool_connections",
+        "Database connections in the pool, by state.",
+        ["service", "state"],
+        read,
+    )

@@ -1,0 +1,24 @@
+"""edge's own metrics (request metrics come from coffer-kit)."""
+
+from prometheus_client import Counter, Histogram
+
+from coffer_kit.metrics import LATENCY_BUCKETS
+
+AUTH_CACHE = Counter(
+    "coffer_auth_cache_requests_total",
+    "Principal lookups at edge, by cache result (hit or miss).",
+    ["result"],
+)
+UPLOADS = Counter("coffer_uploads_total", "Uploads finished, by outcome.", ["outcome"])
+UPLOAD_BYTES = Counter("coffer_upload_bytes_total", "Bytes of files stored by successful uploads.")
+UPLOAD_DURATION = Histogram(
+    "coffer_upload_duration_seconds",
+    "Time from request to answer of an upload, by outcome.",
+    ["outcome"],
+    buckets=LATENCY_BUCKETS,
+)
+SWEPT = Counter(
+    "coffer_sweeper_items_total",
+    "Stale upload intents and tombstones the sweeper handled, by outcome.",
+    ["kind", "outcome"],
+)
