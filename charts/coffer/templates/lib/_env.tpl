@@ -1,0 +1,62 @@
+{{/*
+The container env of a component: (dict "ctx" $ "component" "blob"). Shared, non-secret
+settings come from the ConfigMap (envFrom); here are the listener addresses and the secrets
+this component needs, and no others.
+*/}}
+{{- define "coffer.lib.env" -}}
+{{- $ctx := .ctx -}}
+{{- $c := .component -}}
+{{- $v := index $ctx.Values $c -}}
+{{ include "coffer.podIdentityEnv" . }}
+{{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "COFFER_INTERNAL_TOKEN" "key" "internalToken") }}
+{{- if eq $c "edge" }}
+- name: COFFER_EDGE_HOST
+  value: "0.0.0.0"
+- name: COFFER_EDGE_PORT
+  value: {{ include "coffer.port" (dict "ctx" $ctx "component" "edge" "port" "http") | quote }}
+- name: COFFER_EDGE_INTERNAL_PORT
+  value: {{ include "coffer.port" (dict "ctx" $ctx "component" "edge" "port" "internal") | quote }}
+- name: COFFER_AUTH_URL
+  value: {{ include "coffer.internalUrl" (dict "ctx" $ctx "component" "auth") | quote }}
+- name: COFFER_METADATA_URL
+  value: {{ include "coffer.internalUrl" (dict "ctx" $ctx "component" "metadata") | quote }}
+- name: COFFER_BLOB_URL
+  value: {{ include "coffer.internalUrl" (dict "ctx" $ctx "component" "blob") | quote }}
+{{- if $ctx.Values.redis.enabled }}
+{{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "COFFER_REDIS_URL" "key" "redisUrl") }}
+{{- end }}
+{{- if $ctx.Values.sweeper.cronJob.enabled }}
+# The CronJob sweeps; edge's background loop stays off.
+- name: COFFER_SWEEP_INTERVAL_SECONDS
+  value: "0"
+{{- end }}
+{{- else if or (eq $c "auth") (eq $c "metadata") }}
+- name: {{ printf "COFFER_%s_HOST" (upper $c) }}
+  value: "0.0.0.0"
+- name: {{ printf "COFFER_%s_PORT" (upper $c) }}
+  value: {{ include "coffer.port" (dict "ctx" $ctx "component" $c "port" "http") | quote }}
+{{ include "coffer.secretEnv" (dict "ctx" $ctx "name" (printf "COFFER_%s_DATABASE_URL" (upper $c)) "key" (printf "%sDatabaseUrl" $c)) }}
+{{- else }}
+{{- /* blob and cdn: the same process, in different roles */}}
+- name: COFFER_BLOB_HOST
+  value: "0.0.0.0"
+- name: COFFER_BLOB_PORT
+  value: "8083"
+- name: COFFER_CDN_HOST
+  value: "0.0.0.0"
+- name: COFFER_CDN_PORT
+  value: "8090"
+{{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "COFFER_SIGNING_SECRET" "key" "signingSecret") }}
+{{- if eq $ctx.Values.storage.driver "s3" }}
+{{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "AWS_ACCESS_KEY_ID" "key" "s3AccessKeyId" "optional" true) }}
+{{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "AWS_SECRET_ACCESS_KEY" "key" "s3SecretAccessKey" "optional" true) }}
+{{- else }}
+- name: COFFER_BLOB_DIR
+  value: {{ $ctx.Values.storage.fs.mountPath | quote }}
+{{- end }}
+{{- end }}
+{{- range $name, $value := $v.env }}
+- name: {{ $name }}
+  value: {{ $value | toString | quote }}
+{{- end }}
+{{- end -}}

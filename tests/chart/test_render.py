@@ -1,0 +1,165 @@
+"""The chart lints, renders, validates against the Kubernetes schemas, and rejects typos."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+Docs = list[dict[str, Any]]
+CHART = Path(__file__).resolve().parents[2] / "charts" / "coffer"
+PRODUCTION = CHART / "examples" / "production.yaml"
+KUBE_VERSION = "1.30.0"
+
+# Kinds from CRDs (prometheus-operator, Gateway API) have no schema in the core Kubernetes
+# set; test_policy.py checks their structure instead.
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "HTTPRoute"}
+
+
+@pytest.mark.parametrize("values", [[], ["-f", str(PRODUCTION)]], ids=["default", "production"])
+def test_helm_lint(helm_run: Callable[..., Any], values: list[str]) -> None:
+    proc = helm_run("lint", "--strict", "--kube-version", KUBE_VERSION, str(CHART), *values)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_manifest_matches_the_kubernetes_schema(scenario: Docs) -> None:
+    docs = scenario
+    assert docs, "nothing rendered"
+    errors = []
+    for doc in docs:
+        if doc["kind"] in CRD_KINDS:
+            continue
+        try:
+            # strict: unknown fields are errors too, so a misspelt key cannot hide.
+            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            path = ".".join(str(p) for p in exc.path)
+            errors.append(f"{doc['kind']}/{doc['metadata']['name']}: {path}: {exc.message}")
+        except kubernetes_validate.SchemaNotFoundError as exc:
+            errors.append(f"{doc['kind']}/{doc['metadata']['name']}: {exc.message}")
+    assert not errors, "\n".join(errors)
+
+
+def test_default_and_production_render_what_they_should(
+    render: Callable[..., Docs], production: Docs
+) -> None:
+    kinds = {d["kind"] for d in render()}
+    assert {
+        "Deployment",
+        "Service",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+        "Job",
+        "Secret",
+        "ConfigMap",
+        "Ingress",
+        "ServiceAccount",
+    } <= kinds
+    assert "HorizontalPodAutoscaler" not in kinds
+    prod = {(d["kind"], d["metadata"]["name"]) for d in production}
+    for component in ("edge", "auth", "metadata", "blob", "cdn"):
+        name = f"coffer-{component}"
+        for kind in (
+            "Deployment",
+            "Service",
+            "HorizontalPodAutoscaler",
+            "PodDisruptionBudget",
+            "ServiceMonitor",
+            "NetworkPolicy",
+            "ServiceAccount",
+        ):
+            assert (kind, name) in prod, (kind, name)
+    assert ("Secret", "coffer") not in prod, "existingSecret: the chart makes no Secret"
+    assert ("PrometheusRule", "coffer") in prod
+    assert ("ConfigMap", "coffer-dashboard") in prod
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "edge.replica=3",  # replicas
+        "blob.autoscaling.enable=true",  # enabled
+        "cdn.probes.liveness.periodSecond=1",  # periodSeconds
+        "networkPolicy.egres.dns.to=null",  # egress
+        "image.tag=latest",
+        "storage.driver=gcs",
+        "expose.type=loadbalancer",
+    ],
+)
+def test_schema_rejects_typos_and_bad_values(helm_run: Callable[..., Any], bad: str) -> None:
+    proc = helm_run("template", "coffer", str(CHART), "--set", bad)
+    assert proc.returncode != 0, f"--set {bad} was accepted"
+    assert "schema" in proc.stderr.lower() or "at '/" in proc.stderr, proc.stderr
+
+
+# Blocks whose inner keys are Kubernetes fields or free-form maps, documented as a whole.
+PASSTHROUGH = re.compile(
+    r"^(podSecurityContext|securityContext|networkPolicy\.(ingressFrom|metricsFrom|egress\.\w+)"
+    r"|\w+\.(resources|autoscaling\.behavior|probes\.\w+)|(migrations|sweeper\.cronJob)\.resources"
+    r"|metrics\.dashboard\.labels)(\.|$)"
+)
+
+
+def inside_passthrough(path: str) -> bool:
+    parent = path.rpartition(".")[0]
+    return bool(parent) and bool(PASSTHROUGH.match(parent + "."))
+
+
+def _schema_paths(node: dict[str, Any], defs: dict[str, Any], prefix: str = "") -> set[str]:
+    if "$ref" in node:
+        node = defs[node["$ref"].rsplit("/", 1)[-1]]
+    paths = set()
+    if node.get("additionalProperties") is False:
+        for key, sub in node.get("properties", {}).items():
+            path = f"{prefix}.{key}" if prefix else key
+            paths.add(path)
+            paths |= _schema_paths(sub, defs, path)
+    return paths
+
+
+def _value_paths(node: Any, prefix: str = "") -> set[str]:
+    paths = set()
+    if isinstance(node, dict):
+        for key, sub in node.items():
+            path = f"{prefix}.{key}" if prefix else key
+            paths.add(path)
+            paths |= _value_paths(sub, path)
+    return paths
+
+
+def test_schema_and_values_yaml_describe_the_same_settings() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    in_schema = _schema_paths(schema, schema.get("definitions", {}))
+    in_values = _value_paths(values)
+    missing = sorted(p for p in in_schema if p not in in_values and not inside_passthrough(p))
+    assert not missing, f"typed in values.schema.json but absent from values.yaml: {missing}"
+
+
+def test_every_value_is_documented_in_values_yaml() -> None:
+    """Each key has a comment on the line above it (or its own block is a passthrough)."""
+    stack: list[tuple[int, str]] = []
+    undocumented = []
+    previous = ""
+    for line in (CHART / "values.yaml").read_text().splitlines():
+        m = re.match(r"^(\s*)([A-Za-z_][\w-]*):", line)
+        if m:
+            indent, key = len(m.group(1)), m.group(2)
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            path = ".".join([k for _, k in stack] + [key])
+            stack.append((indent, key))
+            documented = previous.lstrip().startswith("#") or "#" in line.split(":", 1)[1]
+            if not documented and not inside_passthrough(path):
+                # A block of sub-settings may be introduced by its first child's comment.
+                is_block = line.rstrip().endswith(":")
+                if not is_block:
+                    undocumented.append(path)
+        previous = line  # the comment must sit right above: a blank line ends it
+    assert not undocumented, f"values without a comment: {undocumented}"
