@@ -1,0 +1,481 @@
+"""Policy over the rendered manifests: what a platform team's review would insist on."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+Docs = list[dict[str, Any]]
+Doc = dict[str, Any]
+
+COMPONENTS = ["edge", "auth", "metadata", "blob", "cdn"]
+# Container ports the public may reach: edge's API listener and the CDN listener.
+PUBLIC_PORTS = {8080, 8090}
+INTERNAL_PATHS = ("/metrics", "/internal", "/healthz", "/readyz")
+# Every Coffer service drains in-flight requests for up to this long on SIGTERM.
+SERVICE_DRAIN_SECONDS = {"edge": 300, "blob": 300, "cdn": 300, "auth": 30, "metadata": 30}
+
+
+def of_kind(docs: Docs, kind: str) -> list[Doc]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def named(docs: Docs, kind: str, name: str) -> Doc:
+    found = [d for d in of_kind(docs, kind) if d["metadata"]["name"] == name]
+    assert found, f"no {kind}/{name}"
+    return found[0]
+
+
+def pod_specs(docs: Docs) -> Iterator[tuple[Doc, Doc]]:
+    """(workload, pod template) of every Deployment, Job and CronJob."""
+    for d in docs:
+        if d["kind"] in ("Deployment", "Job"):
+            yield d, d["spec"]["template"]
+        elif d["kind"] == "CronJob":
+            yield d, d["spec"]["jobTemplate"]["spec"]["template"]
+
+
+def component(doc: Doc) -> str:
+    return doc["metadata"]["labels"]["app.kubernetes.io/component"]
+
+
+def selects(selector: Doc, labels: dict[str, str]) -> bool:
+    """Whether a LabelSelector matches these labels."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expr in selector.get("matchExpressions", []):
+        value = labels.get(expr["key"])
+        if expr["operator"] == "In" and value not in expr["values"]:
+            return False
+        if expr["operator"] == "NotIn" and value in expr["values"]:
+            return False
+        if expr["operator"] == "Exists" and expr["key"] not in labels:
+            return False
+        if expr["operator"] == "DoesNotExist" and expr["key"] in labels:
+            return False
+    return True
+
+
+def env_of(container: Doc) -> dict[str, Doc]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+# ------------------------------------------------------------------------ pods and images
+
+
+def test_pods_are_non_root_read_only_and_drop_every_capability(scenario: Docs) -> None:
+    for workload, template in pod_specs(scenario):
+        where = f"{workload['kind']}/{workload['metadata']['name']}"
+        spec = template["spec"]
+        pod_sc = spec["securityContext"]
+        assert pod_sc["runAsNonRoot"] is True, where
+        assert pod_sc["runAsUser"] != 0, where
+        assert pod_sc["seccompProfile"]["type"] == "RuntimeDefault", where
+        assert spec["automountServiceAccountToken"] is False, where
+        assert spec["enableServiceLinks"] is False, where
+        assert not spec.get("hostNetwork") and not spec.get("hostPID"), where
+        for c in spec["containers"] + spec.get("initContainers", []):
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True, where
+            assert sc["allowPrivilegeEscalation"] is False, where
+            assert sc["capabilities"]["drop"] == ["ALL"], where
+            assert not sc.get("capabilities", {}).get("add"), where
+            assert not sc.get("privileged"), where
+            mounts = {m["mountPath"] for m in c.get("volumeMounts", [])}
+            assert "/tmp" in mounts, f"{where}: a writable /tmp under the read-only root"
+
+
+def test_every_container_sets_requests_and_a_memory_limit(scenario: Docs) -> None:
+    for workload, template in pod_specs(scenario):
+        for c in template["spec"]["containers"]:
+            res = c.get("resources", {})
+            where = f"{workload['metadata']['name']}/{c['name']}"
+            assert res.get("requests", {}).get("cpu"), where
+            assert res.get("requests", {}).get("memory"), where
+            assert res.get("limits", {}).get("memory"), where
+
+
+def test_every_image_is_pinned(scenario: Docs) -> None:
+    for _, template in pod_specs(scenario):
+        for c in template["spec"]["containers"]:
+            image = c["image"]
+            m = re.fullmatch(
+                r"(?P<repo>[^@:]+(?::\d+/[^@:]+)?)(?::(?P<tag>[\w][\w.-]*))?(?:@sha256:[0-9a-f]{64})?", image
+            )
+            assert m and (m.group("tag") or "@sha256:" in image), f"unpinned image {image}"
+            assert m.group("tag") != "latest", image
+
+
+def test_deployments_probe_health_and_drain_longer_than_uploads(scenario: Docs) -> None:
+    for d in of_kind(scenario, "Deployment"):
+        name = component(d)
+        spec = d["spec"]["template"]["spec"]
+        (c,) = spec["containers"]
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        assert c["livenessProbe"]["httpGet"]["path"] == "/healthz", name
+        assert c["readinessProbe"]["httpGet"]["path"] == "/readyz", name
+        assert c["startupProbe"]["httpGet"]["path"] == "/healthz", name
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+            assert c[probe]["httpGet"]["port"] in ports, f"{name} {probe} on an unknown port"
+        sleep = int(c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", ["", "0"])[1])
+        grace = spec["terminationGracePeriodSeconds"]
+        assert grace > SERVICE_DRAIN_SECONDS[name] + sleep, f"{name}: grace {grace}s"
+
+
+def test_pods_roll_when_configuration_changes(render: Callable[..., Docs]) -> None:
+    def checksums(*args: str) -> dict[str, dict[str, str]]:
+        return {
+            d["metadata"]["name"]: d["spec"]["template"]["metadata"]["annotations"]
+            for d in of_kind(render(*args), "Deployment")
+        }
+
+    base = checksums()
+    changed_config = checksums("--set", "config.logLevel=DEBUG")
+    changed_secret = checksums("--set", "database.auth.url=postgresql+psycopg://a:b@c/d")
+    assert base == checksums(), "renders are stable"
+    for name, ann in base.items():
+        assert changed_config[name]["checksum/config"] != ann["checksum/config"], name
+        assert changed_secret[name]["checksum/secret"] != ann["checksum/secret"], name
+
+
+# --------------------------------------------------------------------- scaling and spread
+
+
+def test_hpas_scale_each_component_alone_and_own_the_replica_count(production: Docs) -> None:
+    hpas = {h["spec"]["scaleTargetRef"]["name"]: h for h in of_kind(production, "HorizontalPodAutoscaler")}
+    deployments = {d["metadata"]["name"]: d for d in of_kind(production, "Deployment")}
+    assert set(hpas) == set(deployments), "one HPA per component"
+    for target, hpa in hpas.items():
+        assert hpa["apiVersion"] == "autoscaling/v2"
+        assert hpa["spec"]["scaleTargetRef"]["kind"] == "Deployment"
+        assert "replicas" not in deployments[target]["spec"], f"{target}: replicas set under an HPA"
+    # Uploads scale apart from the API: blob's HPA is its own object on its own Deployment.
+    blob, edge = hpas["coffer-blob"], hpas["coffer-edge"]
+    assert blob is not edge and blob["metadata"]["name"] == "coffer-blob"
+    assert component(blob) == "blob" and component(edge) == "edge"
+
+
+def test_replicas_are_set_when_autoscaling_is_off(render: Callable[..., Docs]) -> None:
+    docs = render("--set", "blob.autoscaling.enabled=true")
+    assert "replicas" not in named(docs, "Deployment", "coffer-blob")["spec"]
+    assert named(docs, "Deployment", "coffer-edge")["spec"]["replicas"] == 2
+    (hpa,) = of_kind(docs, "HorizontalPodAutoscaler")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "coffer-blob"
+
+
+def test_cdn_pods_serve_downloads_and_blob_pods_uploads(
+    production: Docs, render: Callable[..., Docs]
+) -> None:
+    def args(docs: Docs, name: str) -> list[str]:
+        return named(docs, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    assert args(production, "coffer-blob") == ["serve", "--role", "api"]
+    assert args(production, "coffer-cdn") == ["serve", "--role", "cdn"]
+    blob_image = named(production, "Deployment", "coffer-blob")["spec"]["template"]["spec"]["containers"][0][
+        "image"
+    ]
+    cdn_image = named(production, "Deployment", "coffer-cdn")["spec"]["template"]["spec"]["containers"][0][
+        "image"
+    ]
+    assert blob_image == cdn_image, "cdn runs the blob image"
+    default = render()
+    assert args(default, "coffer-blob") == ["serve", "--role", "all"]
+    assert not [d for d in of_kind(default, "Deployment") if d["metadata"]["name"] == "coffer-cdn"]
+
+
+def test_pdbs_and_topology_spread_cover_every_deployment(scenario: Docs) -> None:
+    pdbs = of_kind(scenario, "PodDisruptionBudget")
+    for d in of_kind(scenario, "Deployment"):
+        labels = d["spec"]["template"]["metadata"]["labels"]
+        assert [p for p in pdbs if selects(p["spec"]["selector"], labels)], d["metadata"]["name"]
+        spread = d["spec"]["template"]["spec"]["topologySpreadConstraints"]
+        assert {c["topologyKey"] for c in spread} >= {"kubernetes.io/hostname"}
+        assert all(selects(c["labelSelector"], labels) for c in spread)
+
+
+# -------------------------------------------------------------------------- exposure
+
+
+def _service_ports(docs: Docs) -> dict[tuple[str, str | int], int]:
+    """(service, port name or number) -> the container port it reaches."""
+    deployments = of_kind(docs, "Deployment")
+    out: dict[tuple[str, str | int], int] = {}
+    for svc in of_kind(docs, "Service"):
+        pods = [
+            d
+            for d in deployments
+            if selects({"matchLabels": svc["spec"]["selector"]}, d["spec"]["template"]["metadata"]["labels"])
+        ]
+        assert pods, f"Service {svc['metadata']['name']} selects no pods"
+        for port in svc["spec"]["ports"]:
+            for d in pods:
+                container_ports = {
+                    p["name"]: p["containerPort"]
+                    for p in d["spec"]["template"]["spec"]["containers"][0]["ports"]
+                }
+                target = port["targetPort"]
+                number = container_ports[target] if isinstance(target, str) else target
+                out[(svc["metadata"]["name"], port["name"])] = number
+                out[(svc["metadata"]["name"], port["port"])] = number
+    return out
+
+
+def test_routes_reach_only_the_public_listeners(scenario: Docs) -> None:
+    ports = _service_ports(scenario)
+    routed = []
+    for ing in of_kind(scenario, "Ingress"):
+        for rule in ing["spec"]["rules"]:
+            for path in rule["http"]["paths"]:
+                backend = path["backend"]["service"]
+                port = backend["port"].get("name") or backend["port"].get("number")
+                routed.append((rule["host"], path["path"], ports[(backend["name"], port)]))
+    for route in of_kind(scenario, "HTTPRoute"):
+        assert route["spec"]["parentRefs"], "an HTTPRoute attaches to a Gateway"
+        for rule in route["spec"]["rules"]:
+            for ref in rule["backendRefs"]:
+                for match in rule["matches"]:
+                    routed.append(
+                        (
+                            route["spec"]["hostnames"][0],
+                            match["path"]["value"],
+                            ports[(ref["name"], ref["port"])],
+                        )
+                    )
+    if not routed:
+        pytest.skip("nothing exposed in this scenario")
+    for host, path, container_port in routed:
+        assert container_port in PUBLIC_PORTS, f"{host}{path} reaches internal port {container_port}"
+        assert not path.startswith(INTERNAL_PATHS), f"{host}{path} routes an internal path"
+    by_port = {port: path for _, path, port in routed}
+    assert by_port == {8080: "/api", 8090: "/"}, routed
+
+
+def test_the_cdn_service_never_exposes_blob_internal_api(render: Callable[..., Docs]) -> None:
+    cdn = named(render(), "Service", "coffer-cdn")
+    assert [p["port"] for p in cdn["spec"]["ports"]] == [8090]
+    blob = named(render(), "Service", "coffer-blob")
+    assert [p["port"] for p in blob["spec"]["ports"]] == [8083]
+
+
+# ----------------------------------------------------------------------- network policy
+
+
+def test_default_deny_covers_every_pod_of_the_release(scenario: Docs) -> None:
+    deny = named(scenario, "NetworkPolicy", "coffer-default-deny")
+    assert set(deny["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+    assert not deny["spec"].get("ingress") and not deny["spec"].get("egress")
+    for workload, template in pod_specs(scenario):
+        assert selects(deny["spec"]["podSelector"], template["metadata"]["labels"]), workload["metadata"][
+            "name"
+        ]
+
+
+def test_every_component_has_its_own_allow_list(scenario: Docs) -> None:
+    policies = [
+        p for p in of_kind(scenario, "NetworkPolicy") if p["metadata"]["name"] != "coffer-default-deny"
+    ]
+    for workload, template in pod_specs(scenario):
+        labels = template["metadata"]["labels"]
+        mine = [p for p in policies if selects(p["spec"]["podSelector"], labels)]
+        assert mine, f"no NetworkPolicy for {workload['metadata']['name']}"
+
+
+def _ingress_peers(docs: Docs, name: str) -> list[tuple[Doc, set[Any]]]:
+    policy = named(docs, "NetworkPolicy", name)
+    return [
+        (peer, {p["port"] for p in rule.get("ports", [])})
+        for rule in policy["spec"].get("ingress", [])
+        for peer in rule["from"]
+    ]
+
+
+def test_only_edge_calls_auth_metadata_and_blob(scenario: Docs) -> None:
+    release = {"app.kubernetes.io/name": "coffer", "app.kubernetes.io/instance": "coffer"}
+    edge = {**release, "app.kubernetes.io/component": "edge"}
+    sweeper = {**release, "app.kubernetes.io/component": "sweeper"}
+    # The production example lets Prometheus in the monitoring namespace scrape; auth,
+    # metadata and blob serve /metrics on their internal port, so it may reach that port.
+    prometheus = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    for name in ("coffer-auth", "coffer-metadata", "coffer-blob"):
+        for peer, ports in _ingress_peers(scenario, name):
+            if "http" not in ports:
+                continue  # blob's public CDN port: test_public_listeners_...
+            if peer == prometheus:
+                continue
+            assert set(peer) == {"podSelector"}, f"{name}: internal port open to {peer}"
+            callers = [edge] if name == "coffer-auth" else [edge, sweeper]
+            assert any(selects(peer["podSelector"], c) for c in callers), f"{name}: {peer}"
+            assert not selects(peer["podSelector"], {**release, "app.kubernetes.io/component": "cdn"})
+
+
+def test_public_listeners_admit_only_the_ingress_controller(production: Docs) -> None:
+    for name, port in (("coffer-edge", "http"), ("coffer-cdn", "cdn")):
+        peers = [peer for peer, ports in _ingress_peers(production, name) if port in ports]
+        assert peers == [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}
+        ], name
+
+
+def test_egress_only_to_what_each_component_needs(production: Docs) -> None:
+    def egress_ports(name: str) -> set[int]:
+        policy = named(production, "NetworkPolicy", name)
+        return {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]}
+
+    dns, otlp = {53}, {4318}
+    assert egress_ports("coffer-edge") == dns | otlp | {8081, 8082, 8083, 6379}
+    assert egress_ports("coffer-auth") == dns | otlp | {5432}
+    assert egress_ports("coffer-metadata") == dns | otlp | {5432}
+    assert egress_ports("coffer-blob") == dns | otlp | {443}
+    assert egress_ports("coffer-cdn") == dns | otlp | {443}
+    assert egress_ports("coffer-migrate") == dns | {5432}
+
+
+# ------------------------------------------------------------------------ secrets, config
+
+
+def test_each_component_reads_only_the_secrets_it_needs(production: Docs) -> None:
+    need = {
+        "edge": {"COFFER_INTERNAL_TOKEN", "COFFER_REDIS_URL"},
+        "auth": {"COFFER_INTERNAL_TOKEN", "COFFER_AUTH_DATABASE_URL"},
+        "metadata": {"COFFER_INTERNAL_TOKEN", "COFFER_METADATA_DATABASE_URL"},
+        "blob": {
+            "COFFER_INTERNAL_TOKEN",
+            "COFFER_SIGNING_SECRET",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+        },
+        "cdn": {
+            "COFFER_INTERNAL_TOKEN",
+            "COFFER_SIGNING_SECRET",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+        },
+    }
+    for d in of_kind(production, "Deployment"):
+        (c,) = d["spec"]["template"]["spec"]["containers"]
+        secret_env = {n for n, e in env_of(c).items() if "secretKeyRef" in e.get("valueFrom", {})}
+        assert secret_env == need[component(d)], component(d)
+        for ref in c.get("envFrom", []):
+            assert "secretRef" not in ref, "whole Secrets are never mounted as env"
+        for n, e in env_of(c).items():
+            if "secretKeyRef" in e.get("valueFrom", {}):
+                assert e["valueFrom"]["secretKeyRef"]["name"] == "coffer-secrets", n
+
+
+def test_generated_secret_is_a_hook_before_the_migrations(render: Callable[..., Docs]) -> None:
+    docs = render()
+    secret = named(docs, "Secret", "coffer")
+    assert set(secret["data"]) == {"internal-token", "signing-secret"}
+    ann = secret["metadata"]["annotations"]
+    assert ann["helm.sh/hook"] == "pre-install,pre-upgrade"
+    for job in of_kind(docs, "Job"):
+        job_ann = job["metadata"]["annotations"]
+        assert job_ann["helm.sh/hook"] == "pre-install,pre-upgrade"
+        assert int(job_ann["helm.sh/hook-weight"]) > int(ann["helm.sh/hook-weight"])
+        (c,) = job["spec"]["template"]["spec"]["containers"]
+        assert c["args"] == ["migrate"]
+        svc = component(job).removesuffix("-migrate")
+        assert f"COFFER_{svc.upper()}_DATABASE_URL" in env_of(c)
+        assert "envFrom" not in c, "the ConfigMap does not exist yet on a first install"
+    assert {component(j) for j in of_kind(docs, "Job")} == {"auth-migrate", "metadata-migrate"}
+
+
+def test_given_values_reach_the_secret_and_config(render: Callable[..., Docs]) -> None:
+    import base64
+
+    docs = render(
+        "--set", "database.auth.url=postgresql+psycopg://u:p@db/auth", "--set", "secrets.signingSecret=s3cr3t"
+    )
+    data = named(docs, "Secret", "coffer")["data"]
+    assert base64.b64decode(data["auth-database-url"]).decode() == "postgresql+psycopg://u:p@db/auth"
+    assert base64.b64decode(data["signing-secret"]).decode() == "s3cr3t"
+    config = named(docs, "ConfigMap", "coffer-config")["data"]
+    assert config["COFFER_MODE"] == "production"
+    assert config["COFFER_BASE_URL"] == "https://api.coffer.example"
+    assert config["COFFER_CDN_URL"] == "https://cdn.coffer.example"
+    assert "postgresql" not in str(config), "no secret in the ConfigMap"
+
+
+def test_otel_settings_pass_through(production: Docs) -> None:
+    config = named(production, "ConfigMap", "coffer-config")["data"]
+    assert config["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.observability:4318"
+    assert config["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf"
+    assert config["OTEL_TRACES_SAMPLER_ARG"] == "0.05"
+    for d in of_kind(production, "Deployment"):
+        (c,) = d["spec"]["template"]["spec"]["containers"]
+        assert env_of(c)["OTEL_SERVICE_NAME"]["value"] == f"coffer-{component(d)}"
+
+
+def test_chart_settings_are_ones_the_services_read(scenario: Docs) -> None:
+    """Every COFFER_* variable the chart sets is a field of some service's settings."""
+    from coffer_auth.config import Settings as Auth
+    from coffer_blob.config import Settings as Blob
+    from coffer_edge.config import Settings as Edge
+    from coffer_metadata.config import Settings as Metadata
+
+    known = {f"COFFER_{f.upper()}" for s in (Auth, Blob, Edge, Metadata) for f in s.model_fields}
+    names: set[str] = set()
+    for cm in of_kind(scenario, "ConfigMap"):
+        if cm["metadata"]["name"] == "coffer-config":
+            names |= set(cm["data"])
+    for _, template in pod_specs(scenario):
+        for c in template["spec"]["containers"]:
+            names |= set(env_of(c))
+    unknown = sorted(n for n in names if n.startswith("COFFER_") and n not in known)
+    assert not unknown, f"set by the chart, read by no service: {unknown}"
+
+
+# ------------------------------------------------------------------ monitoring (CRDs)
+
+
+def test_service_monitors_scrape_internal_metrics_ports(production: Docs) -> None:
+    ports = _service_ports(production)
+    monitors = of_kind(production, "ServiceMonitor")
+    assert {component(m) for m in monitors} == set(COMPONENTS)
+    for m in monitors:
+        assert m["apiVersion"] == "monitoring.coreos.com/v1"
+        (svc,) = [
+            s
+            for s in of_kind(production, "Service")
+            if selects(m["spec"]["selector"], s["metadata"]["labels"])
+        ]
+        for ep in m["spec"]["endpoints"]:
+            assert ep["path"] == "/metrics"
+            assert re.fullmatch(r"\d+[smh]", ep["interval"])
+            port = ports[(svc["metadata"]["name"], ep["port"])]
+            assert port not in PUBLIC_PORTS, f"{m['metadata']['name']} scrapes public port {port}"
+
+
+def test_prometheus_rule_alerts_on_the_four_signals(production: Docs) -> None:
+    rule = named(production, "PrometheusRule", "coffer")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    for r in rules:
+        assert r["alert"] and r["expr"] and r["labels"]["severity"] in {"warning", "critical"}
+        assert r["annotations"]["summary"]
+        assert r["expr"].count("(") == r["expr"].count(")"), r["alert"]
+    exprs = " ".join(r["expr"] for r in rules)
+    for metric in (
+        "coffer_http_requests_total",
+        "coffer_upload_duration_seconds_bucket",
+        "coffer_sweeper_backlog",
+        "up{",
+    ):
+        assert metric in exprs, metric
+
+
+def test_dashboard_is_valid_json_over_the_same_metrics(production: Docs) -> None:
+    import json
+
+    dashboard = json.loads(named(production, "ConfigMap", "coffer-dashboard")["data"]["coffer.json"])
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
+    for metric in (
+        "coffer_http_requests_total",
+        "coffer_http_request_duration_seconds_bucket",
+        "coffer_upload_duration_seconds_bucket",
+        "coffer_sweeper_backlog",
+    ):
+        assert metric in exprs, metric
