@@ -141,9 +141,7 @@ def test_dockerfile_is_pinned_non_root_and_installs_only_its_service(svc: str) -
     assert ("USER", "10001:10001") in runtime
     assert not any(op in {"RUN", "COPY"} and "secret" in v.lower() for op, v in runtime)
     assert all(
-        not v.startswith("--from") or "--from=builder /app/.venv" in v
-        for op, v in runtime
-        if op == "COPY"
+        not v.startswith("--from") or "--from=builder /app/.venv" in v for op, v in runtime if op == "COPY"
     ), "runtime takes only the virtualenv"
     assert df.last("ENTRYPOINT") == f'["coffer-{svc}"]'
     assert {int(p) for p in df.last("EXPOSE").split()} == PORTS[svc]
@@ -157,11 +155,17 @@ def test_dockerignore_keeps_local_state_out_of_the_context() -> None:
 # ------------------------------------------------------------------------- install and run
 
 
-def uv() -> str:
-    found = shutil.which("uv")
-    if found:
-        return found
-    return f"{sys.executable} -m uv"  # the Makefile's fallback: uv installed by pip
+def uv() -> list[str]:
+    """The uv command: on PATH, else the module pip installed (the Makefile's fallback)."""
+    candidates = [[found] for found in [shutil.which("uv")] if found]
+    for python in (sys.executable, getattr(sys, "_base_executable", ""), shutil.which("python3")):
+        if python:
+            candidates.append([python, "-m", "uv"])
+    for command in candidates:
+        probe = subprocess.run([*command, "--version"], capture_output=True)
+        if probe.returncode == 0:
+            return command
+    pytest.fail("uv is not installed (make setup installs it)")
 
 
 def replay_builder(svc: str, context: Path, venv: Path) -> None:
@@ -202,7 +206,7 @@ def replay_builder(svc: str, context: Path, venv: Path) -> None:
                     mounted.append(context / target)
             command = shlex.split(value[value.index("uv sync") :])
             proc = subprocess.run(
-                [*shlex.split(uv()), *command[1:]],
+                [*uv(), *command[1:]],
                 cwd=context,
                 env=env,
                 capture_output=True,
@@ -264,9 +268,7 @@ def test_service_installs_alone(installed: dict[str, Path], svc: str) -> None:
 
 
 @pytest.mark.parametrize("svc", SERVICES)
-def test_service_starts_and_answers_healthz(
-    installed: dict[str, Path], svc: str, tmp_path: Path
-) -> None:
+def test_service_starts_and_answers_healthz(installed: dict[str, Path], svc: str, tmp_path: Path) -> None:
     venv = venv_of(installed, svc)
     df = dockerfile(svc)
     entrypoint = json.loads(df.last("ENTRYPOINT"))
@@ -282,9 +284,7 @@ def test_service_starts_and_answers_healthz(
     }
     log = tmp_path / "service.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT
-        )
+        proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         for var, path in LISTENERS[svc].items():
             url = f"http://127.0.0.1:{ports[var]}{path}"
