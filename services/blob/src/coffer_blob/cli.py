@@ -21,13 +21,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = Settings()
 
+    from coffer_blob.main import create_app, create_cdn_app
     from coffer_kit.logs import configure_logging
     from coffer_kit.serve import Listener, serve
 
-    from coffer_blob.main import create_app, create_cdn_app
-
     configure_logging("blob", settings.log_level)
-    listeners = [Listener(create_app(settings, api=args.role != "cdn"), settings.blob_host, settings.blob_port)]
+    listeners = [
+        Listener(create_app(settings, api=args.role != "cdn"), settings.blob_host, settings.blob_port)
+    ]
     if args.role in ("all", "cdn"):
         listeners.append(Listener(create_cdn_app(settings), settings.cdn_host, settings.cdn_port))
     serve(listeners, graceful_seconds=300)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from coffer_kit.settings import BaseServiceSettings, local_secret
 from pydantic import SecretStr, model_validator
+
+from coffer_kit.settings import BaseServiceSettings, local_secret
 
 
 class Settings(BaseServiceSettings):

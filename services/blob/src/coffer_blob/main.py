@@ -2,26 +2,80 @@
 
 from __future__ import annotations
 
-from coffer_kit.app import base_app
-from coffer_kit.health import health_router
-from fastapi import FastAPI
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from coffer_blob import cdn, internal, uploads
 from coffer_blob.config import Settings
+from coffer_blob.storage import Storage, StorageUnavailable, make_storage
+from coffer_kit.app import base_app
+from coffer_kit.errors import error_response, unavailable
+from coffer_kit.health import ReadinessCheck, health_router
+from coffer_kit.internal import require_internal_token
+from coffer_kit.metrics import metrics_router
+
+
+def _lifespan(settings: Settings) -> Callable[[FastAPI], AsyncIterator[None]]:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.storage = make_storage(settings)
+        try:
+            yield
+        finally:
+            app.state.storage.close()
+
+    return lifespan  # type: ignore[return-value]
+
+
+def _storage_check(app: FastAPI) -> ReadinessCheck:
+    async def check() -> None:
+        storage: Storage = app.state.storage
+        await run_in_threadpool(storage.check)
+
+    return check
+
+
+async def _on_storage_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    return error_response(request, unavailable(f"Storage is unavailable: {exc}", retry_after=1))
+
+
+def _common(app: FastAPI, settings: Settings) -> None:
+    app.state.settings = settings
+    app.add_exception_handler(StorageUnavailable, _on_storage_unavailable)
+    app.include_router(health_router({"storage": _storage_check(app)}))
 
 
 def create_app(settings: Settings | None = None, *, api: bool = True) -> FastAPI:
     """The internal listener: blob's internal API (unless ``api`` is off), health, metrics."""
     settings = settings or Settings()
-    app = base_app("coffer-blob", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.settings = settings
-    app.include_router(health_router())
+    app = base_app(
+        "coffer-blob", lifespan=_lifespan(settings), docs_url=None, redoc_url=None, openapi_url=None
+    )
+    _common(app, settings)
+    app.include_router(metrics_router())
+    if api:
+        guarded = [Depends(require_internal_token)]
+        app.include_router(uploads.router, dependencies=guarded)
+        app.include_router(internal.router, dependencies=guarded)
     return app
 
 
 def create_cdn_app(settings: Settings | None = None) -> FastAPI:
     """The CDN listener: public and signed downloads, and health. Nothing else."""
     settings = settings or Settings()
-    app = base_app("coffer-cdn", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.settings = settings
-    app.include_router(health_router())
+    app = base_app(
+        "coffer-cdn",
+        service="cdn",
+        lifespan=_lifespan(settings),
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    _common(app, settings)
+    app.include_router(cdn.router)
+    app.add_middleware(cdn.CdnHeadersMiddleware)
     return app

@@ -1,0 +1,242 @@
+"""The CDN host (CONTRACT §6): public and signed downloads of live objects, and nothing else.
+
+Conditional and range requests follow RFC 9110 §13–14: ``If-Match`` and
+``If-Unmodified-Since`` (412), ``If-None-Match`` (weak comparison, ``*``) and
+``If-Modified-Since`` (304), then a single ``Range`` (206, or 416) unless ``If-Range``
+names another representation. Several ranges get the whole object (200), as does ``HEAD``
+(range handling is defined for GET only). ``OPTIONS`` answers a CORS preflight (204)
+without looking the key up: downloads need no credentials, so there is nothing to protect.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime
+from email.utils import format_datetime, parsedate_to_datetime
+from urllib.parse import quote
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from coffer_blob import keys, signing
+from coffer_blob.deps import SettingsDep, StorageDep
+from coffer_blob.storage import ObjectInfo, Reader
+from coffer_kit.errors import CofferError, forbidden, not_found
+
+router = APIRouter()
+
+PUBLIC_CACHE = "public, max-age=31536000, immutable"
+_PREFLIGHT = {
+    "access-control-allow-methods": "GET, HEAD, OPTIONS",
+    "access-control-allow-headers": "Range, If-Range, If-None-Match, If-Modified-Since, If-Match, "
+    "If-Unmodified-Since",
+    "access-control-max-age": "86400",
+    "allow": "GET, HEAD, OPTIONS",
+}
+_RANGE_SPEC = re.compile(r"^(\d*)-(\d*)$")
+
+
+class CdnHeadersMiddleware:
+    """Headers every CDN answer carries, errors included, so browsers can read them cross-origin."""
+
+    HEADERS = [
+        (b"access-control-allow-origin", b"*"),
+        (b"access-control-expose-headers", b"Content-Range, Content-Disposition, ETag, Accept-Ranges"),
+        (b"x-content-type-options", b"nosniff"),
+    ]
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                names = {name for name, _ in self.HEADERS}
+                message["headers"] = [
+                    (k, v) for k, v in message.get("headers", []) if k.lower() not in names
+                ] + self.HEADERS
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+@router.api_route("/{key:path}", methods=["GET", "HEAD", "OPTIONS"], include_in_schema=False)
+async def download(key: str, request: Request, storage: StorageDep, settings: SettingsDep) -> Response:
+    """Serve the object under ``key``: public, or signed with ``expires`` and ``signature``."""
+    if request.method == "OPTIONS":
+        return Response(status_code=204, headers=_PREFLIGHT)
+    if not keys.is_valid_key(key):
+        raise not_found("No such object.")
+    cache = PUBLIC_CACHE
+    query = request.query_params
+    if "expires" in query or "signature" in query:
+        expires, sent = query.getlist("expires"), query.getlist("signature")
+        if len(expires) != 1 or len(sent) != 1:
+            raise forbidden("A signed URL carries exactly one 'expires' and one 'signature'.")
+        assert settings.signing_secret is not None
+        now = time.time()
+        secret = settings.signing_secret.get_secret_value().encode()
+        refusal = signing.check(secret, key, expires[0], sent[0], now=now)
+        if refusal:
+            raise forbidden(refusal)
+        cache = f"private, max-age={max(0, int(int(expires[0]) - now))}"
+
+    info = await run_in_threadpool(storage.stat, key)
+    if info is None:
+        raise not_found("No such object.")
+    headers = _representation_headers(info, cache)
+
+    precondition = _preconditions(request, info)
+    if precondition == 412:
+        raise CofferError(412, "precondition_failed", "A precondition in the request does not hold.")
+    if precondition == 304:
+        # RFC 9110 §15.4.5: the validators and caching headers a 200 would have had.
+        kept = ("etag", "last-modified", "cache-control")
+        return Response(status_code=304, headers={name: headers[name] for name in kept})
+
+    start, end, status = 0, info.size, 200
+    if request.method == "GET" and _range_applies(request, info):
+        chosen = _parse_range(request.headers["range"], info.size)
+        if chosen == "unsatisfiable":
+            raise CofferError(
+                416,
+                "range_not_satisfiable",
+                f"The range is outside the object's {info.size} bytes.",
+                headers={"content-range": f"bytes */{info.size}"},
+            )
+        if chosen is not None:
+            start, end = chosen
+            status = 206
+            headers["content-range"] = f"bytes {start}-{end - 1}/{info.size}"
+    headers["content-length"] = str(end - start)
+    if request.method == "HEAD":
+        return Response(status_code=status, headers=headers)
+    reader = await run_in_threadpool(storage.open_reader, key, start, end)
+    if reader is None:  # deleted since the stat
+        raise not_found("No such object.")
+    return StreamingResponse(_chunks(reader), status_code=status, headers=headers)
+
+
+async def _chunks(reader: Reader) -> AsyncIterator[bytes]:
+    """The reader's chunks, each read in a worker thread; the reader is closed however it ends."""
+    iterator = iter(reader)
+    try:
+        while True:
+            chunk = await run_in_threadpool(next, iterator, None)
+            if chunk is None:
+                return
+            yield chunk
+    finally:
+        reader.close()
+
+
+def _representation_headers(info: ObjectInfo, cache: str) -> dict[str, str]:
+    filename = info.key.rsplit("/", 1)[-1]
+    headers = {
+        "content-type": info.content_type,
+        "etag": f'"{info.sha256}"',
+        "last-modified": _http_date(info.last_modified),
+        "accept-ranges": "bytes",
+        "content-disposition": "inline; filename*=UTF-8''" + quote(filename, safe=""),
+        "cache-control": cache,
+    }
+    if keys.is_active_content(info.content_type):
+        headers["content-security-policy"] = "sandbox"
+    return headers
+
+
+def _http_date(value: datetime) -> str:
+    return format_datetime(value, usegmt=True)
+
+
+def _parse_date(value: str) -> datetime | None:
+    try:
+        parsed = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def _etags(value: str) -> list[tuple[bool, str]] | None:
+    """An If-(None-)Match list as (weak, opaque-tag) pairs; None for ``*``."""
+    if value.strip() == "*":
+        return None
+    tags = []
+    for match in re.finditer(r'(W/)?("[^"]*")', value):
+        tags.append((match.group(1) is not None, match.group(2)))
+    return tags
+
+
+def _preconditions(request: Request, info: ObjectInfo) -> int | None:
+    """RFC 9110 §13.2.2, for GET and HEAD: 412, 304, or None to go on."""
+    etag = f'"{info.sha256}"'
+    if_match = request.headers.get("if-match")
+    if if_match is not None:
+        tags = _etags(if_match)
+        if tags is not None and not any(not weak and tag == etag for weak, tag in tags):
+            return 412
+    elif (unmodified := request.headers.get("if-unmodified-since")) is not None:
+        since = _parse_date(unmodified)
+        if since is not None and info.last_modified > since:
+            return 412
+    if_none_match = request.headers.get("if-none-match")
+    if if_none_match is not None:
+        tags = _etags(if_none_match)
+        if tags is None or any(tag == etag for _weak, tag in tags):  # weak comparison
+            return 304
+    elif (modified := request.headers.get("if-modified-since")) is not None:
+        since = _parse_date(modified)
+        if since is not None and info.last_modified <= since:
+            return 304
+    return None
+
+
+def _range_applies(request: Request, info: ObjectInfo) -> bool:
+    """A Range header, and no If-Range naming another representation (strong comparison)."""
+    if "range" not in request.headers:
+        return False
+    if_range = request.headers.get("if-range")
+    if if_range is None:
+        return True
+    if_range = if_range.strip()
+    if if_range.startswith(('"', "W/")):
+        return if_range == f'"{info.sha256}"'
+    since = _parse_date(if_range)
+    return since is not None and since == info.last_modified
+
+
+def _parse_range(value: str, size: int) -> tuple[int, int] | str | None:
+    """One byte range as ``[start, end)``; "unsatisfiable"; or None to send everything.
+
+    None covers headers that are malformed, in another unit, or ask for several ranges.
+    """
+    unit, _, specs = value.partition("=")
+    if unit.strip().lower() != "bytes":
+        return None
+    ranges = [spec.strip() for spec in specs.split(",") if spec.strip()]
+    if len(ranges) != 1:
+        return None
+    match = _RANGE_SPEC.match(ranges[0])
+    if match is None or match.group(0) == "-":
+        return None
+    first, last = match.group(1), match.group(2)
+    if not first:  # suffix: the last N bytes
+        length = int(last)
+        if length == 0 or size == 0:
+            return "unsatisfiable"
+        return max(0, size - length), size
+    start = int(first)
+    if last and int(last) < start:
+        return None
+    if start >= size:
+        return "unsatisfiable"
+    end = size if not last else min(int(last) + 1, size)
+    return start, end

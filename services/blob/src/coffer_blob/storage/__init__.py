@@ -1,0 +1,24 @@
+"""Storage drivers: ``fs`` (a directory, the embedded default) and ``s3`` (any S3-compatible store)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from coffer_blob.storage.base import ObjectInfo, Reader, Storage, StorageUnavailable, Writer
+
+if TYPE_CHECKING:
+    from coffer_blob.config import Settings
+
+__all__ = ["ObjectInfo", "Reader", "Storage", "StorageUnavailable", "Writer", "make_storage"]
+
+
+def make_storage(settings: Settings) -> Storage:
+    """The driver that ``COFFER_STORAGE`` names, configured from settings."""
+    if settings.storage == "s3":
+        from coffer_blob.storage.s3 import S3Storage
+
+        return S3Storage.from_settings(settings)
+    from coffer_blob.storage.fs import FsStorage
+
+    assert settings.blob_dir is not None
+    return FsStorage(settings.blob_dir)

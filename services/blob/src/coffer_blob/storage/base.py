@@ -1,0 +1,86 @@
+"""The storage driver interface: what blob needs from a place that keeps bytes.
+
+Drivers are synchronous (the filesystem and boto3 both are); blob calls them from a
+threadpool. Keys are ``/``-separated paths that blob has already validated
+(``{org}/{asset}/{filename}``, see ``coffer_blob.keys``); a prefix is a key's leading
+segments ending in ``/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+# Reads yield chunks of at most this many bytes: streaming, never whole files.
+READ_CHUNK = 1024 * 1024
+
+
+class StorageUnavailable(Exception):
+    """The backend (disk, bucket) failed or could not be reached; callers answer 503."""
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """A committed object: what the CDN needs to answer without reading the bytes."""
+
+    key: str
+    size: int
+    sha256: str  # hex; also the object's strong ETag
+    content_type: str
+    last_modified: datetime  # timezone-aware UTC, whole seconds
+
+
+class Writer(Protocol):
+    """One object being written. Nothing is visible under the key until ``commit``."""
+
+    def write(self, chunk: bytes) -> None: ...
+
+    def commit(self, *, content_type: str, sha256: str) -> ObjectInfo:
+        """Publish the object atomically and durably; afterwards it is readable under the key."""
+        ...
+
+    def abort(self) -> None:
+        """Discard everything written; idempotent, and a no-op after ``commit``."""
+        ...
+
+
+class Reader(Protocol):
+    """An open object, positioned at the start of the requested range."""
+
+    def __iter__(self) -> Iterator[bytes]: ...
+
+    def close(self) -> None: ...
+
+
+class Storage(Protocol):
+    """A storage driver (``fs`` or ``s3``)."""
+
+    name: str
+
+    def open_writer(self, key: str) -> Writer:
+        """Start writing an object under ``key`` (replacing any object there on commit)."""
+        ...
+
+    def stat(self, key: str) -> ObjectInfo | None:
+        """The committed object under ``key``, or None."""
+        ...
+
+    def open_reader(self, key: str, start: int = 0, end: int | None = None) -> Reader | None:
+        """Bytes ``[start, end)`` of the object (``end`` None: to the end), or None if absent."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Delete the object under ``key``; deleting a missing object is not an error."""
+        ...
+
+    def delete_prefix(self, prefix: str) -> None:
+        """Delete every object under ``prefix`` (``…/``), uncommitted writes included; idempotent."""
+        ...
+
+    def check(self) -> None:
+        """Raise unless the backend is reachable and writable (readiness)."""
+        ...
+
+    def close(self) -> None: ...

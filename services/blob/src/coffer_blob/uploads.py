@@ -1,0 +1,286 @@
+"""``POST /internal/v1/uploads/{org}/{asset}``: a multipart stream, parsed and stored as it arrives.
+
+edge forwards the client's raw ``multipart/form-data`` body. The ``file`` part goes to the
+storage driver chunk by chunk (at most about 1 MiB is held at a time), counted and hashed
+on the way; ``name`` and ``folderId`` are small fields returned to edge; other parts are
+read and ignored. The object is committed only after the whole body has been parsed, so
+any refusal or failure leaves nothing in storage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import unicodedata
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
+from streaming_form_data import StreamingFormDataParser
+from streaming_form_data.parser import ParseFailedException, parse_content_boundary
+from streaming_form_data.targets import BaseTarget
+
+from coffer_blob import keys
+from coffer_blob.deps import StorageDep
+from coffer_blob.storage import Storage, Writer
+from coffer_kit.errors import CofferError, invalid
+from coffer_kit.urls import MAX_FILE_BYTES
+
+log = logging.getLogger("coffer.blob.uploads")
+router = APIRouter(prefix="/internal/v1")
+
+FIELDS = ("name", "folderId")
+MAX_FIELD_BYTES = 16 * 1024
+# File bytes handed to the driver in one call: few thread hops, bounded memory.
+WRITE_BATCH = 1024 * 1024
+# After a 413, read and drop at most this much more so the caller can read the answer (edge
+# caps the whole body at MAX_FILE_BYTES + 1 MiB, so this is never reached through edge).
+MAX_DRAIN_BYTES = 16 * 1024 * 1024
+
+
+def file_too_large() -> CofferError:
+    return CofferError(413, "file_too_large", f"The file is larger than {MAX_FILE_BYTES} bytes (100 MiB).")
+
+
+def malformed(reason: str) -> CofferError:
+    return invalid(f"The multipart body is malformed: {reason}.", field="body")
+
+
+class _PartTarget(BaseTarget):
+    """Counts the parts routed to it and whether each one was closed by a boundary."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.starts = 0
+        self.finishes = 0
+
+    def on_start(self) -> None:
+        self.starts += 1
+
+    def on_data_received(self, chunk: bytes) -> None:
+        pass
+
+    def on_finish(self) -> None:
+        self.finishes += 1
+
+    @property
+    def open(self) -> bool:
+        return self.starts != self.finishes
+
+
+class _FileTarget(_PartTarget):
+    """The ``file`` part: queues its bytes for the handler, which writes them off the event loop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.filename: str | None = None
+        self.size = 0
+        self.too_large = False
+        self.pending: list[bytes] = []
+        self.pending_bytes = 0
+
+    def on_start(self) -> None:
+        super().on_start()
+        if self.starts == 1:
+            self.filename = self.multipart_filename
+
+    def on_data_received(self, chunk: bytes) -> None:
+        if self.starts > 1 or self.too_large:
+            return
+        self.size += len(chunk)
+        if self.size > MAX_FILE_BYTES:
+            self.too_large = True
+            self.pending.clear()
+            self.pending_bytes = 0
+            return
+        self.pending.append(chunk)
+        self.pending_bytes += len(chunk)
+
+    def take(self) -> bytes:
+        data = b"".join(self.pending)
+        self.pending.clear()
+        self.pending_bytes = 0
+        return data
+
+
+class _FieldTarget(_PartTarget):
+    """A small text field, kept in memory up to ``MAX_FIELD_BYTES``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chunks: list[bytes] = []
+        self.size = 0
+
+    def on_data_received(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size <= MAX_FIELD_BYTES:
+            self.chunks.append(chunk)
+
+
+class _EnderWatch:
+    """Whether the closing boundary went by: a body cut short after a part is malformed too."""
+
+    def __init__(self, boundary: bytes) -> None:
+        self.ender = b"\r\n--" + boundary + b"--"
+        self.tail = b""
+        self.seen = False
+
+    def feed(self, chunk: bytes) -> None:
+        if self.seen:
+            return
+        keep = len(self.ender) - 1
+        # The first match is the real one: part data can never contain "\r\n--<boundary>".
+        self.seen = self.ender in self.tail + chunk[:keep] or self.ender in chunk
+        self.tail = (self.tail + chunk)[-keep:] if len(chunk) < keep else chunk[-keep:]
+
+
+class _Upload:
+    """One upload in progress: the parser, its targets, and the storage writer."""
+
+    def __init__(self, storage: Storage, org_id: str, asset_id: str, content_type: str) -> None:
+        self.storage = storage
+        self.org_id = org_id
+        self.asset_id = asset_id
+        try:
+            boundary = parse_content_boundary({"content-type": content_type})
+            self.parser = StreamingFormDataParser({"content-type": content_type})
+        except ParseFailedException:
+            raise invalid("The multipart boundary is missing or invalid.", field="content-type") from None
+        self.file = _FileTarget()
+        self.fields = {name: _FieldTarget() for name in FIELDS}
+        self.other = _PartTarget()
+        self.parser.register("file", self.file)
+        for name, target in self.fields.items():
+            self.parser.register(name, target)
+        # Every other part: read and dropped (registered last, so it only gets the rest).
+        self.parser.register("*", self.other, lambda _registered, _name: True)
+        self.ender = _EnderWatch(boundary)
+        self.writer: Writer | None = None
+        self.sha256 = hashlib.sha256()
+        self.committed = False
+
+    @property
+    def key(self) -> str:
+        return keys.object_key(self.org_id, self.asset_id, self.filename)
+
+    @property
+    def filename(self) -> str:
+        return unicodedata.normalize("NFC", self.file.filename or "")
+
+    async def run(self, stream: AsyncIterator[bytes]) -> dict[str, Any]:
+        try:
+            return await self._run(stream)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._abort()
+            raise
+
+    async def _run(self, stream: AsyncIterator[bytes]) -> dict[str, Any]:
+        async for chunk in stream:
+            self.ender.feed(chunk)
+            try:
+                self.parser.data_received(chunk)
+            except ParseFailedException:
+                raise malformed("cannot split it into parts") from None
+            self._check_parts()
+            if self.file.too_large:
+                await self._abort()
+                await _drain(stream)
+                raise file_too_large()
+            if self.file.pending_bytes >= WRITE_BATCH:
+                await self._flush()
+        if self.file.open or self.other.open or any(t.open for t in self.fields.values()):
+            raise malformed("the body ends inside a part")
+        if not self.ender.seen:
+            raise malformed("the closing boundary is missing")
+        if self.file.starts == 0:
+            raise invalid("The 'file' part is missing.", field="file")
+        fields = {name: self._field_value(name) for name in FIELDS}
+        await self._flush()
+        if self.writer is None:  # an empty file
+            self.writer = await run_in_threadpool(self.storage.open_writer, self.key)
+        mime_type = keys.choose_mime_type(
+            self.file.multipart_content_type, keys.sanitize_filename(self.filename)
+        )
+        sha256 = self.sha256.hexdigest()
+        info = await run_in_threadpool(self.writer.commit, content_type=mime_type, sha256=sha256)
+        self.committed = True
+        return {
+            "key": info.key,
+            "size": self.file.size,
+            "sha256": sha256,
+            "mimeType": mime_type,
+            "filename": self.filename,
+            "fields": fields,
+        }
+
+    def _check_parts(self) -> None:
+        if self.file.starts > 1:
+            raise invalid("Only one 'file' part is allowed.", field="file")
+        for name, target in self.fields.items():
+            if target.starts > 1:
+                raise invalid(f"The '{name}' field is repeated.", field=name)
+            if target.size > MAX_FIELD_BYTES:
+                raise invalid(f"The '{name}' field is longer than {MAX_FIELD_BYTES} bytes.", field=name)
+
+    def _field_value(self, name: str) -> str | None:
+        target = self.fields[name]
+        if target.starts == 0:
+            return None
+        try:
+            return b"".join(target.chunks).decode("utf-8")
+        except UnicodeDecodeError:
+            raise invalid(f"The '{name}' field is not valid UTF-8.", field=name) from None
+
+    async def _flush(self) -> None:
+        if not self.file.pending_bytes:
+            return
+        data = self.file.take()
+        if self.writer is None:
+            self.writer = await run_in_threadpool(self.storage.open_writer, self.key)
+        await run_in_threadpool(self._write, self.writer, data)
+
+    def _write(self, writer: Writer, data: bytes) -> None:
+        # In the worker thread: hashlib releases the GIL on large buffers, as does the write.
+        self.sha256.update(data)
+        writer.write(data)
+
+    async def _abort(self) -> None:
+        if self.writer is None or self.committed:
+            return
+        writer, self.writer = self.writer, None
+        try:
+            await run_in_threadpool(writer.abort)
+        except Exception:
+            # What is left is under the asset's prefix: edge's cleanup or the sweeper removes it.
+            log.exception("could not abort an upload", extra={"asset_id": self.asset_id})
+
+
+async def _drain(stream: AsyncIterator[bytes]) -> None:
+    drained = 0
+    try:
+        async for chunk in stream:
+            drained += len(chunk)
+            if drained > MAX_DRAIN_BYTES:
+                return
+    except ClientDisconnect:
+        return
+
+
+@router.post("/uploads/{org_id}/{asset_id}", status_code=201)
+async def upload(org_id: str, asset_id: str, request: Request, storage: StorageDep) -> dict[str, Any]:
+    """Store the ``file`` part of a multipart body under ``{org_id}/{asset_id}/{filename}``."""
+    if not keys.valid_ids(org_id, asset_id):
+        raise invalid("Not an organization id and asset id.", field="path")
+    content_type = request.headers.get("content-type", "")
+    if keys.media_type(content_type) != "multipart/form-data":
+        raise CofferError(415, "unsupported_media_type", "The upload must be multipart/form-data.")
+    upload = _Upload(storage, org_id, asset_id, content_type)
+    try:
+        return await upload.run(request.stream())
+    except ClientDisconnect:
+        # Nobody is left to read this; the writer was aborted on the way out.
+        raise invalid("The upload ended before the body was complete.", field="body") from None

@@ -1,0 +1,65 @@
+"""blob tests: real files in temp dirs, the two apps driven in process through ASGITransport."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from coffer_blob.config import Settings
+from coffer_blob.main import create_app, create_cdn_app
+from coffer_kit.internal import INTERNAL_TOKEN_HEADER
+
+from .support import CDN_URL, SECRET, TOKEN
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def blob_dir(tmp_path: Path) -> Path:
+    return tmp_path / "blobs"
+
+
+@pytest.fixture
+def settings(tmp_path: Path, blob_dir: Path) -> Settings:
+    return Settings(
+        mode="local",
+        data_dir=tmp_path / "data",
+        blob_dir=blob_dir,
+        storage="fs",
+        internal_token=TOKEN,
+        signing_secret=SECRET,
+        cdn_url=CDN_URL,
+    )
+
+
+@pytest.fixture
+async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The internal listener, with the internal token already set."""
+    app = create_app(settings)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app),
+            base_url="http://blob.internal",
+            headers={INTERNAL_TOKEN_HEADER: TOKEN},
+        ) as client,
+    ):
+        client.app = app  # type: ignore[attr-defined]
+        yield client
+
+
+@pytest.fixture
+async def cdn(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The CDN listener, addressed by the CDN URL's host."""
+    app = create_cdn_app(settings)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=CDN_URL) as client,
+    ):
+        yield client

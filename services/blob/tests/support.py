@@ -1,0 +1,90 @@
+"""Helpers for blob's tests: multipart bodies, uploads, looking at the blob dir."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+TOKEN = "test-internal-token"
+SECRET = "test-signing-secret"
+CDN_URL = "https://cdn.example.test"
+ORG = "org_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9"
+BOUNDARY = "testboundaryX7MA4YWxkTrZu0gW"
+MULTIPART = f"multipart/form-data; boundary={BOUNDARY}"
+
+
+def new_asset_id() -> str:
+    from coffer_kit.ids import new_id
+
+    return new_id("ast")
+
+
+def field(name: str, value: str | bytes) -> bytes:
+    data = value.encode() if isinstance(value, str) else value
+    return f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode() + data + b"\r\n"
+
+
+def file_head(
+    filename: str | None = "data.bin",
+    content_type: str | None = "application/octet-stream",
+    name: str = "file",
+) -> bytes:
+    disposition = f'form-data; name="{name}"'
+    if filename is not None:
+        disposition += f'; filename="{filename}"'
+    head = f"--{BOUNDARY}\r\nContent-Disposition: {disposition}\r\n"
+    if content_type is not None:
+        head += f"Content-Type: {content_type}\r\n"
+    return (head + "\r\n").encode()
+
+
+def file_part(data: bytes, **kwargs: Any) -> bytes:
+    return file_head(**kwargs) + data + b"\r\n"
+
+
+END = f"--{BOUNDARY}--\r\n".encode()
+
+
+def form(*parts: bytes) -> bytes:
+    return b"".join(parts) + END
+
+
+async def agen(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+def pattern_chunks(size: int, chunk: int = 1024 * 1024) -> Iterator[bytes]:
+    """``size`` bytes of a repeating pattern, generated chunk by chunk (never all at once)."""
+    block = bytes(range(256)) * (chunk // 256)
+    sent = 0
+    while sent < size:
+        n = min(chunk, size - sent)
+        yield block[:n]
+        sent += n
+
+
+async def upload(
+    api: httpx.AsyncClient,
+    data: bytes = b"hello, coffer",
+    *,
+    filename: str | None = "data.bin",
+    content_type: str | None = "application/octet-stream",
+    asset_id: str | None = None,
+) -> httpx.Response:
+    body = form(file_part(data, filename=filename, content_type=content_type))
+    return await api.post(
+        f"/internal/v1/uploads/{ORG}/{asset_id or new_asset_id()}",
+        content=body,
+        headers={"content-type": MULTIPART},
+    )
+
+
+def files_under(root: Path) -> list[str]:
+    """Every file (not directory) below ``root``, relative, sorted."""
+    if not root.exists():
+        return []
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())

@@ -1,0 +1,168 @@
+"""The filesystem driver on a real directory: atomic publish, reads, deletes, readiness."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from coffer_blob.storage import StorageUnavailable
+from coffer_blob.storage import fs as fs_module
+from coffer_blob.storage.base import READ_CHUNK
+from coffer_blob.storage.fs import FsStorage
+
+from .support import files_under
+
+KEY = "org_1/ast_1/photo.jpg"
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> FsStorage:
+    return FsStorage(tmp_path / "blobs")
+
+
+def put(storage: FsStorage, key: str = KEY, data: bytes = b"bytes", content_type: str = "image/jpeg") -> None:
+    writer = storage.open_writer(key)
+    writer.write(data)
+    writer.commit(content_type=content_type, sha256=hashlib.sha256(data).hexdigest())
+
+
+def read_all(storage: FsStorage, key: str, start: int = 0, end: int | None = None) -> bytes:
+    reader = storage.open_reader(key, start, end)
+    assert reader is not None
+    try:
+        return b"".join(reader)
+    finally:
+        reader.close()
+
+
+def test_write_commit_stat_read(storage: FsStorage) -> None:
+    data = os.urandom(3 * READ_CHUNK + 5)
+    writer = storage.open_writer(KEY)
+    for i in range(0, len(data), 100_000):
+        writer.write(data[i : i + 100_000])
+    assert storage.stat(KEY) is None  # nothing visible before commit
+    info = writer.commit(content_type="image/jpeg", sha256=hashlib.sha256(data).hexdigest())
+    assert info == storage.stat(KEY)
+    assert (info.key, info.size, info.content_type) == (KEY, len(data), "image/jpeg")
+    assert info.sha256 == hashlib.sha256(data).hexdigest()
+    assert info.last_modified.tzinfo is not None
+    reader = storage.open_reader(KEY)
+    assert reader is not None
+    chunks = list(reader)
+    reader.close()
+    assert b"".join(chunks) == data
+    assert max(len(c) for c in chunks) <= READ_CHUNK
+    assert read_all(storage, KEY, 10, 20) == data[10:20]
+    assert read_all(storage, KEY, len(data) - 3) == data[-3:]
+    assert read_all(storage, KEY, 5, 10**12) == data[5:]
+    # Layout: the data file and its sidecar, no temp files.
+    sidecar = f"%meta.{hashlib.sha256(b'photo.jpg').hexdigest()}.json"
+    assert files_under(storage.objects) == [f"org_1/ast_1/{sidecar}", KEY]
+    meta = json.loads((storage.objects / "org_1/ast_1" / sidecar).read_text())
+    assert meta == {"name": "photo.jpg", "contentType": "image/jpeg", "sha256": info.sha256}
+
+
+def test_empty_object(storage: FsStorage) -> None:
+    put(storage, data=b"")
+    info = storage.stat(KEY)
+    assert info is not None and info.size == 0
+    assert read_all(storage, KEY) == b""
+
+
+def test_writes_go_to_a_temp_file_in_the_target_directory(storage: FsStorage) -> None:
+    writer = storage.open_writer(KEY)
+    writer.write(b"partial")
+    [temp] = files_under(storage.objects)
+    assert temp.startswith("org_1/ast_1/%tmp.")
+    assert storage.open_reader(KEY) is None
+    writer.abort()
+    writer.abort()  # idempotent
+    assert files_under(storage.objects) == []
+    assert not (storage.objects / "org_1/ast_1").exists()
+
+
+def test_sidecar_is_published_before_the_data(storage: FsStorage, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The data rename is the commit point; if it fails, nothing remains and nothing is visible."""
+    renames: list[str] = []
+    real_replace = os.replace
+
+    def replace(src: Path, dst: Path) -> None:
+        renames.append(Path(dst).name)
+        if Path(dst).name == "photo.jpg":
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(fs_module.os, "replace", replace)
+    writer = storage.open_writer(KEY)
+    writer.write(b"data")
+    with pytest.raises(StorageUnavailable):
+        writer.commit(content_type="image/jpeg", sha256="0" * 64)
+    assert renames[0].startswith("%meta.") and renames[1] == "photo.jpg"
+    assert storage.stat(KEY) is None
+    assert [p for p in files_under(storage.objects) if "%tmp." in p] == []
+
+
+def test_commit_replaces(storage: FsStorage) -> None:
+    put(storage, data=b"one")
+    put(storage, data=b"two!", content_type="image/png")
+    info = storage.stat(KEY)
+    assert info is not None and (info.size, info.content_type) == (4, "image/png")
+    assert read_all(storage, KEY) == b"two!"
+
+
+def test_delete_is_idempotent_and_removes_the_directory(storage: FsStorage) -> None:
+    put(storage)
+    storage.delete(KEY)
+    assert storage.stat(KEY) is None and storage.open_reader(KEY) is None
+    assert files_under(storage.objects) == []
+    assert not (storage.objects / "org_1/ast_1").exists()
+    storage.delete(KEY)
+    storage.delete("org_9/ast_9/never.txt")
+
+
+def test_a_data_file_without_its_sidecar_is_not_an_object(storage: FsStorage) -> None:
+    put(storage)
+    for path in (storage.objects / "org_1/ast_1").glob("%meta.*"):
+        path.unlink()
+    assert storage.stat(KEY) is None
+
+
+def test_delete_prefix_removes_objects_and_unfinished_writes(storage: FsStorage) -> None:
+    put(storage)
+    put(storage, "org_1/ast_2/keep.txt")
+    writer = storage.open_writer("org_1/ast_1/other.bin")
+    writer.write(b"in flight")
+    storage.delete_prefix("org_1/ast_1/")
+    assert files_under(storage.objects) == [
+        f"org_1/ast_2/%meta.{hashlib.sha256(b'keep.txt').hexdigest()}.json",
+        "org_1/ast_2/keep.txt",
+    ]
+    assert storage.stat(KEY) is None
+    storage.delete_prefix("org_1/ast_1/")  # idempotent
+    storage.delete_prefix("org_7/ast_7/")
+    with pytest.raises(ValueError):
+        storage.delete_prefix("org_1/ast_1")
+
+
+@pytest.mark.parametrize("key", ["../x/y", "org_1/%meta.json/x", "org_1//x", "org_1/ast_1/%tmp.1", "a/./b"])
+def test_keys_that_could_escape_or_collide_are_refused(storage: FsStorage, key: str) -> None:
+    with pytest.raises(ValueError):
+        storage.open_writer(key)
+    with pytest.raises(ValueError):
+        storage.stat(key)
+
+
+def test_check(storage: FsStorage, tmp_path: Path) -> None:
+    storage.check()
+    assert (storage.root / "objects").is_dir()
+    assert list(storage.root.glob("%ready.*")) == []
+    broken = tmp_path / "not-a-dir"
+    broken.write_text("x")
+    with pytest.raises(StorageUnavailable):
+        FsStorage(broken).check()
+    with pytest.raises(StorageUnavailable):
+        FsStorage(broken).open_writer(KEY)

@@ -1,0 +1,310 @@
+"""POST /internal/v1/uploads/{org}/{asset}: multipart streams stored through the fs driver."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from coffer_kit.testing import assert_error, rss_bytes
+from coffer_kit.urls import MAX_FILE_BYTES
+
+from .support import (
+    BOUNDARY,
+    END,
+    MULTIPART,
+    ORG,
+    agen,
+    field,
+    file_head,
+    file_part,
+    files_under,
+    form,
+    new_asset_id,
+    pattern_chunks,
+    upload,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def objects(blob_dir: Path) -> list[str]:
+    return files_under(blob_dir / "objects")
+
+
+async def post(
+    api: httpx.AsyncClient, body: Any, asset_id: str | None = None, **headers: str
+) -> httpx.Response:
+    return await api.post(
+        f"/internal/v1/uploads/{ORG}/{asset_id or new_asset_id()}",
+        content=body,
+        headers={"content-type": MULTIPART, **headers},
+    )
+
+
+async def test_upload_with_fields_before_and_after(api: httpx.AsyncClient, blob_dir: Path) -> None:
+    asset_id = new_asset_id()
+    data = b"\x00\r\n--not-the-boundary\r\n" * 1000
+    body = form(
+        field("name", "Quarterly report"),
+        field("ignored", "anything"),
+        file_part(data, filename="report.pdf", content_type="application/pdf"),
+        field("folderId", "fld_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9"),
+    )
+    response = await post(api, body, asset_id)
+    assert response.status_code == 201, response.text
+    key = f"{ORG}/{asset_id}/report.pdf"
+    assert response.json() == {
+        "key": key,
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "mimeType": "application/pdf",
+        "filename": "report.pdf",
+        "fields": {"name": "Quarterly report", "folderId": "fld_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9"},
+    }
+    assert (blob_dir / "objects" / key).read_bytes() == data
+    assert not [p for p in objects(blob_dir) if "%tmp." in p]
+
+
+async def test_fields_are_optional_and_unknown_parts_ignored(api: httpx.AsyncClient) -> None:
+    body = form(
+        field("other", "x" * 100_000),
+        file_part(b"abc", filename="a.txt", content_type=None),
+        file_part(b"not a file field", filename="b.txt", name="attachment"),
+        field("name", ""),
+    )
+    response = await post(api, body)
+    assert response.status_code == 201, response.text
+    result = response.json()
+    assert result["fields"] == {"name": "", "folderId": None}
+    assert (result["size"], result["mimeType"]) == (3, "text/plain")
+
+
+async def test_small_chunks(api: httpx.AsyncClient, blob_dir: Path) -> None:
+    data = bytes(range(256)) * 40
+    body = form(field("name", "n"), file_part(data, filename="x.bin"))
+    response = await post(api, agen(body[i : i + 7] for i in range(0, len(body), 7)))
+    assert response.status_code == 201, response.text
+    assert (blob_dir / "objects" / response.json()["key"]).read_bytes() == data
+
+
+@pytest.mark.parametrize(
+    ("filename", "stored"),
+    [
+        ("../../etc/passwd", "..-..-etc-passwd"),
+        ("C:\\\\fakepath\\\\photo.png", "C:-fakepath-photo.png"),
+        ("100% ok?#.txt", "100- ok--.txt"),
+        ("", "file"),
+        (None, "file"),
+        ("e\u0301te\u0301.txt", "été.txt"),
+    ],
+)
+async def test_filenames_are_sanitised(api: httpx.AsyncClient, filename: str | None, stored: str) -> None:
+    asset_id = new_asset_id()
+    response = await upload(api, filename=filename, asset_id=asset_id)
+    assert response.status_code == 201, response.text
+    assert response.json()["key"] == f"{ORG}/{asset_id}/{stored}"
+
+
+async def test_filename_is_reported_as_sent(api: httpx.AsyncClient) -> None:
+    response = await upload(api, filename="a/b\\\\c.txt")
+    assert response.json()["filename"] == "a/b\\c.txt"
+    assert response.json()["key"].endswith("/a-b-c.txt")
+
+
+@pytest.mark.parametrize(
+    ("declared", "filename", "expected"),
+    [
+        ("text/plain; charset=utf-8", "a.txt", "text/plain"),
+        ("application/octet-stream", "photo.png", "image/png"),
+        (None, "photo.png", "image/png"),
+        (None, "blob", "application/octet-stream"),
+        ("image/svg+xml", "x.bin", "image/svg+xml"),
+    ],
+)
+async def test_mime_type(api: httpx.AsyncClient, declared: str | None, filename: str, expected: str) -> None:
+    response = await upload(api, filename=filename, content_type=declared)
+    assert response.json()["mimeType"] == expected
+
+
+async def test_empty_file(api: httpx.AsyncClient, blob_dir: Path) -> None:
+    response = await upload(api, b"")
+    assert response.status_code == 201
+    assert response.json()["size"] == 0
+    assert response.json()["sha256"] == hashlib.sha256(b"").hexdigest()
+    assert (blob_dir / "objects" / response.json()["key"]).read_bytes() == b""
+
+
+async def test_missing_file_is_400(api: httpx.AsyncClient, blob_dir: Path) -> None:
+    error = assert_error(await post(api, form(field("name", "x"))), 400, "invalid_request")
+    assert error["details"] == {"field": "file"}
+    assert objects(blob_dir) == []
+
+
+async def test_two_files_are_400_and_store_nothing(api: httpx.AsyncClient, blob_dir: Path) -> None:
+    body = form(file_part(b"one" * 1000, filename="a.txt"), file_part(b"two", filename="b.txt"))
+    error = assert_error(await post(api, body), 400, "invalid_request")
+    assert error["details"] == {"field": "file"}
+    assert objects(blob_dir) == []
+
+
+async def test_repeated_or_oversized_fields_are_400(api: httpx.AsyncClient, blob_dir: Path) -> None:
+    body = form(field("name", "a"), field("name", "b"), file_part(b"x"))
+    assert assert_error(await post(api, body), 400, "invalid_request")["details"] == {"field": "name"}
+    body = form(file_part(b"x"), field("folderId", "f" * 20_000))
+    assert assert_error(await post(api, body), 400, "invalid_request")["details"] == {"field": "folderId"}
+    body = form(file_part(b"x"), field("name", b"\xff\xfe"))
+    assert assert_error(await post(api, body), 400, "invalid_request")["details"] == {"field": "name"}
+    assert objects(blob_dir) == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"garbage",
+        END,
+        file_head() + b"cut short inside the file",
+        file_part(b"complete part, but no closing boundary"),
+        file_part(b"data") + f"--{BOUNDARY}\r\n".encode(),
+        form(file_part(b"x"))[:-4],  # "--boundary" without the final "--"
+        file_part(b"data") + f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="name"\r\n'.encode(),
+    ],
+)
+async def test_malformed_bodies_are_400_and_store_nothing(
+    api: httpx.AsyncClient, blob_dir: Path, body: bytes
+) -> None:
+    assert_error(await post(api, body), 400, "invalid_request")
+    assert objects(blob_dir) == []
+
+
+@pytest.mark.parametrize(
+    "content_type", ["application/json", "text/plain", "application/x-www-form-urlencoded", ""]
+)
+async def test_not_multipart_is_415(api: httpx.AsyncClient, content_type: str) -> None:
+    response = await api.post(
+        f"/internal/v1/uploads/{ORG}/{new_asset_id()}", content=b"{}", headers={"content-type": content_type}
+    )
+    assert_error(response, 415, "unsupported_media_type")
+
+
+async def test_missing_boundary_is_400(api: httpx.AsyncClient) -> None:
+    response = await post(api, form(file_part(b"x")), **{"content-type": "multipart/form-data"})
+    assert assert_error(response, 400, "invalid_request")["details"] == {"field": "content-type"}
+
+
+@pytest.mark.parametrize("path", [f"{ORG}/fld_1", "usr_1/ast_1", f"{ORG}/ast_..", f"{ORG}/ast_a-b"])
+async def test_bad_ids_are_400(api: httpx.AsyncClient, path: str) -> None:
+    response = await api.post(
+        f"/internal/v1/uploads/{path}", content=form(file_part(b"x")), headers={"content-type": MULTIPART}
+    )
+    assert_error(response, 400, "invalid_request")
+
+
+async def test_internal_token_is_required(api: httpx.AsyncClient) -> None:
+    for token in (None, "wrong"):
+        headers = {"content-type": MULTIPART, "x-coffer-internal-token": token or ""}
+        if token is None:
+            api.headers.pop("x-coffer-internal-token")
+        response = await api.post(
+            f"/internal/v1/uploads/{ORG}/{new_asset_id()}", content=form(file_part(b"x")), headers=headers
+        )
+        assert_error(response, 401, "unauthorized")
+
+
+def big_body(size: int, *, after: bytes = b"") -> Any:
+    """A multipart body with a ``size``-byte file, generated 1 MiB at a time."""
+
+    async def body() -> Any:
+        yield field("name", "big")
+        yield file_head(filename="big.bin")
+        for chunk in pattern_chunks(size):
+            yield chunk
+        yield b"\r\n" + after + END
+
+    return body()
+
+
+async def test_exactly_max_file_bytes_is_accepted(api: httpx.AsyncClient, blob_dir: Path) -> None:
+    expected = hashlib.sha256()
+    for chunk in pattern_chunks(MAX_FILE_BYTES):
+        expected.update(chunk)
+    rss_before = rss_bytes(_pid())
+    started = time.perf_counter()
+    response = await post(api, big_body(MAX_FILE_BYTES))
+    elapsed = time.perf_counter() - started
+    assert response.status_code == 201, response.text
+    assert response.json()["size"] == MAX_FILE_BYTES
+    assert response.json()["sha256"] == expected.hexdigest()
+    assert (blob_dir / "objects" / response.json()["key"]).stat().st_size == MAX_FILE_BYTES
+    # Streamed: the process did not grow by anything like the file's size.
+    assert rss_bytes(_pid()) - rss_before < 32 * 1024 * 1024
+    assert elapsed < 20
+
+
+async def test_one_byte_more_is_413_and_stores_nothing(api: httpx.AsyncClient, blob_dir: Path) -> None:
+    response = await post(api, big_body(MAX_FILE_BYTES + 1, after=field("folderId", "fld_1")))
+    assert_error(response, 413, "file_too_large")
+    assert objects(blob_dir) == []
+
+
+async def test_storage_failure_is_503(api: httpx.AsyncClient, blob_dir: Path) -> None:
+    blob_dir.mkdir(parents=True, exist_ok=True)
+    (blob_dir / "objects").write_text("not a directory")
+    response = await upload(api)
+    assert_error(response, 503, "unavailable")
+    assert response.headers["retry-after"]
+
+
+async def test_client_disconnect_aborts_and_cleans_up(api: httpx.AsyncClient, blob_dir: Path) -> None:
+    """The client goes away mid-file: the writer is aborted, nothing stays."""
+    app = api.app  # type: ignore[attr-defined]
+    asset_id = new_asset_id()
+    messages: list[dict[str, Any]] = [
+        {"type": "http.request", "body": file_head(filename="cut.bin"), "more_body": True},
+        *({"type": "http.request", "body": chunk, "more_body": True} for chunk in pattern_chunks(3 << 20)),
+        {"type": "http.disconnect"},
+    ]
+    seen_temp = []
+
+    async def receive() -> dict[str, Any]:
+        seen_temp.append(bool([p for p in objects(blob_dir) if "%tmp." in p]))
+        return messages.pop(0)
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": f"/internal/v1/uploads/{ORG}/{asset_id}",
+        "raw_path": f"/internal/v1/uploads/{ORG}/{asset_id}".encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"content-type", MULTIPART.encode()),
+            (b"x-coffer-internal-token", api.headers["x-coffer-internal-token"].encode()),
+        ],
+        "client": ("127.0.0.1", 1234),
+        "server": ("127.0.0.1", 8083),
+        "state": {},
+    }
+    await app(scope, receive, send)
+    assert sent[0]["status"] == 400
+    assert any(seen_temp)  # bytes were on their way to storage...
+    assert objects(blob_dir) == []  # ...and nothing is left
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
