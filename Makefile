@@ -30,3 +30,6 @@ lint: setup ## Lint with ruff
 fmt: setup ## Format with ruff
 	@$(UV) run --frozen --no-sync ruff check --fix .
 	@$(UV) run --frozen --no-sync ruff format .
+
+bench: setup ## Benchmark Coffer against nginx and FastAPI, ~5 min (BENCH_ARGS=--production: PostgreSQL + S3)
+	@$(UV) run --frozen --no-sync python bench/run.py $(BENCH_ARGS)

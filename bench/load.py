@@ -1,0 +1,205 @@
+"""Load from separate processes: wrk (C, from Debian) and bench/client.py (large transfers),
+with the client's own CPU and every server process's CPU measured over the same window."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+TICK = os.sysconf("SC_CLK_TCK")
+
+WRK_SCRIPT = """\
+wrk.method = "{method}"
+{headers}
+{body}
+{request}
+function done(summary, latency, requests)
+  local f = assert(io.open("{out}", "w"))
+  local e = summary.errors
+  f:write(string.format(
+    '{{"duration_us": %d, "requests": %d, "bytes": %d, "connect": %d, "read": %d, "write": %d, ' ..
+    '"status": %d, "timeout": %d, "p50_us": %d, "p90_us": %d, "p99_us": %d, "max_us": %d}}',
+    summary.duration, summary.requests, summary.bytes, e.connect, e.read, e.write, e.status,
+    e.timeout, latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max))
+  f:close()
+end
+"""
+
+
+def _lua_string(value: str) -> str:
+    return json.dumps(value)  # a JSON string literal is a valid Lua string literal for ASCII
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU of these processes and their direct children, from /proc."""
+    total = 0
+    wanted = set(pids)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # fields[1] is ppid; utime and stime are the 14th and 15th fields of stat.
+        if int(entry) in wanted or int(fields[1]) in wanted:
+            total += int(fields[11]) + int(fields[12])
+    return total / TICK
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class RssSampler:
+    """Samples VmRSS of some processes every few milliseconds; keeps the baseline and the peak."""
+
+    def __init__(self, pids: dict[str, int], interval: float = 0.005) -> None:
+        self.pids, self.interval = pids, interval
+        self.baseline = {name: rss_bytes(pid) for name, pid in pids.items()}
+        self.peak = dict(self.baseline)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for name, pid in self.pids.items():
+                self.peak[name] = max(self.peak[name], rss_bytes(pid))
+            time.sleep(self.interval)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def growth(self) -> dict[str, int]:
+        return {name: self.peak[name] - self.baseline[name] for name in self.pids}
+
+
+@dataclass
+class Sample:
+    """One repetition's numbers."""
+
+    rate: float  # req/s, files/s or MB/s, as the figure says
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    client_cpu: float = 0.0  # cores the client used, on average (1.0 = one core busy)
+    server_cpu: dict[str, float] = field(default_factory=dict)  # cores per server process
+    errors: int = 0
+    requests: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Wrk:
+    binary: str
+    workdir: Path
+    threads: int = 1
+
+    def run(
+        self,
+        url: str,
+        *,
+        connections: int,
+        seconds: float,
+        servers: dict[str, list[int]],
+        headers: dict[str, str] | None = None,
+        method: str = "GET",
+        body_file: Path | None = None,
+        unique_path: str | None = None,
+        unit_bytes: bool = False,
+    ) -> Sample:
+        """One wrk run. ``unique_path``: a path prefix made unique per request (for PUT)."""
+        tag = secrets.token_hex(4)
+        out = self.workdir / f"wrk-{tag}.json"
+        lines = [f"wrk.headers[{_lua_string(k)}] = {_lua_string(v)}" for k, v in (headers or {}).items()]
+        body = ""
+        if body_file is not None:
+            body = (
+                f'do local f = assert(io.open("{body_file}", "rb")); wrk.body = f:read("*a"); f:close() end'
+            )
+        request = ""
+        if unique_path is not None:
+            request = (
+                f"local n = 0\nfunction request()\n  n = n + 1\n"
+                f'  return wrk.format(nil, "{unique_path}{tag}-" .. n .. ".bin")\nend'
+            )
+        script = self.workdir / f"wrk-{tag}.lua"
+        script.write_text(
+            WRK_SCRIPT.format(method=method, headers="\n".join(lines), body=body, request=request, out=out)
+        )
+        cmd = [
+            self.binary,
+            f"-t{self.threads}",
+            f"-c{connections}",
+            f"-d{max(1, round(seconds))}s",
+            "--timeout",
+            "60s",
+            "-s",
+            str(script),
+            url,
+        ]
+        before = {name: cpu_seconds(pids) for name, pids in servers.items()}
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        stdout, stderr = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
+        after = {name: cpu_seconds(pids) for name, pids in servers.items()}
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError(f"wrk failed ({proc.returncode}): {stderr.decode()} {stdout.decode()}")
+        r = json.loads(out.read_text())
+        seconds_run = r["duration_us"] / 1e6
+        errors = r["connect"] + r["read"] + r["write"] + r["status"] + r["timeout"]
+        rate = r["bytes"] / seconds_run / 1e6 if unit_bytes else r["requests"] / seconds_run
+        return Sample(
+            rate=rate,
+            p50_ms=r["p50_us"] / 1000,
+            p99_ms=r["p99_us"] / 1000,
+            client_cpu=(usage.ru_utime + usage.ru_stime) / wall,
+            server_cpu={name: (after[name] - before[name]) / wall for name in servers},
+            errors=errors,
+            requests=r["requests"],
+            extra={"non_2xx_3xx": r["status"]},
+        )
+
+
+def python_client(
+    job: dict[str, Any], *, servers: dict[str, list[int]]
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Run bench/client.py once: its result, and the servers' CPU (cores) over its uploads.
+
+    The servers are idle while the client starts, so their CPU seconds over the whole run divided
+    by the client's own upload window is the load they carried during it.
+    """
+    before = {name: cpu_seconds(pids) for name, pids in servers.items()}
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "client.py"), json.dumps(job)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    after = {name: cpu_seconds(pids) for name, pids in servers.items()}
+    if proc.returncode != 0:
+        raise RuntimeError(f"upload client failed: {proc.stderr[-2000:]}")
+    result = json.loads(proc.stdout)
+    wall = max(result["wall"], 1e-6)
+    return result, {name: (after[name] - before[name]) / wall for name in servers}
