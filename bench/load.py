@@ -57,6 +57,54 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / TICK
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (all cores), from /proc/stat."""
+    with open("/proc/stat") as fh:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fh.readline().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / TICK
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process and every process it started, running or reaped."""
+    import resource
+
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    stats: dict[int, tuple[int, int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            # ppid, and utime + stime + cutime + cstime (reaped children of that process)
+            stats[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
+    mine = {os.getpid()}
+    changed = True
+    while changed:
+        changed = False
+        for pid, (ppid, _) in stats.items():
+            if ppid in mine and pid not in mine:
+                mine.add(pid)
+                changed = True
+    mine.discard(os.getpid())
+    return total + sum(stats[pid][1] for pid in mine) / TICK
+
+
+class OthersMeter:
+    """Cores used by processes this run did not start (another job on a shared machine)."""
+
+    def __init__(self) -> None:
+        self.machine, self.own, self.wall = machine_busy_seconds(), own_cpu_seconds(), time.perf_counter()
+
+    def cores(self) -> float:
+        machine, own = machine_busy_seconds() - self.machine, own_cpu_seconds() - self.own
+        return max(0.0, machine - own) / max(time.perf_counter() - self.wall, 1e-6)
+
+
 def rss_bytes(pid: int) -> int:
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:
@@ -104,6 +152,7 @@ class Sample:
     server_cpu: dict[str, float] = field(default_factory=dict)  # cores per server process
     errors: int = 0
     requests: int = 0
+    others_cpu: float = 0.0  # cores used meanwhile by processes this run did not start
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -157,6 +206,7 @@ class Wrk:
             url,
         ]
         before = {name: cpu_seconds(pids) for name, pids in servers.items()}
+        others = OthersMeter()
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         _, status, usage = os.wait4(proc.pid, 0)
@@ -178,6 +228,7 @@ class Wrk:
             server_cpu={name: (after[name] - before[name]) / wall for name in servers},
             errors=errors,
             requests=r["requests"],
+            others_cpu=others.cores(),
             extra={"non_2xx_3xx": r["status"]},
         )
 
@@ -191,6 +242,7 @@ def python_client(
     by the client's own upload window is the load they carried during it.
     """
     before = {name: cpu_seconds(pids) for name, pids in servers.items()}
+    others = OthersMeter()
     proc = subprocess.run(
         [sys.executable, str(BENCH / "client.py"), json.dumps(job)],
         capture_output=True,
@@ -201,5 +253,6 @@ def python_client(
     if proc.returncode != 0:
         raise RuntimeError(f"upload client failed: {proc.stderr[-2000:]}")
     result = json.loads(proc.stdout)
+    result["others_cpu"] = others.cores()
     wall = max(result["wall"], 1e-6)
     return result, {name: (after[name] - before[name]) / wall for name in servers}

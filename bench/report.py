@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 _OPS = {">=": operator.ge, "<=": operator.le}
+# Other jobs using more than this many cores during a measurement make it unreliable.
+BUSY = 0.15
 
 
 @dataclass
@@ -29,6 +31,7 @@ class Figure:
     reference_client_cpu: float | None = None  # the same, against the reference
     server_cpu: dict[str, float] = field(default_factory=dict)  # cores per Coffer process (median)
     reference_server_cpu: float | None = None
+    others_cpu: float | None = None  # most cores other jobs on the machine used in any repetition
     samples: list[float] = field(default_factory=list)
     reference_samples: list[float] = field(default_factory=list)
     note: str = ""
@@ -112,13 +115,14 @@ def table(figures: list[Figure]) -> str:
 def details(figures: list[Figure]) -> str:
     lines = [
         "| figure | load generator | client CPU, Coffer run / reference run (cores) "
-        "| Coffer CPU (cores per process) | reference CPU (cores) |",
-        "|---|---|---|---|---|",
+        "| Coffer CPU (cores per process) | reference CPU (cores) | other jobs' CPU (cores, worst) |",
+        "|---|---|---|---|---|---|",
     ]
     for f in figures:
         client_cpu = " / ".join(f"{c:.2f}" for c in (f.client_cpu, f.reference_client_cpu) if c is not None)
         ref_cpu = f"{f.reference_server_cpu:.2f}" if f.reference_server_cpu is not None else ""
-        lines.append(f"| {f.name} | {f.client} | {client_cpu} | {_cpu(f)} | {ref_cpu} |")
+        others = "" if f.others_cpu is None else f"{f.others_cpu:.2f}" + (" ⚠" if f.others_cpu > BUSY else "")
+        lines.append(f"| {f.name} | {f.client} | {client_cpu} | {_cpu(f)} | {ref_cpu} | {others} |")
     notes = [f"- **{f.name}**: {f.note}" for f in figures if f.note]
     notes += [f"- **{f.name}** failed: {f.error}" for f in figures if f.error]
     return "\n".join(lines + ([""] + notes if notes else []))
@@ -136,6 +140,12 @@ def write(out_dir: Path, stem: str, meta: dict[str, Any], figures: list[Figure])
         f"- commit: `{meta['commit']}`",
         f"- machine: {meta['machine']}",
         f"- method: {meta['method']}",
+        f"- other jobs on the machine used {meta['other_jobs_cores']:.2f} cores on average during the run"
+        + (
+            " ⚠ the figures are disturbed: run again on a quiet machine"
+            if meta["other_jobs_cores"] > BUSY
+            else ""
+        ),
         "",
         table(figures),
         "",

@@ -31,7 +31,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from load import RssSampler, Sample, Wrk, python_client  # noqa: E402
+from load import OthersMeter, RssSampler, Sample, Wrk, python_client  # noqa: E402
 from report import Figure, details, table, write  # noqa: E402
 from seed import seed_assets  # noqa: E402
 from servers import Nginx, Production, ReferenceApp, auth_cli, coffer_stack, ensure_tools  # noqa: E402
@@ -222,6 +222,7 @@ class Bench:
             requests = sum(c.requests for c, _ in runs)
             if requests and errors > 0.01 * requests:
                 fig.error = f"{errors} of {requests} Coffer requests failed or were not 2xx"
+            fig.others_cpu = max(max(c.others_cpu, r.others_cpu if r else 0.0) for c, r in runs)
             ref_errors = sum(r.errors for _, r in runs if r is not None)
             if ref_errors:
                 fig.note += f" reference had {ref_errors} errors."
@@ -289,6 +290,7 @@ class Bench:
                     BIG / result["times"][0] / 1e6,
                     client_cpu=result["client_cpu_seconds"] / result["wall"],
                     server_cpu=cpu,
+                    others_cpu=result["others_cpu"],
                 )
                 result, cpu = python_client(
                     {**nginx_job, "run": f"r{rep}"}, servers={"nginx": self.nginx.pids()}
@@ -299,6 +301,7 @@ class Bench:
                     BIG / result["times"][0] / 1e6,
                     client_cpu=result["client_cpu_seconds"] / result["wall"],
                     server_cpu=cpu,
+                    others_cpu=result["others_cpu"],
                 )
                 if rep:
                     coffer.append(sample)
@@ -310,6 +313,7 @@ class Bench:
         up.reference_client_cpu = statistics.median(s.client_cpu for s in ref)
         up.server_cpu = {n: statistics.median(s.server_cpu[n] for s in coffer) for n in pids}
         up.reference_server_cpu = statistics.median(sum(s.server_cpu.values()) for s in ref)
+        up.others_cpu = max(s.others_cpu for s in coffer + ref)
         for name, fig in rss.items():
             fig.samples = [growth[name] / MIB]
             fig.note = (
@@ -372,6 +376,7 @@ class Bench:
                     server_cpu=cpu,
                     errors=bad,
                     requests=len(result["times"]),
+                    others_cpu=result["others_cpu"],
                 )
 
             return run
@@ -515,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     os.chmod(root, 0o755)  # nginx runs as nobody and must reach its own subdirectory
     bench = Bench(args, nginx_bin, wrk_bin, root)
     mode = "production (PostgreSQL + S3 via moto)" if args.production else "embedded default (SQLite + disk)"
+    others = OthersMeter()
     try:
         bench.start()
         bench.run()
@@ -535,10 +541,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{versions(nginx_bin, wrk_bin)}; everything on one machine, load included"
         ),
         "runtime_seconds": round(time.monotonic() - started),
+        "other_jobs_cores": round(others.cores(), 2),
     }
     stem = "latest-production" if args.production else "latest"
     md, js = write(args.out, stem, meta, bench.figures)
-    print(f"\nCoffer benchmark, {mode}, {meta['date']}, commit {meta['commit']}\n")
+    print(f"\nCoffer benchmark, {mode}, {meta['date']}, commit {meta['commit']}")
+    print(f"other jobs on the machine used {meta['other_jobs_cores']:.2f} cores on average during the run\n")
     print(table(bench.figures))
     print()
     print(details(bench.figures))
