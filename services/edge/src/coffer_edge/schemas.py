@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from annotated_types import Interval
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+
+def _whole_number(value: Any) -> Any:
+    """Query integers are written as digits: "2.0" or "1e3" are refused, not rounded."""
+    if isinstance(value, str) and not value.lstrip("-").isdigit():
+        raise ValueError("must be a whole number")
+    return value
+
+
+def whole_number(ge: int, le: int | None = None) -> Any:
+    """An integer query parameter within [ge, le] that accepts only integer notation."""
+    return Annotated[int, Interval(ge=ge, le=le), BeforeValidator(_whole_number)]
 
 
 class ErrorBody(BaseModel):

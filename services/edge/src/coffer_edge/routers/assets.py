@@ -15,7 +15,7 @@ from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.deps import BlobDep, MetadataDep, PrincipalDep, RequestIdDep
 from coffer_edge.metrics import UPLOAD_BYTES, UPLOAD_DURATION, UPLOADS
-from coffer_edge.schemas import UPLOAD_BODY, AssetList, SignedUrl, Success, errors
+from coffer_edge.schemas import UPLOAD_BODY, AssetList, SignedUrl, Success, errors, whole_number
 from coffer_edge.schemas import Asset as AssetOut
 from coffer_kit.errors import CofferError
 from coffer_kit.ids import new_id
@@ -168,8 +168,8 @@ async def list_assets(
     principal: PrincipalDep,
     metadata: MetadataDep,
     rid: RequestIdDep,
-    limit: Annotated[int, Query(ge=1, le=100, description="Page size, 1–100.")] = 50,
-    offset: Annotated[int, Query(ge=0, description="Assets to skip.")] = 0,
+    limit: Annotated[whole_number(1, 100), Query(description="Page size, 1–100.")] = 50,
+    offset: Annotated[whole_number(0), Query(description="Assets to skip.")] = 0,
     folder_id: Annotated[
         str | None,
         Query(
@@ -210,7 +210,7 @@ async def signed_url(
     blob: BlobDep,
     rid: RequestIdDep,
     expires_in: Annotated[
-        int, Query(alias="expiresIn", ge=1, le=604800, description="Validity in seconds, 1–604800.")
+        whole_number(1, 604800), Query(alias="expiresIn", description="Validity in seconds, 1–604800.")
     ] = 3600,
 ) -> Any:
     """A time-limited signed CDN URL for an asset."""
