@@ -10,8 +10,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -41,12 +41,35 @@ def all_assets(api: httpx.Client) -> dict[str, dict]:
             return found
 
 
-def stored_objects(blob_dir: Path, org_id: str) -> dict[str, list[Path]]:
-    """Every asset directory on disk for the organization, with the files in it."""
-    org_dir = blob_dir / "objects" / org_id
-    if not org_dir.exists():
-        return {}
-    return {d.name: sorted(d.iterdir()) for d in org_dir.iterdir()}
+def stored_objects(stack, org_id: str) -> dict[str, dict[str, int]]:
+    """What the storage holds for the organization: asset id -> {file name: size}, every file
+    included (sidecars, temp files, unfinished multipart uploads)."""
+    found: dict[str, dict[str, int]] = defaultdict(dict)
+    env = stack.extra_env
+    if env.get("COFFER_STORAGE") == "s3":
+        import boto3
+
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=env["COFFER_S3_ENDPOINT_URL"],
+            region_name=env["COFFER_S3_REGION"],
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        )
+        bucket, prefix = env["COFFER_S3_BUCKET"], f"{org_id}/"
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                _, asset_id, name = obj["Key"].split("/", 2)
+                found[asset_id][name] = obj["Size"]
+        for upload in s3.list_multipart_uploads(Bucket=bucket, Prefix=prefix).get("Uploads", []):
+            _, asset_id, name = upload["Key"].split("/", 2)
+            found[asset_id]["%multipart:" + name] = -1
+        return dict(found)
+    org_dir = stack.data_dir / "blobs" / "objects" / org_id
+    if org_dir.exists():
+        for directory in org_dir.iterdir():
+            found[directory.name] = {f.name: f.stat().st_size for f in directory.iterdir()}
+    return dict(found)
 
 
 def test_kill_services_mid_traffic_then_sweep_converges(own_stack, admin_for) -> None:
@@ -108,14 +131,14 @@ def test_kill_services_mid_traffic_then_sweep_converges(own_stack, admin_for) ->
     assert again == {"intents": 0, "tombstones": 0, "failed": 0}
 
     rows = all_assets(api)
-    on_disk = stored_objects(own_stack.data_dir / "blobs", org)
-    assert set(on_disk) == set(rows), (
-        f"bytes without a row: {sorted(set(on_disk) - set(rows))}; "
-        f"rows without bytes: {sorted(set(rows) - set(on_disk))}"
+    stored = stored_objects(own_stack, org)
+    assert set(stored) == set(rows), (
+        f"bytes without a row: {sorted(set(stored) - set(rows))}; "
+        f"rows without bytes: {sorted(set(rows) - set(stored))}"
     )
-    for asset in rows.values():
-        data = own_stack.data_dir / "blobs" / "objects" / asset["key"]
-        assert data.stat().st_size == asset["size"], asset
+    for asset_id, asset in rows.items():
+        files = {n: size for n, size in stored[asset_id].items() if not n.startswith("%meta.")}
+        assert files == {asset["key"].split("/", 2)[2]: asset["size"]}, (asset, stored[asset_id])
         assert httpx.get(asset["publicUrl"]).status_code == 200
     # Usage agrees with the rows: exactly the remaining quota can still be used.
     total = sum(a["size"] for a in rows.values())
