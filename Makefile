@@ -8,7 +8,7 @@ export UV_PYTHON := 3.11
 UV = $(shell command -v uv 2>/dev/null || echo python3 -m uv)
 PYTEST_ARGS ?=
 
-.PHONY: help setup run test lint fmt typecheck chart bench
+.PHONY: help setup run test lint fmt chart bench
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -22,6 +22,9 @@ run: setup ## Run the embedded default: all four services on this machine (Ctrl-
 
 test: setup ## Run every test (unit, end-to-end over real processes, chart checks)
 	@$(UV) run --frozen --no-sync pytest $(PYTEST_ARGS)
+
+chart: setup ## Check the Helm chart: helm lint, helm template, schemas, policies
+	@$(UV) run --frozen --no-sync pytest tests/chart -q
 
 lint: setup ## Lint with ruff
 	@$(UV) run --frozen --no-sync ruff check .
