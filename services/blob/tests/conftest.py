@@ -27,11 +27,33 @@ def blob_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def settings(tmp_path: Path, blob_dir: Path) -> Settings:
+    """blob on the filesystem driver, in a temp dir."""
     return Settings(
         mode="local",
         data_dir=tmp_path / "data",
         blob_dir=blob_dir,
         storage="fs",
+        internal_token=TOKEN,
+        signing_secret=SECRET,
+        cdn_url=CDN_URL,
+    )
+
+
+@pytest.fixture
+def s3_settings(tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """blob on the S3 driver, with a new bucket on the real S3 server of the test session."""
+    server = request.getfixturevalue("s3_server")
+    env = server.env(server.new_bucket())
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, env[name])
+    return Settings(
+        mode="local",
+        data_dir=tmp_path / "data",
+        storage="s3",
+        s3_endpoint_url=env["COFFER_S3_ENDPOINT_URL"],
+        s3_bucket=env["COFFER_S3_BUCKET"],
+        s3_region=env["COFFER_S3_REGION"],
+        s3_force_path_style=True,
         internal_token=TOKEN,
         signing_secret=SECRET,
         cdn_url=CDN_URL,

@@ -12,11 +12,20 @@ import httpx
 import pytest
 
 from coffer_blob import signing
+from coffer_blob.config import Settings
 from coffer_kit.testing import assert_error
 
 from .support import ORG, SECRET, new_asset_id, upload
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["fs", "s3"])
+def settings(request: pytest.FixtureRequest) -> Settings:
+    """Every CDN test runs on both drivers."""
+    return request.getfixturevalue("settings" if request.param == "fs" else "s3_settings")  # type: ignore[no-any-return]
+
+
 DATA = bytes(range(256)) * 40  # 10,240 bytes
 SIZE = len(DATA)
 

@@ -147,3 +147,14 @@ async def test_cdn_role_serves_no_internal_api(settings) -> None:  # type: ignor
             headers={"content-type": MULTIPART, "x-coffer-internal-token": "test-internal-token"},
         )
         assert_error(response, 404, "not_found")
+
+
+async def test_storage_and_download_metrics(api: httpx.AsyncClient, cdn: httpx.AsyncClient) -> None:
+    key = (await upload(api, b"measured")).json()["key"]
+    assert (await cdn.get("/" + key)).content == b"measured"
+    text = (await api.get("/metrics")).text
+    for operation in ("open_writer", "write", "commit", "stat", "open_reader"):
+        labels = f'driver="fs",operation="{operation}",outcome="ok"'
+        assert f"coffer_storage_operation_duration_seconds_count{{{labels}}}" in text, operation
+    assert 'coffer_download_bytes_total{access="public"}' in text
+    assert "ast_" not in text  # no ids in labels

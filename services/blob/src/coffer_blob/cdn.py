@@ -19,11 +19,13 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
+from prometheus_client import Counter
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coffer_blob import keys, signing
 from coffer_blob.deps import SettingsDep, StorageDep
+from coffer_blob.observe import DOWNLOAD_BYTES
 from coffer_blob.storage import ObjectInfo, Reader
 from coffer_kit.errors import CofferError, forbidden, not_found
 
@@ -75,7 +77,7 @@ async def download(key: str, request: Request, storage: StorageDep, settings: Se
         return Response(status_code=204, headers=_PREFLIGHT)
     if not keys.is_valid_key(key):
         raise not_found("No such object.")
-    cache = PUBLIC_CACHE
+    cache, access = PUBLIC_CACHE, "public"
     query = request.query_params
     if "expires" in query or "signature" in query:
         expires, sent = query.getlist("expires"), query.getlist("signature")
@@ -87,7 +89,7 @@ async def download(key: str, request: Request, storage: StorageDep, settings: Se
         refusal = signing.check(secret, key, expires[0], sent[0], now=now)
         if refusal:
             raise forbidden(refusal)
-        cache = f"private, max-age={max(0, int(int(expires[0]) - now))}"
+        cache, access = f"private, max-age={max(0, int(int(expires[0]) - now))}", "signed"
 
     info = await run_in_threadpool(storage.stat, key)
     if info is None:
@@ -122,10 +124,12 @@ async def download(key: str, request: Request, storage: StorageDep, settings: Se
     reader = await run_in_threadpool(storage.open_reader, key, start, end)
     if reader is None:  # deleted since the stat
         raise not_found("No such object.")
-    return StreamingResponse(_chunks(reader), status_code=status, headers=headers)
+    return StreamingResponse(
+        _chunks(reader, DOWNLOAD_BYTES.labels(access)), status_code=status, headers=headers
+    )
 
 
-async def _chunks(reader: Reader) -> AsyncIterator[bytes]:
+async def _chunks(reader: Reader, sent: Counter) -> AsyncIterator[bytes]:
     """The reader's chunks, each read in a worker thread; the reader is closed however it ends."""
     iterator = iter(reader)
     try:
@@ -134,6 +138,7 @@ async def _chunks(reader: Reader) -> AsyncIterator[bytes]:
             if chunk is None:
                 return
             yield chunk
+            sent.inc(len(chunk))
     finally:
         reader.close()
 

@@ -19,6 +19,12 @@ class Settings(BaseServiceSettings):
     signing_secret: SecretStr | None = None
     storage: Literal["fs", "s3"] = "fs"
     blob_dir: Path | None = None
+    # storage = s3: any S3-compatible store. Credentials come from boto3's default chain
+    # (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a profile, an IAM role).
+    s3_endpoint_url: str | None = None  # unset: AWS S3
+    s3_bucket: str = ""
+    s3_region: str | None = None
+    s3_force_path_style: bool = False  # MinIO, Ceph RGW and moto usually need path-style URLs
 
     @model_validator(mode="after")
     def _blob(self) -> Settings:
@@ -28,4 +34,6 @@ class Settings(BaseServiceSettings):
             self.signing_secret = local_secret(self.data_dir, "signing_secret")
         if self.blob_dir is None:
             self.blob_dir = self.data_dir / "blobs"
+        if self.storage == "s3" and not self.s3_bucket:
+            raise ValueError("COFFER_S3_BUCKET must be set when COFFER_STORAGE is s3")
         return self

@@ -13,12 +13,17 @@ __all__ = ["ObjectInfo", "Reader", "Storage", "StorageUnavailable", "Writer", "m
 
 
 def make_storage(settings: Settings) -> Storage:
-    """The driver that ``COFFER_STORAGE`` names, configured from settings."""
+    """The driver that ``COFFER_STORAGE`` names, configured from settings, timed and traced."""
+    from coffer_blob.observe import InstrumentedStorage
+
+    driver: Storage
     if settings.storage == "s3":
         from coffer_blob.storage.s3 import S3Storage
 
-        return S3Storage.from_settings(settings)
-    from coffer_blob.storage.fs import FsStorage
+        driver = S3Storage.from_settings(settings)
+    else:
+        from coffer_blob.storage.fs import FsStorage
 
-    assert settings.blob_dir is not None
-    return FsStorage(settings.blob_dir)
+        assert settings.blob_dir is not None
+        driver = FsStorage(settings.blob_dir)
+    return InstrumentedStorage(driver)

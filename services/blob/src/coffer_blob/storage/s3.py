@@ -1,0 +1,334 @@
+"""The S3 driver: any S3-compatible store (AWS S3, MinIO, Ceph RGW, R2) through boto3.
+
+Writes mirror the filesystem driver's temp-then-publish:
+
+- a file that fits in one part (8 MiB) is buffered and stored with one ``PutObject`` at
+  commit, content type and SHA-256 (``x-amz-meta-sha256``) included;
+- a larger one streams as a multipart upload, one part buffered at a time, to a temp key
+  ``<asset prefix>/%tmp.<random>``; commit completes it and publishes it under the real key
+  with a server-side ``CopyObject`` that sets the content type and the SHA-256 (known only
+  once the last byte is in), then deletes the temp object.
+
+So the real key only ever holds a complete object with its metadata, and a failure at any
+step aborts the multipart upload and deletes the temp object: no object, no dangling
+upload. What a crash leaves is under the asset's prefix, which ``delete_prefix`` (edge's
+cleanup, the sweeper) clears, in-flight multipart uploads included.
+
+Credentials come from boto3's default chain (``AWS_ACCESS_KEY_ID`` /
+``AWS_SECRET_ACCESS_KEY``, a profile, an IAM role, IRSA, ...).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import threading
+from collections.abc import Iterator
+from datetime import UTC
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from coffer_blob.storage.base import READ_CHUNK, ObjectInfo, StorageUnavailable
+
+if TYPE_CHECKING:
+    from coffer_blob.config import Settings
+
+log = logging.getLogger("coffer.blob.s3")
+
+PART_SIZE = 8 * 1024 * 1024  # S3's minimum is 5 MiB (except the last part)
+_RESERVED = "%"
+_NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchUpload"}
+# One boto3 session per process: it caches the service model, so each client is cheap to make.
+_SESSION: boto3.session.Session | None = None
+_SESSION_LOCK = threading.Lock()
+
+
+def _missing(exc: ClientError) -> bool:
+    return str(exc.response.get("Error", {}).get("Code")) in _NOT_FOUND
+
+
+class S3Storage:
+    """Objects in one bucket, under their keys; see the module docstring for the write path."""
+
+    name = "s3"
+
+    def __init__(
+        self, client: Any, bucket: str, *, part_size: int = PART_SIZE, page_size: int = 1000
+    ) -> None:
+        self.client = client
+        self.bucket = bucket
+        self.part_size = part_size
+        self.page_size = page_size  # keys per listing page (and per DeleteObjects call, at most 1000)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> S3Storage:
+        config = Config(
+            s3={"addressing_style": "path" if settings.s3_force_path_style else "auto"},
+            retries={"max_attempts": 3, "mode": "standard"},
+            connect_timeout=5,
+            read_timeout=60,
+            max_pool_connections=64,
+            # Checksums only where S3 requires them: boto3's newer defaults break several
+            # S3-compatible stores, and blob checks SHA-256 itself.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        )
+        with _SESSION_LOCK:  # sessions are not thread-safe; clients are
+            global _SESSION
+            if _SESSION is None:
+                _SESSION = boto3.session.Session()
+            client = _SESSION.client(
+                "s3",
+                endpoint_url=settings.s3_endpoint_url or None,
+                region_name=settings.s3_region or None,
+                config=config,
+            )
+        return cls(client, settings.s3_bucket)
+
+    def _call(self, what: str, method: str, **kwargs: Any) -> Any:
+        try:
+            return getattr(self.client, method)(Bucket=self.bucket, **kwargs)
+        except ClientError as exc:
+            if _missing(exc):
+                raise
+            raise StorageUnavailable(f"S3 {method} for {what} failed: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StorageUnavailable(f"S3 {method} for {what} failed: {exc}") from exc
+
+    # -- the interface -------------------------------------------------------------------
+
+    def open_writer(self, key: str) -> _S3Writer:
+        _check_key(key)
+        return _S3Writer(self, key)
+
+    def stat(self, key: str) -> ObjectInfo | None:
+        _check_key(key)
+        try:
+            head = self._call(key, "head_object", Key=key)
+        except ClientError:
+            return None
+        sha256 = head.get("Metadata", {}).get("sha256")
+        if not sha256:
+            return None  # not written by blob (or not finished): not a committed object
+        return ObjectInfo(
+            key=key,
+            size=int(head["ContentLength"]),
+            sha256=sha256,
+            content_type=head.get("ContentType") or "application/octet-stream",
+            last_modified=head["LastModified"].astimezone(UTC).replace(microsecond=0),
+        )
+
+    def open_reader(self, key: str, start: int = 0, end: int | None = None) -> _S3Reader | None:
+        _check_key(key)
+        if end is not None and end <= start:
+            # Nothing to read (S3 refuses empty ranges), but the object must exist.
+            return _S3Reader(None) if self.stat(key) is not None else None
+        kwargs: dict[str, Any] = {"Key": key}
+        if start or end is not None:
+            kwargs["Range"] = f"bytes={start}-" + ("" if end is None else str(end - 1))
+        try:
+            response = self._call(key, "get_object", **kwargs)
+        except ClientError:
+            return None
+        return _S3Reader(response["Body"])
+
+    def delete(self, key: str) -> None:
+        _check_key(key)
+        try:
+            self._call(key, "delete_object", Key=key)  # S3 deletes are idempotent
+        except ClientError:
+            return
+
+    def delete_prefix(self, prefix: str) -> None:
+        if not prefix.endswith("/"):
+            raise ValueError(f"a prefix ends with '/': {prefix!r}")
+        _check_key(prefix[:-1])
+        # Unfinished multipart uploads first: they hold bytes (and cost) but list as no object.
+        for page in self._pages("list_multipart_uploads", "Uploads", prefix):
+            for upload in page:
+                with contextlib.suppress(ClientError):  # finished or aborted meanwhile
+                    self._call(
+                        prefix, "abort_multipart_upload", Key=upload["Key"], UploadId=upload["UploadId"]
+                    )
+        for page in self._pages("list_objects_v2", "Contents", prefix):
+            if not page:
+                continue
+            # Data objects before temp objects, as the filesystem driver does.
+            keys = sorted((item["Key"] for item in page), key=lambda k: k.rsplit("/", 1)[-1].startswith("%"))
+            result = self._call(
+                prefix, "delete_objects", Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True}
+            )
+            if result.get("Errors"):
+                raise StorageUnavailable(f"S3 could not delete under {prefix}: {result['Errors'][:3]}")
+
+    def check(self) -> None:
+        try:
+            self._call("readiness", "head_bucket")
+        except ClientError as exc:
+            raise StorageUnavailable(f"bucket {self.bucket} is not reachable: {exc}") from exc
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _pages(self, operation: str, field: str, prefix: str) -> Iterator[list[dict[str, Any]]]:
+        try:
+            pages = self.client.get_paginator(operation).paginate(
+                Bucket=self.bucket, Prefix=prefix, PaginationConfig={"PageSize": self.page_size}
+            )
+            for page in pages:
+                yield page.get(field) or []
+        except (BotoCoreError, ClientError) as exc:
+            raise StorageUnavailable(f"S3 {operation} under {prefix} failed: {exc}") from exc
+
+
+def _check_key(key: str) -> None:
+    parts = key.split("/")
+    for part in parts:
+        if part in ("", ".", "..") or part.startswith(_RESERVED) or "\x00" in part:
+            raise ValueError(f"not a storage key: {key!r}")
+
+
+class _S3Writer:
+    """Buffers up to one part; beyond that, a multipart upload to a temp key."""
+
+    def __init__(self, storage: S3Storage, key: str) -> None:
+        self.storage = storage
+        self.key = key
+        self.temp_key = f"{key.rsplit('/', 1)[0]}/{_RESERVED}tmp.{secrets.token_hex(12)}"
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+        self._upload_id: str | None = None
+        self._parts: list[dict[str, Any]] = []
+        self._temp_exists = False
+        self._published = False
+        self._done = False
+
+    def write(self, chunk: bytes) -> None:
+        assert not self._done, "write after commit or abort"
+        self._chunks.append(chunk)
+        self._buffered += len(chunk)
+        if self._buffered >= self.storage.part_size:
+            # Parts need not be equal: send what is buffered (a little over PART_SIZE).
+            self._upload_part(self._take())
+
+    def commit(self, *, content_type: str, sha256: str) -> ObjectInfo:
+        assert not self._done, "commit after commit or abort"
+        s3 = self.storage
+        metadata = {"sha256": sha256}
+        try:
+            if self._upload_id is None:
+                body = self._take()
+                self._published = True
+                s3._call(
+                    self.key,
+                    "put_object",
+                    Key=self.key,
+                    Body=body,
+                    ContentType=content_type,
+                    Metadata=metadata,
+                )
+            else:
+                if self._buffered:
+                    self._upload_part(self._take())
+                s3._call(
+                    self.key,
+                    "complete_multipart_upload",
+                    Key=self.temp_key,
+                    UploadId=self._upload_id,
+                    MultipartUpload={"Parts": self._parts},
+                )
+                self._upload_id = None
+                self._published = True  # from here on, a failure must delete the real key too
+                s3._call(
+                    self.key,
+                    "copy_object",
+                    Key=self.key,
+                    CopySource={"Bucket": s3.bucket, "Key": self.temp_key},
+                    MetadataDirective="REPLACE",
+                    ContentType=content_type,
+                    Metadata=metadata,
+                )
+                s3._call(self.key, "delete_object", Key=self.temp_key)
+                self._temp_exists = False
+            info = s3.stat(self.key)
+            if info is None:
+                raise StorageUnavailable(f"S3 does not show {self.key} with its metadata after writing it")
+        except BaseException as exc:
+            self.abort()
+            if isinstance(exc, ClientError):
+                raise StorageUnavailable(f"S3 upload of {self.key} failed: {exc}") from exc
+            raise
+        self._done = True
+        return info
+
+    def abort(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._chunks.clear()
+        self._buffered = 0
+        steps: list[tuple[str, dict[str, Any]]] = []
+        if self._upload_id is not None:
+            steps.append(("abort_multipart_upload", {"Key": self.temp_key, "UploadId": self._upload_id}))
+        if self._temp_exists:
+            steps.append(("delete_object", {"Key": self.temp_key}))
+        if self._published:
+            steps.append(("delete_object", {"Key": self.key}))
+        failure: StorageUnavailable | None = None
+        for method, kwargs in steps:  # every step is tried, whatever the others did
+            try:
+                self.storage._call(self.key, method, **kwargs)
+            except ClientError:
+                pass  # already gone
+            except StorageUnavailable as exc:
+                failure = exc
+        if failure is not None:
+            raise failure
+
+    def _take(self) -> bytes:
+        """Everything buffered, as one buffer (the chunks are released at once)."""
+        data = b"".join(self._chunks)
+        self._chunks.clear()
+        self._buffered = 0
+        return data
+
+    def _upload_part(self, body: bytes) -> None:
+        s3 = self.storage
+        if self._upload_id is None:
+            created = s3._call(self.key, "create_multipart_upload", Key=self.temp_key)
+            self._upload_id = created["UploadId"]
+            self._temp_exists = True  # (once completed; deleting it is harmless before)
+        number = len(self._parts) + 1
+        try:
+            part = s3._call(
+                self.key,
+                "upload_part",
+                Key=self.temp_key,
+                UploadId=self._upload_id,
+                PartNumber=number,
+                Body=body,
+            )
+        except ClientError as exc:
+            raise StorageUnavailable(f"S3 upload of {self.key} failed: {exc}") from exc
+        self._parts.append({"PartNumber": number, "ETag": part["ETag"]})
+
+
+class _S3Reader:
+    def __init__(self, body: Any) -> None:
+        self._body = body
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self._body is None:
+            return
+        try:
+            yield from self._body.iter_chunks(READ_CHUNK)
+        except BotoCoreError as exc:
+            raise StorageUnavailable(f"S3 read failed: {exc}") from exc
+
+    def close(self) -> None:
+        if self._body is not None:
+            self._body.close()

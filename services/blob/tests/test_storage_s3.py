@@ -1,0 +1,247 @@
+"""The S3 driver against a real S3 API server on loopback (moto's, or COFFER_TEST_S3_ENDPOINT_URL)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from coffer_blob.config import Settings
+from coffer_blob.storage import StorageUnavailable
+from coffer_blob.storage.base import READ_CHUNK
+from coffer_blob.storage.s3 import PART_SIZE, S3Storage
+from coffer_kit.pytest_plugin import S3Server
+from coffer_kit.testing import rss_bytes
+
+from .support import pattern_chunks
+
+KEY = "org_1/ast_1/photo.jpg"
+
+
+@pytest.fixture
+def bucket(s3_server: S3Server) -> str:
+    return s3_server.new_bucket()
+
+
+@pytest.fixture
+def storage(s3_server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Storage]:
+    """The driver as blob builds it from settings (credentials from the AWS environment variables)."""
+    for name, value in s3_server.env(bucket).items():
+        monkeypatch.setenv(name, value)
+    storage = S3Storage.from_settings(Settings(data_dir="/nonexistent"))  # type: ignore[arg-type]
+    yield storage
+    storage.close()
+
+
+def leftovers(s3_server: S3Server, bucket: str) -> tuple[list[str], list[str]]:
+    """(object keys, keys with an unfinished multipart upload) in the bucket."""
+    client = s3_server.client()
+    objects = [o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    uploads = [u["Key"] for u in client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])]
+    return sorted(objects), sorted(uploads)
+
+
+def put(storage: S3Storage, key: str, data: bytes, content_type: str = "image/jpeg") -> None:
+    writer = storage.open_writer(key)
+    for i in range(0, len(data), 1 << 20):
+        writer.write(data[i : i + (1 << 20)])
+    writer.commit(content_type=content_type, sha256=hashlib.sha256(data).hexdigest())
+
+
+def read_all(storage: S3Storage, key: str, start: int = 0, end: int | None = None) -> bytes:
+    reader = storage.open_reader(key, start, end)
+    assert reader is not None
+    try:
+        return b"".join(reader)
+    finally:
+        reader.close()
+
+
+def test_settings_require_a_bucket() -> None:
+    with pytest.raises(ValueError, match="COFFER_S3_BUCKET"):
+        Settings(storage="s3", s3_bucket="", data_dir="/nonexistent")  # type: ignore[arg-type]
+
+
+def test_small_object_is_one_put(storage: S3Storage, s3_server: S3Server, bucket: str) -> None:
+    data = b"small object"
+    assert storage.stat(KEY) is None
+    put(storage, KEY, data)
+    info = storage.stat(KEY)
+    assert info is not None
+    assert (info.size, info.content_type, info.sha256) == (
+        len(data),
+        "image/jpeg",
+        hashlib.sha256(data).hexdigest(),
+    )
+    assert info.last_modified.tzinfo is not None and info.last_modified.microsecond == 0
+    head = s3_server.client().head_object(Bucket=bucket, Key=KEY)
+    assert head["Metadata"] == {"sha256": info.sha256}
+    assert read_all(storage, KEY) == data
+    assert read_all(storage, KEY, 6) == data[6:]
+    assert read_all(storage, KEY, 0, 5) == data[:5]
+    assert leftovers(s3_server, bucket) == ([KEY], [])
+
+
+def test_empty_object(storage: S3Storage) -> None:
+    put(storage, KEY, b"")
+    info = storage.stat(KEY)
+    assert info is not None and info.size == 0
+    assert read_all(storage, KEY, 0, 0) == b""
+    assert read_all(storage, KEY) == b""
+
+
+def test_multipart_object_and_range_reads(storage: S3Storage, s3_server: S3Server, bucket: str) -> None:
+    data = os.urandom(2 * PART_SIZE + 12345)
+    put(storage, KEY, data, "video/mp4")
+    info = storage.stat(KEY)
+    assert info is not None
+    assert (info.size, info.content_type, info.sha256) == (
+        len(data),
+        "video/mp4",
+        hashlib.sha256(data).hexdigest(),
+    )
+    # Only the object itself remains: no temp object, no unfinished upload.
+    assert leftovers(s3_server, bucket) == ([KEY], [])
+    for start, end in [(0, 1), (PART_SIZE - 10, PART_SIZE + 10), (len(data) - 7, None), (5, len(data))]:
+        assert read_all(storage, KEY, start, end) == data[start:end]
+    reader = storage.open_reader(KEY, 0, 3 * READ_CHUNK + 1)
+    assert reader is not None
+    chunks = list(reader)
+    reader.close()
+    assert max(len(c) for c in chunks) <= READ_CHUNK
+    assert b"".join(chunks) == data[: 3 * READ_CHUNK + 1]
+    assert storage.open_reader("org_1/ast_1/missing.bin") is None
+
+
+def test_100_mib_streams_with_bounded_memory(storage: S3Storage, s3_server: S3Server, bucket: str) -> None:
+    size = 100 * 1024 * 1024
+    expected = hashlib.sha256()
+    before = rss_bytes(os.getpid())
+    peak = before
+    started = time.perf_counter()
+    writer = storage.open_writer(KEY)
+    for chunk in pattern_chunks(size):
+        expected.update(chunk)
+        writer.write(chunk)
+        peak = max(peak, rss_bytes(os.getpid()))
+    info = writer.commit(content_type="application/octet-stream", sha256=expected.hexdigest())
+    peak = max(peak, rss_bytes(os.getpid()))
+    elapsed = time.perf_counter() - started
+    assert info.size == size and info.sha256 == expected.hexdigest()
+    assert peak - before < 32 * 1024 * 1024, f"RSS grew by {(peak - before) >> 20} MiB"
+    assert leftovers(s3_server, bucket) == ([KEY], [])
+    # Reading it back is streamed too.
+    got = hashlib.sha256()
+    reader = storage.open_reader(KEY)
+    assert reader is not None
+    for chunk in reader:
+        got.update(chunk)
+        peak = max(peak, rss_bytes(os.getpid()))
+    reader.close()
+    assert got.hexdigest() == expected.hexdigest()
+    assert peak - before < 32 * 1024 * 1024, f"RSS grew by {(peak - before) >> 20} MiB"
+    assert elapsed < 60
+    print(f"100 MiB through S3 in {elapsed:.2f}s, RSS growth {(peak - before) / 2**20:.1f} MiB")
+
+
+def test_abort_leaves_no_object_and_no_upload(storage: S3Storage, s3_server: S3Server, bucket: str) -> None:
+    writer = storage.open_writer(KEY)
+    for chunk in pattern_chunks(2 * PART_SIZE + 1):
+        writer.write(chunk)
+    assert leftovers(s3_server, bucket)[1] != []  # parts went out already
+    writer.abort()
+    writer.abort()
+    assert leftovers(s3_server, bucket) == ([], [])
+    assert storage.stat(KEY) is None
+
+
+def test_a_failed_upload_cleans_up(storage: S3Storage, s3_server: S3Server, bucket: str) -> None:
+    """The multipart upload disappears under the writer: commit fails, and nothing remains."""
+    writer = storage.open_writer(KEY)
+    for chunk in pattern_chunks(PART_SIZE + 1):
+        writer.write(chunk)
+    client = s3_server.client()
+    [upload] = client.list_multipart_uploads(Bucket=bucket)["Uploads"]
+    client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+    with pytest.raises(StorageUnavailable):
+        writer.write(b"x" * PART_SIZE)
+    writer.abort()
+    assert leftovers(s3_server, bucket) == ([], [])
+
+
+def test_a_failed_commit_cleans_up(storage: S3Storage, s3_server: S3Server, bucket: str) -> None:
+    writer = storage.open_writer(KEY)
+    for chunk in pattern_chunks(PART_SIZE + 1):
+        writer.write(chunk)
+    client = s3_server.client()
+    [upload] = client.list_multipart_uploads(Bucket=bucket)["Uploads"]
+    client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+    with pytest.raises(StorageUnavailable):
+        writer.commit(content_type="image/jpeg", sha256="0" * 64)
+    assert leftovers(s3_server, bucket) == ([], [])
+    assert storage.stat(KEY) is None
+
+
+def test_delete_and_delete_prefix(storage: S3Storage, s3_server: S3Server, bucket: str) -> None:
+    put(storage, KEY, b"one")
+    put(storage, "org_1/ast_2/keep.txt", b"two")
+    in_flight = storage.open_writer("org_1/ast_1/big.bin")
+    for chunk in pattern_chunks(PART_SIZE):
+        in_flight.write(chunk)
+    storage.delete("org_1/ast_2/missing.txt")  # idempotent
+    storage.delete_prefix("org_1/ast_1/")
+    assert leftovers(s3_server, bucket) == (["org_1/ast_2/keep.txt"], [])
+    storage.delete_prefix("org_1/ast_1/")
+    storage.delete("org_1/ast_2/keep.txt")
+    storage.delete("org_1/ast_2/keep.txt")
+    assert leftovers(s3_server, bucket) == ([], [])
+    with pytest.raises(ValueError):
+        storage.delete_prefix("org_1/ast_1")
+
+
+def test_delete_prefix_pages(storage: S3Storage, s3_server: S3Server, bucket: str) -> None:
+    client = s3_server.client()
+    for i in range(25):
+        client.put_object(Bucket=bucket, Key=f"org_1/ast_{i % 3}/f{i}", Body=b"")
+        client.create_multipart_upload(Bucket=bucket, Key=f"org_1/ast_{i % 3}/%tmp.{i}")
+    S3Storage(storage.client, bucket, page_size=10).delete_prefix("org_1/")
+    assert leftovers(s3_server, bucket) == ([], [])
+
+
+def test_objects_without_blob_metadata_are_not_served(
+    storage: S3Storage, s3_server: S3Server, bucket: str
+) -> None:
+    s3_server.client().put_object(Bucket=bucket, Key=KEY, Body=b"foreign")
+    assert storage.stat(KEY) is None
+
+
+def test_check(storage: S3Storage, s3_server: S3Server) -> None:
+    storage.check()
+    missing = S3Storage(storage.client, "no-such-bucket-" + os.urandom(4).hex())
+    with pytest.raises(StorageUnavailable):
+        missing.check()
+    with pytest.raises(StorageUnavailable):
+        missing.open_writer(KEY).commit(content_type="text/plain", sha256="0" * 64)
+
+
+def test_unreachable_endpoint_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from coffer_kit.testing import free_port
+
+    settings: Any = Settings(
+        data_dir="/nonexistent",  # type: ignore[arg-type]
+        storage="s3",
+        s3_bucket="b",
+        s3_endpoint_url=f"http://127.0.0.1:{free_port()}",
+        s3_region="us-east-1",
+        s3_force_path_style=True,
+    )
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    storage = S3Storage.from_settings(settings)
+    for call in (storage.check, lambda: storage.stat(KEY), lambda: storage.delete_prefix("org_1/ast_1/")):
+        with pytest.raises(StorageUnavailable):
+            call()
