@@ -114,6 +114,10 @@ async def test_filename_is_reported_as_sent(api: httpx.AsyncClient) -> None:
     response = await upload(api, filename="a/b\\\\c.txt")
     assert response.json()["filename"] == "a/b\\c.txt"
     assert response.json()["key"].endswith("/a-b-c.txt")
+    for missing in ("", None):
+        response = await upload(api, filename=missing)
+        assert response.json()["filename"] == "file"
+        assert response.json()["key"].endswith("/file")
 
 
 @pytest.mark.parametrize(

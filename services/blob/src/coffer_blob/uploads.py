@@ -25,7 +25,7 @@ from streaming_form_data.targets import BaseTarget
 
 from coffer_blob import keys
 from coffer_blob.deps import StorageDep
-from coffer_blob.storage import Storage, Writer
+from coffer_blob.storage import Storage, StorageUnavailable, Writer
 from coffer_kit.errors import CofferError, invalid
 from coffer_kit.urls import MAX_FILE_BYTES
 
@@ -36,9 +36,9 @@ FIELDS = ("name", "folderId")
 MAX_FIELD_BYTES = 16 * 1024
 # File bytes handed to the driver in one call: few thread hops, bounded memory.
 WRITE_BATCH = 1024 * 1024
-# After a 413, read and drop at most this much more so the caller can read the answer (edge
-# caps the whole body at MAX_FILE_BYTES + 1 MiB, so this is never reached through edge).
-MAX_DRAIN_BYTES = 16 * 1024 * 1024
+# After a refusal, read and drop at most this much more so the caller can read the answer
+# (edge caps the whole body at MAX_FILE_BYTES + 1 MiB, so this is never reached through edge).
+MAX_DRAIN_BYTES = MAX_FILE_BYTES + 2 * 1024 * 1024
 
 
 def file_too_large() -> CofferError:
@@ -180,18 +180,14 @@ class _Upload:
 
     async def _run(self, stream: AsyncIterator[bytes]) -> dict[str, Any]:
         async for chunk in stream:
-            self.ender.feed(chunk)
             try:
-                self.parser.data_received(chunk)
-            except ParseFailedException:
-                raise malformed("cannot split it into parts") from None
-            self._check_parts()
-            if self.file.too_large:
+                await self._receive(chunk)
+            except (CofferError, StorageUnavailable):
+                # Refused mid-body: drop what was written, and read the rest of the body so the
+                # caller, still sending, gets to read the answer.
                 await self._abort()
                 await _drain(stream)
-                raise file_too_large()
-            if self.file.pending_bytes >= WRITE_BATCH:
-                await self._flush()
+                raise
         if self.file.open or self.other.open or any(t.open for t in self.fields.values()):
             raise malformed("the body ends inside a part")
         if not self.ender.seen:
@@ -213,9 +209,22 @@ class _Upload:
             "size": self.file.size,
             "sha256": sha256,
             "mimeType": mime_type,
-            "filename": self.filename,
+            # As sent (NFC), for edge's default asset name; "file" when the part named none.
+            "filename": self.filename or keys.FALLBACK_FILENAME,
             "fields": fields,
         }
+
+    async def _receive(self, chunk: bytes) -> None:
+        self.ender.feed(chunk)
+        try:
+            self.parser.data_received(chunk)
+        except ParseFailedException:
+            raise malformed("cannot split it into parts") from None
+        self._check_parts()
+        if self.file.too_large:
+            raise file_too_large()
+        if self.file.pending_bytes >= WRITE_BATCH:
+            await self._flush()
 
     def _check_parts(self) -> None:
         if self.file.starts > 1:
