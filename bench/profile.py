@@ -85,13 +85,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=int, default=15)
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument(
+        "--connections", type=int, default=None, help="wrk connections (default: the figure's)"
+    )
     parser.add_argument("--production", action="store_true")
     parser.add_argument(
         "--database-url", default=os.environ.get("COFFER_BENCH_DATABASE_URL", DEFAULT_POSTGRES)
     )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "profiles")
     args = parser.parse_args(argv)
-    args.reps, args.warmup = 1, 2.0
+    args.reps, args.warmup, args.stack_env, args.only = 1, 2.0, [], None
     args.seconds_load = args.seconds
 
     nginx_bin, wrk_bin = ensure_tools()
@@ -103,10 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     stem = f"{args.scenario}{'-production' if args.production else ''}"
     try:
         bench.start()
-        asset = bench.upload_one(SMALL) if args.scenario in ("asset-get", "cdn-small") else None
+        asset = bench.upload_one(SMALL)  # also fills edge's auth cache for the key
+        bench.warm_auth()
         pids = bench.coffer_pids()
         load_seconds = args.seconds + 4
-        run_load = _load(bench, args.scenario, asset, pids, load_seconds)
+        run_load = _load(bench, args.scenario, asset, pids, args.connections)
         run_load(2)  # warm-up
         log(f"profiling {', '.join(services)} under: {load}")
         result: dict[str, Any] = {}
@@ -154,24 +158,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _load(
-    bench: Bench, scenario: str, asset: dict[str, Any] | None, pids: dict[str, list[int]], seconds: int
-):  # type: ignore[no-untyped-def]
+def _load(bench: Bench, scenario: str, asset: dict[str, Any], pids: dict[str, list[int]], conns: int | None):  # type: ignore[no-untyped-def]
     stack = bench.stack
     if scenario == "asset-get":
         return lambda s: bench.wrk.run(
             f"{stack.edge_url}/api/assets/{asset['id']}",
-            connections=32,
+            connections=conns or 32,
             seconds=s,
             servers=pids,
             headers=bench.headers(),
         )
     if scenario == "cdn-small":
-        return lambda s: bench.wrk.run(asset["publicUrl"], connections=32, seconds=s, servers=pids)
+        return lambda s: bench.wrk.run(asset["publicUrl"], connections=conns or 32, seconds=s, servers=pids)
     if scenario == "list":
         return lambda s: bench.wrk.run(
             f"{stack.edge_url}/api/assets?limit=50",
-            connections=1,
+            connections=conns or 1,
             seconds=s,
             servers=pids,
             headers=bench.headers(bench.list_key),
@@ -181,7 +183,7 @@ def _load(
         content_type = multipart_body(body, SMALL)
         return lambda s: bench.wrk.run(
             f"{stack.edge_url}/api/assets",
-            connections=16,
+            connections=conns or 16,
             seconds=s,
             servers=pids,
             method="POST",

@@ -42,6 +42,8 @@ BIG = 100 * MIB
 SMALL = 4096
 LIST_ASSETS = 100_000
 DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+# Figure groups, for --only.
+GROUPS = ("disk", "upload-big", "upload-small", "download", "cdn-small", "asset-get", "list")
 
 
 def log(message: str) -> None:
@@ -156,6 +158,7 @@ class Bench:
         if self.production:
             log("production: fresh PostgreSQL databases and a moto S3 server")
             extra = self.production.start(self.root / "logs" / "moto.log")
+        extra.update(dict(item.split("=", 1) for item in self.args.stack_env))
         self.stack = coffer_stack(self.root, extra)
         self.stack.migrate()
         org = auth_cli(self.stack, "create-org", "--name", "bench", "--quota-bytes", str(2**40))
@@ -181,6 +184,17 @@ class Bench:
         if self.production:
             pids["s3 (moto)"] = self.production.pids()
         return pids
+
+    def warm_auth(self) -> None:
+        """One request per key first: edge's auth cache is then warm, as in steady state.
+
+        (A cold edge hit by many concurrent requests for one key is another matter: see
+        docs/performance.md, "cold auth cache".)
+        """
+        for key in (self.key, self.list_key):
+            httpx.get(
+                self.stack.edge_url + "/api/folders", headers=self.headers(key), timeout=30
+            ).raise_for_status()
 
     def headers(self, key: str | None = None) -> dict[str, str]:
         return {"x-api-key": key or self.key}
@@ -455,14 +469,17 @@ class Bench:
         self.figures += [fig, small]
 
     def run(self) -> None:
-        self.disk()
+        want = self.args.only or set(GROUPS)
+        if "disk" in want:
+            self.disk()
+        self.warm_auth()
         try:
             small_asset = self.upload_one(SMALL)
         except Exception as exc:  # noqa: BLE001 - the rest of the table is still worth having
             small_asset = None
             log(f"uploads do not work yet: {exc}")
         big_asset = None
-        if small_asset:
+        if small_asset and want & {"upload-big", "download"}:
             try:
                 big_asset = self.big_uploads()
             except Exception as exc:  # noqa: BLE001
@@ -470,22 +487,26 @@ class Bench:
                 for f in self.figures:
                     if not f.samples:
                         f.error = str(exc)[:300]
+        if small_asset and "upload-small" in want:
             self.small_uploads()
-        if big_asset:
+        if big_asset and "download" in want:
             self.big_download(big_asset)
-        if small_asset:
+        if small_asset and "cdn-small" in want:
             self.small_gets(small_asset)
-            self.asset_gets(small_asset)
-        else:
-            # Without uploads, a seeded row still exercises edge → auth → metadata.
-            listing = httpx.get(
-                self.stack.edge_url + "/api/assets",
-                params={"limit": 1},
-                headers=self.headers(self.list_key),
-                timeout=30,
-            ).json()
-            self.asset_gets_with_key(listing["assets"][0])
-        self.listing()
+        if "asset-get" in want:
+            if small_asset:
+                self.asset_gets(small_asset)
+            else:
+                # Without uploads, a seeded row still exercises edge → auth → metadata.
+                listing = httpx.get(
+                    self.stack.edge_url + "/api/assets",
+                    params={"limit": 1},
+                    headers=self.headers(self.list_key),
+                    timeout=30,
+                ).json()
+                self.asset_gets_with_key(listing["assets"][0])
+        if "list" in want:
+            self.listing()
         for f in self.figures:
             f.finish()
 
@@ -512,7 +533,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up per target (default 2)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="where results go")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
+    parser.add_argument(
+        "--only",
+        type=lambda v: set(v.split(",")),
+        default=None,
+        help=f"comma-separated figure groups: {','.join(GROUPS)} (results go to experiment.*)",
+    )
+    parser.add_argument(
+        "--stack-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment for Coffer's services, to try a change (results go to experiment.*)",
+    )
     args = parser.parse_args(argv)
+    if args.only and not args.only <= set(GROUPS):
+        parser.error(f"--only takes {','.join(GROUPS)}")
 
     nginx_bin, wrk_bin = ensure_tools()
     started = time.monotonic()
@@ -544,6 +580,11 @@ def main(argv: list[str] | None = None) -> int:
         "other_jobs_cores": round(others.cores(), 2),
     }
     stem = "latest-production" if args.production else "latest"
+    if args.only or args.stack_env:
+        stem = "experiment" + ("-production" if args.production else "")
+        meta["method"] += (
+            f"; partial or modified run: only={sorted(args.only or GROUPS)}, env={args.stack_env}"
+        )
     md, js = write(args.out, stem, meta, bench.figures)
     print(f"\nCoffer benchmark, {mode}, {meta['date']}, commit {meta['commit']}")
     print(f"other jobs on the machine used {meta['other_jobs_cores']:.2f} cores on average during the run\n")
