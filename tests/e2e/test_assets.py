@@ -279,3 +279,13 @@ def test_asset_endpoints_need_a_key(anon) -> None:
         ("GET", "/api/assets/ast_x/url"),
     ]:
         assert_error(anon.request(method, path), 401, "unauthorized")
+
+
+@pytest.mark.parametrize(
+    ("filename", "expected_name"),
+    [("dir/sub/photo.jpg", "photo.jpg"), ("C:\\Users\\me\\cv.pdf", "cv.pdf"), ("..", "file"), ("", "file")],
+)
+def test_default_name_is_the_file_name(tenant, filename, expected_name) -> None:
+    response = upload(tenant.api, b"x", filename, "application/octet-stream")
+    assert response.status_code == 201, response.text
+    assert response.json()["name"] == expected_name

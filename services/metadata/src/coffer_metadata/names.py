@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from coffer_kit.errors import invalid
+from coffer_kit.errors import CofferError, invalid
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_NAME = 255
@@ -23,3 +23,13 @@ def normalize_name(value: str, *, field: str = "name") -> str:
     if name in {".", ".."}:
         raise invalid(f"'{field}' must not be '.' or '..'.", field=field)
     return name
+
+
+def default_name(filename: str, key: str) -> str:
+    """An asset's name when the client gave none: the uploaded file name without any directory,
+    or, when that is not a valid name, the file name as the key stores it (always valid)."""
+    base = filename.replace("\\", "/").rsplit("/", 1)[-1]
+    try:
+        return normalize_name(base)
+    except CofferError:
+        return key.rsplit("/", 1)[-1]

@@ -55,11 +55,6 @@ async def _capped(request: Request) -> AsyncIterator[bytes]:
         raise _ClientGone from None
 
 
-def _basename(filename: str) -> str:
-    """The file name without any directory a client put in it."""
-    return filename.replace("\\", "/").rsplit("/", 1)[-1]
-
-
 def _require_multipart(request: Request) -> str:
     content_type = request.headers.get("content-type", "")
     if (
@@ -145,7 +140,8 @@ async def _upload(
         "id": asset_id,
         "key": stored["key"],
         # An empty name field (as an HTML form sends it) means "use the file name".
-        "name": fields.get("name") or _basename(stored["filename"]),
+        "name": fields.get("name") or None,
+        "filename": stored["filename"],
         "folderId": fields.get("folderId") or None,
         "mimeType": stored["mimeType"],
         "size": stored["size"],

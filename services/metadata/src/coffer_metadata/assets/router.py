@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coffer_kit.db import SessionDep
 from coffer_metadata.assets import service
+from coffer_metadata.names import default_name
 
 router = APIRouter(prefix="/internal/v1")
 
@@ -23,7 +24,9 @@ class AssetIn(BaseModel):
 
     id: str = Field(pattern=r"^ast_[0-9A-Z]{26}$")
     key: str = Field(min_length=1, max_length=2048)
-    name: str
+    # None: named after the uploaded file.
+    name: str | None = None
+    filename: str = ""
     folder_id: str | None = Field(default=None, alias="folderId")
     mime_type: str = Field(alias="mimeType", min_length=1, max_length=255)
     size: int = Field(ge=0)
@@ -54,7 +57,7 @@ def commit_upload(org_id: str, body: AssetIn, request: Request, session: Session
         org_id=org_id,
         asset_id=body.id,
         key=body.key,
-        name=body.name,
+        name=body.name if body.name is not None else default_name(body.filename, body.key),
         folder_id=body.folder_id or None,
         mime_type=body.mime_type,
         size=body.size,

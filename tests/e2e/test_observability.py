@@ -1,0 +1,196 @@
+"""Observability end to end: traces across the services, metrics on every internal listener,
+and logs that never carry a secret."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from coffer_kit.testing import free_port
+
+pytestmark = pytest.mark.e2e
+
+
+class OtlpReceiver:
+    """An OTLP/HTTP (protobuf) trace receiver on loopback that keeps every span it is sent."""
+
+    def __init__(self) -> None:
+        self.spans: list[dict] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = self.rfile.read(int(self.headers["content-length"]))
+                request = ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                with receiver.lock:
+                    for resource_spans in request.resource_spans:
+                        attrs = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
+                        for scope in resource_spans.scope_spans:
+                            for span in scope.spans:
+                                receiver.spans.append(
+                                    {
+                                        "service": attrs.get("service.name"),
+                                        "trace_id": span.trace_id.hex(),
+                                        "span_id": span.span_id.hex(),
+                                        "parent": span.parent_span_id.hex() or None,
+                                        "name": span.name,
+                                        "kind": span.kind,
+                                    }
+                                )
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.port = free_port()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def trace(self, trace_id: str, services: set[str], timeout: float = 15) -> list[dict]:
+        """The spans of one trace, once every named service has reported into it and every
+        span's parent has arrived (each process exports in its own batches)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.lock:
+                spans = [s for s in self.spans if s["trace_id"] == trace_id]
+            ids = {s["span_id"] for s in spans}
+            orphans = [s for s in spans if s["parent"] not in ids]
+            complete = services <= {s["service"] for s in spans} and len(orphans) == 1
+            if complete or time.monotonic() > deadline:
+                return spans
+            time.sleep(0.1)
+
+
+def traceparent() -> tuple[str, str]:
+    trace_id = secrets.token_hex(16)
+    return trace_id, f"00-{trace_id}-{secrets.token_hex(8)}-01"
+
+
+def assert_linked(spans: list[dict], client_parent: str) -> None:
+    """Every span's parent is in the trace, except edge's server span, whose parent is the caller's."""
+    ids = {s["span_id"] for s in spans}
+    orphans = [s for s in spans if s["parent"] not in ids]
+    assert {(s["service"], s["parent"]) for s in orphans} == {("coffer-edge", client_parent)}, orphans
+
+
+@pytest.fixture
+def traced_stack(own_stack_with):
+    receiver = OtlpReceiver()
+    stack = own_stack_with(
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver.port}",
+        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+        OTEL_BSP_SCHEDULE_DELAY="100",
+    )
+    yield stack, receiver
+    receiver.server.shutdown()
+
+
+def test_one_trace_per_request_across_the_services(traced_stack, admin_for) -> None:
+    stack, receiver = traced_stack
+    admin = admin_for(stack)
+    org = admin("create-org", "--name", "Traced")["id"]
+    key = admin("create-key", "--org", org)["key"]
+    api = httpx.Client(base_url=stack.edge_url, headers={"x-api-key": key}, timeout=30)
+
+    trace_id, parent = traceparent()
+    upload = api.post("/api/assets", files={"file": ("t.txt", b"traced")}, headers={"traceparent": parent})
+    assert upload.status_code == 201
+    spans = receiver.trace(trace_id, {"coffer-edge", "coffer-auth", "coffer-metadata", "coffer-blob"})
+    assert {s["service"] for s in spans} == {"coffer-edge", "coffer-auth", "coffer-metadata", "coffer-blob"}
+    assert_linked(spans, parent.split("-")[2])
+    names = {s["name"] for s in spans}
+    assert "quota.reserve" in names  # the quota transaction
+    assert any(n.startswith("storage.") for n in names), names  # the storage write
+
+    trace_id, parent = traceparent()
+    assert api.get("/api/assets", headers={"traceparent": parent}).status_code == 200
+    spans = receiver.trace(trace_id, {"coffer-edge", "coffer-metadata"})
+    assert {s["service"] for s in spans} == {"coffer-edge", "coffer-metadata"}  # auth answered from cache
+    assert_linked(spans, parent.split("-")[2])
+
+    trace_id, parent = traceparent()
+    signed = api.get(f"/api/assets/{upload.json()['id']}/url", headers={"traceparent": parent})
+    spans = receiver.trace(trace_id, {"coffer-edge", "coffer-metadata", "coffer-blob"})
+    assert {s["service"] for s in spans} == {"coffer-edge", "coffer-metadata", "coffer-blob"}
+    assert_linked(spans, parent.split("-")[2])
+
+    trace_id, parent = traceparent()
+    assert httpx.get(signed.json()["url"], headers={"traceparent": parent}).content == b"traced"
+    spans = receiver.trace(trace_id, {"coffer-blob"})
+    assert {s["service"] for s in spans} == {"coffer-blob"}
+    api.close()
+
+
+LABELLED_ID = re.compile(r'="[^"]*\b(org|ast|fld|key|usr|req)_[0-9A-Z]{20,}')
+
+
+def test_metrics_on_every_internal_listener(stack, tenant) -> None:
+    asset = tenant.api.post("/api/assets", files={"file": ("m.txt", b"metrics")}).json()
+    tenant.api.get(f"/api/assets/{asset['id']}")
+    tenant.api.get(f"/api/assets/{asset['id']}")
+    httpx.get(asset["publicUrl"])
+    tenant.api.get("/api/assets/ast_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9")  # a 404
+    scraped = {
+        name: httpx.get(stack.url(name) + "/metrics")
+        for name in ("auth", "metadata", "blob", "edge_internal")
+    }
+    for name, response in scraped.items():
+        assert response.status_code == 200, name
+        assert response.headers["content-type"].startswith("text/plain")
+        assert not LABELLED_ID.search(response.text), f"{name} has an id in a label"
+    edge = scraped["edge_internal"].text
+    get_one = 'method="GET",route="/api/assets/{asset_id}",service="edge",status="200"'
+    assert re.search(r"coffer_http_requests_total\{" + re.escape(get_one) + r"\} [2-9]", edge)
+    assert 'route="/api/assets/{asset_id}",service="edge",status="404"' in edge
+    assert re.search(
+        r'coffer_http_request_duration_seconds_bucket\{le="0.005",method="POST",route="/api/assets"', edge
+    )
+    assert 'coffer_auth_cache_requests_total{result="hit"}' in edge
+    assert 'coffer_uploads_total{outcome="created"}' in edge
+    assert "coffer_upload_bytes_total" in edge and "coffer_upload_duration_seconds_bucket" in edge
+    assert "coffer_sweeper_items_total" in edge or "# HELP coffer_sweeper_items_total" in edge
+    metadata = scraped["metadata"].text
+    assert 'coffer_sweeper_backlog{kind="intent"}' in metadata
+    assert "coffer_quota_rejections_total" in metadata
+    assert 'coffer_db_pool_connections{service="metadata",state="idle"}' in metadata
+    assert 'coffer_db_pool_connections{service="auth",state="idle"}' in scraped["auth"].text
+    blob = scraped["blob"].text
+    assert "coffer_storage_operation_duration_seconds" in blob
+    assert "coffer_download_bytes_total" in blob
+    # Never public: not on edge's API port, not on the CDN host.
+    assert httpx.get(stack.edge_url + "/metrics").status_code == 404
+    assert httpx.get(stack.public_cdn_url + "/metrics").status_code == 404
+
+
+def test_logs_never_carry_keys_or_signatures(stack, tenant) -> None:
+    asset = tenant.api.post("/api/assets", files={"file": ("l.txt", b"logs")}).json()
+    signed = tenant.api.get(f"/api/assets/{asset['id']}/url").json()["url"]
+    query = urlsplit(signed).query
+    signature = dict(p.split("=", 1) for p in query.split("&"))["signature"]
+    assert httpx.get(signed).status_code == 200
+    assert httpx.get(signed.replace("signature=", "signature=x")).status_code == 403
+    unknown_key = "cof_org_" + secrets.token_urlsafe(24)
+    httpx.get(stack.edge_url + "/api/assets", headers={"x-api-key": unknown_key})
+    time.sleep(0.5)
+    logs = "".join(p.read_text() for p in sorted((stack.data_dir.parent / "logs").glob("*.log")))
+    assert '"route": "/api/assets"' in logs  # the logs are there, and they are JSON
+    for secret in (tenant.key, unknown_key, signature, query):
+        assert secret not in logs
+    access = [json.loads(line) for line in logs.splitlines() if '"logger": "coffer.access"' in line]
+    assert access
+    for entry in access:
+        assert {"request_id", "trace_id", "route", "status", "duration_ms", "organization_id"} <= set(entry)
+    assert any(e["organization_id"] == tenant.org_id and e["service"] == "edge" for e in access)
