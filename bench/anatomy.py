@@ -24,6 +24,11 @@ so it holds however busy the machine is. Variants:
 - ``SQLModel get by id``: a ``def`` route that opens a Session on ``coffer_kit.db.make_engine``
   (SQLite, WAL) and selects one row of metadata's ``assets`` table by id, as metadata does.
 - ``SQLAlchemy Core get by id``: the same row through a Core ``select`` on a pooled connection.
+- ``4 KiB file, blob's shape``: stat and a sidecar read in one worker-thread call, open in a
+  second, then a StreamingResponse whose chunks are read in worker threads (coffer_blob.cdn).
+- ``4 KiB file, one read``: stat, sidecar and the bytes in one worker-thread call, sent as
+  one ``Response``; and the same read done on the event loop (page-cache reads of a small
+  file take microseconds; a cold disk would stall the loop, so only below a size bound).
 """
 
 from __future__ import annotations
@@ -197,6 +202,57 @@ def build(kind: str, upstream: str | None):  # type: ignore[no-untyped-def]
             assert row is not None
             return _asset(row.id)
 
+    if os.environ.get("ANATOMY_FILES"):
+        import json as _json
+        from collections.abc import Iterator as _Iterator
+
+        from fastapi import Response
+        from fastapi.responses import StreamingResponse
+        from starlette.concurrency import run_in_threadpool
+
+        files = Path(os.environ["ANATOMY_FILES"])
+        files.mkdir(parents=True, exist_ok=True)
+        (files / "small.bin").write_bytes(os.urandom(4096))
+        (files / "small.bin.meta").write_text(_json.dumps({"sha256": "0" * 64, "contentType": "image/png"}))
+
+        def stat(name: str) -> tuple[int, dict[str, str]]:
+            st = (files / name).stat()
+            return st.st_size, _json.loads((files / f"{name}.meta").read_bytes())
+
+        def chunks(fh: Any) -> _Iterator[bytes]:
+            while data := fh.read(64 * 1024):
+                yield data
+
+        @app.get("/file-blob-shape/{name}")
+        async def file_blob_shape(name: str) -> Response:
+            size, meta = await run_in_threadpool(stat, name)
+            fh = await run_in_threadpool((files / name).open, "rb")
+            iterator = chunks(fh)
+
+            async def body() -> Any:
+                try:
+                    while (chunk := await run_in_threadpool(next, iterator, None)) is not None:
+                        yield chunk
+                finally:
+                    fh.close()
+
+            headers = {"content-length": str(size), "etag": f'"{meta["sha256"]}"'}
+            return StreamingResponse(body(), media_type=meta["contentType"], headers=headers)
+
+        def read_all(name: str) -> tuple[bytes, dict[str, str]]:
+            size, meta = stat(name)
+            return (files / name).read_bytes(), meta
+
+        @app.get("/file-one-read/{name}")
+        async def file_one_read(name: str) -> Response:
+            data, meta = await run_in_threadpool(read_all, name)
+            return Response(data, media_type=meta["contentType"], headers={"etag": f'"{meta["sha256"]}"'})
+
+        @app.get("/file-inline/{name}")
+        async def file_inline(name: str) -> Response:
+            data, meta = read_all(name)
+            return Response(data, media_type=meta["contentType"], headers={"etag": f'"{meta["sha256"]}"'})
+
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -216,6 +272,12 @@ def serve(kind: str, port: int, upstream: str | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/anatomy.py", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=4)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).resolve().parent / "results" / "anatomy.md",
+        help="'' for none",
+    )
     parser.add_argument("--serve", nargs=3, metavar=("KIND", "PORT", "UPSTREAM"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
@@ -254,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         cached = start("cached", "plain", upstream, {"ANATOMY_SNIFFIO_CACHED": "1"})
         kit = start("kit", "kit", None)
         db = start("db", "plain", None, {"ANATOMY_DB": f"sqlite:///{root / 'anatomy.db'}"})
+        files = start("files", "plain", None, {"ANATOMY_FILES": str(root / "files")})
         cases = [
             ("plain async route", "plain", plain + "/plain/ast_x"),
             ("kit base_app (middleware, access log, metrics)", "kit", kit + "/plain/ast_x"),
@@ -265,6 +328,13 @@ def main(argv: list[str] | None = None) -> int:
             ("aiohttp call to another process", "plain", plain + "/aiohttp/ast_x"),
             ("SQLModel session, get by id (SQLite)", "db", db + "/orm/ast_x"),
             ("SQLAlchemy Core, get by id (SQLite)", "db", db + "/core/ast_x"),
+            (
+                "4 KiB file, blob's shape (4 thread hops, streamed)",
+                "files",
+                files + "/file-blob-shape/small.bin",
+            ),
+            ("4 KiB file, one read in one thread hop, Response", "files", files + "/file-one-read/small.bin"),
+            ("4 KiB file, one read on the event loop, Response", "files", files + "/file-inline/small.bin"),
         ]
         for label, name, url in cases:
             pids = {"server": [procs[name][0].pid], "upstream": [procs["upstream"][0].pid]}
@@ -293,10 +363,28 @@ def main(argv: list[str] | None = None) -> int:
         for proc, _ in procs.values():
             proc.wait(timeout=10)
         shutil.rmtree(root, ignore_errors=True)
-    print("\n| part | connections | req/s | server CPU ms per request | p99 ms | other jobs (cores) |")
-    print("|---|---|---|---|---|---|")
+    from datetime import UTC, datetime
+
+    from run import commit, machine
+
+    lines = [
+        "# What each part of a request costs (bench/anatomy.py)",
+        "",
+        f"- date: {datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}",
+        f"- commit: `{commit()}`",
+        f"- machine: {machine()}",
+        f"- wrk runs of {args.seconds}s after a 1s warm-up; CPU is the serving process's only",
+        "",
+        "| part | connections | req/s | server CPU ms per request | p99 ms | other jobs (cores) |",
+        "|---|---|---|---|---|---|",
+    ]
     for label, connections, rate, cpu, p99, others in rows:
-        print(f"| {label} | {connections} | {rate:,.0f} | {cpu:.3f} | {p99:.1f} | {others:.2f} |")
+        lines.append(f"| {label} | {connections} | {rate:,.0f} | {cpu:.3f} | {p99:.1f} | {others:.2f} |")
+    text = "\n".join(lines) + "\n"
+    print("\n" + text)
+    if args.out:
+        args.out.write_text(text)
+        print(f"written: {args.out}")
     return 0
 
 

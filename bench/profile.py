@@ -145,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"py-spy on {name} failed: {err.decode()[-1000:]}")
         loader.join()
         sample = result.get("sample")
+        if args.connections:
+            load += f" (run with {args.connections} connections)"
         header = f"# {args.scenario}: {load}\n# load: {sample}\n"
         report = [header]
         for name, out, _ in recorders:
