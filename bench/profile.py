@@ -4,14 +4,20 @@
 
 Starts the same stack as bench/run.py, drives one load from a separate process, samples the
 named services with py-spy (``uvx py-spy``; nothing is added to the project's dependencies)
-and prints, per service, the functions holding the most samples: "self" where the CPU was
-when sampled, "total" where it was below. Collapsed stacks and summaries go to
-bench/results/profiles/ (flamegraph input: one stack and its sample count per line).
+and prints, per service, the functions holding the most samples: "self" where the thread was
+when sampled, "total" where it was below. Collapsed stacks (gzip; flamegraph input: one
+stack and its sample count per line) and summaries go to bench/results/profiles/.
+
+py-spy samples wall time of threads that are not asleep: a thread waiting for a CPU or for
+the GIL counts where it waits (often right after waking another thread: ``Condition.notify``,
+``_write_to_self``, socket ``write``). On a loaded two-core machine read those frames as
+"hand-offs", and take CPU cost per request from bench/anatomy.py and the harness instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import shutil
 import subprocess
@@ -103,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(args, nginx_bin, wrk_bin, root)
     services, load = SCENARIOS[args.scenario]
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"{args.scenario}{'-production' if args.production else ''}"
+    stem = args.scenario + (f"-c{args.connections}" if args.connections else "")
+    stem += "-production" if args.production else ""
     try:
         bench.start()
         asset = bench.upload_one(SMALL)  # also fills edge's auth cache for the key
@@ -153,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
             text = f"## {name} (pid {bench.stack.processes[name].pid})\n{summarize(out, args.top)}"
             (args.out / f"{stem}.{name}.summary.txt").write_text(header + text)
             report.append(text)
+            with open(out, "rb") as raw, gzip.open(f"{out}.gz", "wb") as packed:
+                shutil.copyfileobj(raw, packed)
+            out.unlink()
         print("\n".join(report))
     finally:
         bench.stop()
