@@ -18,7 +18,7 @@ setup: ## Install what is missing: uv (through pip), then the locked Python depe
 	@$(UV) sync --all-packages --frozen --quiet
 
 run: setup ## Run the embedded default: all four services on this machine (Ctrl-C stops)
-	@$(UV) run --frozen --no-sync coffer-stack
+	@.venv/bin/coffer-stack
 
 test: setup ## Run every test (unit, end-to-end over real processes, chart checks)
 	@$(UV) run --frozen --no-sync pytest $(PYTEST_ARGS)

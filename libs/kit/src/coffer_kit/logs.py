@@ -8,7 +8,11 @@ import sys
 from typing import Any
 
 # Attributes every LogRecord has; anything else was passed through ``extra=`` and is context.
-_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "color_message",
+}
 
 
 class JsonFormatter(logging.Formatter):

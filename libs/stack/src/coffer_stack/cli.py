@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from coffer_stack.stack import Stack
+from coffer_stack.stack import Ports, Stack
 
 
 def load_env_file(path: Path) -> None:
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = Path(os.environ.get("COFFER_DATA_DIR", ".coffer")).resolve()
     stack = Stack(
         data_dir=data_dir,
+        ports=Ports.from_env(),
         base_url=os.environ.get("COFFER_BASE_URL"),
         cdn_url=os.environ.get("COFFER_CDN_URL"),
     )
@@ -70,7 +71,12 @@ Press Ctrl-C to stop.""",
         flush=True,
     )
     code = 0
+    parent = os.getppid()
     while not stopping:
+        if os.getppid() != parent:
+            # Whoever started us (make, a shell) is gone without telling us: stop too.
+            print("coffer-stack: parent exited; stopping", file=sys.stderr)
+            break
         dead = stack.poll()
         if dead is not None:
             print(f"coffer-stack: {dead} exited; stopping the others", file=sys.stderr)

@@ -22,6 +22,15 @@ SERVICES: dict[str, list[str]] = {
 MIGRATIONS = [["-m", "coffer_auth.cli", "migrate"], ["-m", "coffer_metadata.cli", "migrate"]]
 
 
+def _terminate_with_parent() -> None:
+    """In the child, before exec: get SIGTERM if the launcher dies, however it dies (Linux)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 @dataclass
 class Ports:
     edge: int = 8080
@@ -30,6 +39,16 @@ class Ports:
     metadata: int = 8082
     blob: int = 8083
     edge_internal: int = 9080
+
+    @classmethod
+    def from_env(cls) -> Ports:
+        """Defaults, overridden by ``COFFER_<SVC>_PORT`` (and ``COFFER_EDGE_INTERNAL_PORT``)."""
+        ports = cls()
+        for name in ("edge", "cdn", "auth", "metadata", "blob", "edge_internal"):
+            value = os.environ.get(f"COFFER_{name.upper()}_PORT")
+            if value:
+                setattr(ports, name, int(value))
+        return ports
 
 
 @dataclass
@@ -107,6 +126,7 @@ class Stack:
         return subprocess.Popen(
             [sys.executable, *SERVICES[name]],
             env=self.env(),
+            preexec_fn=_terminate_with_parent,
             stdout=out,
             stderr=subprocess.STDOUT if out else None,
         )
