@@ -42,12 +42,19 @@ def observe_request(service: str, route: str, method: str, status: int, seconds:
     HTTP_DURATION.labels(service, route, method).observe(seconds)
 
 
+# Scrape-time gauges by name; in multiprocess mode they are asked directly (they read shared
+# state such as the database, so the scraped worker's answer is everyone's).
+_GAUGES: dict[str, Collector] = {}
+
+
 def _registry() -> CollectorRegistry:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        for gauge in _GAUGES.values():
+            registry.register(gauge)
         return registry
     return REGISTRY
 
@@ -86,10 +93,11 @@ def register_gauge(
     name: str, documentation: str, labels: list[str], read: Callable[[], Iterable[tuple[list[str], float]]]
 ) -> None:
     """Register (or replace, e.g. when an app is rebuilt in tests) a scrape-time gauge."""
-    existing = REGISTRY._names_to_collectors.get(name)  # noqa: SLF001 - no public lookup exists
+    existing = _GAUGES.pop(name, None)
     if existing is not None:
         REGISTRY.unregister(existing)
-    REGISTRY.register(GaugeCollector(name, documentation, labels, read))
+    _GAUGES[name] = GaugeCollector(name, documentation, labels, read)
+    REGISTRY.register(_GAUGES[name])
 
 
 def register_pool_gauge(service: str, engine_of: Callable[[], object]) -> None:
