@@ -37,6 +37,7 @@ class Figure:
     note: str = ""
     error: str | None = None
     lower_is_better: bool = False  # latencies: the ratio is then reference ÷ Coffer
+    derived: bool = False  # another view of a measurement already in the details table
 
     def finish(self) -> Figure:
         """Medians, spreads, the ratio to the reference, and whether the goal is met."""
@@ -115,14 +116,24 @@ def table(figures: list[Figure]) -> str:
 def details(figures: list[Figure]) -> str:
     lines = [
         "| figure | load generator | client CPU, Coffer run / reference run (cores) "
-        "| Coffer CPU (cores per process) | reference CPU (cores) | other jobs' CPU (cores, worst) |",
-        "|---|---|---|---|---|---|",
+        "| Coffer CPU (cores per process) | reference CPU (cores) "
+        "| CPU ms per request, Coffer / reference | other jobs' CPU (cores, worst) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for f in figures:
+        if f.derived or (f.client_cpu is None and not f.server_cpu):
+            continue
         client_cpu = " / ".join(f"{c:.2f}" for c in (f.client_cpu, f.reference_client_cpu) if c is not None)
         ref_cpu = f"{f.reference_server_cpu:.2f}" if f.reference_server_cpu is not None else ""
         others = "" if f.others_cpu is None else f"{f.others_cpu:.2f}" + (" ⚠" if f.others_cpu > BUSY else "")
-        lines.append(f"| {f.name} | {f.client} | {client_cpu} | {_cpu(f)} | {ref_cpu} | {others} |")
+        per_request = ""
+        if f.unit in ("req/s", "files/s") and f.value and f.server_cpu:
+            per_request = f"{1000 * sum(f.server_cpu.values()) / f.value:.2f}"
+            if f.reference and f.reference_server_cpu is not None:
+                per_request += f" / {1000 * f.reference_server_cpu / f.reference:.2f}"
+        lines.append(
+            f"| {f.name} | {f.client} | {client_cpu} | {_cpu(f)} | {ref_cpu} | {per_request} | {others} |"
+        )
     notes = [f"- **{f.name}**: {f.note}" for f in figures if f.note]
     notes += [f"- **{f.name}** failed: {f.error}" for f in figures if f.error]
     return "\n".join(lines + ([""] + notes if notes else []))
