@@ -50,16 +50,19 @@ def test_counts_from_every_worker_are_summed(tmp_path) -> None:
             # on new connections, so that both workers answer some.
             return httpx.get(base + "/internal/v1/principal", headers={"connection": "close"}).status_code
 
+        sent = 0
         with ThreadPoolExecutor(max_workers=8) as pool:
-            assert set(pool.map(call, range(40))) == {401}
+            # Until both workers have answered some (the kernel decides who accepts).
+            while sent < 2000 and len(list(multiproc.glob("counter_*.db"))) < 2:
+                assert set(pool.map(call, range(40))) == {401}
+                sent += 40
         scrapes = [httpx.get(base + "/metrics", headers={"connection": "close"}).text for _ in range(6)]
         labels = 'method="GET",route="/internal/v1/principal",service="auth",status="401"'
         series = r"coffer_http_requests_total\{" + re.escape(labels) + r"\} (\S+)"
         for text in scrapes:
-            assert float(re.search(series, text).group(1)) == 40.0
+            assert float(re.search(series, text).group(1)) == sent
             assert "coffer_db_pool_connections" in text
-        pids = {p.name.split("_")[-1] for p in multiproc.iterdir()}
-        assert len(pids) >= 2, pids  # both workers wrote metrics
+        assert len(list(multiproc.glob("counter_*.db"))) == 2  # both workers counted some
     finally:
         server.terminate()
         server.wait(timeout=30)

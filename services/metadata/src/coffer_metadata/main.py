@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
 from fastapi import Depends, FastAPI
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from coffer_kit.app import base_app
-from coffer_kit.db import database_check, make_engine
-from coffer_kit.health import health_router
+from coffer_kit.app import database_service_app
 from coffer_kit.internal import require_internal_token
-from coffer_kit.metrics import metrics_router, register_gauge, register_pool_gauge
+from coffer_kit.metrics import register_gauge
 from coffer_metadata.assets import repository
 from coffer_metadata.assets.router import router as assets_router
 from coffer_metadata.config import Settings
@@ -32,26 +27,13 @@ def _backlog(engine: Engine) -> list[tuple[list[str], float]]:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the metadata app; the engine opens in the lifespan, not at import."""
     settings = settings or Settings()
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.engine = make_engine(settings.metadata_database_url)
-        register_pool_gauge("metadata", lambda: app.state.engine)
-        register_gauge(
-            "coffer_sweeper_backlog",
-            "Upload intents and delete tombstones waiting (in flight, or left by a crash for the sweeper).",
-            ["kind"],
-            lambda: _backlog(app.state.engine),
-        )
-        try:
-            yield
-        finally:
-            app.state.engine.dispose()
-
-    app = base_app("coffer-metadata", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.settings = settings
-    app.include_router(health_router({"database": database_check(lambda: app.state.engine)}))
-    app.include_router(metrics_router())
+    app = database_service_app("metadata", settings.metadata_database_url, settings)
+    register_gauge(
+        "coffer_sweeper_backlog",
+        "Upload intents and delete tombstones waiting (in flight, or left by a crash for the sweeper).",
+        ["kind"],
+        lambda: _backlog(app.state.engine) if hasattr(app.state, "engine") else [],
+    )
     internal = [Depends(require_internal_token)]
     app.include_router(folders_router, dependencies=internal)
     app.include_router(assets_router, dependencies=internal)
