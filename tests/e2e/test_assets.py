@@ -289,3 +289,11 @@ def test_default_name_is_the_file_name(tenant, filename, expected_name) -> None:
     response = upload(tenant.api, b"x", filename, "application/octet-stream")
     assert response.status_code == 201, response.text
     assert response.json()["name"] == expected_name
+
+
+def test_chunked_body_past_the_limit_is_cut_off(tenant) -> None:
+    """Without a Content-Length, edge counts the body itself and stops it at the limit."""
+    ctype, body = multipart_stream(size=MAX_FILE_BYTES + 3 * 1024 * 1024, filename="huge.bin")
+    response = tenant.api.post("/api/assets", content=body, headers={"content-type": ctype})
+    assert_error(response, 413, "file_too_large")
+    assert tenant.api.get("/api/assets").json()["total"] == 0

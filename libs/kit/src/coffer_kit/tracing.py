@@ -30,7 +30,6 @@ def setup_tracing(service: str) -> bool:
     if _enabled or not tracing_configured() or os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
         return _enabled
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -46,9 +45,12 @@ def setup_tracing(service: str) -> bool:
     provider = TracerProvider(resource=Resource.create({}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
-    HTTPXClientInstrumentor().instrument()
     _enabled = True
     return True
+
+
+def tracing_enabled() -> bool:
+    return _enabled
 
 
 def instrument_app(app: Any) -> None:

@@ -33,26 +33,31 @@ def too_large() -> CofferError:
     return CofferError(413, "file_too_large", f"The file exceeds {MAX_FILE_BYTES} bytes (100 MiB).")
 
 
-class _BodyTooLarge(Exception):
-    pass
+class _CappedBody:
+    """The request body as it arrives, stopped once it cannot hold a file within the limit.
 
+    Why it stopped is kept here: the HTTP client that forwards the body to blob reports a
+    failing body as a transport error of its own, whatever the cause.
+    """
 
-class _ClientGone(Exception):
-    pass
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.too_large = False
+        self.client_gone = False
 
-
-async def _capped(request: Request) -> AsyncIterator[bytes]:
-    """The request body as it arrives, stopped once it cannot hold a file within the limit."""
-    seen = 0
-    try:
-        async for chunk in request.stream():
-            seen += len(chunk)
-            if seen > MAX_BODY_BYTES:
-                raise _BodyTooLarge
-            if chunk:
-                yield chunk
-    except ClientDisconnect:
-        raise _ClientGone from None
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        try:
+            async for chunk in self.request.stream():
+                seen += len(chunk)
+                if seen > MAX_BODY_BYTES:
+                    self.too_large = True
+                    raise too_large()
+                if chunk:
+                    yield chunk
+        except ClientDisconnect:
+            self.client_gone = True
+            raise
 
 
 def _require_multipart(request: Request) -> str:
@@ -121,18 +126,17 @@ async def _upload(
         except CofferError:
             log.warning("cleanup deferred to the sweeper", extra={"asset_id": asset_id, "request_id": rid})
 
+    body = _CappedBody(request)
     try:
-        stored = await blob.upload(org, asset_id, _capped(request), content_type, request_id=rid)
-    except _BodyTooLarge:
+        stored = await blob.upload(org, asset_id, body.__aiter__(), content_type, request_id=rid)
+    except (CofferError, ClientDisconnect):
         await discard()
-        raise too_large() from None
-    except _ClientGone:
-        await discard()
-        raise CofferError(
-            400, "invalid_request", "The client went away before the upload finished."
-        ) from None
-    except CofferError:
-        await discard()
+        if body.too_large:
+            raise too_large() from None
+        if body.client_gone:
+            raise CofferError(
+                400, "invalid_request", "The client went away before the upload finished."
+            ) from None
         raise
 
     fields = stored.get("fields") or {}
