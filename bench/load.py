@@ -220,10 +220,11 @@ class Wrk:
         seconds_run = r["duration_us"] / 1e6
         errors = r["connect"] + r["read"] + r["write"] + r["status"] + r["timeout"]
         rate = r["bytes"] / seconds_run / 1e6 if unit_bytes else r["requests"] / seconds_run
+        done = r["requests"] > 0
         return Sample(
             rate=rate,
-            p50_ms=r["p50_us"] / 1000,
-            p99_ms=r["p99_us"] / 1000,
+            p50_ms=r["p50_us"] / 1000 if done else None,
+            p99_ms=r["p99_us"] / 1000 if done else None,
             client_cpu=(usage.ru_utime + usage.ru_stime) / wall,
             server_cpu={name: (after[name] - before[name]) / wall for name in servers},
             errors=errors,

@@ -236,6 +236,9 @@ class Bench:
             requests = sum(c.requests for c, _ in runs)
             if requests and errors > 0.01 * requests:
                 fig.error = f"{errors} of {requests} Coffer requests failed or were not 2xx"
+            stalled = sum(1 for c, _ in runs if c.requests == 0 and c.rate == 0)
+            if stalled:
+                fig.error = f"{stalled} of {len(runs)} repetitions completed no request at all (a stall)"
             fig.others_cpu = max(max(c.others_cpu, r.others_cpu if r else 0.0) for c, r in runs)
             ref_errors = sum(r.errors for _, r in runs if r is not None)
             if ref_errors:
