@@ -15,7 +15,7 @@ from coffer_kit.tracing import tracing_enabled
 INTERNAL_TOKEN_HEADER = "x-coffer-internal-token"
 
 
-def require_internal_token(request: Request) -> None:
+async def require_internal_token(request: Request) -> None:
     """Dependency for internal routers: refuse any caller without the shared token."""
     expected: str = request.app.state.settings.internal_token.get_secret_value()
     sent = request.headers.get(INTERNAL_TOKEN_HEADER, "")
