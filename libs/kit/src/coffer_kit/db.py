@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.pool import QueuePool
 from sqlmodel import Session, create_engine
 from starlette.concurrency import run_in_threadpool
 
@@ -20,11 +22,22 @@ WRITE_OPTION = "coffer_write"
 _READ_METHODS = {"GET", "HEAD", "OPTIONS"}
 
 
-def make_engine(url: str, *, pool_size: int = 10) -> Engine:
+# As many pooled connections as the thread pool has threads (anyio's default is 40): a
+# connection opened past the pool's size is closed again after one use, and opening one costs
+# more than the query it serves.
+POOL_SIZE = 40
+
+
+def make_engine(url: str, *, pool_size: int = POOL_SIZE) -> Engine:
     """An engine for ``url``; SQLite gets WAL, foreign keys and a busy timeout."""
     if url.startswith("sqlite"):
         engine = create_engine(
-            url, connect_args={"check_same_thread": False, "timeout": 30}, pool_pre_ping=False
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            poolclass=QueuePool,
+            pool_size=pool_size,
+            max_overflow=0,
+            pool_timeout=30,
         )
 
         @event.listens_for(engine, "connect")
@@ -54,34 +67,56 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
         url,
         pool_pre_ping=True,
         pool_size=pool_size,
-        max_overflow=pool_size,
+        max_overflow=0,
         pool_timeout=10,
     )
     instrument_engine(engine)
     return engine
 
 
+@functools.cache
 def writer(engine: Engine) -> Engine:
     """The same engine, marked so that its transactions take the write lock at BEGIN."""
     return engine.execution_options(**{WRITE_OPTION: True})
 
 
-def get_session(request: Request) -> Iterator[Session]:
-    """The request owns the transaction: commit on success, roll back on error."""
+def _commit(session: Session) -> None:
+    try:
+        session.commit()
+    finally:
+        session.close()
+
+
+def _rollback(session: Session) -> None:
+    try:
+        session.rollback()
+    finally:
+        session.close()
+
+
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """The request owns the transaction: commit on success, roll back on error.
+
+    Opening a Session touches no database, so it happens on the event loop; only the end of
+    the transaction takes a thread (one hop, where a sync dependency would take two).
+    """
     engine: Engine = request.app.state.engine
     bind = engine if request.method in _READ_METHODS else writer(engine)
-    with Session(bind, expire_on_commit=False) as session:
-        try:
-            yield session
-            session.commit()
-        except (OperationalError, DBAPIError) as exc:
-            session.rollback()
-            if exc.connection_invalidated or isinstance(exc, OperationalError):
-                raise unavailable("The database is unavailable.") from exc
-            raise
-        except BaseException:
-            session.rollback()
-            raise
+    session = Session(bind, expire_on_commit=False)
+    try:
+        yield session
+    except (OperationalError, DBAPIError) as exc:
+        await run_in_threadpool(_rollback, session)
+        if exc.connection_invalidated or isinstance(exc, OperationalError):
+            raise unavailable("The database is unavailable.") from exc
+        raise
+    except BaseException:
+        await run_in_threadpool(_rollback, session)
+        raise
+    try:
+        await run_in_threadpool(_commit, session)
+    except (OperationalError, DBAPIError) as exc:
+        raise unavailable("The database is unavailable.") from exc
 
 
 # scope="function": commit before the response is sent, so a failed commit is never a 2xx.

@@ -10,11 +10,11 @@ from coffer_blob.config import Settings
 from coffer_blob.storage import Storage
 
 
-def get_storage(request: Request) -> Storage:
+async def get_storage(request: Request) -> Storage:
     return request.app.state.storage  # type: ignore[no-any-return]
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings  # type: ignore[no-any-return]
 
 

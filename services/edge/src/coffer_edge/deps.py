@@ -39,15 +39,17 @@ async def authenticate(
     return principal
 
 
-def request_id(request: Request) -> str:
+# Dependencies are async even when trivial: a sync one costs a thread-pool round trip, and
+# edge has no blocking work to do at all.
+async def request_id(request: Request) -> str:
     return str(request.state.request_id)
 
 
-def _metadata(request: Request) -> MetadataClient:
+async def _metadata(request: Request) -> MetadataClient:
     return request.app.state.metadata  # type: ignore[no-any-return]
 
 
-def _blob(request: Request) -> BlobClient:
+async def _blob(request: Request) -> BlobClient:
     return request.app.state.blob  # type: ignore[no-any-return]
 
 
