@@ -16,10 +16,9 @@ so it holds however busy the machine is. Variants:
 - ``sync endpoint + session dep``: a ``def`` route with a ``def`` token dependency and a
   generator dependency (metadata's shape: ``require_internal_token``, ``SessionDep``).
 - ``httpx call``: the plain route awaiting one GET to another process through an httpx
-  AsyncClient made like ``coffer_kit.internal.internal_client`` (edge's shape).
-- ``httpx call, sniffio importable``: the same in a process where ``import sniffio`` is
-  answered from ``sys.modules`` (as it is once sniffio is installed): httpcore tries that
-  import several times per request, and without the package each try searches sys.path.
+  AsyncClient with httpx's own pool (httpcore), as edge's clients were made until 8c448c6.
+- ``internal_client call``: the same through ``coffer_kit.internal.internal_client`` as it
+  is now (at 8c448c6: the httpx API over httpx-aiohttp's transport).
 - ``aiohttp call``: the same call through an aiohttp ClientSession (one pooled connector).
 - ``SQLModel get by id``: a ``def`` route that opens a Session on ``coffer_kit.db.make_engine``
   (SQLite, WAL) and selects one row of metadata's ``assets`` table by id, as metadata does.
@@ -81,12 +80,16 @@ def build(kind: str, upstream: str | None):  # type: ignore[no-untyped-def]
                 timeout=httpx.Timeout(5.0),
                 limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
             )
+            from coffer_kit.internal import internal_client
+
+            state["internal"] = internal_client(upstream, "anatomy", timeout=5.0)
             state["aiohttp"] = aiohttp.ClientSession(
                 base_url=upstream, connector=aiohttp.TCPConnector(limit=200), timeout=aiohttp.ClientTimeout(5)
             )
         yield
         if upstream:
             await state["http"].aclose()
+            await state["internal"].aclose()
             await state["aiohttp"].close()
 
     if kind == "kit":
@@ -151,6 +154,11 @@ def build(kind: str, upstream: str | None):  # type: ignore[no-untyped-def]
     @app.get("/httpx/{asset_id}")
     async def via_httpx(asset_id: str) -> Any:
         response = await state["http"].get(f"/plain/{asset_id}")
+        return response.json()
+
+    @app.get("/internal/{asset_id}")
+    async def via_internal_client(asset_id: str) -> Any:
+        response = await state["internal"].get(f"/plain/{asset_id}")
         return response.json()
 
     @app.get("/aiohttp/{asset_id}")
@@ -264,8 +272,6 @@ def serve(kind: str, port: int, upstream: str | None) -> None:
     from coffer_kit.serve import Listener
     from coffer_kit.serve import serve as run
 
-    if os.environ.get("ANATOMY_SNIFFIO_CACHED") == "1":
-        sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
     run([Listener(build(kind, upstream), "127.0.0.1", port)], graceful_seconds=5)
 
 
@@ -313,7 +319,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         upstream = start("upstream", "plain", None)
         plain = start("plain", "plain", upstream)
-        cached = start("cached", "plain", upstream, {"ANATOMY_SNIFFIO_CACHED": "1"})
         kit = start("kit", "kit", None)
         db = start("db", "plain", None, {"ANATOMY_DB": f"sqlite:///{root / 'anatomy.db'}"})
         files = start("files", "plain", None, {"ANATOMY_FILES": str(root / "files")})
@@ -324,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             ("3 async deps", "plain", plain + "/async-deps/ast_x"),
             ("sync endpoint + token dep + session dep", "plain", plain + "/sync-endpoint/ast_x"),
             ("httpx call to another process", "plain", plain + "/httpx/ast_x"),
-            ("httpx call, sniffio importable", "cached", cached + "/httpx/ast_x"),
+            ("coffer_kit internal_client call (as now)", "plain", plain + "/internal/ast_x"),
             ("aiohttp call to another process", "plain", plain + "/aiohttp/ast_x"),
             ("SQLModel session, get by id (SQLite)", "db", db + "/orm/ast_x"),
             ("SQLAlchemy Core, get by id (SQLite)", "db", db + "/core/ast_x"),
