@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
@@ -94,6 +96,25 @@ def _rollback(session: Session) -> None:
         session.close()
 
 
+def _sqlite_write_lock(request: Request, engine: Engine) -> asyncio.Lock | None:
+    """The app's queue for SQLite write transactions (None on other databases).
+
+    SQLite has one writer at a time. Waiting in its busy handler sleeps in growing steps (up
+    to 100 ms) instead of waking when the lock is free, and holds a worker thread meanwhile:
+    with as many waiting writers as threads, the holder cannot get a thread to commit until a
+    waiter times out. Writers of this process therefore queue here, on the event loop, and
+    the next one starts the moment the previous commits. Other processes (the CLI, a second
+    worker) still meet the busy handler.
+    """
+    if engine.dialect.name != "sqlite":
+        return None
+    state = request.app.state
+    lock: asyncio.Lock | None = getattr(state, "sqlite_write_lock", None)
+    if lock is None:
+        lock = state.sqlite_write_lock = asyncio.Lock()
+    return lock
+
+
 async def get_session(request: Request) -> AsyncIterator[Session]:
     """The request owns the transaction: commit on success, roll back on error.
 
@@ -101,7 +122,15 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
     the transaction takes a thread (one hop, where a sync dependency would take two).
     """
     engine: Engine = request.app.state.engine
-    bind = engine if request.method in _READ_METHODS else writer(engine)
+    write = request.method not in _READ_METHODS
+    lock = _sqlite_write_lock(request, engine) if write else None
+    bind = writer(engine) if write else engine
+    async with lock or contextlib.nullcontext(), _transaction(bind) as session:
+        yield session
+
+
+@contextlib.asynccontextmanager
+async def _transaction(bind: Engine) -> AsyncIterator[Session]:
     session = Session(bind, expire_on_commit=False)
     try:
         yield session
