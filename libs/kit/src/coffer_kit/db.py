@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
 from sqlalchemy import event, text
@@ -146,6 +146,28 @@ async def _transaction(bind: Engine) -> AsyncIterator[Session]:
         await run_in_threadpool(_commit, session)
     except (OperationalError, DBAPIError) as exc:
         raise unavailable("The database is unavailable.") from exc
+
+
+T = TypeVar("T")
+
+
+async def run_read(engine: Engine, work: Callable[[Session], T]) -> T:
+    """``work(session)`` in one read transaction and one worker-thread trip.
+
+    For hot read endpoints: the session dependency costs a second trip to end the
+    transaction. A database that is down answers 503, as through the dependency.
+    """
+
+    def run() -> T:
+        with Session(engine, expire_on_commit=False) as session:
+            return work(session)
+
+    try:
+        return await run_in_threadpool(run)
+    except (OperationalError, DBAPIError) as exc:
+        if exc.connection_invalidated or isinstance(exc, OperationalError):
+            raise unavailable("The database is unavailable.") from exc
+        raise
 
 
 # scope="function": commit before the response is sent, so a failed commit is never a 2xx.

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import sqlalchemy as sa
 from sqlalchemy import func, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Row
 from sqlmodel import Session, col, delete, select
 
 from coffer_metadata.models import Asset, Tombstone, UploadIntent, Usage
@@ -20,34 +22,60 @@ def get(session: Session, *, org_id: str, asset_id: str) -> Asset | None:
     return session.exec(select(Asset).where(Asset.organization_id == org_id, Asset.id == asset_id)).first()
 
 
-def _folder_filter(folder_id: str | None, root_only: bool):  # type: ignore[no-untyped-def]
-    if root_only:
-        return col(Asset.folder_id).is_(None)
-    if folder_id is not None:
-        return col(Asset.folder_id) == folder_id
-    return None
+# The hot read paths (one asset, a page, a count) as Core statements built once: building a
+# statement costs more than running it, and rows need no ORM objects to become JSON.
+_assets = Asset.__table__  # type: ignore[attr-defined]
+_org = _assets.c.organization_id == sa.bindparam("org_id")
+_in_folder = _assets.c.folder_id == sa.bindparam("folder_id")
+_at_root = _assets.c.folder_id.is_(None)
+_newest_first = (_assets.c.created_at.desc(), _assets.c.id.desc())
+_VIEW = sa.select(
+    _assets.c.id,
+    _assets.c.organization_id,
+    _assets.c.folder_id,
+    _assets.c.key,
+    _assets.c.name,
+    _assets.c.mime_type,
+    _assets.c.size,
+    _assets.c.created_at,
+)
+_GET_ROW = _VIEW.where(_org, _assets.c.id == sa.bindparam("asset_id"))
+_PAGE = {
+    scope: _VIEW.where(*where)
+    .order_by(*_newest_first)
+    .limit(sa.bindparam("limit", type_=sa.Integer))
+    .offset(sa.bindparam("offset", type_=sa.Integer))
+    for scope, where in {"all": (_org,), "folder": (_org, _in_folder), "root": (_org, _at_root)}.items()
+}
+_COUNT = {
+    scope: sa.select(func.count()).select_from(_assets).where(_org, where)
+    for scope, where in {"folder": _in_folder, "root": _at_root}.items()
+}
+_usage = Usage.__table__  # type: ignore[attr-defined]
+# Every asset of the organization: usage keeps that count in the same transactions.
+_COUNT["all"] = sa.select(_usage.c.asset_count).where(_usage.c.organization_id == sa.bindparam("org_id"))
+
+
+def _scope(folder_id: str | None, root_only: bool) -> str:
+    return "root" if root_only else "folder" if folder_id is not None else "all"
+
+
+def get_row(session: Session, *, org_id: str, asset_id: str) -> Row | None:  # type: ignore[type-arg]
+    """The asset's public fields, if the organization has it."""
+    return session.connection().execute(_GET_ROW, {"org_id": org_id, "asset_id": asset_id}).first()
 
 
 def page(
     session: Session, *, org_id: str, folder_id: str | None, root_only: bool, limit: int, offset: int
-) -> list[Asset]:
+) -> list[Row]:  # type: ignore[type-arg]
     """Newest first (created_at desc, then id desc): stable across pages."""
-    query = select(Asset).where(Asset.organization_id == org_id)
-    where = _folder_filter(folder_id, root_only)
-    if where is not None:
-        query = query.where(where)
-    query = query.order_by(col(Asset.created_at).desc(), col(Asset.id).desc()).limit(limit).offset(offset)
-    return list(session.exec(query))
+    params = {"org_id": org_id, "folder_id": folder_id, "limit": limit, "offset": offset}
+    return list(session.connection().execute(_PAGE[_scope(folder_id, root_only)], params))
 
 
 def count(session: Session, *, org_id: str, folder_id: str | None, root_only: bool) -> int:
-    where = _folder_filter(folder_id, root_only)
-    if where is None:
-        # Every asset of the organization: usage keeps that count in the same transactions.
-        usage = session.get(Usage, org_id)
-        return usage.asset_count if usage else 0
-    query = select(func.count()).select_from(Asset).where(col(Asset.organization_id) == org_id, where)
-    return int(session.exec(query).one())
+    params = {"org_id": org_id, "folder_id": folder_id}
+    return int(session.connection().execute(_COUNT[_scope(folder_id, root_only)], params).scalar() or 0)
 
 
 def usage(session: Session, *, org_id: str) -> Usage:

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from prometheus_client import Counter
+from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
@@ -23,8 +24,8 @@ QUOTA_REJECTIONS = Counter(
 )
 
 
-def view(asset: Asset, cdn_url: str) -> dict[str, Any]:
-    """An asset as the contract writes it."""
+def view(asset: Asset | Row, cdn_url: str) -> dict[str, Any]:  # type: ignore[type-arg]
+    """An asset (a model or a row of its public fields) as the contract writes it."""
     return {
         "id": asset.id,
         "organizationId": asset.organization_id,
@@ -38,14 +39,19 @@ def view(asset: Asset, cdn_url: str) -> dict[str, Any]:
     }
 
 
-def require_asset(session: Session, *, org_id: str, asset_id: str) -> Asset:
-    """The organization's asset; 403 if it is another's, 404 if none."""
-    asset = repository.get(session, org_id=org_id, asset_id=asset_id)
-    if asset is not None:
-        return asset
+def _missing(session: Session, asset_id: str) -> CofferError:
+    """Why the organization has no such asset: 403 if it is another's, 404 if none."""
     if repository.owner_of(session, asset_id) is not None:
-        raise forbidden(f"Asset {asset_id} belongs to another organization.")
-    raise not_found(f"Asset {asset_id} does not exist.")
+        return forbidden(f"Asset {asset_id} belongs to another organization.")
+    return not_found(f"Asset {asset_id} does not exist.")
+
+
+def get_view(session: Session, *, org_id: str, asset_id: str, cdn_url: str) -> dict[str, Any]:
+    """The organization's asset as the contract writes it; 403 or 404 otherwise."""
+    row = repository.get_row(session, org_id=org_id, asset_id=asset_id)
+    if row is None:
+        raise _missing(session, asset_id)
+    return view(row, cdn_url)
 
 
 def key_prefix(org_id: str, asset_id: str) -> str:
@@ -122,10 +128,13 @@ def abandon_upload(session: Session, *, org_id: str, asset_id: str) -> None:
     repository.consume_intent(session, org_id=org_id, asset_id=asset_id)
 
 
-def list_assets(
-    session: Session, *, org_id: str, folder_id: str | None, limit: int, offset: int
-) -> tuple[list[Asset], int]:
-    """A page of assets and the total that match. ``folder_id`` "" means root level only."""
+def list_views(
+    session: Session, *, org_id: str, folder_id: str | None, limit: int, offset: int, cdn_url: str
+) -> dict[str, Any]:
+    """A page of assets and the total that match, as the contract writes them.
+
+    ``folder_id`` "" means root level only.
+    """
     root_only = folder_id == ""
     folder = folder_id or None
     if folder is not None:
@@ -134,7 +143,7 @@ def list_assets(
         session, org_id=org_id, folder_id=folder, root_only=root_only, limit=limit, offset=offset
     )
     total = repository.count(session, org_id=org_id, folder_id=folder, root_only=root_only)
-    return items, total
+    return {"assets": [view(a, cdn_url) for a in items], "total": total, "limit": limit, "offset": offset}
 
 
 def hide(session: Session, *, org_id: str, asset_id: str) -> str:
@@ -148,8 +157,7 @@ def hide(session: Session, *, org_id: str, asset_id: str) -> str:
         stone = repository.tombstone(session, org_id=org_id, asset_id=asset_id)
         if stone is not None:
             return stone.key
-        require_asset(session, org_id=org_id, asset_id=asset_id)  # raises 403 or 404
-    assert asset is not None
+        raise _missing(session, asset_id)
     repository.release(session, org_id=org_id, size=asset.size)
     repository.add_tombstone(session, asset=asset, now=utcnow())
     session.delete(asset)
