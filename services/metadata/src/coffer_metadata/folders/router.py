@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from sqlmodel import Session
 
-from coffer_kit.db import SessionDep
+from coffer_kit.db import SessionDep, run_read
 from coffer_metadata.folders import service
 
 router = APIRouter(prefix="/internal/v1/orgs/{org_id}/folders")
@@ -21,11 +23,14 @@ class FolderIn(BaseModel):
 
 
 @router.get("")
-def list_folders(
-    org_id: str, session: SessionDep, parent_id: Annotated[str | None, Query(alias="parentId")] = None
-) -> dict[str, Any]:
-    folders = service.list_children(session, org_id=org_id, parent_id=parent_id or None)
-    return {"folders": [service.view(f) for f in folders]}
+async def list_folders(
+    org_id: str, request: Request, parent_id: Annotated[str | None, Query(alias="parentId")] = None
+) -> JSONResponse:
+    def children(session: Session) -> dict[str, Any]:
+        folders = service.list_children(session, org_id=org_id, parent_id=parent_id or None)
+        return {"folders": [service.view(f) for f in folders]}
+
+    return JSONResponse(await run_read(request.app.state.engine, children))
 
 
 @router.post("", status_code=201)
