@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit
 import httpx
 import pytest
 
+from coffer_blob import cdn as cdn_module
 from coffer_blob import signing
 from coffer_blob.config import Settings
 from coffer_kit.testing import assert_error
@@ -80,6 +81,44 @@ async def test_large_download_streams_in_chunks(api: httpx.AsyncClient, cdn: htt
     async with cdn.stream("GET", path) as response:
         body = b"".join([chunk async for chunk in response.aiter_raw()])
     assert body == data
+
+
+@pytest.mark.parametrize(
+    "size", [64 * 1024, 64 * 1024 + 1, cdn_module.SMALL_OBJECT_BYTES, cdn_module.SMALL_OBJECT_BYTES + 1]
+)
+async def test_sizes_around_the_read_bounds(
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient, size: int
+) -> None:
+    """Read on the event loop (fs), read whole in a worker thread, or streamed: the same answers."""
+    data = (bytes(range(256)) * (size // 256 + 1))[:size]
+    path = await public_path(api, data=data)
+    response = await cdn.get(path)
+    assert (response.status_code, response.content) == (200, data)
+    assert response.headers["content-length"] == str(size)
+    response = await cdn.get(path, headers={"range": f"bytes={size - 10}-"})
+    assert (response.status_code, response.content) == (206, data[-10:])
+    assert response.headers["content-range"] == f"bytes {size - 10}-{size - 1}/{size}"
+    response = await cdn.head(path)
+    assert (response.status_code, response.content) == (200, b"")
+    assert response.headers["content-length"] == str(size)
+
+
+async def test_small_objects_on_disk_are_read_on_the_event_loop(
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if settings.storage != "fs":
+        pytest.skip("S3 reads are network calls: always in a worker thread")
+    small = await public_path(api)
+    larger = await public_path(api, data=b"x" * (64 * 1024 + 1))
+
+    def no_threads(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("a worker-thread trip")
+
+    monkeypatch.setattr(cdn_module, "run_in_threadpool", no_threads)
+    assert (await cdn.get(small)).content == DATA
+    assert (await cdn.get(small, headers={"range": "bytes=0-0"})).status_code == 206
+    with pytest.raises(AssertionError, match="worker-thread"):
+        await cdn.get(larger)
 
 
 async def test_head(api: httpx.AsyncClient, cdn: httpx.AsyncClient) -> None:

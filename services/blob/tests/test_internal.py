@@ -152,8 +152,11 @@ async def test_cdn_role_serves_no_internal_api(settings) -> None:  # type: ignor
 async def test_storage_and_download_metrics(api: httpx.AsyncClient, cdn: httpx.AsyncClient) -> None:
     key = (await upload(api, b"measured")).json()["key"]
     assert (await cdn.get("/" + key)).content == b"measured"
+    big = b"x" * (300 * 1024)  # streamed: read_small finds it too large, open_reader sends it
+    key = (await upload(api, big)).json()["key"]
+    assert (await cdn.get("/" + key)).content == big
     text = (await api.get("/metrics")).text
-    for operation in ("open_writer", "write", "commit", "stat", "open_reader"):
+    for operation in ("open_writer", "write", "commit", "read_small", "open_reader"):
         labels = f'driver="fs",operation="{operation}",outcome="ok"'
         assert f"coffer_storage_operation_duration_seconds_count{{{labels}}}" in text, operation
     assert 'coffer_download_bytes_total{access="public"}' in text

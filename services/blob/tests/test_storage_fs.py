@@ -66,6 +66,17 @@ def test_write_commit_stat_read(storage: FsStorage) -> None:
     assert meta == {"name": "photo.jpg", "contentType": "image/jpeg", "sha256": info.sha256}
 
 
+def test_read_small(storage: FsStorage) -> None:
+    put(storage, data=b"0123456789")
+    assert storage.read_small(KEY, 10) == (storage.stat(KEY), b"0123456789")
+    found = storage.read_small(KEY, 9)
+    assert found is not None and found[0].size == 10 and found[1] is None
+    assert storage.read_small("org_1/ast_1/missing.bin", 10) is None
+    assert storage.read_small("org_1/ast_1", 10) is None  # a directory, not an object
+    put(storage, data=b"")
+    assert storage.read_small(KEY, 0) == (storage.stat(KEY), b"")
+
+
 def test_empty_object(storage: FsStorage) -> None:
     put(storage, data=b"")
     info = storage.stat(KEY)
@@ -129,6 +140,7 @@ def test_a_data_file_without_its_sidecar_is_not_an_object(storage: FsStorage) ->
     for path in (storage.objects / "org_1/ast_1").glob("%meta.*"):
         path.unlink()
     assert storage.stat(KEY) is None
+    assert storage.read_small(KEY, 100) is None
 
 
 def test_delete_prefix_removes_objects_and_unfinished_writes(storage: FsStorage) -> None:

@@ -86,6 +86,15 @@ def test_small_object_is_one_put(storage: S3Storage, s3_server: S3Server, bucket
     assert leftovers(s3_server, bucket) == ([KEY], [])
 
 
+def test_read_small(storage: S3Storage) -> None:
+    put(storage, KEY, b"0123456789")
+    found = storage.read_small(KEY, 10)
+    assert found is not None and found == (storage.stat(KEY), b"0123456789")
+    found = storage.read_small(KEY, 9)
+    assert found is not None and found[0].size == 10 and found[1] is None
+    assert storage.read_small("org_1/ast_1/missing.bin", 10) is None
+
+
 def test_empty_object(storage: S3Storage) -> None:
     put(storage, KEY, b"")
     info = storage.stat(KEY)

@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from coffer_blob import keys, signing
 from coffer_blob.deps import SettingsDep, StorageDep
 from coffer_blob.observe import DOWNLOAD_BYTES
-from coffer_blob.storage import ObjectInfo, Reader, Storage
+from coffer_blob.storage import ObjectInfo, Reader
 from coffer_kit.errors import CofferError, forbidden, not_found
 
 router = APIRouter()
@@ -40,8 +40,11 @@ _PREFLIGHT = {
     "allow": "GET, HEAD, OPTIONS",
 }
 _RANGE_SPEC = re.compile(r"^(\d*)-(\d*)$")
-# Objects up to this size are read whole, with their metadata, in one worker-thread trip.
+# Objects up to this size are read whole and sent in one piece (on the event loop up to the
+# driver's inline_read_bytes, else with their metadata in one worker-thread trip); larger
+# ones stream. Small files are most requests and least bytes.
 SMALL_OBJECT_BYTES = 256 * 1024
+_SENT = {access: DOWNLOAD_BYTES.labels(access) for access in ("public", "signed")}
 
 
 class CdnHeadersMiddleware:
@@ -93,9 +96,15 @@ async def download(key: str, request: Request, storage: StorageDep, settings: Se
             raise forbidden(refusal)
         cache, access = f"private, max-age={max(0, int(int(expires[0]) - now))}", "signed"
 
-    info, small_body = await run_in_threadpool(_stat_and_small_body, storage, key)
-    if info is None:
+    if storage.inline_read_bytes:
+        # On the event loop: a page-cache read of a few KiB costs less than a worker-thread
+        # trip (bench/results/anatomy.md); the bound keeps a cold read short.
+        found = storage.read_small(key, storage.inline_read_bytes)
+    else:
+        found = await run_in_threadpool(storage.read_small, key, SMALL_OBJECT_BYTES)
+    if found is None:
         raise not_found("No such object.")
+    info, body = found
     headers = _representation_headers(info, cache)
 
     precondition = _preconditions(request, info)
@@ -123,33 +132,19 @@ async def download(key: str, request: Request, storage: StorageDep, settings: Se
     headers["content-length"] = str(end - start)
     if request.method == "HEAD":
         return Response(status_code=status, headers=headers)
-    if small_body is not None:
-        DOWNLOAD_BYTES.labels(access).inc(end - start)
-        return Response(small_body[start:end], status_code=status, headers=headers)
+    if body is None and info.size <= SMALL_OBJECT_BYTES:
+        # Too large to read on the event loop, small enough to read whole in one trip.
+        found = await run_in_threadpool(storage.read_small, key, SMALL_OBJECT_BYTES)
+        if found is None:  # deleted since
+            raise not_found("No such object.")
+        body = found[1]
+    if body is not None:
+        _SENT[access].inc(end - start)
+        return Response(body[start:end], status_code=status, headers=headers)
     reader = await run_in_threadpool(storage.open_reader, key, start, end)
     if reader is None:  # deleted since the stat
         raise not_found("No such object.")
-    return StreamingResponse(
-        _chunks(reader, DOWNLOAD_BYTES.labels(access)), status_code=status, headers=headers
-    )
-
-
-def _stat_and_small_body(storage: Storage, key: str) -> tuple[ObjectInfo | None, bytes | None]:
-    """The object's metadata and, when it is small, its bytes: one worker-thread trip.
-
-    Small files are most requests and least bytes; a thread hop per step (stat, open, each
-    chunk) costs more than reading them (bench/results/anatomy.md). Larger ones stream.
-    """
-    info = storage.stat(key)
-    if info is None or info.size > SMALL_OBJECT_BYTES:
-        return info, None
-    reader = storage.open_reader(key, 0, info.size)
-    if reader is None:
-        return None, None
-    try:
-        return info, b"".join(reader)
-    finally:
-        reader.close()
+    return StreamingResponse(_chunks(reader, _SENT[access]), status_code=status, headers=headers)
 
 
 async def _chunks(reader: Reader, sent: Counter) -> AsyncIterator[bytes]:

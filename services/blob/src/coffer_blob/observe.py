@@ -53,6 +53,7 @@ class InstrumentedStorage:
     def __init__(self, inner: Storage) -> None:
         self.inner = inner
         self.name = inner.name
+        self.inline_read_bytes = inner.inline_read_bytes
 
     def open_writer(self, key: str) -> Writer:
         with _operation(self.name, "open_writer"):
@@ -65,6 +66,10 @@ class InstrumentedStorage:
     def open_reader(self, key: str, start: int = 0, end: int | None = None) -> Reader | None:
         with _operation(self.name, "open_reader"):
             return self.inner.open_reader(key, start, end)
+
+    def read_small(self, key: str, limit: int) -> tuple[ObjectInfo, bytes | None] | None:
+        with _operation(self.name, "read_small"):
+            return self.inner.read_small(key, limit)
 
     def delete(self, key: str) -> None:
         with _operation(self.name, "delete"):

@@ -1,7 +1,8 @@
 """The storage driver interface: what blob needs from a place that keeps bytes.
 
 Drivers are synchronous (the filesystem and boto3 both are); blob calls them from a
-threadpool. Keys are ``/``-separated paths that blob has already validated
+threadpool, except ``read_small`` up to the driver's ``inline_read_bytes``, which the CDN
+calls on the event loop. Keys are ``/``-separated paths that blob has already validated
 (``{org}/{asset}/{filename}``, see ``coffer_blob.keys``); a prefix is a key's leading
 segments ending in ``/``.
 """
@@ -58,6 +59,10 @@ class Storage(Protocol):
     """A storage driver (``fs`` or ``s3``)."""
 
     name: str
+    # Objects up to this size may be read by ``read_small`` on the event loop: a few
+    # page-cache syscalls cost less than a worker-thread trip. 0 where every read is network
+    # I/O (S3), which never runs on the event loop.
+    inline_read_bytes: int
 
     def open_writer(self, key: str) -> Writer:
         """Start writing an object under ``key`` (replacing any object there on commit)."""
@@ -69,6 +74,11 @@ class Storage(Protocol):
 
     def open_reader(self, key: str, start: int = 0, end: int | None = None) -> Reader | None:
         """Bytes ``[start, end)`` of the object (``end`` None: to the end), or None if absent."""
+        ...
+
+    def read_small(self, key: str, limit: int) -> tuple[ObjectInfo, bytes | None] | None:
+        """The committed object under ``key`` and, when it is at most ``limit`` bytes, all of
+        them (else None); None if there is no object."""
         ...
 
     def delete(self, key: str) -> None:

@@ -43,6 +43,27 @@ def _sidecar_name(filename: str) -> str:
     return f"{_RESERVED}meta.{hashlib.sha256(filename.encode()).hexdigest()}.json"
 
 
+def _read_fd(fd: int, size: int) -> bytes:
+    """Up to ``size`` bytes from ``fd``'s position (fewer only at end of file)."""
+    chunks = []
+    while size > 0:
+        chunk = os.read(fd, size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_file(path: str) -> bytes:
+    """A small file's bytes in plain syscalls (no buffered file object): sidecars."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return _read_fd(fd, 1 << 20)
+    finally:
+        os.close(fd)
+
+
 def _write_durably(fh: IO[bytes]) -> None:
     fh.flush()
     os.fsync(fh.fileno())
@@ -52,6 +73,7 @@ class FsStorage:
     """Objects as files; see the module docstring for the layout and the publish order."""
 
     name = "fs"
+    inline_read_bytes = 64 * 1024
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -100,23 +122,32 @@ class FsStorage:
     def stat(self, key: str) -> ObjectInfo | None:
         path = self._path(key)
         try:
-            st = path.stat()
-            if not stat_mod.S_ISREG(st.st_mode):
-                return None
-            meta = json.loads((path.parent / _sidecar_name(path.name)).read_bytes())
+            st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
             raise StorageUnavailable(f"cannot stat {key}: {exc}") from exc
-        if meta.get("name") != path.name:
-            return None  # a sidecar that belongs to another name: not a committed object
-        return ObjectInfo(
-            key=key,
-            size=st.st_size,
-            sha256=meta["sha256"],
-            content_type=meta["contentType"],
-            last_modified=datetime.fromtimestamp(int(st.st_mtime), UTC),
-        )
+        return self._info(key, path, st)
+
+    def read_small(self, key: str, limit: int) -> tuple[ObjectInfo, bytes | None] | None:
+        path = self._path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot read {key}: {exc}") from exc
+        try:
+            # One open for the size and the bytes: a delete in between cannot split them.
+            st = os.fstat(fd)
+            info = self._info(key, path, st)
+            if info is None:
+                return None
+            return info, _read_fd(fd, st.st_size) if st.st_size <= limit else None
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot read {key}: {exc}") from exc
+        finally:
+            os.close(fd)
 
     def open_reader(self, key: str, start: int = 0, end: int | None = None) -> _FsReader | None:
         path = self._path(key)
@@ -182,6 +213,26 @@ class FsStorage:
 
     def close(self) -> None:
         pass
+
+    def _info(self, key: str, path: Path, st: os.stat_result) -> ObjectInfo | None:
+        """The object whose data file ``path`` has ``st``, if its sidecar says it is committed."""
+        if not stat_mod.S_ISREG(st.st_mode):
+            return None
+        try:
+            meta = json.loads(_read_file(os.path.join(path.parent, _sidecar_name(path.name))))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise StorageUnavailable(f"cannot stat {key}: {exc}") from exc
+        if meta.get("name") != path.name:
+            return None  # a sidecar that belongs to another name: not a committed object
+        return ObjectInfo(
+            key=key,
+            size=st.st_size,
+            sha256=meta["sha256"],
+            content_type=meta["contentType"],
+            last_modified=datetime.fromtimestamp(int(st.st_mtime), UTC),
+        )
 
     def _remove_if_empty(self, directory: Path) -> None:
         try:

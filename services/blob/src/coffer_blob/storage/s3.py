@@ -55,6 +55,7 @@ class S3Storage:
     """Objects in one bucket, under their keys; see the module docstring for the write path."""
 
     name = "s3"
+    inline_read_bytes = 0  # every read is a network call: never on the event loop
 
     def __init__(
         self, client: Any, bucket: str, *, part_size: int = PART_SIZE, page_size: int = 1000
@@ -135,6 +136,20 @@ class S3Storage:
         except ClientError:
             return None
         return _S3Reader(response["Body"])
+
+    def read_small(self, key: str, limit: int) -> tuple[ObjectInfo, bytes | None] | None:
+        info = self.stat(key)
+        if info is None:
+            return None
+        if info.size > limit:
+            return info, None
+        reader = self.open_reader(key, 0, info.size)
+        if reader is None:  # deleted since the stat
+            return None
+        try:
+            return info, b"".join(reader)
+        finally:
+            reader.close()
 
     def delete(self, key: str) -> None:
         _check_key(key)
