@@ -16,6 +16,7 @@ from prometheus_client import Counter, Histogram
 
 from coffer_blob.storage.base import ObjectInfo, Reader, Storage, Writer
 from coffer_kit.metrics import LATENCY_BUCKETS
+from coffer_kit.tracing import tracing_enabled
 
 tracer = trace.get_tracer("coffer.blob")
 
@@ -32,19 +33,31 @@ DOWNLOAD_BYTES = Counter(
 )
 
 
+# Each (driver, operation, outcome) child, looked up once: labels() validates and locks per call.
+_TIMERS: dict[tuple[str, str, str], Histogram] = {}
+
+
+def _timer(driver: str, operation: str, outcome: str) -> Histogram:
+    timer = _TIMERS.get((driver, operation, outcome))
+    if timer is None:
+        timer = _TIMERS[driver, operation, outcome] = STORAGE_OPERATION.labels(driver, operation, outcome)
+    return timer
+
+
 @contextmanager
 def _operation(driver: str, operation: str, *, span: bool = True) -> Iterator[None]:
     started = time.perf_counter()
     outcome = "error"
     try:
-        if span:
+        # Without a tracer provider the span would be a no-op that still costs a context switch.
+        if span and tracing_enabled():
             with tracer.start_as_current_span(f"storage.{operation}", attributes={"storage.driver": driver}):
                 yield
         else:
             yield
         outcome = "ok"
     finally:
-        STORAGE_OPERATION.labels(driver, operation, outcome).observe(time.perf_counter() - started)
+        _timer(driver, operation, outcome).observe(time.perf_counter() - started)
 
 
 class InstrumentedStorage:
