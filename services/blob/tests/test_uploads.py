@@ -7,9 +7,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
+from coffer_blob import uploads
+from coffer_blob.storage import StorageUnavailable
+from coffer_blob.storage import fs as fs_module
 from coffer_kit.testing import assert_error, rss_bytes
 from coffer_kit.urls import MAX_FILE_BYTES
 
@@ -30,6 +34,7 @@ from .support import (
 )
 
 pytestmark = pytest.mark.anyio
+MIB = 1024 * 1024
 
 
 def objects(blob_dir: Path) -> list[str]:
@@ -256,6 +261,53 @@ async def test_one_byte_more_is_413_and_stores_nothing(api: httpx.AsyncClient, b
     assert objects(blob_dir) == []
 
 
+async def test_writing_overlaps_receiving_within_a_bounded_queue(
+    api: httpx.AsyncClient, blob_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the disk is slow the body keeps arriving, but at most a few batches ahead."""
+    received = 0
+    leads: list[int] = []
+    real_write = fs_module._FsWriter.write
+
+    def slow_write(self: Any, chunk: bytes) -> None:
+        leads.append(received - self._fh.tell() - len(chunk))
+        time.sleep(0.02)
+        real_write(self, chunk)
+
+    async def body() -> Any:
+        nonlocal received
+        yield file_head(filename="big.bin")
+        for chunk in pattern_chunks(12 * MIB):
+            received += len(chunk)
+            yield chunk
+        yield b"\r\n" + END
+
+    monkeypatch.setattr(fs_module._FsWriter, "write", slow_write)
+    response = await post(api, body())
+    assert response.status_code == 201, response.text
+    assert response.json()["size"] == 12 * MIB
+    # Bytes received but not yet written: more than the batch being written (receiving went
+    # on meanwhile), never more than the queue, the batch being filled and the one written.
+    assert max(leads) > uploads.WRITE_BATCH
+    assert max(leads) <= (uploads.QUEUE_SLOTS + 2) * uploads.WRITE_BATCH
+
+
+async def test_a_write_failure_mid_body_is_503_and_stores_nothing(
+    api: httpx.AsyncClient, blob_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_write = fs_module._FsWriter.write
+
+    def failing_write(self: Any, chunk: bytes) -> None:
+        if self._fh.tell() >= 3 * MIB:
+            raise StorageUnavailable("disk full")
+        real_write(self, chunk)
+
+    monkeypatch.setattr(fs_module._FsWriter, "write", failing_write)
+    response = await post(api, big_body(20 * MIB))
+    assert_error(response, 503, "unavailable")
+    assert objects(blob_dir) == []
+
+
 async def test_storage_failure_is_503(api: httpx.AsyncClient, blob_dir: Path) -> None:
     blob_dir.mkdir(parents=True, exist_ok=True)
     (blob_dir / "objects").write_text("not a directory")
@@ -276,6 +328,12 @@ async def test_client_disconnect_aborts_and_cleans_up(api: httpx.AsyncClient, bl
     seen_temp = []
 
     async def receive() -> dict[str, Any]:
+        if messages[0]["type"] == "http.disconnect":
+            # The client goes away once bytes have reached storage (written by the writer task).
+            for _ in range(500):
+                if [p for p in objects(blob_dir) if "%tmp." in p]:
+                    break
+                await anyio.sleep(0.01)
         seen_temp.append(bool([p for p in objects(blob_dir) if "%tmp." in p]))
         return messages.pop(0)
 

@@ -1,10 +1,18 @@
 """``POST /internal/v1/uploads/{org}/{asset}``: a multipart stream, parsed and stored as it arrives.
 
 edge forwards the client's raw ``multipart/form-data`` body. The ``file`` part goes to the
-storage driver chunk by chunk (at most about 1 MiB is held at a time), counted and hashed
-on the way; ``name`` and ``folderId`` are small fields returned to edge; other parts are
-read and ignored. The object is committed only after the whole body has been parsed, so
-any refusal or failure leaves nothing in storage.
+storage driver in batches of about 1 MiB, counted on the way; ``name`` and ``folderId`` are
+small fields returned to edge; other parts are read and ignored. The object is committed
+only after the whole body has been parsed, so any refusal or failure leaves nothing in
+storage.
+
+Receiving and writing overlap: the request handler parses and queues batches, and a writer
+task hashes and writes them in order, each in a worker-thread trip, with at most
+``QUEUE_SLOTS`` waiting (so an upload holds a few MiB at most, and a slow disk slows the
+sender down). A task rather than a thread of its own per upload: a thread held for a whole
+upload would take a thread-pool slot from the CDN and readiness checks for as long as the
+slowest client sends. A file that fits in one batch skips the queue: opened, written and
+committed in one worker-thread trip.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from streaming_form_data.targets import BaseTarget
 
 from coffer_blob import keys
 from coffer_blob.deps import StorageDep
-from coffer_blob.storage import Storage, StorageUnavailable, Writer
+from coffer_blob.storage import ObjectInfo, Storage, StorageUnavailable, Writer
 from coffer_kit.errors import CofferError, invalid
 from coffer_kit.urls import MAX_FILE_BYTES
 
@@ -36,6 +44,8 @@ FIELDS = ("name", "folderId")
 MAX_FIELD_BYTES = 16 * 1024
 # File bytes handed to the driver in one call: few thread hops, bounded memory.
 WRITE_BATCH = 1024 * 1024
+# Batches queued for the writer task: receiving runs at most this far ahead of writing.
+QUEUE_SLOTS = 2
 # After a refusal, read and drop at most this much more so the caller can read the answer
 # (edge caps the whole body at MAX_FILE_BYTES + 1 MiB, so this is never reached through edge).
 MAX_DRAIN_BYTES = MAX_FILE_BYTES + 2 * 1024 * 1024
@@ -161,6 +171,9 @@ class _Upload:
         self.writer: Writer | None = None
         self.sha256 = hashlib.sha256()
         self.committed = False
+        self._batches_in, self._batches_out = anyio.create_memory_object_stream[bytes](QUEUE_SLOTS)
+        self._write_failure: Exception | None = None
+        self._discard = False  # the upload was refused: queued batches are dropped
 
     @property
     def key(self) -> str:
@@ -179,15 +192,25 @@ class _Upload:
             raise
 
     async def _run(self, stream: AsyncIterator[bytes]) -> dict[str, Any]:
-        async for chunk in stream:
+        refused: Exception | None = None
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._write_batches)
             try:
-                await self._receive(chunk)
-            except (CofferError, StorageUnavailable):
-                # Refused mid-body: drop what was written, and read the rest of the body so the
-                # caller, still sending, gets to read the answer.
-                await self._abort()
-                await _drain(stream)
-                raise
+                async for chunk in stream:
+                    await self._receive(chunk)
+            except Exception as exc:  # raised below, once the writer task is done with the file
+                refused = exc
+                self._discard = True
+            finally:
+                self._batches_in.close()  # the writer task ends when the queue is empty
+        refused = refused or self._write_failure
+        if isinstance(refused, (CofferError, StorageUnavailable)):
+            # Refused mid-body: drop what was written, and read the rest of the body so the
+            # caller, still sending, gets to read the answer.
+            await self._abort()
+            await _drain(stream)
+        if refused is not None:
+            raise refused
         if self.file.open or self.other.open or any(t.open for t in self.fields.values()):
             raise malformed("the body ends inside a part")
         if not self.ender.seen:
@@ -195,14 +218,10 @@ class _Upload:
         if self.file.starts == 0:
             raise invalid("The 'file' part is missing.", field="file")
         fields = {name: self._field_value(name) for name in FIELDS}
-        await self._flush()
-        if self.writer is None:  # an empty file
-            self.writer = await run_in_threadpool(self.storage.open_writer, self.key)
         mime_type = keys.choose_mime_type(
             self.file.multipart_content_type, keys.sanitize_filename(self.filename)
         )
-        sha256 = self.sha256.hexdigest()
-        info = await run_in_threadpool(self.writer.commit, content_type=mime_type, sha256=sha256)
+        info, sha256 = await run_in_threadpool(self._finish, self.file.take(), mime_type)
         self.committed = True
         return {
             "key": info.key,
@@ -224,7 +243,11 @@ class _Upload:
         if self.file.too_large:
             raise file_too_large()
         if self.file.pending_bytes >= WRITE_BATCH:
-            await self._flush()
+            try:
+                await self._batches_in.send(self.file.take())  # waits while the queue is full
+            except anyio.BrokenResourceError:  # the writer task stopped: a write failed
+                assert self._write_failure is not None
+                raise self._write_failure from None
 
     def _check_parts(self) -> None:
         if self.file.starts > 1:
@@ -244,18 +267,31 @@ class _Upload:
         except UnicodeDecodeError:
             raise invalid(f"The '{name}' field is not valid UTF-8.", field=name) from None
 
-    async def _flush(self) -> None:
-        if not self.file.pending_bytes:
-            return
-        data = self.file.take()
-        if self.writer is None:
-            self.writer = await run_in_threadpool(self.storage.open_writer, self.key)
-        await run_in_threadpool(self._write, self.writer, data)
+    async def _write_batches(self) -> None:
+        """The writer task: queued batches, hashed and written in order in worker threads."""
+        async with self._batches_out:  # closed on the way out, which wakes a waiting sender
+            async for data in self._batches_out:
+                if self._discard:
+                    return
+                try:
+                    await run_in_threadpool(self._write, data)
+                except Exception as exc:
+                    self._write_failure = exc
+                    return
 
-    def _write(self, writer: Writer, data: bytes) -> None:
-        # In the worker thread: hashlib releases the GIL on large buffers, as does the write.
+    def _write(self, data: bytes) -> None:
+        # In a worker thread: hashlib releases the GIL on large buffers, as does the write.
+        if self.writer is None:
+            self.writer = self.storage.open_writer(self.key)
         self.sha256.update(data)
-        writer.write(data)
+        self.writer.write(data)
+
+    def _finish(self, data: bytes, content_type: str) -> tuple[ObjectInfo, str]:
+        """In a worker thread: the last batch (or the whole file) and the commit."""
+        self._write(data)
+        assert self.writer is not None
+        sha256 = self.sha256.hexdigest()
+        return self.writer.commit(content_type=content_type, sha256=sha256), sha256
 
     async def _abort(self) -> None:
         if self.writer is None or self.committed:
