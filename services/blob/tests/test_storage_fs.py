@@ -66,6 +66,24 @@ def test_write_commit_stat_read(storage: FsStorage) -> None:
     assert meta == {"name": "photo.jpg", "contentType": "image/jpeg", "sha256": info.sha256}
 
 
+def test_large_writes_are_flushed_as_they_go(storage: FsStorage, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fdatasync every SYNC_EVERY bytes, so the fsync at commit has little left to do."""
+    synced: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        synced.append(os.fstat(fd).st_size)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(fs_module.os, "fdatasync", fdatasync)
+    writer = storage.open_writer(KEY)
+    chunk = b"x" * READ_CHUNK
+    for _ in range(2 * fs_module.SYNC_EVERY // len(chunk) + 3):
+        writer.write(chunk)
+    writer.commit(content_type="image/jpeg", sha256="0" * 64)
+    assert synced == [fs_module.SYNC_EVERY, 2 * fs_module.SYNC_EVERY]
+
+
 def test_read_small(storage: FsStorage) -> None:
     put(storage, data=b"0123456789")
     assert storage.read_small(KEY, 10) == (storage.stat(KEY), b"0123456789")

@@ -29,6 +29,9 @@ from typing import IO, Any
 from coffer_blob.storage.base import READ_CHUNK, ObjectInfo, StorageUnavailable
 
 _RESERVED = "%"  # first character of the driver's own file names
+# A file being written is flushed to disk every this many bytes, so the fsync at commit
+# (which the answer waits for) has at most this much left to write.
+SYNC_EVERY = 16 * 1024 * 1024
 
 
 def _fsync_dir(path: Path) -> None:
@@ -253,11 +256,17 @@ class _FsWriter:
         self._meta_tmp: Path | None = None
         self._fh: IO[bytes] | None = self._tmp.open("xb")
         self._committed = False
+        self._unsynced = 0
 
     def write(self, chunk: bytes) -> None:
         assert self._fh is not None, "write after commit or abort"
         try:
             self._fh.write(chunk)
+            self._unsynced += len(chunk)
+            if self._unsynced >= SYNC_EVERY:
+                self._fh.flush()
+                os.fdatasync(self._fh.fileno())
+                self._unsynced = 0
         except OSError as exc:
             raise StorageUnavailable(f"cannot write {self.final.name}: {exc}") from exc
 
