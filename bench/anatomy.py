@@ -18,7 +18,8 @@ so it holds however busy the machine is. Variants:
 - ``httpx call``: the plain route awaiting one GET to another process through an httpx
   AsyncClient with httpx's own pool (httpcore), as edge's clients were made until 8c448c6.
 - ``internal_client call``: the same through ``coffer_kit.internal.internal_client`` as it
-  is now (at 8c448c6: the httpx API over httpx-aiohttp's transport).
+  is now (at 8c448c6: the httpx API over httpx-aiohttp's transport; since then a plain
+  aiohttp session, called through edge's ``ServiceClient``).
 - ``aiohttp call``: the same call through an aiohttp ClientSession (one pooled connector).
 - ``SQLModel get by id``: a ``def`` route that opens a Session on ``coffer_kit.db.make_engine``
   (SQLite, WAL) and selects one row of metadata's ``assets`` table by id, as metadata does.
@@ -80,16 +81,17 @@ def build(kind: str, upstream: str | None):  # type: ignore[no-untyped-def]
                 timeout=httpx.Timeout(5.0),
                 limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
             )
+            from coffer_edge.clients.base import ServiceClient
             from coffer_kit.internal import internal_client
 
-            state["internal"] = internal_client(upstream, "anatomy", timeout=5.0)
+            state["internal"] = ServiceClient(internal_client(upstream, "anatomy", timeout=5.0))
             state["aiohttp"] = aiohttp.ClientSession(
                 base_url=upstream, connector=aiohttp.TCPConnector(limit=200), timeout=aiohttp.ClientTimeout(5)
             )
         yield
         if upstream:
             await state["http"].aclose()
-            await state["internal"].aclose()
+            await state["internal"].http.close()
             await state["aiohttp"].close()
 
     if kind == "kit":
@@ -158,8 +160,7 @@ def build(kind: str, upstream: str | None):  # type: ignore[no-untyped-def]
 
     @app.get("/internal/{asset_id}")
     async def via_internal_client(asset_id: str) -> Any:
-        response = await state["internal"].get(f"/plain/{asset_id}")
-        return response.json()
+        return await state["internal"].json("GET", f"/plain/{asset_id}")
 
     @app.get("/aiohttp/{asset_id}")
     async def via_aiohttp(asset_id: str) -> Any:

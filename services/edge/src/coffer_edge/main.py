@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from coffer_edge.clients.auth import AuthClient
+from coffer_edge.clients.base import ServiceClient
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.config import Settings
@@ -30,9 +31,8 @@ organizations also sends `x-organization-id`. Every error is
 
 def _dependency_checks(app: FastAPI) -> dict[str, object]:
     async def check(client_attr: str) -> None:
-        client = getattr(app.state, client_attr)
-        response = await client.http.get("/healthz", timeout=2)
-        response.raise_for_status()
+        client: ServiceClient = getattr(app.state, client_attr)
+        await client.request("GET", "/healthz", timeout=2)
 
     return {name: (lambda n=name: check(n)) for name in ("auth", "metadata", "blob")}
 
@@ -72,7 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if sweeper is not None:
                 sweeper.cancel()
             for http in (auth_http, metadata_http, blob_http):
-                await http.aclose()
+                await http.close()
 
     app = base_app(
         "Coffer API",

@@ -1,0 +1,35 @@
+"""edge tests: the clients against real HTTP servers on loopback standing in for the services."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+from aiohttp import web
+
+from coffer_kit.testing import free_port
+
+Serve = Callable[[web.Application], Awaitable[str]]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Serve]:
+    """Serve an aiohttp application on a free loopback port; answers its base URL."""
+    runners: list[web.AppRunner] = []
+
+    async def start(app: web.Application) -> str:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        runners.append(runner)
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
