@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json as jsonlib
 from typing import Any
 from urllib.parse import quote
 
@@ -14,12 +15,14 @@ def _seg(value: str) -> str:
 
 
 class MetadataClient(ServiceClient):
+    """metadata's internal API; reads typed ``-> bytes`` answer the public body as it is."""
+
     service = "metadata"
 
     # Folders
-    async def list_folders(self, org_id: str, parent_id: str | None, *, request_id: str) -> Any:
+    async def list_folders(self, org_id: str, parent_id: str | None, *, request_id: str) -> bytes:
         params = {"parentId": parent_id} if parent_id else {}
-        return await self.json(
+        return await self.request(
             "GET", f"/internal/v1/orgs/{org_id}/folders", params=params, request_id=request_id
         )
 
@@ -52,15 +55,18 @@ class MetadataClient(ServiceClient):
             "POST", f"/internal/v1/orgs/{org_id}/assets", json=asset, request_id=request_id
         )
 
-    async def list_assets(self, org_id: str, params: dict[str, Any], *, request_id: str) -> Any:
-        return await self.json(
+    async def list_assets(self, org_id: str, params: dict[str, Any], *, request_id: str) -> bytes:
+        return await self.request(
             "GET", f"/internal/v1/orgs/{org_id}/assets", params=params, request_id=request_id
         )
 
-    async def get_asset(self, org_id: str, asset_id: str, *, request_id: str) -> Any:
-        return await self.json(
+    async def get_asset_body(self, org_id: str, asset_id: str, *, request_id: str) -> bytes:
+        return await self.request(
             "GET", f"/internal/v1/orgs/{org_id}/assets/{_seg(asset_id)}", request_id=request_id
         )
+
+    async def get_asset(self, org_id: str, asset_id: str, *, request_id: str) -> Any:
+        return jsonlib.loads(await self.get_asset_body(org_id, asset_id, request_id=request_id))
 
     async def hide_asset(self, org_id: str, asset_id: str, *, request_id: str) -> str:
         body = await self.json(

@@ -49,9 +49,11 @@ async def list_folders(
     parent_id: Annotated[
         str | None, Query(alias="parentId", description="List this folder's children; omitted = root.")
     ] = None,
-) -> Any:
+) -> Response:
     """List the folders under a parent (or at root), ordered by name, then id."""
-    return await metadata.list_folders(principal.organization_id, parent_id, request_id=rid)
+    # metadata's JSON is the public body byte for byte (see routers/assets.py, list_assets).
+    folders = await metadata.list_folders(principal.organization_id, parent_id, request_id=rid)
+    return Response(folders, media_type="application/json")
 
 
 @router.post("", status_code=201, response_model=FolderOut, responses=errors(404, 409, 415))

@@ -1,0 +1,86 @@
+"""edge answers metadata's JSON for asset and folder reads as it is (routers/assets.py,
+list_assets): that is only right while metadata writes exactly what the public models would.
+This runs the real metadata app on a real (SQLite) database and holds it to that."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import BaseModel, SecretStr
+
+from coffer_edge.schemas import Asset, AssetList, FolderList
+from coffer_kit.ids import new_id
+from coffer_kit.internal import INTERNAL_TOKEN_HEADER
+from coffer_metadata.config import Settings
+from coffer_metadata.main import create_app
+from coffer_metadata.migrations import migrate
+
+pytestmark = pytest.mark.anyio
+
+ORG = "org_01JD0000000000000000000000"
+# Names that JSON encoders are known to write differently: escapes, non-ASCII, separators.
+NAMES = ["plain", "é ü ß 日本語", "emoji 😀", 'quote " and \\ backslash', "<tag>&amp;", "\u2028 \u2029"]
+
+
+@pytest.fixture
+async def metadata(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    url = f"sqlite:///{tmp_path / 'metadata.db'}"
+    migrate(url)
+    settings = Settings(
+        metadata_database_url=url, data_dir=tmp_path, internal_token=SecretStr("t" * 32), cdn_url="http://cdn"
+    )
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        headers = {INTERNAL_TOKEN_HEADER: "t" * 32}
+        async with httpx.AsyncClient(transport=transport, base_url="http://metadata", headers=headers) as c:
+            yield c
+
+
+def assert_public(raw: bytes, model: type[BaseModel]) -> None:
+    """``raw`` is byte for byte what edge wrote when it validated and re-encoded the answer."""
+    assert raw == model.model_validate_json(raw).model_dump_json().encode()
+
+
+async def test_metadata_reads_are_the_public_bodies(metadata: httpx.AsyncClient) -> None:
+    base = f"/internal/v1/orgs/{ORG}"
+    folder_ids = []
+    for name in NAMES:
+        response = await metadata.post(f"{base}/folders", json={"name": name})
+        assert response.status_code == 201, response.text
+        folder_ids.append(response.json()["id"])
+    asset_ids = []
+    for i, name in enumerate([*NAMES, None]):  # None: named after the file
+        asset_id = new_id("ast")
+        assert (await metadata.post(f"{base}/intents", json={"assetId": asset_id})).status_code == 201
+        asset = {
+            "id": asset_id,
+            "key": f'{ORG}/{asset_id}/file "{i}"\\\t\x01.bin',
+            "name": name,
+            "filename": f'file "{i}" \\.bin',
+            "folderId": folder_ids[i % len(NAMES)] if i % 2 else None,
+            "mimeType": "text/plain; charset=utf-8",
+            "size": 10**i,
+            "sha256": "0" * 64,
+            "quotaBytes": 10**9,
+        }
+        response = await metadata.post(f"{base}/assets", json=asset)
+        assert response.status_code == 201, response.text
+        asset_ids.append(asset_id)
+
+    for asset_id in asset_ids:
+        response = await metadata.get(f"{base}/assets/{asset_id}")
+        assert response.status_code == 200
+        assert_public(response.content, Asset)
+    for params in ({}, {"limit": 2, "offset": 1}, {"folderId": ""}, {"folderId": folder_ids[1]}):
+        response = await metadata.get(f"{base}/assets", params=params)
+        assert response.status_code == 200
+        assert_public(response.content, AssetList)
+    for params in ({}, {"parentId": folder_ids[0]}):
+        response = await metadata.get(f"{base}/folders", params=params)
+        assert response.status_code == 200
+        assert_public(response.content, FolderList)
+    assert response.headers["content-type"] == "application/json"
