@@ -6,7 +6,8 @@ from coffer_kit.metrics import LATENCY_BUCKETS
 
 AUTH_CACHE = Counter(
     "coffer_auth_cache_requests_total",
-    "Principal lookups at edge, by cache result (hit or miss).",
+    "Principal lookups at edge, by cache result: hit, miss (a call to auth), or shared (a miss"
+    " answered by a call to auth already on its way for the same key).",
     ["result"],
 )
 UPLOADS = Counter("coffer_uploads_total", "Uploads finished, by outcome.", ["outcome"])
