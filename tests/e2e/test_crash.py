@@ -65,10 +65,26 @@ def stored_objects(stack, org_id: str) -> dict[str, dict[str, int]]:
             _, asset_id, name = upload["Key"].split("/", 2)
             found[asset_id]["%multipart:" + name] = -1
         return dict(found)
+    # The fs driver: buckets "%<id prefix>/" holding "<asset>.<hash of filename>" (the bytes;
+    # reported under the filename its sidecar records), "<asset>%meta.<hash>", "<asset>%tmp.…";
+    # and, from before buckets, a directory per asset.
     org_dir = stack.data_dir / "blobs" / "objects" / org_id
     if org_dir.exists():
         for directory in org_dir.iterdir():
-            found[directory.name] = {f.name: f.stat().st_size for f in directory.iterdir()}
+            if not directory.name.startswith("%"):
+                found[directory.name] = {f.name: f.stat().st_size for f in directory.iterdir()}
+                continue
+            for f in directory.iterdir():
+                cut = min(i for i in (f.name.find("."), f.name.find("%")) if i > 0)
+                asset_id, rest = f.name[:cut], f.name[cut:]
+                if rest.startswith("."):
+                    sidecar = directory / f"{asset_id}%meta{rest}"
+                    name = (
+                        json.loads(sidecar.read_text())["name"] if sidecar.exists() else "no sidecar" + rest
+                    )
+                else:
+                    name = rest
+                found[asset_id][name] = f.stat().st_size
     return dict(found)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -88,3 +90,29 @@ def files_under(root: Path) -> list[str]:
     if not root.exists():
         return []
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+# The fs driver's on-disk format, spelled out here so tests pin it (coffer_blob.storage.fs).
+
+
+def bucket_dir(blob_dir: Path, org_id: str, asset_id: str) -> Path:
+    """The directory an asset's files go to: its organization's bucket of similar ids."""
+    return blob_dir / "objects" / org_id / ("%" + asset_id.split("_", 1)[-1][:7])
+
+
+def object_path(blob_dir: Path, key: str) -> Path:
+    """Where the fs driver keeps the bytes of ``key``."""
+    org_id, asset_id, filename = key.split("/")
+    digest = hashlib.sha256(filename.encode()).hexdigest()[:32]
+    return bucket_dir(blob_dir, org_id, asset_id) / f"{asset_id}.{digest}"
+
+
+def write_legacy_object(blob_dir: Path, key: str, data: bytes, content_type: str = "image/jpeg") -> None:
+    """An object as the fs driver stored it before buckets: a directory per asset."""
+    org_id, asset_id, filename = key.split("/")
+    directory = blob_dir / "objects" / org_id / asset_id
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / filename).write_bytes(data)
+    meta = {"name": filename, "contentType": content_type, "sha256": hashlib.sha256(data).hexdigest()}
+    sidecar = f"%meta.{hashlib.sha256(filename.encode()).hexdigest()}.json"
+    (directory / sidecar).write_text(json.dumps(meta))

@@ -13,7 +13,19 @@ import pytest
 from coffer_blob import signing
 from coffer_kit.testing import assert_error
 
-from .support import CDN_URL, MULTIPART, ORG, SECRET, file_head, files_under, new_asset_id, upload
+from .support import (
+    CDN_URL,
+    MULTIPART,
+    ORG,
+    SECRET,
+    bucket_dir,
+    file_head,
+    files_under,
+    new_asset_id,
+    object_path,
+    upload,
+    write_legacy_object,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -46,16 +58,40 @@ async def test_delete_prefix_removes_objects_and_unfinished_uploads(
 ) -> None:
     asset_id = new_asset_id()
     await upload(api, asset_id=asset_id)
-    stray = blob_dir / "objects" / ORG / asset_id / "%tmp.left-by-a-crash"
+    stray = bucket_dir(blob_dir, ORG, asset_id) / f"{asset_id}%tmp.left-by-a-crash"
     stray.write_bytes(b"partial")
     kept = (await upload(api)).json()["key"]
     for _ in range(2):
         response = await api.delete(f"/internal/v1/prefixes/{ORG}/{asset_id}")
         assert response.status_code == 200
         assert response.json() == {"deleted": True}
-    assert not (blob_dir / "objects" / ORG / asset_id).exists()
-    assert kept in files_under(blob_dir / "objects")
+    assert not [p for p in files_under(blob_dir / "objects") if asset_id in p]
+    assert object_path(blob_dir, kept).exists()
     assert_error(await api.delete(f"/internal/v1/prefixes/{ORG}/fld_1"), 400, "invalid_request")
+
+
+async def test_objects_stored_before_buckets_are_served_deleted_and_swept(
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient, blob_dir: Path
+) -> None:
+    """Objects in the former layout (a directory per asset) still work, through both APIs."""
+    key = f"{ORG}/{new_asset_id()}/old.txt"
+    write_legacy_object(blob_dir, key, b"stored long ago", "text/plain")
+    response = await cdn.get("/" + key)
+    assert (response.status_code, response.content) == (200, b"stored long ago")
+    assert response.headers["content-type"] == "text/plain"
+    assert (await api.delete(f"/internal/v1/objects/{key}")).status_code == 200
+    assert (await cdn.get("/" + key)).status_code == 404
+    assert files_under(blob_dir / "objects") == []
+    assert not (blob_dir / "objects" / key).parent.exists()
+
+    # An upload cut short by a crash, in the former layout: the sweeper's prefix delete.
+    org_id, asset_id, _ = key.split("/")
+    write_legacy_object(blob_dir, key, b"x")
+    (blob_dir / "objects" / org_id / asset_id / "%tmp.left-by-a-crash").write_bytes(b"partial")
+    response = await api.delete(f"/internal/v1/prefixes/{org_id}/{asset_id}")
+    assert response.status_code == 200
+    assert files_under(blob_dir / "objects") == []
+    assert not (blob_dir / "objects" / org_id / asset_id).exists()
 
 
 async def test_sign(api: httpx.AsyncClient) -> None:

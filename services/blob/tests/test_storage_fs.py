@@ -14,7 +14,7 @@ from coffer_blob.storage import fs as fs_module
 from coffer_blob.storage.base import READ_CHUNK
 from coffer_blob.storage.fs import FsStorage
 
-from .support import files_under
+from .support import files_under, object_path, write_legacy_object
 
 KEY = "org_1/ast_1/photo.jpg"
 
@@ -59,10 +59,11 @@ def test_write_commit_stat_read(storage: FsStorage) -> None:
     assert read_all(storage, KEY, 10, 20) == data[10:20]
     assert read_all(storage, KEY, len(data) - 3) == data[-3:]
     assert read_all(storage, KEY, 5, 10**12) == data[5:]
-    # Layout: the data file and its sidecar, no temp files.
-    sidecar = f"%meta.{hashlib.sha256(b'photo.jpg').hexdigest()}.json"
-    assert files_under(storage.objects) == [f"org_1/ast_1/{sidecar}", KEY]
-    meta = json.loads((storage.objects / "org_1/ast_1" / sidecar).read_text())
+    # Layout: the data file and its sidecar in the organization's bucket, no temp files.
+    digest = hashlib.sha256(b"photo.jpg").hexdigest()[:32]
+    assert files_under(storage.objects) == [f"org_1/%1/ast_1%meta.{digest}", f"org_1/%1/ast_1.{digest}"]
+    assert object_path(storage.root, KEY).read_bytes() == data
+    meta = json.loads((storage.objects / f"org_1/%1/ast_1%meta.{digest}").read_text())
     assert meta == {"name": "photo.jpg", "contentType": "image/jpeg", "sha256": info.sha256}
 
 
@@ -90,7 +91,7 @@ def test_read_small(storage: FsStorage) -> None:
     found = storage.read_small(KEY, 9)
     assert found is not None and found[0].size == 10 and found[1] is None
     assert storage.read_small("org_1/ast_1/missing.bin", 10) is None
-    assert storage.read_small("org_1/ast_1", 10) is None  # a directory, not an object
+    assert storage.read_small("org_1/ast_2/photo.jpg", 10) is None
     put(storage, data=b"")
     assert storage.read_small(KEY, 0) == (storage.stat(KEY), b"")
 
@@ -106,12 +107,12 @@ def test_writes_go_to_a_temp_file_in_the_target_directory(storage: FsStorage) ->
     writer = storage.open_writer(KEY)
     writer.write(b"partial")
     [temp] = files_under(storage.objects)
-    assert temp.startswith("org_1/ast_1/%tmp.")
+    assert temp.startswith("org_1/%1/ast_1%tmp.")
     assert storage.open_reader(KEY) is None
     writer.abort()
     writer.abort()  # idempotent
     assert files_under(storage.objects) == []
-    assert not (storage.objects / "org_1/ast_1").exists()
+    assert not (storage.objects / "org_1/%1").exists()
 
 
 def test_sidecar_is_published_before_the_data(storage: FsStorage, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,9 +120,9 @@ def test_sidecar_is_published_before_the_data(storage: FsStorage, monkeypatch: p
     renames: list[str] = []
     real_replace = os.replace
 
-    def replace(src: Path, dst: Path) -> None:
+    def replace(src: str, dst: str) -> None:
         renames.append(Path(dst).name)
-        if Path(dst).name == "photo.jpg":
+        if dst == str(object_path(storage.root, KEY)):
             raise OSError(28, "No space left on device")
         real_replace(src, dst)
 
@@ -130,7 +131,7 @@ def test_sidecar_is_published_before_the_data(storage: FsStorage, monkeypatch: p
     writer.write(b"data")
     with pytest.raises(StorageUnavailable):
         writer.commit(content_type="image/jpeg", sha256="0" * 64)
-    assert renames[0].startswith("%meta.") and renames[1] == "photo.jpg"
+    assert renames[0].startswith("ast_1%meta.") and renames[1] == object_path(storage.root, KEY).name
     assert storage.stat(KEY) is None
     assert [p for p in files_under(storage.objects) if "%tmp." in p] == []
 
@@ -148,14 +149,14 @@ def test_delete_is_idempotent_and_removes_the_directory(storage: FsStorage) -> N
     storage.delete(KEY)
     assert storage.stat(KEY) is None and storage.open_reader(KEY) is None
     assert files_under(storage.objects) == []
-    assert not (storage.objects / "org_1/ast_1").exists()
+    assert not (storage.objects / "org_1/%1").exists()  # an emptied bucket goes too
     storage.delete(KEY)
     storage.delete("org_9/ast_9/never.txt")
 
 
 def test_a_data_file_without_its_sidecar_is_not_an_object(storage: FsStorage) -> None:
     put(storage)
-    for path in (storage.objects / "org_1/ast_1").glob("%meta.*"):
+    for path in (storage.objects / "org_1/%1").glob("ast_1%meta.*"):
         path.unlink()
     assert storage.stat(KEY) is None
     assert storage.read_small(KEY, 100) is None
@@ -167,10 +168,8 @@ def test_delete_prefix_removes_objects_and_unfinished_writes(storage: FsStorage)
     writer = storage.open_writer("org_1/ast_1/other.bin")
     writer.write(b"in flight")
     storage.delete_prefix("org_1/ast_1/")
-    assert files_under(storage.objects) == [
-        f"org_1/ast_2/%meta.{hashlib.sha256(b'keep.txt').hexdigest()}.json",
-        "org_1/ast_2/keep.txt",
-    ]
+    digest = hashlib.sha256(b"keep.txt").hexdigest()[:32]
+    assert files_under(storage.objects) == [f"org_1/%2/ast_2%meta.{digest}", f"org_1/%2/ast_2.{digest}"]
     assert storage.stat(KEY) is None
     storage.delete_prefix("org_1/ast_1/")  # idempotent
     storage.delete_prefix("org_7/ast_7/")
@@ -178,7 +177,89 @@ def test_delete_prefix_removes_objects_and_unfinished_writes(storage: FsStorage)
         storage.delete_prefix("org_1/ast_1")
 
 
-@pytest.mark.parametrize("key", ["../x/y", "org_1/%meta.json/x", "org_1//x", "org_1/ast_1/%tmp.1", "a/./b"])
+def test_assets_share_a_bucket_and_deletes_keep_to_their_asset(storage: FsStorage) -> None:
+    """Ids that start alike share a bucket; one asset's id may even prefix another's."""
+    first, second = "org_1/ast_01JD4Z3X/a.txt", "org_1/ast_01JD4Z3XY/b.txt"
+    put(storage, first, b"first")
+    put(storage, second, b"second")
+    assert {Path(p).parent for p in files_under(storage.objects)} == {Path("org_1/%01JD4Z3")}
+    storage.delete_prefix("org_1/ast_01JD4Z3X/")
+    assert storage.stat(first) is None
+    assert read_all(storage, second) == b"second"
+    storage.delete(second)
+    assert files_under(storage.objects) == []
+
+
+def test_a_commit_costs_three_fsyncs_once_the_bucket_exists(
+    storage: FsStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The data, the sidecar and the bucket: no directory of its own per upload."""
+    put(storage, "org_1/ast_0000000A/a.txt")
+    fsyncs = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        fsyncs.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(fs_module.os, "fsync", fsync)
+    put(storage, "org_1/ast_0000000B/b.txt")
+    assert len(fsyncs) == 3
+
+
+def test_a_commit_in_a_directory_still_being_made_durable_fsyncs_its_parent(
+    storage: FsStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer made the bucket and is fsyncing the organization's directory: a commit
+    in that bucket does not answer before the bucket's own entry is durable."""
+    put(storage)
+    bucket = str(storage.objects / "org_1/%1")
+    synced: list[str] = []
+    real_fsync_dir = fs_module._fsync_dir
+
+    def fsync_dir(path: str) -> None:
+        synced.append(path)
+        real_fsync_dir(path)
+
+    monkeypatch.setattr(fs_module, "_fsync_dir", fsync_dir)
+    storage._unsettled.add(bucket)
+    put(storage, "org_1/ast_1/other.bin")
+    assert synced == [bucket, str(storage.objects / "org_1")]
+
+
+def test_objects_stored_before_buckets(storage: FsStorage) -> None:
+    """The former layout, a directory per asset: read, deleted and swept as before."""
+    write_legacy_object(storage.root, KEY, b"old bytes")
+    info = storage.stat(KEY)
+    assert info is not None and (info.size, info.content_type) == (9, "image/jpeg")
+    assert info.sha256 == hashlib.sha256(b"old bytes").hexdigest()
+    assert storage.read_small(KEY, 100) == (info, b"old bytes")
+    assert read_all(storage, KEY, 4) == b"bytes"
+    storage.delete(KEY)
+    assert storage.stat(KEY) is None
+    assert files_under(storage.objects) == []
+    assert not (storage.objects / "org_1/ast_1").exists()
+
+    write_legacy_object(storage.root, KEY, b"old bytes")
+    (storage.objects / "org_1/ast_1/%tmp.left-by-a-crash").write_bytes(b"partial")
+    put(storage, "org_1/ast_1/new.bin")  # the same asset, written since
+    storage.delete_prefix("org_1/ast_1/")
+    assert files_under(storage.objects) == []
+    assert not (storage.objects / "org_1/ast_1").exists()
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "../x/y",
+        "org_1/%meta.json/x",
+        "org_1//x",
+        "org_1/ast_1/%tmp.1",
+        "a/./b",
+        "org_1/ast.1/x",
+        "org_1/ast_1",
+    ],
+)
 def test_keys_that_could_escape_or_collide_are_refused(storage: FsStorage, key: str) -> None:
     with pytest.raises(ValueError):
         storage.open_writer(key)

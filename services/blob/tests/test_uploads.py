@@ -29,6 +29,7 @@ from .support import (
     files_under,
     form,
     new_asset_id,
+    object_path,
     pattern_chunks,
     upload,
 )
@@ -71,7 +72,7 @@ async def test_upload_with_fields_before_and_after(api: httpx.AsyncClient, blob_
         "filename": "report.pdf",
         "fields": {"name": "Quarterly report", "folderId": "fld_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9"},
     }
-    assert (blob_dir / "objects" / key).read_bytes() == data
+    assert object_path(blob_dir, key).read_bytes() == data
     assert not [p for p in objects(blob_dir) if "%tmp." in p]
 
 
@@ -94,7 +95,7 @@ async def test_small_chunks(api: httpx.AsyncClient, blob_dir: Path) -> None:
     body = form(field("name", "n"), file_part(data, filename="x.bin"))
     response = await post(api, agen(body[i : i + 7] for i in range(0, len(body), 7)))
     assert response.status_code == 201, response.text
-    assert (blob_dir / "objects" / response.json()["key"]).read_bytes() == data
+    assert object_path(blob_dir, response.json()["key"]).read_bytes() == data
 
 
 @pytest.mark.parametrize(
@@ -145,7 +146,7 @@ async def test_empty_file(api: httpx.AsyncClient, blob_dir: Path) -> None:
     assert response.status_code == 201
     assert response.json()["size"] == 0
     assert response.json()["sha256"] == hashlib.sha256(b"").hexdigest()
-    assert (blob_dir / "objects" / response.json()["key"]).read_bytes() == b""
+    assert object_path(blob_dir, response.json()["key"]).read_bytes() == b""
 
 
 async def test_missing_file_is_400(api: httpx.AsyncClient, blob_dir: Path) -> None:
@@ -249,7 +250,7 @@ async def test_exactly_max_file_bytes_is_accepted(api: httpx.AsyncClient, blob_d
     assert response.status_code == 201, response.text
     assert response.json()["size"] == MAX_FILE_BYTES
     assert response.json()["sha256"] == expected.hexdigest()
-    assert (blob_dir / "objects" / response.json()["key"]).stat().st_size == MAX_FILE_BYTES
+    assert object_path(blob_dir, response.json()["key"]).stat().st_size == MAX_FILE_BYTES
     # Streamed: the process did not grow by anything like the file's size.
     assert rss_bytes(_pid()) - rss_before < 32 * 1024 * 1024
     assert elapsed < 20

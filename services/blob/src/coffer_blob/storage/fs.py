@@ -1,16 +1,35 @@
-"""The filesystem driver (the embedded default): objects under ``<blob_dir>/objects/<key>``.
+"""The filesystem driver (the embedded default): objects as files under ``<blob_dir>/objects/``.
 
-Layout of one asset directory ``objects/org_…/ast_…/``:
+A key ``<org>/<asset>/<filename>`` is stored in a *bucket* directory that its organization
+shares with the assets whose ids start alike: ``objects/<org>/%<bucket>/``, where the bucket
+is the first seven characters of the asset id after its type prefix (``ast_``). Asset ids
+are ULIDs, so that is about 33 seconds of ids, and an upload creates no directory of its
+own (a directory is one more fsync). In a bucket, for each object:
 
-- ``<filename>``: the object's bytes;
-- ``%meta.<sha256 of filename>.json``: its content type and checksum (sidecar);
-- ``%tmp.…``: writes in progress.
+- ``<asset>.<h>``: the object's bytes, ``<h>`` being the first 32 hex digits of the SHA-256
+  of the filename (so names stay short, whatever the filename);
+- ``<asset>%meta.<h>``: its sidecar: the filename, content type and checksum, as JSON;
+- ``<asset>%tmp.<random>``: writes in progress.
 
-``%`` never survives filename sanitising (``coffer_blob.keys``), so no key can name a
-sidecar or a temp file. Writes go to a temp file in the target directory, are fsynced, and
-published by rename, the directory fsynced after each step. The sidecar is published before
-the data file, and deleted after it, so "data file exists ⇒ sidecar exists" always holds;
-the data rename is the commit point.
+Everything stored for an asset is named ``<asset>.…`` or ``<asset>%…`` in its bucket (asset
+ids are letters, digits and ``_``), which is how ``delete_prefix`` finds it without looking
+beyond one bucket.
+
+Objects written before this layout have a directory per asset,
+``objects/<org>/<asset>/<filename>`` beside ``%meta.<sha256 of filename>.json`` and
+``%tmp.…``. They are read, deleted and swept like the others; nothing new goes there.
+
+``%`` never survives filename sanitising (``coffer_blob.keys``) and no key segment may start
+with it, so no key can name a bucket, a sidecar or a temp file.
+
+Publishing: the bytes go to a temp file in the bucket, fdatasynced every ``SYNC_EVERY``
+bytes and fsynced at commit; the sidecar is written to a temp file and fsynced too. The
+sidecar is renamed into place first and the data file second (the commit point), then one
+fsync of the bucket makes both renames durable. So a data file is never visible without its
+sidecar (deletes remove it first); a crash before that fsync may keep either rename or
+neither, but nothing was acknowledged yet: the upload's intent still stands and the
+sweeper's ``delete_prefix`` removes what is left. A directory made for a write is fsynced
+into its parent before this process acknowledges any commit in it.
 """
 
 from __future__ import annotations
@@ -19,9 +38,12 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
 import stat as stat_mod
+import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -32,18 +54,29 @@ _RESERVED = "%"  # first character of the driver's own file names
 # A file being written is flushed to disk every this many bytes, so the fsync at commit
 # (which the answer waits for) has at most this much left to write.
 SYNC_EVERY = 16 * 1024 * 1024
+# Characters of the asset id (after "ast_") that name its bucket: 7 ULID characters are the
+# top 33 bits of a millisecond timestamp, about 33 s of uploads. Part of the on-disk format.
+BUCKET_CHARS = 7
+_ASSET = re.compile(r"^[0-9A-Za-z_]{1,128}$")
 
 
-def _fsync_dir(path: Path) -> None:
+@dataclass(frozen=True)
+class _Place:
+    """Where one key's files are, in one layout."""
+
+    directory: str
+    data: str
+    sidecar: str
+    temp_prefix: str  # a temp file's name is this plus a random suffix
+    filename: str  # the key's filename, as its sidecar records it
+
+
+def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _sidecar_name(filename: str) -> str:
-    return f"{_RESERVED}meta.{hashlib.sha256(filename.encode()).hexdigest()}.json"
 
 
 def _read_fd(fd: int, size: int) -> bytes:
@@ -58,13 +91,19 @@ def _read_fd(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def _read_file(path: str) -> bytes:
-    """A small file's bytes in plain syscalls (no buffered file object): sidecars."""
+def _read_sidecar(path: str) -> dict[str, Any]:
+    """A sidecar's JSON, read in plain syscalls (no buffered file object)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        return _read_fd(fd, 1 << 20)
+        chunks = []
+        while chunk := os.read(fd, 4096):
+            chunks.append(chunk)
     finally:
         os.close(fd)
+    meta = json.loads(b"".join(chunks))
+    if not isinstance(meta, dict):
+        raise ValueError("a sidecar holds a JSON object")
+    return meta
 
 
 def _write_durably(fh: IO[bytes]) -> None:
@@ -81,125 +120,179 @@ class FsStorage:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.objects = self.root / "objects"
+        self._objects = str(self.objects)
+        # Directories this process made whose entry in their parent is not yet fsynced: a
+        # commit in one of them (by another writer) fsyncs that parent itself.
+        self._unsettled: set[str] = set()
+        self._lock = threading.Lock()
 
     # -- paths ---------------------------------------------------------------------------
 
-    def _path(self, key: str) -> Path:
+    def _split(self, key: str, segments: int = 3) -> list[str]:
+        """``org/asset/filename`` (or, for a prefix, ``org/asset``) in its parts."""
         parts = key.split("/")
+        if len(parts) != segments or not _ASSET.match(parts[1]):
+            raise ValueError(f"not a storage key: {key!r}")
         for part in parts:
             if part in ("", ".", "..") or part.startswith(_RESERVED) or "\x00" in part:
                 raise ValueError(f"not a storage key: {key!r}")
-        return self.objects.joinpath(*parts)
+        return parts
 
-    def _makedirs(self, directory: Path) -> None:
-        """Create ``directory`` under the objects root, fsyncing each parent that gains an entry."""
-        self.objects.mkdir(parents=True, exist_ok=True)
-        current = self.objects
-        for part in directory.relative_to(self.objects).parts:
-            child = current / part
+    def _bucket(self, org: str, asset: str) -> str:
+        return f"{self._objects}/{org}/{_RESERVED}{asset.split('_', 1)[-1][:BUCKET_CHARS]}"
+
+    def _place(self, key: str) -> _Place:
+        """Where ``key`` is written, and read first."""
+        org, asset, filename = self._split(key)
+        directory = self._bucket(org, asset)
+        h = hashlib.sha256(filename.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        return _Place(
+            directory=directory,
+            data=f"{directory}/{asset}.{h}",
+            sidecar=f"{directory}/{asset}{_RESERVED}meta.{h}",
+            temp_prefix=f"{directory}/{asset}{_RESERVED}tmp.",
+            filename=filename,
+        )
+
+    def _legacy_place(self, key: str) -> _Place:
+        """Where ``key`` was written before buckets: a directory per asset."""
+        org, asset, filename = self._split(key)
+        directory = f"{self._objects}/{org}/{asset}"
+        sidecar = f"{_RESERVED}meta.{hashlib.sha256(filename.encode()).hexdigest()}.json"
+        return _Place(
+            directory=directory,
+            data=f"{directory}/{filename}",
+            sidecar=f"{directory}/{sidecar}",
+            temp_prefix=f"{directory}/{_RESERVED}tmp.",
+            filename=filename,
+        )
+
+    def _places(self, key: str) -> Iterator[_Place]:
+        """Where ``key`` may be, in the order to look (the older layout only if need be)."""
+        yield self._place(key)
+        yield self._legacy_place(key)
+
+    def _makedirs(self, directory: str) -> None:
+        """Create a bucket and its parents, fsyncing each parent that gains an entry."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        org_dir = os.path.dirname(directory)
+        for parent, child in (
+            (str(self.root), self._objects),
+            (self._objects, org_dir),
+            (org_dir, directory),
+        ):
             try:
-                child.mkdir()
+                os.mkdir(child)
             except FileExistsError:
-                pass
-            else:
-                _fsync_dir(current)
-            current = child
+                continue
+            with self._lock:
+                self._unsettled.add(child)
+            try:
+                _fsync_dir(parent)
+            finally:
+                with self._lock:
+                    self._unsettled.discard(child)
+
+    def _settle(self, directory: str) -> None:
+        """Make ``directory``'s own entry durable if a writer that made it is still at it."""
+        if not self._unsettled:  # (almost always)
+            return
+        with self._lock:
+            made = [d for d in self._unsettled if directory == d or directory.startswith(d + "/")]
+        for child in made:
+            _fsync_dir(os.path.dirname(child))
 
     # -- the interface -------------------------------------------------------------------
 
     def open_writer(self, key: str) -> _FsWriter:
-        path = self._path(key)
+        place = self._place(key)
         try:
-            # A concurrent prefix delete may remove the directory between mkdir and create.
+            # The bucket usually exists. It may also vanish (emptied and removed by a
+            # delete) between mkdir and create: try again.
             for attempt in range(3):
-                self._makedirs(path.parent)
                 try:
-                    return _FsWriter(path, key)
+                    return _FsWriter(self, place, key)
                 except FileNotFoundError:
                     if attempt == 2:
                         raise
+                    self._makedirs(place.directory)
         except OSError as exc:
             raise StorageUnavailable(f"cannot write {key}: {exc}") from exc
         raise AssertionError("unreachable")
 
     def stat(self, key: str) -> ObjectInfo | None:
-        path = self._path(key)
-        try:
-            st = os.stat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except OSError as exc:
-            raise StorageUnavailable(f"cannot stat {key}: {exc}") from exc
-        return self._info(key, path, st)
+        for place in self._places(key):
+            try:
+                st = os.stat(place.data)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError as exc:
+                raise StorageUnavailable(f"cannot stat {key}: {exc}") from exc
+            return self._info(key, place, st)
+        return None
 
     def read_small(self, key: str, limit: int) -> tuple[ObjectInfo, bytes | None] | None:
-        path = self._path(key)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except OSError as exc:
-            raise StorageUnavailable(f"cannot read {key}: {exc}") from exc
-        try:
-            # One open for the size and the bytes: a delete in between cannot split them.
-            st = os.fstat(fd)
-            info = self._info(key, path, st)
-            if info is None:
-                return None
-            return info, _read_fd(fd, st.st_size) if st.st_size <= limit else None
-        except OSError as exc:
-            raise StorageUnavailable(f"cannot read {key}: {exc}") from exc
-        finally:
-            os.close(fd)
+        for place in self._places(key):
+            try:
+                fd = os.open(place.data, os.O_RDONLY | os.O_CLOEXEC)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError as exc:
+                raise StorageUnavailable(f"cannot read {key}: {exc}") from exc
+            try:
+                # One open for the size and the bytes: a delete in between cannot split them.
+                st = os.fstat(fd)
+                info = self._info(key, place, st)
+                if info is None:
+                    return None
+                return info, _read_fd(fd, st.st_size) if st.st_size <= limit else None
+            except OSError as exc:
+                raise StorageUnavailable(f"cannot read {key}: {exc}") from exc
+            finally:
+                os.close(fd)
+        return None
 
     def open_reader(self, key: str, start: int = 0, end: int | None = None) -> _FsReader | None:
-        path = self._path(key)
-        try:
-            fh = path.open("rb")
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            return None
-        except OSError as exc:
-            raise StorageUnavailable(f"cannot read {key}: {exc}") from exc
-        try:
-            size = os.fstat(fh.fileno()).st_size
-            end = size if end is None else min(end, size)
-            fh.seek(start)
-        except OSError as exc:
-            fh.close()
-            raise StorageUnavailable(f"cannot read {key}: {exc}") from exc
-        return _FsReader(fh, max(0, end - start))
+        for place in self._places(key):
+            try:
+                fh = open(place.data, "rb")  # noqa: SIM115 (closed by the reader)
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                continue
+            except OSError as exc:
+                raise StorageUnavailable(f"cannot read {key}: {exc}") from exc
+            try:
+                size = os.fstat(fh.fileno()).st_size
+                end = size if end is None else min(end, size)
+                fh.seek(start)
+            except OSError as exc:
+                fh.close()
+                raise StorageUnavailable(f"cannot read {key}: {exc}") from exc
+            return _FsReader(fh, max(0, end - start))
+        return None
 
     def delete(self, key: str) -> None:
-        path = self._path(key)
-        try:
-            # Data first: from here on the object is gone; the sidecar and the directory follow.
-            path.unlink(missing_ok=True)
-            (path.parent / _sidecar_name(path.name)).unlink(missing_ok=True)
-            _fsync_dir(path.parent)
-            self._remove_if_empty(path.parent)
-        except (FileNotFoundError, NotADirectoryError):
-            return
-        except OSError as exc:
-            raise StorageUnavailable(f"cannot delete {key}: {exc}") from exc
+        for place in self._places(key):
+            try:
+                # Data first: from here on the object is gone; the sidecar and the directory follow.
+                for path in (place.data, place.sidecar):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+                # Even when nothing was left: an earlier attempt may have stopped before this.
+                # (A missing directory raises here: nothing was stored in this layout.)
+                _fsync_dir(place.directory)
+                self._remove_if_empty(place.directory)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError as exc:
+                raise StorageUnavailable(f"cannot delete {key}: {exc}") from exc
 
     def delete_prefix(self, prefix: str) -> None:
         if not prefix.endswith("/"):
             raise ValueError(f"a prefix ends with '/': {prefix!r}")
-        top = self._path(prefix[:-1])
+        org, asset = self._split(prefix[:-1], segments=2)
         try:
-            for directory, dirnames, filenames in os.walk(top, topdown=False):
-                here = Path(directory)
-                # Data files before sidecars and temp files, as in delete().
-                for name in sorted(filenames, key=lambda n: n.startswith(_RESERVED)):
-                    (here / name).unlink(missing_ok=True)
-                for name in dirnames:
-                    with contextlib.suppress(FileNotFoundError):
-                        (here / name).rmdir()
-            with contextlib.suppress(FileNotFoundError):
-                top.rmdir()
-                _fsync_dir(top.parent)
-        except (FileNotFoundError, NotADirectoryError):
-            return
+            self._delete_in_bucket(org, asset)
+            self._delete_legacy_directory(org, asset)
         except OSError as exc:
             raise StorageUnavailable(f"cannot delete {prefix}: {exc}") from exc
 
@@ -217,17 +310,19 @@ class FsStorage:
     def close(self) -> None:
         pass
 
-    def _info(self, key: str, path: Path, st: os.stat_result) -> ObjectInfo | None:
-        """The object whose data file ``path`` has ``st``, if its sidecar says it is committed."""
+    # -- helpers -------------------------------------------------------------------------
+
+    def _info(self, key: str, place: _Place, st: os.stat_result) -> ObjectInfo | None:
+        """The object whose data file has ``st``, if its sidecar says it is committed."""
         if not stat_mod.S_ISREG(st.st_mode):
             return None
         try:
-            meta = json.loads(_read_file(os.path.join(path.parent, _sidecar_name(path.name))))
+            meta = _read_sidecar(place.sidecar)
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
             raise StorageUnavailable(f"cannot stat {key}: {exc}") from exc
-        if meta.get("name") != path.name:
+        if meta.get("name") != place.filename:
             return None  # a sidecar that belongs to another name: not a committed object
         return ObjectInfo(
             key=key,
@@ -237,24 +332,55 @@ class FsStorage:
             last_modified=datetime.fromtimestamp(int(st.st_mtime), UTC),
         )
 
-    def _remove_if_empty(self, directory: Path) -> None:
+    def _delete_in_bucket(self, org: str, asset: str) -> None:
+        bucket = self._bucket(org, asset)
         try:
-            directory.rmdir()
+            with os.scandir(bucket) as entries:
+                names = [e.name for e in entries if e.name.startswith((f"{asset}.", f"{asset}{_RESERVED}"))]
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        # Data files before sidecars and temp files, as in delete().
+        for name in sorted(names, key=lambda n: n[len(asset)] == _RESERVED):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{bucket}/{name}")
+        with contextlib.suppress(FileNotFoundError):
+            _fsync_dir(bucket)  # even when nothing was left, as in delete()
+            self._remove_if_empty(bucket)
+
+    def _delete_legacy_directory(self, org: str, asset: str) -> None:
+        top = f"{self._objects}/{org}/{asset}"
+        try:
+            for directory, dirnames, filenames in os.walk(top, topdown=False):
+                # Data files before sidecars and temp files, as in delete().
+                for name in sorted(filenames, key=lambda n: n.startswith(_RESERVED)):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(directory, name))
+                for name in dirnames:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.rmdir(os.path.join(directory, name))
+            os.rmdir(top)
+            _fsync_dir(os.path.dirname(top))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+
+    def _remove_if_empty(self, directory: str) -> None:
+        try:
+            os.rmdir(directory)
         except OSError:
             return  # not empty (or already gone): fine either way
-        _fsync_dir(directory.parent)
+        _fsync_dir(os.path.dirname(directory))
 
 
 class _FsWriter:
-    """A temp file in the target directory, published by ``commit``."""
+    """A temp file in the bucket, published by ``commit``."""
 
-    def __init__(self, final: Path, key: str) -> None:
+    def __init__(self, storage: FsStorage, place: _Place, key: str) -> None:
+        self.storage = storage
+        self.place = place
         self.key = key
-        self.final = final
-        self.directory = final.parent
-        self._tmp = self.directory / f"{_RESERVED}tmp.{secrets.token_hex(12)}"
-        self._meta_tmp: Path | None = None
-        self._fh: IO[bytes] | None = self._tmp.open("xb")
+        self._tmp = place.temp_prefix + secrets.token_hex(12)
+        self._meta_tmp: str | None = None
+        self._fh: IO[bytes] | None = open(self._tmp, "xb")  # noqa: SIM115 (closed at commit or abort)
         self._committed = False
         self._unsynced = 0
 
@@ -268,30 +394,31 @@ class _FsWriter:
                 os.fdatasync(self._fh.fileno())
                 self._unsynced = 0
         except OSError as exc:
-            raise StorageUnavailable(f"cannot write {self.final.name}: {exc}") from exc
+            raise StorageUnavailable(f"cannot write {self.key}: {exc}") from exc
 
     def commit(self, *, content_type: str, sha256: str) -> ObjectInfo:
         assert self._fh is not None, "commit after commit or abort"
+        place = self.place
         try:
             _write_durably(self._fh)
             self._fh.close()
             self._fh = None
-            meta: dict[str, Any] = {"name": self.final.name, "contentType": content_type, "sha256": sha256}
-            self._meta_tmp = self.directory / f"{_RESERVED}tmp.{secrets.token_hex(12)}"
-            with self._meta_tmp.open("xb") as fh:
+            meta: dict[str, Any] = {"name": place.filename, "contentType": content_type, "sha256": sha256}
+            self._meta_tmp = place.temp_prefix + secrets.token_hex(12)
+            with open(self._meta_tmp, "xb") as fh:
                 fh.write(json.dumps(meta).encode())
                 _write_durably(fh)
-            os.replace(self._meta_tmp, self.directory / _sidecar_name(self.final.name))
+            os.replace(self._meta_tmp, place.sidecar)
             self._meta_tmp = None
-            _fsync_dir(self.directory)
-            os.replace(self._tmp, self.final)  # the commit point
+            os.replace(self._tmp, place.data)  # the commit point
             self._committed = True
-            _fsync_dir(self.directory)
-            st = self.final.stat()
+            _fsync_dir(place.directory)  # both renames, durably
+            self.storage._settle(place.directory)
+            st = os.stat(place.data)
         except OSError as exc:
             if not self._committed:
                 self.abort()
-            raise StorageUnavailable(f"cannot commit {self.final.name}: {exc}") from exc
+            raise StorageUnavailable(f"cannot commit {self.key}: {exc}") from exc
         return ObjectInfo(
             key=self.key,
             size=st.st_size,
@@ -308,13 +435,14 @@ class _FsWriter:
                 self._fh.close()
             self._fh = None
         try:
-            self._tmp.unlink(missing_ok=True)
-            if self._meta_tmp is not None:
-                self._meta_tmp.unlink(missing_ok=True)
+            for path in (self._tmp, self._meta_tmp):
+                if path is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
         except OSError as exc:
             raise StorageUnavailable(f"cannot clean up {self._tmp}: {exc}") from exc
         with contextlib.suppress(OSError):
-            self.directory.rmdir()  # only if nothing else is in it
+            os.rmdir(self.place.directory)  # only if nothing else is in it
 
 
 class _FsReader:
