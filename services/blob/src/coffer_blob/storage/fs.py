@@ -43,10 +43,9 @@ import secrets
 import stat as stat_mod
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from coffer_blob.storage.base import READ_CHUNK, ObjectInfo, StorageUnavailable
 
@@ -60,9 +59,8 @@ BUCKET_CHARS = 7
 _ASSET = re.compile(r"^[0-9A-Za-z_]{1,128}$")
 
 
-@dataclass(frozen=True)
-class _Place:
-    """Where one key's files are, in one layout."""
+class _Place(NamedTuple):
+    """Where one key's files are, in one layout (a tuple: made on every read)."""
 
     directory: str
     data: str
