@@ -214,8 +214,9 @@ class _S3Writer:
         self.storage = storage
         self.key = key
         self.temp_key = f"{key.rsplit('/', 1)[0]}/{_RESERVED}tmp.{secrets.token_hex(12)}"
-        self._chunks: list[bytes] = []
-        self._buffered = 0
+        # One growing buffer, handed to boto3 as it is: joining a list of chunks held two
+        # copies of a part at once.
+        self._buffer = bytearray()
         self._upload_id: str | None = None
         self._parts: list[dict[str, Any]] = []
         self._temp_exists = False
@@ -224,9 +225,8 @@ class _S3Writer:
 
     def write(self, chunk: bytes) -> None:
         assert not self._done, "write after commit or abort"
-        self._chunks.append(chunk)
-        self._buffered += len(chunk)
-        if self._buffered >= self.storage.part_size:
+        self._buffer += chunk
+        if len(self._buffer) >= self.storage.part_size:
             # Parts need not be equal: send what is buffered (a little over PART_SIZE).
             self._upload_part(self._take())
 
@@ -247,7 +247,7 @@ class _S3Writer:
                     Metadata=metadata,
                 )
             else:
-                if self._buffered:
+                if self._buffer:
                     self._upload_part(self._take())
                 s3._call(
                     self.key,
@@ -284,8 +284,7 @@ class _S3Writer:
         if self._done:
             return
         self._done = True
-        self._chunks.clear()
-        self._buffered = 0
+        self._buffer = bytearray()
         steps: list[tuple[str, dict[str, Any]]] = []
         if self._upload_id is not None:
             steps.append(("abort_multipart_upload", {"Key": self.temp_key, "UploadId": self._upload_id}))
@@ -304,14 +303,12 @@ class _S3Writer:
         if failure is not None:
             raise failure
 
-    def _take(self) -> bytes:
-        """Everything buffered, as one buffer (the chunks are released at once)."""
-        data = b"".join(self._chunks)
-        self._chunks.clear()
-        self._buffered = 0
+    def _take(self) -> bytearray:
+        """Everything buffered, handed over without a copy; a new buffer starts."""
+        data, self._buffer = self._buffer, bytearray()
         return data
 
-    def _upload_part(self, body: bytes) -> None:
+    def _upload_part(self, body: bytearray) -> None:
         s3 = self.storage
         if self._upload_id is None:
             created = s3._call(self.key, "create_multipart_upload", Key=self.temp_key)
