@@ -103,11 +103,11 @@ async def test_sizes_around_the_read_bounds(
     assert response.headers["content-length"] == str(size)
 
 
+# On disk only: S3 reads are network calls, always in a worker thread.
+@pytest.mark.parametrize("settings", ["fs"], indirect=True)
 async def test_small_objects_on_disk_are_read_on_the_event_loop(
-    api: httpx.AsyncClient, cdn: httpx.AsyncClient, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if settings.storage != "fs":
-        pytest.skip("S3 reads are network calls: always in a worker thread")
     small = await public_path(api)
     larger = await public_path(api, data=b"x" * (64 * 1024 + 1))
 
