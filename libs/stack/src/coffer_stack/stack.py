@@ -140,13 +140,21 @@ class Stack:
             deadline = time.monotonic() + timeout
             while True:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"{name} exited with {proc.returncode} while starting")
+                    why = self._log_tail(name)
+                    raise RuntimeError(f"{name} exited with {proc.returncode} while starting{why}")
                 try:
                     wait_healthy(url, timeout=min(1.0, max(0.1, deadline - time.monotonic())))
                     break
                 except TimeoutError:
                     if time.monotonic() > deadline:
                         raise
+
+    def _log_tail(self, name: str, lines: int = 20) -> str:
+        """The end of a service's log file, if it has one, to say why it stopped."""
+        if self.log_dir is None or not (self.log_dir / f"{name}.log").exists():
+            return ""
+        tail = (self.log_dir / f"{name}.log").read_text(errors="replace").splitlines()[-lines:]
+        return "; the end of its log:\n" + "\n".join(tail)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to a service (SIGKILL by default) and reap it."""
