@@ -129,14 +129,19 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
         yield session
 
 
+def _database_down(exc: DBAPIError) -> bool:
+    """Whether an error means the database could not be reached (503), not a bad statement."""
+    return exc.connection_invalidated or isinstance(exc, OperationalError)
+
+
 @contextlib.asynccontextmanager
 async def _transaction(bind: Engine) -> AsyncIterator[Session]:
     session = Session(bind, expire_on_commit=False)
     try:
         yield session
-    except (OperationalError, DBAPIError) as exc:
+    except DBAPIError as exc:
         await run_in_threadpool(_rollback, session)
-        if exc.connection_invalidated or isinstance(exc, OperationalError):
+        if _database_down(exc):
             raise unavailable("The database is unavailable.") from exc
         raise
     except BaseException:
@@ -144,7 +149,7 @@ async def _transaction(bind: Engine) -> AsyncIterator[Session]:
         raise
     try:
         await run_in_threadpool(_commit, session)
-    except (OperationalError, DBAPIError) as exc:
+    except DBAPIError as exc:
         raise unavailable("The database is unavailable.") from exc
 
 
@@ -164,8 +169,8 @@ async def run_read(engine: Engine, work: Callable[[Session], T]) -> T:
 
     try:
         return await run_in_threadpool(run)
-    except (OperationalError, DBAPIError) as exc:
-        if exc.connection_invalidated or isinstance(exc, OperationalError):
+    except DBAPIError as exc:
+        if _database_down(exc):
             raise unavailable("The database is unavailable.") from exc
         raise
 
