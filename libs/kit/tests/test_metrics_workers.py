@@ -9,8 +9,12 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 
-from coffer_kit.testing import free_port, wait_healthy
+from coffer_testkit.testing import free_port, wait_healthy
+
+# Real processes (servers started for the test): end to end, so not in `make test-fast`.
+pytestmark = pytest.mark.e2e
 
 
 def test_counts_from_every_worker_are_summed(tmp_path) -> None:

@@ -11,7 +11,10 @@ import time
 import httpx
 import pytest
 
-from coffer_kit.testing import free_port, wait_healthy
+from coffer_testkit.testing import free_port, wait_healthy
+
+# Real processes (servers started for the test): end to end, so not in `make test-fast`.
+pytestmark = pytest.mark.e2e
 
 PORTS = ("EDGE", "CDN", "AUTH", "METADATA", "BLOB", "EDGE_INTERNAL")
 

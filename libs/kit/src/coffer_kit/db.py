@@ -6,17 +6,19 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Annotated, TypeVar
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 from sqlalchemy import event, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.pool import QueuePool
 from sqlmodel import Session, create_engine
 from starlette.concurrency import run_in_threadpool
 
 from coffer_kit.errors import unavailable
+from coffer_kit.state import ServiceState, SettingsT, request_state
 from coffer_kit.tracing import instrument_engine
 
 # Execution option marking a transaction that will write (see the SQLite begin hook below).
@@ -24,18 +26,24 @@ WRITE_OPTION = "coffer_write"
 _READ_METHODS = {"GET", "HEAD", "OPTIONS"}
 
 
+T = TypeVar("T")
+
 # As many pooled connections as the thread pool has threads (anyio's default is 40): a
 # connection opened past the pool's size is closed again after one use, and opening one costs
 # more than the query it serves.
 POOL_SIZE = 40
 
 
-def make_engine(url: str, *, pool_size: int = POOL_SIZE) -> Engine:
+# How long a SQLite statement waits for a lock before it fails (milliseconds).
+BUSY_TIMEOUT_MS = 30_000
+
+
+def make_engine(url: str, *, pool_size: int = POOL_SIZE, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Engine:
     """An engine for ``url``; SQLite gets WAL, foreign keys and a busy timeout."""
     if url.startswith("sqlite"):
         engine = create_engine(
             url,
-            connect_args={"check_same_thread": False, "timeout": 30},
+            connect_args={"check_same_thread": False, "timeout": busy_timeout_ms / 1000},
             poolclass=QueuePool,
             pool_size=pool_size,
             max_overflow=0,
@@ -48,7 +56,7 @@ def make_engine(url: str, *, pool_size: int = POOL_SIZE) -> Engine:
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=FULL")
             cur.execute("PRAGMA foreign_keys=ON")
-            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
             cur.close()
 
         # pysqlite's own transaction handling starts transactions late and cannot take the
@@ -72,8 +80,215 @@ def make_engine(url: str, *, pool_size: int = POOL_SIZE) -> Engine:
         max_overflow=0,
         pool_timeout=10,
     )
+    event.listen(engine, "before_cursor_execute", _nul_safe, retval=True)
     instrument_engine(engine)
     return engine
+
+
+def _no_nul(value: Any) -> Any:
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) and "\x00" in value else value
+
+
+def _nul_safe(
+    _conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _executemany: bool
+) -> tuple[str, Any]:
+    """PostgreSQL cannot hold U+0000 in text, and psycopg refuses to send it: an id sent with
+    a NUL in it (a path segment, a query parameter) failed as a 500. No stored value can hold
+    one (names refuse control characters, ids and keys are made by Coffer), so such a value
+    matches nothing once the NUL reads U+FFFD, and the lookup answers 404 as on SQLite."""
+    if isinstance(parameters, dict):
+        if any(isinstance(v, str) and "\x00" in v for v in parameters.values()):
+            parameters = {k: _no_nul(v) for k, v in parameters.items()}
+    elif isinstance(parameters, (list, tuple)) and any(
+        isinstance(v, str) and "\x00" in v for v in parameters
+    ):
+        parameters = type(parameters)(_no_nul(v) for v in parameters)
+    return statement, parameters
+
+
+class Database:
+    """A service's engine, and the queue its SQLite writers wait in (None on other databases).
+
+    SQLite has one writer at a time. Waiting in its busy handler sleeps in growing steps (up
+    to 100 ms) instead of waking when the lock is free, and holds a worker thread meanwhile:
+    with as many waiting writers as threads, the holder cannot get a thread to commit until a
+    waiter times out. Writers of this process therefore queue on ``write_lock``, on the event
+    loop, and the next one starts the moment the previous commits. Other processes (the CLI,
+    a second worker) still meet the busy handler.
+
+    ``write`` is the group-commit path for hot writes (see ``_GroupCommit``).
+    ``loop_reader()`` (SQLite files only) is one more connection, opened by the first
+    :func:`point_read` (auth never makes one), kept open and used only on the event loop.
+    """
+
+    __slots__ = ("_group", "_loop_reader", "_loop_url", "engine", "write_lock")
+
+    def __init__(self, engine: Engine, loop_url: str | None = None) -> None:
+        self.engine = engine
+        self._loop_url = loop_url
+        self._loop_reader: Connection | None = None
+        self.write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
+        self._group = _GroupCommit(engine, self.write_lock) if self.write_lock is not None else None
+
+    @classmethod
+    def open(cls, url: str, *, pool_size: int = POOL_SIZE) -> Database:
+        engine = make_engine(url, pool_size=pool_size)
+        on_disk = engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:")
+        return cls(engine, url if on_disk else None)
+
+    def loop_reader(self) -> Connection | None:
+        """The event loop's connection (see :func:`point_read`); None where reads take a thread.
+
+        Its own engine: a busy timeout of 0, so a read that meets a lock fails at once and is
+        handed to a worker thread. Kept open: connecting an engine with event listeners costs
+        as much as the read (SQLAlchemy joins the listeners into each new Connection).
+        """
+        if self._loop_reader is None and self._loop_url is not None:
+            self._loop_reader = make_engine(self._loop_url, pool_size=1, busy_timeout_ms=0).connect()
+        return self._loop_reader
+
+    def close(self) -> None:
+        if self._loop_reader is not None:
+            self._loop_reader.close()
+            self._loop_reader.engine.dispose()
+            self._loop_reader = None
+        self.engine.dispose()
+
+    async def write(self, work: Callable[[Session], T]) -> T:
+        """``work(session)`` in a write transaction that has committed when this returns.
+
+        All or nothing for ``work``: if it raises, none of its changes stay, and the error is
+        raised here. A database that is down, or a commit that fails, answers 503, as through
+        the session dependency. On SQLite, writes that wait together commit together (one
+        fsync of the WAL for all of them); elsewhere each is its own transaction, in one
+        worker-thread trip.
+        """
+        if self._group is not None:
+            return await self._group.submit(work)
+
+        def run() -> T:
+            with Session(self.engine, expire_on_commit=False) as session, session.begin():
+                return work(session)
+
+        return await _in_thread(run)
+
+
+# How many waiting writes one SQLite transaction takes at most: enough to cover the writers
+# a busy service has waiting (16 concurrent uploads send at most 16), few enough that one
+# slow write does not hold many answers back.
+GROUP_COMMIT_MAX = 64
+
+
+class _GroupCommit:
+    """Group commit for one SQLite database: writes that queue up while a transaction commits
+    are run together in the next one, each in a SAVEPOINT of its own, and committed at once.
+
+    With ``synchronous=FULL`` every commit is an fsync of the WAL, and every write through the
+    session dependency also holds the write lock across two worker-thread trips; at 16
+    concurrent 4 KiB uploads (two write transactions each) that serialized metadata at ~130
+    transactions/s. Here the lock is held for one thread trip and one fsync per *group*.
+
+    The promises stay: a write's answer waits for the COMMIT that holds it (durable, as
+    ``synchronous=FULL`` makes every commit); a write that fails is rolled back to its
+    savepoint, so none of its changes stay, and the others in the group are unaffected;
+    writes run one after another in one transaction, so each sees the ones before it (the
+    quota's conditional update stays exact). If the COMMIT itself fails, or the database
+    fails under a write, the whole group is rolled back and every write in it fails (503):
+    nothing of any of them stays.
+    """
+
+    __slots__ = ("_engine", "_flusher", "_lock", "_waiting")
+
+    def __init__(self, engine: Engine, lock: asyncio.Lock) -> None:
+        self._engine = writer(engine)
+        self._lock = lock
+        self._waiting: list[tuple[Callable[[Session], Any], asyncio.Future[Any]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def submit(self, work: Callable[[Session], T]) -> T:
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._waiting.append((work, future))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        while self._waiting:
+            # Writers through the session dependency take turns with whole groups.
+            async with self._lock:
+                # A writer cancelled before its turn (its client went away) is not run, as one
+                # cancelled while it waited for the lock never ran.
+                waiting = [(work, future) for work, future in self._waiting if not future.done()]
+                group, self._waiting = waiting[:GROUP_COMMIT_MAX], waiting[GROUP_COMMIT_MAX:]
+                if not group:
+                    continue
+                try:
+                    outcomes = await run_in_threadpool(self._run, [work for work, _ in group])
+                except BaseException as exc:
+                    # Nothing of the group committed: every writer in it fails.
+                    for _, future in group:
+                        if not future.done():
+                            future.set_exception(_group_failure(exc))
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+            for (_, future), (ok, value) in zip(group, outcomes, strict=True):
+                if future.done():  # the writer was cancelled (its client went away)
+                    continue
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(value)
+
+    def _run(self, works: list[Callable[[Session], Any]]) -> list[tuple[bool, Any]]:
+        """In a worker thread: the group in one transaction, each write in a savepoint.
+
+        Raises (having rolled the whole group back) if the database fails or the commit does.
+        """
+        outcomes: list[tuple[bool, Any]] = []
+        with Session(self._engine, expire_on_commit=False) as session:
+            try:
+                for work in works:
+                    try:
+                        with session.begin_nested():
+                            outcomes.append((True, work(session)))
+                    except DBAPIError as exc:
+                        if _database_down(exc):
+                            raise
+                        outcomes.append((False, exc))
+                    except Exception as exc:  # noqa: BLE001 - this write's own failure, answered to it
+                        outcomes.append((False, exc))
+                session.commit()
+            except BaseException:
+                session.rollback()
+                raise
+        return outcomes
+
+
+def _group_failure(exc: BaseException) -> BaseException:
+    """What one writer of a group that could not commit gets: 503 if the database failed."""
+    if isinstance(exc, DBAPIError):
+        failure = unavailable("The database is unavailable.")
+        failure.__cause__ = exc
+        return failure
+    if isinstance(exc, Exception):
+        return exc
+    return asyncio.CancelledError()
+
+
+@dataclass(slots=True)
+class DatabaseState(ServiceState[SettingsT]):
+    """The typed state of a service that owns a database (auth, metadata)."""
+
+    database: Database
+
+
+async def database_of(request: Request) -> Database:
+    """The service's database (a dependency: async, so it costs no thread-pool trip)."""
+    return request_state(request, DatabaseState).database
+
+
+DatabaseDep = Annotated[Database, Depends(database_of)]
 
 
 @functools.cache
@@ -96,35 +311,16 @@ def _rollback(session: Session) -> None:
         session.close()
 
 
-def _sqlite_write_lock(request: Request, engine: Engine) -> asyncio.Lock | None:
-    """The app's queue for SQLite write transactions (None on other databases).
-
-    SQLite has one writer at a time. Waiting in its busy handler sleeps in growing steps (up
-    to 100 ms) instead of waking when the lock is free, and holds a worker thread meanwhile:
-    with as many waiting writers as threads, the holder cannot get a thread to commit until a
-    waiter times out. Writers of this process therefore queue here, on the event loop, and
-    the next one starts the moment the previous commits. Other processes (the CLI, a second
-    worker) still meet the busy handler.
-    """
-    if engine.dialect.name != "sqlite":
-        return None
-    state = request.app.state
-    lock: asyncio.Lock | None = getattr(state, "sqlite_write_lock", None)
-    if lock is None:
-        lock = state.sqlite_write_lock = asyncio.Lock()
-    return lock
-
-
 async def get_session(request: Request) -> AsyncIterator[Session]:
     """The request owns the transaction: commit on success, roll back on error.
 
     Opening a Session touches no database, so it happens on the event loop; only the end of
     the transaction takes a thread (one hop, where a sync dependency would take two).
     """
-    engine: Engine = request.app.state.engine
+    database = request_state(request, DatabaseState).database
     write = request.method not in _READ_METHODS
-    lock = _sqlite_write_lock(request, engine) if write else None
-    bind = writer(engine) if write else engine
+    lock = database.write_lock if write else None
+    bind = writer(database.engine) if write else database.engine
     async with lock or contextlib.nullcontext(), _transaction(bind) as session:
         yield session
 
@@ -153,9 +349,6 @@ async def _transaction(bind: Engine) -> AsyncIterator[Session]:
         raise unavailable("The database is unavailable.") from exc
 
 
-T = TypeVar("T")
-
-
 async def run_read(engine: Engine, work: Callable[[Session], T]) -> T:
     """``work(session)`` in one read transaction and one worker-thread trip.
 
@@ -167,12 +360,55 @@ async def run_read(engine: Engine, work: Callable[[Session], T]) -> T:
         with Session(engine, expire_on_commit=False) as session:
             return work(session)
 
+    return await _in_thread(run)
+
+
+async def _in_thread(run: Callable[[], T]) -> T:
+    """``run()`` in a worker thread; a database that is down answers 503, as through the
+    session dependency."""
     try:
         return await run_in_threadpool(run)
     except DBAPIError as exc:
         if _database_down(exc):
             raise unavailable("The database is unavailable.") from exc
         raise
+
+
+async def point_read(database: Database, work: Callable[[Connection], T]) -> T:
+    """``work(connection)``, a read of a few rows by key through Core statements, in one read
+    transaction: on the event loop with SQLite, in a worker thread otherwise.
+
+    A thread trip costs more CPU than such a read: at 32 concurrent ``GET /api/assets/:id``
+    the hand-off to anyio's pool and back, and the GIL passing between forty threads, was
+    the largest share of metadata's time (docs/performance.md), while the read is tens of
+    microseconds of SQLite on pages the OS has cached (blob's CDN reads small files on the
+    loop for the same reason). In WAL mode readers take no lock that writers hold; a read
+    that meets one anyway (recovery, a checkpoint) fails at once on the loop's connection and
+    runs again in a worker thread, where it waits as every other statement does. PostgreSQL
+    answers over the network, so its reads keep the thread. Never for a scan (a deep page).
+    """
+    try:
+        connection = database.loop_reader()
+        if connection is not None:
+            return _read_now(connection, work)
+    except OperationalError:
+        pass
+    return await _read_in_thread(database.engine, work)
+
+
+def _read_now(connection: Connection, work: Callable[[Connection], T]) -> T:
+    try:
+        return work(connection)
+    finally:
+        connection.rollback()  # ends the read transaction: no snapshot is held between reads
+
+
+async def _read_in_thread(engine: Engine, work: Callable[[Connection], T]) -> T:
+    def run() -> T:
+        with engine.connect() as connection:
+            return work(connection)
+
+    return await _in_thread(run)
 
 
 # scope="function": commit before the response is sent, so a failed commit is never a 2xx.

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from coffer_kit.limits import MAX_FILE_BYTES
 
 log = logging.getLogger("coffer.errors")
 
@@ -47,20 +50,99 @@ class CofferError(Exception):
         self.headers = headers
 
 
+# One constructor per code of docs/contract.md §3, each carrying its status: services raise
+# these, never a CofferError with a literal status and code.
+
+
 def invalid(message: str, *, field: str | None = None) -> CofferError:
     """400 ``invalid_request``, naming the offending field."""
     return CofferError(400, "invalid_request", message, details={"field": field} if field else None)
 
 
-def not_found(message: str) -> CofferError:
-    return CofferError(404, "not_found", message)
+def organization_required(message: str) -> CofferError:
+    """400 ``organization_required``: a user key of several organizations, no x-organization-id."""
+    return CofferError(400, "organization_required", message)
+
+
+def unauthorized(message: str) -> CofferError:
+    """401 ``unauthorized``: no key, or a key that is unknown, deleted or expired."""
+    return CofferError(401, "unauthorized", message)
 
 
 def forbidden(message: str = "You do not have access to this resource.") -> CofferError:
+    """403 ``forbidden``: a valid key without access to the organization or resource."""
     return CofferError(403, "forbidden", message)
 
 
+def not_found(message: str) -> CofferError:
+    """404 ``not_found``."""
+    return CofferError(404, "not_found", message)
+
+
+def conflict(message: str) -> CofferError:
+    """409 ``conflict``."""
+    return CofferError(409, "conflict", message)
+
+
+def folder_cycle(message: str) -> CofferError:
+    """409 ``folder_cycle``: a folder cannot move into itself or one of its descendants (§8)."""
+    return CofferError(409, "folder_cycle", message)
+
+
+def precondition_failed(message: str = "A precondition in the request does not hold.") -> CofferError:
+    """412 ``precondition_failed`` (CDN conditional requests)."""
+    return CofferError(412, "precondition_failed", message)
+
+
+def file_too_large(limit: int = MAX_FILE_BYTES) -> CofferError:
+    """413 ``file_too_large``: the file part is over the contract's limit, or over the smaller
+    one of an upload token (CONTRACT §8)."""
+    if limit == MAX_FILE_BYTES:
+        return CofferError(
+            413, "file_too_large", f"The file is larger than {MAX_FILE_BYTES} bytes (100 MiB)."
+        )
+    return CofferError(
+        413, "file_too_large", f"The file is larger than this upload's limit of {limit} bytes."
+    )
+
+
+def quota_exceeded(*, size: int, used_bytes: int, quota_bytes: int) -> CofferError:
+    """413 ``quota_exceeded``, with the figures the contract puts in ``details``."""
+    return CofferError(
+        413,
+        "quota_exceeded",
+        f"Storing {size} bytes would exceed the organization's quota.",
+        details={"usedBytes": used_bytes, "quotaBytes": quota_bytes, "requestedBytes": size},
+    )
+
+
+def unsupported_media_type(message: str) -> CofferError:
+    """415 ``unsupported_media_type``."""
+    return CofferError(415, "unsupported_media_type", message)
+
+
+def range_not_satisfiable(size: int) -> CofferError:
+    """416 ``range_not_satisfiable`` (CDN), with the object's size in Content-Range."""
+    return CofferError(
+        416,
+        "range_not_satisfiable",
+        f"The range is outside the object's {size} bytes.",
+        headers={"content-range": f"bytes */{size}"},
+    )
+
+
+def rate_limited(message: str, *, retry_after: int) -> CofferError:
+    """429 ``rate_limited``, with Retry-After."""
+    return CofferError(429, "rate_limited", message, headers={"Retry-After": str(retry_after)})
+
+
+def internal(message: str = "Internal server error.") -> CofferError:
+    """500 ``internal``: a bug, or another service's; never bad input."""
+    return CofferError(500, "internal", message)
+
+
 def unavailable(message: str, *, retry_after: int = 1) -> CofferError:
+    """503 ``unavailable``: a dependency is down, with Retry-After."""
     return CofferError(503, "unavailable", message, headers={"Retry-After": str(retry_after)})
 
 
@@ -86,7 +168,7 @@ def error_response(request: Request, exc: CofferError) -> JSONResponse:
     )
 
 
-def _field_of(loc: tuple[Any, ...] | list[Any]) -> str:
+def _field_of(loc: Sequence[Any]) -> str:
     # ("body", "name") -> "name"; ("query", "limit") -> "limit"; ("body",) -> "body"
     parts = [str(p) for p in loc[1:]] if len(loc) > 1 else [str(p) for p in loc]
     return ".".join(parts)
@@ -120,9 +202,9 @@ async def _on_http_error(request: Request, exc: StarletteHTTPException) -> JSONR
     )
 
 
-async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+async def _on_unexpected(request: Request, _exc: Exception) -> JSONResponse:
     log.exception("unhandled error", extra={"request_id": request_id_of(request)})
-    return error_response(request, CofferError(500, "internal", "Internal server error."))
+    return error_response(request, internal())
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -1,29 +1,31 @@
-"""Service-to-service calls: the internal token, the internal HTTP client factory, error mapping."""
+"""Service-to-service calls: the internal HTTP client factory and error mapping (the token's
+check lives in ``coffer_kit.internal_token``, free of aiohttp)."""
 
 from __future__ import annotations
 
-import hmac
 import json
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
 import aiohttp
-from fastapi import Request
 from yarl import URL
 
-from coffer_kit.errors import CofferError, unavailable
+from coffer_kit.errors import CofferError, internal, unavailable
+from coffer_kit.internal_token import INTERNAL_TOKEN_HEADER, require_internal_token
 from coffer_kit.tracing import tracing_enabled
 
-INTERNAL_TOKEN_HEADER = "x-coffer-internal-token"
-
-
-async def require_internal_token(request: Request) -> None:
-    """Dependency for internal routers: refuse any caller without the shared token."""
-    expected: str = request.app.state.settings.internal_token.get_secret_value()
-    sent = request.headers.get(INTERNAL_TOKEN_HEADER, "")
-    if not hmac.compare_digest(sent.encode(), expected.encode()):
-        raise CofferError(401, "unauthorized", "Internal endpoint: missing or wrong internal token.")
+# Re-exported: callers and tests name the token header and its check from here too.
+__all__ = [
+    "INTERNAL_TOKEN_HEADER",
+    "TRANSPORT_ERRORS",
+    "Attempt",
+    "InternalClient",
+    "internal_client",
+    "relay_error",
+    "require_internal_token",
+    "transport_error",
+]
 
 
 class InternalClient:
@@ -71,7 +73,7 @@ def internal_client(
     call, so an upload streams for as long as its client sends. Traced when tracing is on
     (a client span per call, W3C ``traceparent`` sent along). Open it in a running event loop.
     """
-    trace_configs: list[aiohttp.TraceConfig] = []
+    trace_configs: list[aiohttp.TraceConfig] = [_reuse_trace()]
     if tracing_enabled():
         from opentelemetry.instrumentation.aiohttp_client import create_trace_config
 
@@ -91,6 +93,32 @@ def internal_client(
     return InternalClient(base_url, session)
 
 
+class Attempt:
+    """Pass as ``trace_request_ctx``: tells whether the call went out on a pooled connection."""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
+
+
+def _reuse_trace() -> aiohttp.TraceConfig:
+    async def on_reuse(_session: aiohttp.ClientSession, context: Any, _params: Any) -> None:
+        attempt = getattr(context, "trace_request_ctx", None)
+        if isinstance(attempt, Attempt):
+            attempt.reused = True
+
+    async def on_new(_session: aiohttp.ClientSession, context: Any, _params: Any) -> None:
+        attempt = getattr(context, "trace_request_ctx", None)
+        if isinstance(attempt, Attempt):
+            attempt.reused = False
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_reuseconn.append(on_reuse)
+    trace.on_connection_create_start.append(on_new)
+    return trace
+
+
 # What a call that never got a whole answer raises: connection failures, timeouts, a body
 # that failed while being sent, a malformed or cut-off response.
 TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError)
@@ -99,7 +127,7 @@ TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError)
 def relay_error(status: int, headers: Mapping[str, str], body: bytes, service: str) -> CofferError:
     """Turn another service's error envelope into our own error (status and code kept)."""
     if status >= 500 and status != 503:
-        return CofferError(500, "internal", f"The {service} service failed.")
+        return internal(f"The {service} service failed.")
     try:
         error: dict[str, Any] = json.loads(body)["error"]
         return CofferError(
@@ -112,7 +140,7 @@ def relay_error(status: int, headers: Mapping[str, str], body: bytes, service: s
     except (ValueError, KeyError, TypeError):
         if status == 503:
             return unavailable(f"The {service} service is unavailable.")
-        return CofferError(500, "internal", f"The {service} service answered {status}.")
+        return internal(f"The {service} service answered {status}.")
 
 
 def transport_error(service: str) -> CofferError:

@@ -8,7 +8,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from coffer_kit.ids import new_id
+from coffer_kit.ids import REQUEST, new_id
 from coffer_kit.metrics import observe_request
 from coffer_kit.tracing import current_trace_id
 
@@ -35,7 +35,7 @@ class RequestContextMiddleware:
             if name == b"x-request-id":
                 sent = value.decode("latin-1")
                 break
-        request_id = sent if sent and _VALID_REQUEST_ID.match(sent) else new_id("req")
+        request_id = sent if sent and _VALID_REQUEST_ID.match(sent) else new_id(REQUEST)
         scope.setdefault("state", {})["request_id"] = request_id
         started = time.perf_counter()
         status = 500

@@ -7,8 +7,10 @@ import secrets
 from pathlib import Path
 from typing import Literal
 
-from pydantic import SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from coffer_kit import ports
 
 
 def local_secret(data_dir: Path, name: str) -> SecretStr:
@@ -53,10 +55,15 @@ class BaseServiceSettings(BaseSettings):
     mode: Literal["local", "production"] = "local"
     data_dir: Path = Path(".coffer")
     log_level: str = "INFO"
+    # Unset: console lines on a terminal, JSON lines otherwise (coffer_kit.logs).
+    log_format: Literal["json", "console"] | None = None
     internal_token: SecretStr | None = None
     # Public addresses, used to build URLs that clients see.
-    base_url: str = "http://127.0.0.1:8080"
-    cdn_url: str = "http://127.0.0.1:8090"
+    base_url: str = ports.loopback_url(ports.EDGE)
+    cdn_url: str = ports.loopback_url(ports.CDN)
+    # Pooled database connections per process (auth, metadata). The default matches the thread
+    # pool (see coffer_kit.db.POOL_SIZE); lower it when many replicas share one PostgreSQL.
+    database_pool_size: int = Field(default=40, ge=1, le=1000)
 
     @model_validator(mode="after")
     def _secrets(self) -> BaseServiceSettings:
@@ -67,6 +74,11 @@ class BaseServiceSettings(BaseSettings):
         self.base_url = self.base_url.rstrip("/")
         self.cdn_url = self.cdn_url.rstrip("/")
         return self
+
+    def internal_secret(self) -> str:
+        """The internal token's value (the validator has set it by now)."""
+        assert self.internal_token is not None
+        return self.internal_token.get_secret_value()
 
     def sqlite_url(self, name: str) -> str:
         """Default database URL of the embedded stack: a SQLite file in the data dir."""

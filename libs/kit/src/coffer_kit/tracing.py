@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from typing import Any
 
 from opentelemetry import trace
@@ -53,12 +54,36 @@ def tracing_enabled() -> bool:
     return _enabled
 
 
+# Query parameters that carry a credential (an upload token: POST /api/uploads?token=…).
+_SECRET_PARAMS = re.compile(r"(?i)((?:^|[?&])token=)[^&#]*")
+# The server span attributes that hold the query string, under the old and new conventions.
+_URL_ATTRIBUTES = ("http.url", "http.target", "url.full", "url.query")
+
+
+def redact_query(text: str) -> str:
+    """``text`` (a URL or a query string) with the value of every secret parameter replaced."""
+    return _SECRET_PARAMS.sub(r"\1REDACTED", text)
+
+
+def _redact_server_span(span: Any, scope: dict[str, Any]) -> None:
+    """Server request hook: no span keeps a credential sent in the query string."""
+    if span is None or not span.is_recording() or b"token=" not in scope.get("query_string", b"").lower():
+        return
+    attributes = getattr(span, "attributes", None) or {}
+    for name in _URL_ATTRIBUTES:
+        value = attributes.get(name)
+        if isinstance(value, str):
+            span.set_attribute(name, redact_query(value))
+
+
 def instrument_app(app: Any) -> None:
     """Server spans for a FastAPI app (one trace per request, W3C traceparent honoured)."""
     if _enabled:
         from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
-        FastAPIInstrumentor.instrument_app(app, excluded_urls=EXCLUDED_URLS)
+        FastAPIInstrumentor.instrument_app(
+            app, excluded_urls=EXCLUDED_URLS, server_request_hook=_redact_server_span
+        )
 
 
 def instrument_engine(engine: Any) -> None:

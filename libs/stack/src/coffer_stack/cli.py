@@ -9,18 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+from dotenv import load_dotenv
+
 from coffer_stack.stack import Ports, Stack
-
-
-def load_env_file(path: Path) -> None:
-    """Export ``KEY=VALUE`` lines (comments and blanks ignored) unless already set."""
-    for raw in path.read_text().splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, value = line.split("=", 1)
-        os.environ.setdefault(key.strip().removeprefix("export ").strip(), value.strip().strip("'\""))
-
 
 PICK = "import json,sys;print(json.load(sys.stdin)"
 
@@ -30,7 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env-file", type=Path, default=os.environ.get("COFFER_ENV_FILE") or None)
     args = parser.parse_args(argv)
     if args.env_file:
-        load_env_file(args.env_file)
+        # Variables already set win over the file, as with a shell's own environment.
+        load_dotenv(args.env_file, override=False)
     data_dir = Path(os.environ.get("COFFER_DATA_DIR", ".coffer")).resolve()
     stack = Stack(
         data_dir=data_dir,
@@ -41,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stopping = False
 
-    def on_signal(signum: int, _frame: object) -> None:
+    def on_signal(_signum: int, _frame: object) -> None:
         nonlocal stopping
         stopping = True
 

@@ -7,10 +7,11 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coffer_kit.testing import wait_healthy
+from coffer_kit import ports
 
 # (service, module, arguments) in start order: the data services before edge.
 SERVICES: dict[str, list[str]] = {
@@ -33,12 +34,12 @@ def _terminate_with_parent() -> None:
 
 @dataclass
 class Ports:
-    edge: int = 8080
-    cdn: int = 8090
-    auth: int = 8081
-    metadata: int = 8082
-    blob: int = 8083
-    edge_internal: int = 9080
+    edge: int = ports.EDGE
+    cdn: int = ports.CDN
+    auth: int = ports.AUTH
+    metadata: int = ports.METADATA
+    blob: int = ports.BLOB
+    edge_internal: int = ports.EDGE_INTERNAL
 
     @classmethod
     def from_env(cls) -> Ports:
@@ -108,8 +109,14 @@ class Stack:
     def migrate(self) -> None:
         """Apply both databases' migrations before any service starts."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        for args in MIGRATIONS:
-            subprocess.run([sys.executable, *args], env=self.env(), check=True, stdout=subprocess.DEVNULL)
+        # The two databases are independent: migrate them at once (each run is mostly imports).
+        runs = [
+            (args, subprocess.Popen([sys.executable, *args], env=self.env(), stdout=subprocess.DEVNULL))
+            for args in MIGRATIONS
+        ]
+        for args, run in runs:
+            if run.wait() != 0:
+                raise subprocess.CalledProcessError(run.returncode, [sys.executable, *args])
 
     def start(self, *services: str, timeout: float = 60) -> None:
         """Start the named services (all when none are named) and wait until they are healthy."""
@@ -138,16 +145,13 @@ class Stack:
             health.append(self.url("cdn") + "/healthz")
         for url in health:
             deadline = time.monotonic() + timeout
-            while True:
+            while not _healthy(url):
                 if proc.poll() is not None:
                     why = self._log_tail(name)
                     raise RuntimeError(f"{name} exited with {proc.returncode} while starting{why}")
-                try:
-                    wait_healthy(url, timeout=min(1.0, max(0.1, deadline - time.monotonic())))
-                    break
-                except TimeoutError:
-                    if time.monotonic() > deadline:
-                        raise
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{url} did not become healthy in {timeout}s")
+                time.sleep(0.05)
 
     def _log_tail(self, name: str, lines: int = 20) -> str:
         """The end of a service's log file, if it has one, to say why it stopped."""
@@ -182,3 +186,12 @@ class Stack:
             if proc.poll() is not None:
                 return name
         return None
+
+
+def _healthy(url: str) -> bool:
+    """Whether ``url`` answers 200 now (a refused or slow connection is not healthy yet)."""
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return bool(response.status == 200)
+    except (OSError, ValueError):
+        return False

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import struct
 import time
+import zlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -52,6 +54,22 @@ def pattern_chunks(size: int, chunk: int = 1024 * 1024) -> Iterator[bytes]:
         n = min(chunk, size - sent)
         yield block[:n]
         sent += n
+
+
+def png_bytes(width: int = 24, height: int = 16) -> bytes:
+    """A valid RGB PNG of a colour gradient, for tests where a browser must decode an image."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(
+        b"\0" + bytes(c for x in range(width) for c in (x * 255 // width, y * 255 // height, 160))
+        for y in range(height)
+    )
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    signature = b"\x89PNG\r\n\x1a\n"
+    return signature + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
 
 
 def pattern_bytes(size: int) -> bytes:
@@ -172,3 +190,29 @@ class TcpProxy:
 
     def restore(self) -> None:
         self.start()
+
+
+@contextlib.contextmanager
+def serving(app: Any, *, lifespan: Literal["auto", "on", "off"] = "on") -> Iterator[str]:
+    """Serve an ASGI app in a thread, exactly as ``coffer_kit.serve`` does; yields its base URL."""
+    import threading
+
+    import uvicorn
+
+    from coffer_kit.serve import Listener, server_config
+
+    config = server_config(Listener(app, "127.0.0.1", free_port()))
+    config.lifespan = lifespan
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

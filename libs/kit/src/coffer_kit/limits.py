@@ -1,0 +1,21 @@
+"""The contract's limits (docs/contract.md §4, §5, §7), defined once for every service."""
+
+from __future__ import annotations
+
+# Files larger than this are refused with 413 file_too_large.
+MAX_FILE_BYTES = 100 * 1024 * 1024
+
+# GET /api/assets: page size and offset.
+PAGE_LIMIT_DEFAULT = 50
+PAGE_LIMIT_MAX = 100
+PAGE_OFFSET_DEFAULT = 0
+# The largest offset the databases can skip (a signed 64-bit integer); beyond it is 400.
+PAGE_OFFSET_MAX = 2**63 - 1
+
+# GET /api/assets/{id}/url: validity of a signed URL, in seconds (7 days at most).
+EXPIRES_IN_DEFAULT = 3600
+EXPIRES_IN_MIN = 1
+EXPIRES_IN_MAX = 7 * 24 * 3600
+
+# Folder and asset names, in characters after NFC normalisation.
+MAX_NAME_CHARS = 255

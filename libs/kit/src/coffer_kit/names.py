@@ -1,0 +1,52 @@
+"""Folder and asset names (docs/contract.md §4): 1 to 255 characters after NFC, no control
+characters, no ``/``, not ``.`` or ``..``."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Any
+
+from coffer_kit.errors import invalid
+from coffer_kit.limits import MAX_NAME_CHARS
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+# The same rules for the OpenAPI document, where clients and fuzzers read them. Only
+# normalize_name enforces them (after NFC, which can change a name's length).
+NAME_RULES = "1–255 characters after NFC; no control characters, no '/', not '.' or '..'."
+NAME_SCHEMA: dict[str, Any] = {
+    "minLength": 1,
+    "maxLength": MAX_NAME_CHARS,
+    "pattern": "^(?!\\.\\.?$)[^\\u0000-\\u001F\\u007F/]+$",
+}
+# An upload's name field may also be empty: that means "the file name".
+UPLOAD_NAME_SCHEMA: dict[str, Any] = {
+    "maxLength": MAX_NAME_CHARS,
+    "pattern": "^(?!\\.\\.?$)[^\\u0000-\\u001F\\u007F/]*$",
+}
+
+
+def normalize_name(value: str, *, field: str = "name") -> str:
+    """NFC-normalise and validate a name, or raise 400 ``invalid_request``."""
+    name = unicodedata.normalize("NFC", value)
+    if not 1 <= len(name) <= MAX_NAME_CHARS:
+        raise invalid(f"'{field}' must be 1 to {MAX_NAME_CHARS} characters.", field=field)
+    if _CONTROL.search(name):
+        raise invalid(f"'{field}' must not contain control characters.", field=field)
+    if "/" in name:
+        raise invalid(f"'{field}' must not contain '/'.", field=field)
+    if name in {".", ".."}:
+        raise invalid(f"'{field}' must not be '.' or '..'.", field=field)
+    return name
+
+
+def search_key(name: str) -> str:
+    """What name search compares (CONTRACT §8): the NFC name, case-folded (all of Unicode,
+    not ASCII only: ``Straße`` and ``STRASSE`` meet)."""
+    return unicodedata.normalize("NFC", name).casefold()
+
+
+def could_be_in_a_name(text: str) -> bool:
+    """Whether ``text`` could occur in a valid name (names hold no control characters)."""
+    return _CONTROL.search(text) is None

@@ -1,0 +1,67 @@
+"""The contract's resources (docs/contract.md §4) as the public API writes them.
+
+edge declares them as its response models (they are the OpenAPI document's schemas), and
+metadata writes its answers with them, so a body crosses both services unchanged.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from coffer_kit.names import NAME_RULES, NAME_SCHEMA
+
+
+class Folder(BaseModel):
+    id: str = Field(examples=["fld_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9"])
+    organizationId: str
+    parentId: str | None = Field(description="Parent folder; null for a root folder.")
+    name: str
+    createdAt: str = Field(
+        description="ISO 8601 UTC with milliseconds.", examples=["2026-11-22T10:15:30.123Z"]
+    )
+    updatedAt: str = Field(description="ISO 8601 UTC with milliseconds; changes on rename and move.")
+
+
+class PathItem(BaseModel):
+    id: str
+    name: str
+
+
+class FolderWithPath(Folder):
+    path: list[PathItem] = Field(
+        description="From the root folder down to and including this one (ids and names)."
+    )
+
+
+class FolderList(BaseModel):
+    folders: list[Folder]
+
+
+class FolderCreate(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = Field(description=NAME_RULES, json_schema_extra=NAME_SCHEMA)
+    parentId: str | None = Field(default=None, description="Parent folder id; omitted or null = root.")
+
+
+class Asset(BaseModel):
+    id: str = Field(examples=["ast_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9"])
+    organizationId: str
+    folderId: str | None = Field(description="Containing folder; null for root.")
+    key: str = Field(
+        description="Internal storage path `{organizationId}/{assetId}/{filename}`; never changes."
+    )
+    name: str
+    mimeType: str
+    size: int = Field(description="Bytes, counted by the server.")
+    publicUrl: str = Field(description="Public CDN URL; no key needed.")
+    createdAt: str = Field(description="ISO 8601 UTC with milliseconds.")
+    sha256: str = Field(description="Lowercase hex SHA-256 of the stored bytes.")
+    updatedAt: str = Field(description="ISO 8601 UTC with milliseconds; changes on rename and move.")
+
+
+class AssetList(BaseModel):
+    assets: list[Asset]
+    total: int = Field(description="Every matching asset, not just this page.")
+    limit: int
+    offset: int

@@ -1,0 +1,191 @@
+"""The internal APIs' bodies: one definition, used by the service that answers and the
+client that asks, so both sides are typed and cannot drift apart.
+
+Fields are snake_case in Python and camelCase on the wire, like the public API. The two hot
+reads (an asset, a page of assets) are not here: metadata writes them as the public models
+in :mod:`coffer_kit.resources` and edge passes the bytes through unparsed
+(services/edge/tests/test_passthrough.py holds metadata to that).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic.alias_generators import to_camel
+
+from coffer_kit.ids import ASSET_ID_PATTERN
+from coffer_kit.limits import EXPIRES_IN_MAX, EXPIRES_IN_MIN, MAX_FILE_BYTES
+
+
+class WireModel(BaseModel):
+    """camelCase on the wire, snake_case in Python; unknown fields are ignored."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    def wire(self) -> bytes:
+        """The JSON body, with the wire's (camelCase) names."""
+        return self.model_dump_json(by_alias=True).encode()
+
+
+# auth: GET /internal/v1/principal
+
+
+class Principal(WireModel):
+    """Who a key is, and which organization it acts for."""
+
+    organization_id: str
+    key_id: str
+    key_kind: str
+    user_id: str | None
+    quota_bytes: int
+    # ISO 8601; None for a key without expiry.
+    key_expires_at: str | None
+
+
+# metadata: upload intents, commits, deletes, the sweeper
+
+
+class IntentIn(WireModel):
+    asset_id: str = Field(pattern=ASSET_ID_PATTERN)
+
+
+class IntentOut(WireModel):
+    """Everything the upload may write lives under this prefix."""
+
+    prefix: str
+
+
+class UploadCommit(WireModel):
+    """What edge asks metadata to record once blob has stored an upload's bytes."""
+
+    id: str = Field(pattern=ASSET_ID_PATTERN)
+    key: str = Field(min_length=1, max_length=2048)
+    # None: named after the uploaded file.
+    name: str | None = None
+    filename: str = ""
+    folder_id: str | None = None
+    mime_type: str = Field(min_length=1, max_length=255)
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    quota_bytes: int = Field(ge=0)
+
+
+class Hidden(WireModel):
+    """An asset hidden behind its tombstone: the key whose bytes are to be deleted."""
+
+    key: str
+
+
+class StaleIntent(WireModel):
+    asset_id: str
+    organization_id: str
+    prefix: str
+
+
+class StaleTombstone(WireModel):
+    asset_id: str
+    organization_id: str
+    key: str
+
+
+class SweepCandidates(WireModel):
+    intents: list[StaleIntent]
+    tombstones: list[StaleTombstone]
+
+
+class StoredUsage(WireModel):
+    """What an organization stores (CONTRACT §8, GET /api/usage): exact."""
+
+    used_bytes: int
+    asset_count: int
+
+
+class UploadTarget(WireModel):
+    """Where an upload token's upload will go: checked (and the name normalised) at minting."""
+
+    folder_id: str | None = None
+    name: str | None = None
+
+
+class Done(WireModel):
+    success: bool = True
+
+
+# blob: uploads, deletes, signing
+
+
+class UploadFields(WireModel):
+    """The upload's form fields besides the file, as sent (None: absent)."""
+
+    name: str | None = None
+    folder_id: str | None = None
+
+
+class Stored(WireModel):
+    """What blob stored for an upload."""
+
+    key: str
+    size: int
+    sha256: str
+    mime_type: str
+    # As sent (NFC), for the asset's default name; "file" when the part named none.
+    filename: str
+    fields: UploadFields
+
+
+class Deleted(WireModel):
+    deleted: bool = True
+
+
+class SignIn(WireModel):
+    key: StrictStr = Field(max_length=2048)
+    expires_in: StrictInt = Field(ge=EXPIRES_IN_MIN, le=EXPIRES_IN_MAX)
+
+
+class SignOut(WireModel):
+    url: str
+    expires: int
+
+
+# auth: upload tokens (CONTRACT §8)
+
+# A media range as upload tokens take them: ``*``, ``type/*`` or ``type/subtype`` (lower case).
+MEDIA_RANGE_PATTERN = r"^(\*|[a-z0-9!#$&^_.+*-]+/[a-z0-9!#$&^_.+*-]+)$"
+UPLOAD_TOKEN_MAX_EXPIRES_IN = 86_400
+
+
+class UploadTokenIn(WireModel):
+    """A new token's SHA-256 and scope (the token itself never crosses the network)."""
+
+    token_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    key_id: str | None = Field(default=None, max_length=40)
+    folder_id: str | None = Field(default=None, max_length=40)
+    name: str | None = Field(default=None, max_length=1024)
+    max_bytes: StrictInt = Field(ge=1, le=MAX_FILE_BYTES)
+    content_types: list[Annotated[str, Field(pattern=MEDIA_RANGE_PATTERN, max_length=255)]] | None = Field(
+        default=None, max_length=100
+    )
+    expires_in: StrictInt = Field(ge=1, le=UPLOAD_TOKEN_MAX_EXPIRES_IN)
+
+
+class UploadTokenCreated(WireModel):
+    id: str
+    expires_at: str
+
+
+class UploadGrant(WireModel):
+    """What a live token allows: one upload into this organization, within this scope."""
+
+    token_id: str
+    organization_id: str
+    quota_bytes: int
+    folder_id: str | None
+    name: str | None
+    max_bytes: int
+    content_types: list[str] | None
+    expires_at: str
+
+
+class TokenClaim(WireModel):
+    asset_id: str = Field(min_length=1, max_length=40)

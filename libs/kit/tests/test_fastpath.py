@@ -1,0 +1,152 @@
+"""Fast routes (coffer_kit.fastpath) answer exactly as the declared route would, and
+point_read (coffer_kit.db) reads on the event loop, handing a locked read to a thread."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import APIRouter, FastAPI, Header, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import REGISTRY
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import OperationalError
+
+from coffer_kit.app import base_app
+from coffer_kit.db import Database, point_read
+from coffer_kit.errors import forbidden, not_found
+from coffer_kit.fastpath import FastRoutes, fast_route
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+router = APIRouter(prefix="/things")
+
+
+@router.get("/{thing_id}")
+async def get_thing(thing_id: str, x_key: str | None = Header(default=None)) -> Response:
+    if x_key != "open":
+        raise forbidden("No key.")
+    if thing_id == "missing":
+        raise not_found(f"Thing {thing_id} does not exist.")
+    return JSONResponse({"id": thing_id})
+
+
+@router.delete("/{thing_id}")
+async def delete_thing(thing_id: str) -> dict[str, str]:
+    return {"deleted": thing_id}
+
+
+async def get_thing_fast(request: Request) -> Response:
+    return await get_thing(request.path_params["thing_id"], request.headers.get("x-key"))
+
+
+def _app(*, fast: bool) -> FastAPI:
+    app = base_app("coffer-fasttest")
+    app.include_router(router)
+    if fast:
+        fast_route(app, router, "/things/{thing_id}", get_thing_fast)
+    return app
+
+
+CASES: list[tuple[str, str, dict[str, str]]] = [
+    ("GET", "/things/a%20b", {"x-key": "open"}),
+    ("GET", "/things/missing", {"x-key": "open"}),
+    ("GET", "/things/a", {}),
+    ("GET", "/things/a/", {"x-key": "open"}),
+    ("HEAD", "/things/a", {"x-key": "open"}),
+    ("DELETE", "/things/a", {}),
+    ("PUT", "/things/a", {}),
+]
+
+
+async def _answers(app: FastAPI) -> list[tuple[int, list[tuple[str, str]], bytes]]:
+    answers = []
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        for method, path, headers in CASES:
+            response = await client.request(method, path, headers={**headers, "x-request-id": "req-1"})
+            answers.append((response.status_code, list(response.headers.items()), response.content))
+    return answers
+
+
+@pytest.mark.anyio
+async def test_a_fast_route_answers_as_the_declared_route() -> None:
+    fast = _app(fast=True)
+    assert any(m.cls is FastRoutes for m in fast.user_middleware)
+    assert await _answers(fast) == await _answers(_app(fast=False))
+
+
+@pytest.mark.anyio
+async def test_a_fast_route_is_logged_and_counted_under_its_template(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    labels = {"service": "fasttest", "route": "/things/{thing_id}", "method": "GET", "status": "404"}
+    before = REGISTRY.get_sample_value("coffer_http_requests_total", labels) or 0
+    caplog.set_level(logging.INFO, logger="coffer.access")
+    transport = httpx.ASGITransport(app=_app(fast=True))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        response = await client.get("/things/missing", headers={"x-key": "open"})
+    assert response.json()["error"]["requestId"] == response.headers["x-request-id"]
+    assert REGISTRY.get_sample_value("coffer_http_requests_total", labels) == before + 1
+    (line,) = [r for r in caplog.records if r.name == "coffer.access"]
+    assert (line.__dict__["route"], line.__dict__["status"]) == ("/things/{thing_id}", 404)
+
+
+def test_a_fast_route_must_be_declared() -> None:
+    with pytest.raises(LookupError):
+        fast_route(_app(fast=False), router, "/things", get_thing_fast)
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Any:
+    database = Database.open(f"sqlite:///{tmp_path / 'point.db'}")
+    with database.engine.begin() as connection:
+        connection.execute(text("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)"))
+        connection.execute(text("INSERT INTO t VALUES (1, 'one')"))
+    yield database
+    database.close()
+
+
+def _read(connection: Connection) -> tuple[str, str]:
+    value = connection.execute(text("SELECT v FROM t WHERE id = 1")).scalar_one()
+    return value, threading.current_thread().name
+
+
+@pytest.mark.anyio
+async def test_a_point_read_runs_on_the_event_loop_and_sees_every_commit(database: Database) -> None:
+    assert await point_read(database, _read) == ("one", threading.current_thread().name)
+    # The loop's connection stays open between reads: each read must start a fresh snapshot.
+    with database.engine.begin() as connection:
+        connection.execute(text("UPDATE t SET v = 'uno' WHERE id = 1"))
+    assert await point_read(database, _read) == ("uno", threading.current_thread().name)
+
+
+@pytest.mark.anyio
+async def test_a_point_read_that_meets_a_lock_runs_again_in_a_thread(database: Database) -> None:
+    loop_thread = threading.current_thread().name
+    attempts: list[str] = []
+
+    def locked_on_the_loop(connection: Connection) -> tuple[str, str]:
+        attempts.append(threading.current_thread().name)
+        if threading.current_thread().name == loop_thread:
+            raise OperationalError("SELECT", {}, Exception("database is locked"))
+        return _read(connection)
+
+    value, thread = await point_read(database, locked_on_the_loop)
+    assert value == "one" and thread != loop_thread
+    assert attempts[0] == loop_thread and len(attempts) == 2
+
+
+@pytest.mark.anyio
+async def test_without_a_loop_reader_a_point_read_takes_a_thread(database: Database) -> None:
+    value, thread = await point_read(Database(database.engine), _read)
+    assert value == "one" and thread != threading.current_thread().name
