@@ -1,7 +1,8 @@
 """``coffer-auth``: serve the auth API, migrate its database, and administer accounts and keys.
 
 Admin commands read the same settings as the service, print one JSON object on stdout,
-and report errors on stderr with a non-zero exit.
+and report errors on stderr with a non-zero exit. Every change is written to the audit log
+with the actor ``operator``.
 """
 
 from __future__ import annotations
@@ -10,15 +11,17 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from sqlmodel import Session
 
-from coffer_auth import service
+from coffer_auth import accounts, audit, invitations, orgs, service, sessions
+from coffer_auth.audit import OPERATOR
 from coffer_auth.config import Settings
-from coffer_auth.models import Role
+from coffer_auth.models import Organization, Role, User
 from coffer_kit.db import make_engine, writer
-from coffer_kit.errors import CofferError
+from coffer_kit.errors import CofferError, not_found
 from coffer_kit.timeutil import isoformat
 
 
@@ -42,12 +45,28 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("add-member", help="add a user to an organization")
     p.add_argument("--org", required=True)
-    p.add_argument("--user", required=True)
+    p.add_argument("--user", required=True, help="user id or email")
     p.add_argument("--role", choices=[r.value for r in Role], default=Role.member.value)
 
-    p = sub.add_parser("remove-member", help="remove a user from an organization")
+    p = sub.add_parser("set-role", help="make a member an owner or a member")
     p.add_argument("--org", required=True)
-    p.add_argument("--user", required=True)
+    p.add_argument("--user", required=True, help="user id or email")
+    p.add_argument("--role", choices=[r.value for r in Role], required=True)
+
+    p = sub.add_parser("remove-member", help="remove a user from an organization (never its last owner)")
+    p.add_argument("--org", required=True)
+    p.add_argument("--user", required=True, help="user id or email")
+
+    p = sub.add_parser("reset-password", help="print a one-time password reset link")
+    p.add_argument("--email", required=True)
+
+    p = sub.add_parser("create-invite", help="print an invitation link to an organization")
+    p.add_argument("--org", required=True)
+    p.add_argument("--email", required=True)
+    p.add_argument("--role", choices=[r.value for r in Role], default=Role.member.value)
+
+    p = sub.add_parser("revoke-sessions", help="sign a user out of every dashboard session")
+    p.add_argument("--user", required=True, help="user id or email")
 
     p = sub.add_parser("create-key", help="create an organization key, or a user key with --user")
     p.add_argument("--org", required=True)
@@ -85,39 +104,108 @@ def _create_org(session: Session, settings: Settings, args: argparse.Namespace) 
     }
 
 
-def _set_quota(session: Session, settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+def _set_quota(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     org = service.set_quota(session, org_id=args.org, quota_bytes=args.quota_bytes)
     return {"id": org.id, "name": org.name, "quotaBytes": org.quota_bytes}
 
 
-def _create_user(session: Session, settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+def _create_user(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     user = service.create_user(session, email=args.email, password=args.password)
     return {"id": user.id, "email": user.email, "createdAt": isoformat(user.created_at)}
 
 
-def _add_member(session: Session, settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
-    m = service.add_member(session, org_id=args.org, user_id=args.user, role=Role(args.role))
+def _user(session: Session, ref: str) -> User:
+    """A user by id, or by email when ``ref`` has an @."""
+    user = sessions.user_by_email(session, ref) if "@" in ref else session.get(User, ref)
+    if user is None:
+        raise not_found(f"User {ref} does not exist.")
+    return user
+
+
+def _add_member(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    user = _user(session, args.user)
+    m = service.add_member(session, org_id=args.org, user_id=user.id, role=Role(args.role))
     return {"organizationId": m.organization_id, "userId": m.user_id, "role": m.role}
 
 
-def _remove_member(session: Session, settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
-    service.remove_member(session, org_id=args.org, user_id=args.user)
-    return {"organizationId": args.org, "userId": args.user, "removed": True}
+def _set_role(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    user = _user(session, args.user)
+    m = orgs.change_role(session, OPERATOR, org_id=args.org, user_id=user.id, role=Role(args.role))
+    return {"organizationId": m.organization_id, "userId": m.user_id, "role": m.role}
 
 
-def _create_key(session: Session, settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+def _remove_member(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    user = _user(session, args.user)
+    service.remove_member(session, org_id=args.org, user_id=user.id)
+    return {"organizationId": args.org, "userId": user.id, "removed": True}
+
+
+def _reset_password(session: Session, settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    user = sessions.user_by_email(session, args.email)
+    if user is None:
+        raise not_found(f"No user has the email {args.email}.")
+    reset, token = accounts.create_reset(
+        session, user=user, ttl=timedelta(seconds=settings.reset_ttl_seconds), created_by="cli"
+    )
+    url = f"{settings.dashboard_url}/reset/{token}"
+    invitations.log_unsent(url, to=user.email, subject="password reset", mode=settings.mode)
+    return {"userId": user.id, "email": user.email, "url": url, "expiresAt": isoformat(reset.expires_at)}
+
+
+def _create_invite(session: Session, settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    org = session.get(Organization, args.org)
+    if org is None:
+        raise not_found(f"Organization {args.org} does not exist.")
+    inv, token = invitations.create(
+        session,
+        OPERATOR,
+        org=org,
+        email=args.email,
+        role=Role(args.role),
+        invited_by=None,
+        ttl=timedelta(seconds=settings.invite_ttl_seconds),
+    )
+    url = invitations.link(settings.dashboard_url, token)
+    invitations.log_unsent(url, to=inv.email, subject="invitation", mode=settings.mode)
+    return {
+        "id": inv.id,
+        "organizationId": org.id,
+        "email": inv.email,
+        "role": inv.role,
+        "url": url,
+        "expiresAt": isoformat(inv.expires_at),
+    }
+
+
+def _revoke_sessions(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    user = _user(session, args.user)
+    revoked = sessions.revoke_all(session, user_id=user.id)
+    audit.record(
+        session,
+        OPERATOR,
+        "user.sessions_revoked",
+        organization_id=None,
+        target_type="user",
+        target_id=user.id,
+        target_label=user.email,
+        details={"count": revoked},
+    )
+    return {"userId": user.id, "revoked": revoked}
+
+
+def _create_key(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     row, secret = service.create_key(
         session, org_id=args.org, user_id=args.user, name=args.name, expires_in=args.expires_in
     )
     return {"key": secret, **service.key_view(row)}
 
 
-def _delete_key(session: Session, settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+def _delete_key(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     service.delete_key(session, key_id=args.key_id)
     return {"id": args.key_id, "deleted": True}
 
 
-def _list_keys(session: Session, settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+def _list_keys(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     return {"keys": [service.key_view(k) for k in service.list_keys(session, org_id=args.org)]}
 
 
@@ -126,7 +214,11 @@ _COMMANDS: dict[str, Callable[[Session, Settings, argparse.Namespace], dict[str,
     "set-quota": _set_quota,
     "create-user": _create_user,
     "add-member": _add_member,
+    "set-role": _set_role,
     "remove-member": _remove_member,
+    "reset-password": _reset_password,
+    "create-invite": _create_invite,
+    "revoke-sessions": _revoke_sessions,
     "create-key": _create_key,
     "delete-key": _delete_key,
     "list-keys": _list_keys,
@@ -141,7 +233,7 @@ def main(argv: list[str] | None = None, settings: Settings | None = None) -> int
         from coffer_kit.logs import configure_logging
         from coffer_kit.serve import Listener, serve
 
-        configure_logging("auth", settings.log_level)
+        configure_logging("auth", settings.log_level, settings.log_format)
         serve([Listener(create_app(settings), settings.auth_host, settings.auth_port)])
         return 0
     if args.command == "migrate":

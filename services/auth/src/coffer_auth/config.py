@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import model_validator
+from typing import Literal
 
+from pydantic import field_validator, model_validator
+
+from coffer_kit import ports
 from coffer_kit.settings import BaseServiceSettings
 
 DEFAULT_QUOTA_BYTES = 10 * 1024**3
@@ -12,11 +15,39 @@ DEFAULT_QUOTA_BYTES = 10 * 1024**3
 class Settings(BaseServiceSettings):
     auth_database_url: str = ""
     auth_host: str = "127.0.0.1"
-    auth_port: int = 8081
+    auth_port: int = ports.AUTH
     auth_default_quota_bytes: int = DEFAULT_QUOTA_BYTES
+
+    # The dashboard's accounts (shared names: edge reads the same variables).
+    dashboard_url: str = ""  # default: {base_url}/dashboard; invite and reset links start here
+    # open | invite | closed. Default "open" in local mode; production leaves it unset and
+    # edge refuses to serve the dashboard then, so auth treats unset as "closed".
+    dashboard_signup: Literal["open", "invite", "closed"] | None = None
+    dashboard_session_idle_seconds: int = 86400
+    dashboard_session_max_age_seconds: int = 604800
+    dashboard_reauth_seconds: int = 7200
+    invite_ttl_seconds: int = 604800
+    reset_ttl_seconds: int = 3600
+    audit_retention_days: int = 365
+
+    @field_validator("dashboard_signup", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        # An empty variable (a blank chart value) means unset, not an invalid mode.
+        return None if value == "" else value
 
     @model_validator(mode="after")
     def _database(self) -> Settings:
         if not self.auth_database_url:
             self.auth_database_url = self.sqlite_url("auth.db")
+        if not self.dashboard_url:
+            self.dashboard_url = f"{self.base_url}/dashboard"
+        self.dashboard_url = self.dashboard_url.rstrip("/")
+        if self.dashboard_signup is None and self.mode == "local":
+            self.dashboard_signup = "open"
         return self
+
+    @property
+    def signup(self) -> str:
+        """The sign-up mode in force."""
+        return self.dashboard_signup or "closed"

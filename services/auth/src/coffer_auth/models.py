@@ -1,12 +1,25 @@
-"""Auth tables: users, organizations, memberships, API keys."""
+"""Auth tables: users, organizations, memberships, API keys; dashboard sessions, invitations,
+password resets and the audit log."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from sqlalchemy import BigInteger, Column, DateTime, ForeignKey, String, UniqueConstraint
-from sqlmodel import Field, SQLModel
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Table,
+    UniqueConstraint,
+)
+from sqlmodel import Field, SQLModel, col
 
 
 def _ts(nullable: bool = False, index: bool = False) -> Column:  # type: ignore[type-arg]
@@ -30,6 +43,12 @@ class User(SQLModel, table=True):
     email: str = Field(sa_column=Column(String(320), unique=True, nullable=False))
     password_hash: str = Field(max_length=255)
     created_at: datetime = Field(sa_column=_ts())
+    email_verified_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    password_changed_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    # Per-account login throttling (works across replicas without Redis).
+    failed_logins: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
+    last_failed_login_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    login_blocked_until: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
 
 
 class Organization(SQLModel, table=True):
@@ -77,6 +96,115 @@ class ApiKey(SQLModel, table=True):
     created_at: datetime = Field(sa_column=_ts())
     expires_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
     last_used_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    # Who made it in the dashboard (null: the operator's CLI, or a user since deleted).
+    created_by_user_id: str | None = Field(
+        default=None,
+        sa_column=Column(String(40), ForeignKey("users.id", ondelete="SET NULL"), nullable=True),
+    )
 
 
-TABLES = [t.__table__ for t in (User, Organization, Membership, ApiKey)]  # type: ignore[attr-defined]
+class DashboardSession(SQLModel, table=True):
+    """A signed-in browser. Only the SHA-256 of its cookie value is stored."""
+
+    __tablename__ = "sessions"
+
+    id: str = Field(primary_key=True, max_length=40)
+    token_hash: str = Field(sa_column=Column(String(64), unique=True, nullable=False))
+    user_id: str = Field(
+        sa_column=Column(String(40), ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True)
+    )
+    csrf_token: str = Field(max_length=64)
+    created_at: datetime = Field(sa_column=_ts())
+    # Written at most once a minute, like a key's last_used_at.
+    last_seen_at: datetime = Field(sa_column=_ts())
+    # When the password was last entered in this session (the re-authentication window).
+    authenticated_at: datetime = Field(sa_column=_ts())
+    expires_at: datetime = Field(sa_column=_ts())
+    ip: str | None = Field(default=None, max_length=64)
+    user_agent: str | None = Field(default=None, max_length=255)
+    last_org_id: str | None = Field(default=None, max_length=40)
+
+
+class Invitation(SQLModel, table=True):
+    __tablename__ = "invitations"
+
+    id: str = Field(primary_key=True, max_length=40)
+    organization_id: str = Field(
+        sa_column=Column(
+            String(40), ForeignKey("organizations.id", ondelete="CASCADE"), nullable=False, index=True
+        )
+    )
+    email: str = Field(sa_column=Column(String(320), nullable=False))
+    role: str = Field(max_length=16)
+    token_hash: str = Field(sa_column=Column(String(64), unique=True, nullable=False))
+    invited_by: str | None = Field(
+        default=None,
+        sa_column=Column(String(40), ForeignKey("users.id", ondelete="SET NULL"), nullable=True),
+    )
+    created_at: datetime = Field(sa_column=_ts())
+    expires_at: datetime = Field(sa_column=_ts())
+    accepted_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    accepted_by: str | None = Field(
+        default=None,
+        sa_column=Column(String(40), ForeignKey("users.id", ondelete="SET NULL"), nullable=True),
+    )
+    revoked_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+
+
+class PasswordReset(SQLModel, table=True):
+    __tablename__ = "password_resets"
+
+    id: str = Field(primary_key=True, max_length=40)
+    user_id: str = Field(
+        sa_column=Column(String(40), ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True)
+    )
+    token_hash: str = Field(sa_column=Column(String(64), unique=True, nullable=False))
+    created_at: datetime = Field(sa_column=_ts())
+    expires_at: datetime = Field(sa_column=_ts())
+    used_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    created_by: str = Field(max_length=16)  # "cli" | "self"
+
+
+class AuditEvent(SQLModel, table=True):
+    __tablename__ = "audit_events"
+
+    # BigInteger on PostgreSQL; SQLite's rowid alias must be declared INTEGER to autoincrement.
+    id: int | None = Field(
+        default=None,
+        sa_column=Column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    )
+    # Null for events about a user rather than an organization (registration, password change).
+    organization_id: str | None = Field(default=None, max_length=40)
+    actor_type: str = Field(max_length=16)
+    actor_id: str | None = Field(default=None, max_length=40)
+    actor_label: str | None = Field(default=None, max_length=320)
+    action: str = Field(max_length=64)
+    target_type: str | None = Field(default=None, max_length=32)
+    target_id: str | None = Field(default=None, max_length=128)
+    target_label: str | None = Field(default=None, max_length=1024)
+    ip: str | None = Field(default=None, max_length=64)
+    user_agent: str | None = Field(default=None, max_length=255)
+    request_id: str | None = Field(default=None, max_length=128)
+    details: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    created_at: datetime = Field(sa_column=_ts(index=True))
+
+
+# The audit page reads one organization's newest events first.
+Index(
+    "ix_audit_events_org_created",
+    col(AuditEvent.organization_id),
+    col(AuditEvent.created_at).desc(),
+)
+
+# SQLModel adds __table__ to table models at class creation; its stubs do not declare it.
+TABLES = [
+    t.__table__  # type: ignore[union-attr]
+    for t in (User, Organization, Membership, ApiKey, DashboardSession, Invitation, PasswordReset, AuditEvent)
+]
+
+
+def all_tables() -> list[Table]:
+    """Every auth table, those defined in other modules (upload tokens) included."""
+    from coffer_auth import upload_tokens
+
+    return [*TABLES, *upload_tokens.TABLES]

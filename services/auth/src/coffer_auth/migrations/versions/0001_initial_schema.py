@@ -79,6 +79,6 @@ def downgrade() -> None:
     with op.batch_alter_table("api_keys", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_api_keys_organization_id"))
 
-    op.drop_table("api_keys")
-    op.drop_table("users")
-    op.drop_table("organizations")
+    # Keys before the users and organizations they point to.
+    for table in ("api_keys", "users", "organizations"):
+        op.drop_table(table)

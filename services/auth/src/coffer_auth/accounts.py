@@ -1,0 +1,368 @@
+"""Accounts: registration, sign-in, re-authentication, password change and reset.
+
+Each of these hashes or verifies a password (about 140 ms): they read, hash in a worker
+thread (at most ``HASH_CONCURRENCY`` at once), then write, never holding a transaction
+across the hash. A sign-in costs exactly one verification, unknown emails included.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from anyio import CapacityLimiter
+from sqlalchemy import delete
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from coffer_auth import audit, errors, invitations, passwords, sessions, tx
+from coffer_auth.audit import Actor
+from coffer_auth.config import Settings
+from coffer_auth.models import DashboardSession, Membership, Organization, PasswordReset, User
+from coffer_auth.schemas import (
+    LoginIn,
+    LoginOut,
+    PasswordChangeIn,
+    RegisterIn,
+    ResetDoneOut,
+    ResetPreviewOut,
+    RevokedOut,
+    UserOut,
+)
+from coffer_auth.sessions import Lifetimes
+from coffer_auth.tokens import RESET_ID, RESET_PREFIX, new_token
+from coffer_kit.errors import not_found, unauthorized
+from coffer_kit.ids import USER, new_id
+from coffer_kit.timeutil import as_utc, utcnow
+
+log = logging.getLogger("coffer.auth")
+
+
+@dataclass(frozen=True, slots=True)
+class Accounts:
+    """What the account operations need from the app."""
+
+    engine: Engine
+    settings: Settings
+    limiter: CapacityLimiter
+
+    @property
+    def lifetimes(self) -> Lifetimes:
+        return Lifetimes.of(self.settings)
+
+
+def user_view(user: User) -> UserOut:
+    return UserOut(
+        id=user.id,
+        email=user.email,
+        created_at=user.created_at,
+        email_verified_at=user.email_verified_at,
+        password_changed_at=user.password_changed_at,
+    )
+
+
+def _login_out(row: DashboardSession, token: str, user: User, lifetimes: Lifetimes) -> LoginOut:
+    return LoginOut(
+        token=token,
+        csrf_token=row.csrf_token,
+        session=sessions.view(row, lifetimes, current_id=row.id),
+        user=user_view(user),
+    )
+
+
+def _org_names(session: Session, user_id: str) -> list[str]:
+    return list(
+        session.exec(
+            select(Organization.name)
+            .join(Membership, Membership.organization_id == Organization.id)  # type: ignore[arg-type]
+            .where(Membership.user_id == user_id)
+        )
+    )
+
+
+def _throttle_check(user: User | None) -> None:
+    if user is not None:
+        wait = sessions.retry_after(user, utcnow())
+        if wait is not None:
+            log.info("login refused", extra={"event": "login", "outcome": "throttled", "user_id": user.id})
+            raise errors.throttled(wait)
+
+
+async def _failed(accounts: Accounts, user_id: str) -> None:
+    await tx.write(accounts.engine, lambda s: sessions.record_failure(s, user_id=user_id))
+
+
+async def register(accounts: Accounts, body: RegisterIn, actor: Actor) -> LoginOut:
+    """Create an account and its first session (sign-up mode permitting)."""
+    mode = accounts.settings.signup
+    if mode == "closed":
+        raise errors.signup_closed()
+    if mode == "invite" and not body.invitation_token_hash:
+        raise errors.signup_closed("Sign-up is by invitation only: open the link an owner gave you.")
+    email = invitations.valid_email(body.email)
+    token_hash = body.invitation_token_hash
+
+    def check(session: Session) -> str | None:
+        if sessions.user_by_email(session, email) is not None:
+            raise errors.conflict("email_taken", "An account with this email exists. Sign in instead.")
+        if token_hash is None:
+            return None
+        inv, org = invitations.pending_by_hash(session, token_hash=token_hash)
+        invitations.check_for(inv, email)
+        return org.name
+
+    org_name = await tx.read(accounts.engine, check)
+    passwords.check_strength(body.password, context=[email, "coffer", org_name or ""])
+    password_hash = await passwords.run_hash(accounts.limiter, body.password)
+
+    def create(session: Session) -> LoginOut:
+        now = utcnow()
+        user = User(
+            id=new_id(USER),
+            email=email,
+            password_hash=password_hash,
+            created_at=now,
+            password_changed_at=now,
+        )
+        session.add(user)
+        try:
+            session.flush()
+        except IntegrityError:
+            raise errors.conflict(
+                "email_taken", "An account with this email exists. Sign in instead."
+            ) from None
+        audit.record(
+            session,
+            actor.named(id=user.id, label=user.email),
+            "user.registered",
+            organization_id=None,
+            target_type="user",
+            target_id=user.id,
+            target_label=user.email,
+        )
+        row, token = sessions.create(
+            session, user_id=user.id, lifetimes=accounts.lifetimes, ip=body.ip, user_agent=body.user_agent
+        )
+        return _login_out(row, token, user, accounts.lifetimes)
+
+    out = await tx.write(accounts.engine, create)
+    log.info("registered", extra={"event": "register", "user_id": out.user.id})
+    return out
+
+
+async def login(accounts: Accounts, body: LoginIn, *, replaces: str | None) -> LoginOut:
+    """Check a password and open a new session; ``replaces`` (a session hash) is ended."""
+    user = await tx.read(accounts.engine, lambda s: sessions.user_by_email(s, body.email))
+    _throttle_check(user)
+    ok, rehash = await passwords.run_verify(
+        accounts.limiter, user.password_hash if user else None, body.password
+    )
+    if user is None or not ok:
+        if user is not None:
+            await _failed(accounts, user.id)
+        log.info(
+            "login failed",
+            extra={"event": "login", "outcome": "failed", "user_id": user.id if user else None},
+        )
+        raise errors.wrong_credentials()
+    user_id = user.id
+
+    def open_session(session: Session) -> LoginOut:
+        current = session.get(User, user_id)
+        if current is None:  # deleted meanwhile
+            raise errors.wrong_credentials()
+        sessions.clear_failures(session, user=current)
+        if rehash is not None:
+            current.password_hash = rehash
+            session.add(current)
+        if replaces:
+            # A new session at every sign-in (no fixation): the browser's previous one ends.
+            session.execute(
+                delete(DashboardSession).where(col(DashboardSession.token_hash) == replaces.lower())
+            )
+        row, token = sessions.create(
+            session, user_id=user_id, lifetimes=accounts.lifetimes, ip=body.ip, user_agent=body.user_agent
+        )
+        return _login_out(row, token, current, accounts.lifetimes)
+
+    out = await tx.write(accounts.engine, open_session)
+    log.info("login", extra={"event": "login", "outcome": "ok", "user_id": user_id})
+    return out
+
+
+async def reauth(accounts: Accounts, *, token_hash: str, password: str, actor: Actor) -> LoginOut:
+    """Re-enter the password: a new session (new token and CSRF token) replaces this one."""
+    lifetimes = accounts.lifetimes
+    row, user = await tx.read(
+        accounts.engine, lambda s: sessions.resolve(s, token_hash=token_hash, lifetimes=lifetimes)
+    )
+    _throttle_check(user)
+    ok, rehash = await passwords.run_verify(accounts.limiter, user.password_hash, password)
+    if not ok:
+        await _failed(accounts, user.id)
+        raise errors.wrong_password()
+
+    def renew(session: Session) -> LoginOut:
+        current = session.get(User, user.id)
+        old = session.get(DashboardSession, row.id)
+        if current is None or old is None:
+            raise unauthorized("The session has ended. Sign in again.")
+        sessions.clear_failures(session, user=current)
+        if rehash is not None:
+            current.password_hash = rehash
+            session.add(current)
+        session.delete(old)
+        session.flush()
+        new, token = sessions.create(
+            session,
+            user_id=current.id,
+            lifetimes=lifetimes,
+            ip=actor.ip or old.ip,
+            user_agent=actor.user_agent or old.user_agent,
+            last_org_id=old.last_org_id,
+        )
+        return _login_out(new, token, current, lifetimes)
+
+    return await tx.write(accounts.engine, renew)
+
+
+async def change_password(
+    accounts: Accounts, *, token_hash: str, body: PasswordChangeIn, actor: Actor
+) -> RevokedOut:
+    """Change the password (the current one is required); other sessions end unless kept."""
+    lifetimes = accounts.lifetimes
+
+    def who(session: Session) -> tuple[DashboardSession, User, list[str]]:
+        row, user = sessions.resolve(session, token_hash=token_hash, lifetimes=lifetimes)
+        return row, user, _org_names(session, user.id)
+
+    row, user, org_names = await tx.read(accounts.engine, who)
+    _throttle_check(user)
+    ok, _ = await passwords.run_verify(accounts.limiter, user.password_hash, body.current)
+    if not ok:
+        await _failed(accounts, user.id)
+        raise errors.wrong_password()
+    passwords.check_strength(body.new, context=[user.email, "coffer", *org_names])
+    new_hash = await passwords.run_hash(accounts.limiter, body.new)
+
+    def apply(session: Session) -> RevokedOut:
+        current = session.get(User, user.id)
+        if current is None:
+            raise unauthorized("The session has ended. Sign in again.")
+        now = utcnow()
+        current.password_hash = new_hash
+        current.password_changed_at = now
+        sessions.clear_failures(session, user=current)
+        session.add(current)
+        mine = session.get(DashboardSession, row.id)
+        if mine is not None:
+            mine.authenticated_at = now
+            session.add(mine)
+        session.flush()
+        revoked = sessions.revoke_all(session, user_id=current.id, keep=row.id) if body.revoke_others else 0
+        audit.record(
+            session,
+            actor,
+            "user.password_changed",
+            organization_id=None,
+            target_type="user",
+            target_id=current.id,
+            target_label=current.email,
+            details={"sessionsRevoked": revoked},
+        )
+        return RevokedOut(revoked=revoked)
+
+    return await tx.write(accounts.engine, apply)
+
+
+# --- password reset (operator CLI now; self-service once there is a mailer) ---------------
+
+
+def create_reset(
+    session: Session, *, user: User, ttl: timedelta, created_by: str
+) -> tuple[PasswordReset, str]:
+    """A single-use reset token for ``user`` (returned once; stored as its SHA-256)."""
+    now = utcnow()
+    token, token_hash = new_token(RESET_PREFIX)
+    reset = PasswordReset(
+        id=new_id(RESET_ID),
+        user_id=user.id,
+        token_hash=token_hash,
+        created_at=now,
+        expires_at=now + ttl,
+        created_by=created_by,
+    )
+    session.add(reset)
+    session.flush()
+    return reset, token
+
+
+def _usable_reset(session: Session, token_hash: str) -> tuple[PasswordReset, User]:
+    found = session.exec(
+        select(PasswordReset, User)
+        .join(User, User.id == PasswordReset.user_id)  # type: ignore[arg-type]
+        .where(PasswordReset.token_hash == token_hash.lower())
+    ).first()
+    if found is None:
+        raise not_found("This reset link is not valid.")
+    reset, user = found
+    if reset.used_at is not None:
+        raise errors.gone(
+            "reset_gone", "This reset link was used already. Ask your operator for a new one.", "used"
+        )
+    if as_utc(reset.expires_at) <= utcnow():
+        raise errors.gone(
+            "reset_gone", "This reset link has expired. Ask your operator for a new one.", "expired"
+        )
+    return reset, user
+
+
+async def preview_reset(accounts: Accounts, *, token_hash: str) -> ResetPreviewOut:
+    def look(session: Session) -> ResetPreviewOut:
+        reset, user = _usable_reset(session, token_hash)
+        return ResetPreviewOut(email=user.email, expires_at=reset.expires_at)
+
+    return await tx.read(accounts.engine, look)
+
+
+async def consume_reset(accounts: Accounts, *, token_hash: str, password: str, actor: Actor) -> ResetDoneOut:
+    """Set a new password through a reset link: single use, and every session ends."""
+
+    def look(session: Session) -> tuple[User, list[str]]:
+        _, user = _usable_reset(session, token_hash)
+        return user, _org_names(session, user.id)
+
+    user, org_names = await tx.read(accounts.engine, look)
+    passwords.check_strength(password, context=[user.email, "coffer", *org_names])
+    new_hash = await passwords.run_hash(accounts.limiter, password)
+
+    def apply(session: Session) -> ResetDoneOut:
+        # Lock the token row: of two concurrent uses, the second sees used_at and gets 410.
+        session.exec(
+            select(PasswordReset).where(PasswordReset.token_hash == token_hash.lower()).with_for_update()
+        ).first()
+        reset, current = _usable_reset(session, token_hash)
+        now = utcnow()
+        reset.used_at = now
+        current.password_hash = new_hash
+        current.password_changed_at = now
+        sessions.clear_failures(session, user=current)
+        session.add(reset)
+        session.add(current)
+        session.flush()
+        revoked = sessions.revoke_all(session, user_id=current.id)
+        audit.record(
+            session,
+            actor.named(id=current.id, label=current.email),
+            "user.password_changed",
+            organization_id=None,
+            target_type="user",
+            target_id=current.id,
+            target_label=current.email,
+            details={"via": "reset", "sessionsRevoked": revoked},
+        )
+        return ResetDoneOut(user_id=current.id, email=current.email, revoked_sessions=revoked)
+
+    return await tx.write(accounts.engine, apply)

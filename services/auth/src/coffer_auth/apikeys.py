@@ -1,0 +1,251 @@
+"""API keys as the dashboard and the CLI manage them: who may see, create, delete and rotate
+which keys, with an audit event for each change. Resolving a key stays in ``service``."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import or_
+from sqlalchemy.orm import aliased
+from sqlmodel import Session, col, select
+
+from coffer_auth import audit
+from coffer_auth.audit import Actor
+from coffer_auth.keys import display_prefix, generate_key, hash_key
+from coffer_auth.models import ApiKey, KeyKind, Membership, Organization, Role, User
+from coffer_auth.schemas import KeyKindName, KeyOut, UserRef
+from coffer_kit.errors import forbidden, invalid, not_found
+from coffer_kit.ids import KEY, new_id
+from coffer_kit.timeutil import as_utc, isoformat, utcnow
+
+
+def _ref(user: User | None) -> UserRef | None:
+    return UserRef(id=user.id, email=user.email) if user else None
+
+
+def view(row: ApiKey, org: Organization, owner: User | None, creator: User | None) -> KeyOut:
+    return KeyOut(
+        id=row.id,
+        name=row.name,
+        kind=cast(KeyKindName, row.kind),
+        prefix=row.prefix,
+        organization_id=row.organization_id,
+        organization_name=org.name,
+        user=_ref(owner),
+        created_at=row.created_at,
+        created_by=_ref(creator),
+        expires_at=row.expires_at,
+        last_used_at=row.last_used_at,
+    )
+
+
+def _details(row: ApiKey) -> dict[str, Any]:
+    return {
+        "kind": row.kind,
+        "prefix": row.prefix,
+        "name": row.name,
+        "expiresAt": isoformat(row.expires_at) if row.expires_at else None,
+    }
+
+
+def _query() -> Any:
+    owner, creator = aliased(User), aliased(User)
+    return (
+        select(ApiKey, Organization, owner, creator)
+        .join(Organization, col(Organization.id) == ApiKey.organization_id)
+        .outerjoin(owner, col(owner.id) == ApiKey.user_id)
+        .outerjoin(creator, col(creator.id) == ApiKey.created_by_user_id)
+        .order_by(col(ApiKey.created_at).desc(), col(ApiKey.id).desc())
+    )
+
+
+def org_keys(session: Session, *, org_id: str, viewer_id: str, viewer_role: str) -> list[KeyOut]:
+    """An organization's keys as a member sees them: every organization key (read-only for
+    members) and the personal keys made in it (owners: everyone's; members: their own)."""
+    query = _query().where(ApiKey.organization_id == org_id)
+    if viewer_role != Role.owner:
+        mine = col(ApiKey.user_id) == viewer_id
+        query = query.where(or_(col(ApiKey.kind) == KeyKind.organization.value, mine))
+    return [view(*row) for row in session.exec(query)]
+
+
+def user_keys(session: Session, *, user_id: str) -> list[KeyOut]:
+    """A user's personal keys in every organization."""
+    query = _query().where(ApiKey.user_id == user_id, ApiKey.kind == KeyKind.user.value)
+    return [view(*row) for row in session.exec(query)]
+
+
+def create(
+    session: Session,
+    actor: Actor,
+    *,
+    org: Organization,
+    kind: KeyKind,
+    user_id: str | None,
+    name: str,
+    expires_in: int | None,
+    created_by: str | None,
+) -> tuple[ApiKey, str]:
+    """A new key and its secret (returned once; only the SHA-256 is kept)."""
+    if expires_in is not None and expires_in <= 0:
+        raise invalid("The expiry must be in the future (expiresIn > 0).", field="expiresIn")
+    if kind == KeyKind.user:
+        if user_id is None:
+            raise invalid("A personal key needs its user.", field="user")
+        member = session.exec(
+            select(Membership).where(Membership.organization_id == org.id, Membership.user_id == user_id)
+        ).first()
+        if member is None:
+            raise invalid(f"User {user_id} is not a member of {org.id}.", field="user")
+    else:
+        user_id = None
+    name = name.strip()
+    if len(name) > 255:
+        raise invalid("The name must be at most 255 characters.", field="name")
+    secret = generate_key(kind.value)
+    now = utcnow()
+    row = ApiKey(
+        id=new_id(KEY),
+        key_hash=hash_key(secret),
+        prefix=display_prefix(secret),
+        kind=kind.value,
+        name=name,
+        organization_id=org.id,
+        user_id=user_id,
+        created_at=now,
+        expires_at=now + timedelta(seconds=expires_in) if expires_in else None,
+        created_by_user_id=created_by,
+    )
+    session.add(row)
+    session.flush()
+    audit.record(
+        session,
+        actor,
+        "key.created",
+        organization_id=org.id,
+        target_type="key",
+        target_id=row.id,
+        target_label=row.name or row.prefix,
+        details=_details(row),
+    )
+    return row, secret
+
+
+def get(session: Session, *, org_id: str, key_id: str) -> ApiKey:
+    row = session.get(ApiKey, key_id)
+    if row is None or row.organization_id != org_id:
+        raise not_found(f"Key {key_id} does not exist.")
+    return row
+
+
+def require_manage(row: ApiKey, *, user_id: str, role: str) -> None:
+    """Owners manage every key of their organization; members only their own personal keys."""
+    if role == Role.owner:
+        return
+    if row.kind == KeyKind.user and row.user_id == user_id:
+        return
+    if row.kind == KeyKind.organization:
+        raise forbidden("Only an owner can change organization keys.")
+    raise not_found(f"Key {row.id} does not exist.")  # another member's key: not theirs to see
+
+
+def delete(session: Session, actor: Actor, *, row: ApiKey) -> None:
+    """Delete a key; edges stop accepting it within their cache bound (5 s)."""
+    details = _details(row)
+    session.delete(row)
+    session.flush()
+    audit.record(
+        session,
+        actor,
+        "key.deleted",
+        organization_id=row.organization_id,
+        target_type="key",
+        target_id=row.id,
+        target_label=row.name or row.prefix,
+        details=details,
+    )
+
+
+def rotate(
+    session: Session,
+    actor: Actor,
+    *,
+    org: Organization,
+    row: ApiKey,
+    grace_seconds: int,
+    created_by: str | None,
+) -> tuple[ApiKey, str, ApiKey | None]:
+    """A replacement key (same kind, name, owner and lifetime) and the old one ending after
+    the grace: (new row, its secret, the old row or None when it was deleted at once)."""
+    if not 0 <= grace_seconds <= 604800:
+        raise invalid("graceSeconds must be 0 to 604800.", field="graceSeconds")
+    lifetime: int | None = None
+    if row.expires_at is not None:
+        lifetime = max(1, int((as_utc(row.expires_at) - as_utc(row.created_at)).total_seconds()))
+    now = utcnow()
+    new, secret = _replacement(session, org=org, old=row, lifetime=lifetime, created_by=created_by, now=now)
+    old_details = _details(row)
+    previous: ApiKey | None
+    if grace_seconds == 0:
+        session.delete(row)
+        previous = None
+    else:
+        end: datetime = now + timedelta(seconds=grace_seconds)
+        if row.expires_at is None or as_utc(row.expires_at) > end:
+            row.expires_at = end
+        session.add(row)
+        previous = row
+    session.flush()
+    audit.record(
+        session,
+        actor,
+        "key.rotated",
+        organization_id=org.id,
+        target_type="key",
+        target_id=row.id,
+        target_label=row.name or row.prefix,
+        details={
+            **old_details,
+            "graceSeconds": grace_seconds,
+            "oldExpiresAt": isoformat(row.expires_at) if previous and row.expires_at else None,
+            "newKeyId": new.id,
+            "newPrefix": new.prefix,
+        },
+    )
+    return new, secret, previous
+
+
+def _replacement(
+    session: Session,
+    *,
+    org: Organization,
+    old: ApiKey,
+    lifetime: int | None,
+    created_by: str | None,
+    now: datetime,
+) -> tuple[ApiKey, str]:
+    secret = generate_key(old.kind)
+    new = ApiKey(
+        id=new_id(KEY),
+        key_hash=hash_key(secret),
+        prefix=display_prefix(secret),
+        kind=old.kind,
+        name=old.name,
+        organization_id=org.id,
+        user_id=old.user_id,
+        created_at=now,
+        expires_at=now + timedelta(seconds=lifetime) if lifetime else None,
+        created_by_user_id=created_by,
+    )
+    session.add(new)
+    session.flush()
+    return new, secret
+
+
+def view_of(session: Session, row: ApiKey) -> KeyOut:
+    org = session.get(Organization, row.organization_id)
+    assert org is not None
+    owner = session.get(User, row.user_id) if row.user_id else None
+    creator = session.get(User, row.created_by_user_id) if row.created_by_user_id else None
+    return view(row, org, owner, creator)

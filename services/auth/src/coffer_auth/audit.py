@@ -1,0 +1,144 @@
+"""The audit log: who did what to which organization, kept COFFER_AUDIT_RETENTION_DAYS."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import and_, delete, or_
+from sqlmodel import Session, col, select
+
+from coffer_auth.models import AuditEvent
+from coffer_auth.schemas import ActorType, AuditEventOut
+from coffer_kit.errors import invalid
+from coffer_kit.timeutil import as_utc, isoformat, utcnow
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who acts, and from where (recorded with every event)."""
+
+    type: str  # user | operator | key | system
+    id: str | None = None
+    label: str | None = None
+    ip: str | None = None
+    user_agent: str | None = None
+    request_id: str | None = None
+
+    def named(self, *, id: str, label: str) -> Actor:
+        return replace(self, id=id, label=label)
+
+
+OPERATOR = Actor(type="operator", label="operator")
+
+
+def record(
+    session: Session,
+    actor: Actor,
+    action: str,
+    *,
+    organization_id: str | None,
+    target_type: str | None = None,
+    target_id: str | None = None,
+    target_label: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """Add an event to the caller's transaction: it is kept exactly when the action is."""
+    event = AuditEvent(
+        organization_id=organization_id,
+        actor_type=actor.type,
+        actor_id=actor.id,
+        actor_label=actor.label,
+        action=action,
+        target_type=target_type,
+        target_id=target_id,
+        target_label=(target_label or None) and target_label[:1024],
+        ip=actor.ip,
+        user_agent=(actor.user_agent or None) and actor.user_agent[:255],
+        request_id=actor.request_id,
+        details=details,
+        created_at=utcnow(),
+    )
+    session.add(event)
+    session.flush()
+    return event
+
+
+def view(event: AuditEvent) -> AuditEventOut:
+    assert event.id is not None
+    return AuditEventOut(
+        id=event.id,
+        organization_id=event.organization_id,
+        actor_type=cast(ActorType, event.actor_type),
+        actor_id=event.actor_id,
+        actor_label=event.actor_label,
+        action=event.action,
+        target_type=event.target_type,
+        target_id=event.target_id,
+        target_label=event.target_label,
+        ip=event.ip,
+        user_agent=event.user_agent,
+        request_id=event.request_id,
+        details=event.details,
+        created_at=event.created_at,
+    )
+
+
+def _cursor(event: AuditEvent) -> str:
+    # Timestamps are stored at millisecond precision, so this is exact; no "+" to mangle in a URL.
+    return f"{isoformat(event.created_at)}~{event.id}"
+
+
+def _parse_cursor(before: str) -> tuple[datetime, int]:
+    try:
+        at, _, event_id = before.rpartition("~")
+        return as_utc(datetime.fromisoformat(at)), int(event_id)
+    except ValueError:
+        raise invalid("'before' is not a cursor this API returned.", field="before") from None
+
+
+def page(
+    session: Session,
+    *,
+    org_id: str,
+    action: str | None,
+    actor: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    before: str | None,
+    limit: int,
+) -> tuple[list[AuditEvent], str | None]:
+    """One page of an organization's events, newest first, and the cursor of the next page."""
+    query = select(AuditEvent).where(AuditEvent.organization_id == org_id)
+    if action:
+        if action.endswith("."):
+            query = query.where(col(AuditEvent.action).startswith(action, autoescape=True))
+        else:
+            query = query.where(AuditEvent.action == action)
+    if actor:
+        query = query.where(or_(col(AuditEvent.actor_label) == actor, col(AuditEvent.actor_id) == actor))
+    if since is not None:
+        query = query.where(col(AuditEvent.created_at) >= as_utc(since))
+    if until is not None:
+        query = query.where(col(AuditEvent.created_at) < as_utc(until))
+    if before:
+        at, event_id = _parse_cursor(before)
+        query = query.where(
+            or_(
+                col(AuditEvent.created_at) < at,
+                and_(col(AuditEvent.created_at) == at, col(AuditEvent.id) < event_id),
+            )
+        )
+    query = query.order_by(col(AuditEvent.created_at).desc(), col(AuditEvent.id).desc()).limit(limit + 1)
+    rows = list(session.exec(query))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, _cursor(rows[-1]) if more and rows else None
+
+
+def sweep(session: Session, *, retention_days: int) -> int:
+    """Delete events older than the retention; returns how many went."""
+    cutoff = utcnow() - timedelta(days=retention_days)
+    result = session.execute(delete(AuditEvent).where(col(AuditEvent.created_at) < cutoff))
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]

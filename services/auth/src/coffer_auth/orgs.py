@@ -1,0 +1,283 @@
+"""Organizations and memberships as the dashboard and the CLI change them: who may, the
+last-owner guard, and an audit event for every change."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from sqlalchemy import func
+from sqlmodel import Session, col, select
+
+from coffer_auth import audit, errors
+from coffer_auth.audit import Actor
+from coffer_auth.models import Membership, Organization, Role, User
+from coffer_auth.schemas import MemberOut, OrgOut, RoleName
+from coffer_kit.errors import invalid, not_found
+from coffer_kit.ids import ORG, new_id
+from coffer_kit.timeutil import utcnow
+
+
+def _name(name: str) -> str:
+    name = name.strip()
+    if not name or len(name) > 255:
+        raise invalid("Organization name must be 1 to 255 characters.", field="name")
+    return name
+
+
+def membership(session: Session, *, org_id: str, user_id: str) -> tuple[Organization, Membership]:
+    """The organization and the user's membership in it; 404 alike for "no such org" and
+    "not yours", so ids cannot be probed."""
+    found = session.exec(
+        select(Organization, Membership)
+        .join(Membership, col(Membership.organization_id) == Organization.id)
+        .where(Organization.id == org_id, Membership.user_id == user_id)
+    ).first()
+    if found is None:
+        raise not_found(f"Organization {org_id} does not exist or you are not a member.")
+    return found
+
+
+def require_owner(m: Membership, message: str = "Only an owner of the organization can do this.") -> None:
+    if m.role != Role.owner:
+        raise errors.owners_only(message)
+
+
+def _locked_org(session: Session, org_id: str) -> Organization:
+    """The organization row, locked until commit (PostgreSQL), so that two concurrent role
+    changes cannot both see a second owner and leave none. SQLite writers are serial already."""
+    org = session.exec(select(Organization).where(Organization.id == org_id).with_for_update()).first()
+    if org is None:
+        raise not_found(f"Organization {org_id} does not exist.")
+    return org
+
+
+def _owner_count(session: Session, org_id: str) -> int:
+    return int(
+        session.exec(
+            select(func.count())
+            .select_from(Membership)
+            .where(Membership.organization_id == org_id, Membership.role == Role.owner.value)
+        ).one()
+    )
+
+
+def _member_count(session: Session, org_id: str) -> int:
+    return int(
+        session.exec(
+            select(func.count()).select_from(Membership).where(Membership.organization_id == org_id)
+        ).one()
+    )
+
+
+def view(session: Session, org: Organization, role: str) -> OrgOut:
+    return OrgOut(
+        id=org.id,
+        name=org.name,
+        role=Role(role).value,
+        quota_bytes=org.quota_bytes,
+        created_at=org.created_at,
+        member_count=_member_count(session, org.id),
+    )
+
+
+def orgs_of(session: Session, *, user_id: str) -> list[OrgOut]:
+    """The user's organizations with their role, by name."""
+    # Counted for this user's organizations only (memberships has an index on user_id),
+    # not over the whole table: this runs on every dashboard page edge does not have cached.
+    theirs = select(Membership.organization_id).where(Membership.user_id == user_id)
+    counts = (
+        select(Membership.organization_id, func.count().label("n"))
+        .where(col(Membership.organization_id).in_(theirs))
+        .group_by(col(Membership.organization_id))
+        .subquery()
+    )
+    rows = session.exec(
+        select(Organization, Membership.role, counts.c.n)
+        .join(Membership, col(Membership.organization_id) == Organization.id)
+        .join(counts, counts.c.organization_id == Organization.id)
+        .where(Membership.user_id == user_id)
+        .order_by(func.lower(Organization.name), col(Organization.id))
+    )
+    return [
+        OrgOut(
+            id=org.id,
+            name=org.name,
+            role=cast(RoleName, role),
+            quota_bytes=org.quota_bytes,
+            created_at=org.created_at,
+            member_count=int(n),
+        )
+        for org, role, n in rows
+    ]
+
+
+def create(
+    session: Session, actor: Actor, *, name: str, quota_bytes: int, owner_id: str | None
+) -> Organization:
+    """Create an organization; ``owner_id`` (the dashboard's caller) becomes its owner."""
+    if quota_bytes < 0:
+        raise invalid("quotaBytes must be zero or more.", field="quotaBytes")
+    org = Organization(id=new_id(ORG), name=_name(name), quota_bytes=quota_bytes, created_at=utcnow())
+    session.add(org)
+    session.flush()
+    if owner_id is not None:
+        session.add(
+            Membership(organization_id=org.id, user_id=owner_id, role=Role.owner.value, created_at=utcnow())
+        )
+        session.flush()
+    audit.record(
+        session,
+        actor,
+        "org.created",
+        organization_id=org.id,
+        target_type="organization",
+        target_id=org.id,
+        target_label=org.name,
+        details={"quotaBytes": quota_bytes},
+    )
+    return org
+
+
+def rename(session: Session, actor: Actor, *, org: Organization, name: str) -> Organization:
+    new = _name(name)
+    old = org.name
+    if new != old:
+        org.name = new
+        session.add(org)
+        session.flush()
+        audit.record(
+            session,
+            actor,
+            "org.renamed",
+            organization_id=org.id,
+            target_type="organization",
+            target_id=org.id,
+            target_label=new,
+            details={"from": old, "to": new},
+        )
+    return org
+
+
+def set_quota(session: Session, actor: Actor, *, org_id: str, quota_bytes: int) -> Organization:
+    org = session.get(Organization, org_id)
+    if org is None:
+        raise not_found(f"Organization {org_id} does not exist.")
+    if quota_bytes < 0:
+        raise invalid("quotaBytes must be zero or more.", field="quotaBytes")
+    old = org.quota_bytes
+    org.quota_bytes = quota_bytes
+    session.add(org)
+    session.flush()
+    audit.record(
+        session,
+        actor,
+        "org.quota_changed",
+        organization_id=org.id,
+        target_type="organization",
+        target_id=org.id,
+        target_label=org.name,
+        details={"from": old, "to": quota_bytes},
+    )
+    return org
+
+
+def members(session: Session, *, org_id: str) -> list[MemberOut]:
+    """Members with their email, owners first, then by email."""
+    rows = session.exec(
+        select(Membership, User)
+        .join(User, col(User.id) == Membership.user_id)
+        .where(Membership.organization_id == org_id)
+        .order_by(col(Membership.role).desc(), col(User.email))
+    )
+    return [
+        MemberOut(user_id=u.id, email=u.email, role=cast(RoleName, m.role), joined_at=m.created_at)
+        for m, u in rows
+    ]
+
+
+def _target(session: Session, org_id: str, user_id: str) -> tuple[Membership, User]:
+    found = session.exec(
+        select(Membership, User)
+        .join(User, col(User.id) == Membership.user_id)
+        .where(Membership.organization_id == org_id, Membership.user_id == user_id)
+    ).first()
+    if found is None:
+        raise not_found(f"User {user_id} is not a member of {org_id}.")
+    return found
+
+
+def add_member(session: Session, actor: Actor, *, org_id: str, user_id: str, role: Role) -> Membership:
+    """Add a user to an organization. An existing membership is a conflict, never a silent
+    role change: that is :func:`change_role`."""
+    org = _locked_org(session, org_id)
+    user = session.get(User, user_id)
+    if user is None:
+        raise not_found(f"User {user_id} does not exist.")
+    existing = session.exec(
+        select(Membership).where(Membership.organization_id == org_id, Membership.user_id == user_id)
+    ).first()
+    if existing is not None:
+        raise errors.conflict("already_member", f"{user.email} is already a {existing.role} of {org.name}.")
+    m = Membership(organization_id=org_id, user_id=user_id, role=role.value, created_at=utcnow())
+    session.add(m)
+    session.flush()
+    audit.record(
+        session,
+        actor,
+        "member.added",
+        organization_id=org_id,
+        target_type="user",
+        target_id=user.id,
+        target_label=user.email,
+        details={"role": role.value},
+    )
+    return m
+
+
+def change_role(session: Session, actor: Actor, *, org_id: str, user_id: str, role: Role) -> Membership:
+    """Make a member owner or member; the last owner cannot be demoted."""
+    _locked_org(session, org_id)
+    m, user = _target(session, org_id, user_id)
+    old = m.role
+    if old == role.value:
+        return m
+    if old == Role.owner and _owner_count(session, org_id) <= 1:
+        raise errors.last_owner()
+    m.role = role.value
+    session.add(m)
+    session.flush()
+    audit.record(
+        session,
+        actor,
+        "member.role_changed",
+        organization_id=org_id,
+        target_type="user",
+        target_id=user.id,
+        target_label=user.email,
+        details={"from": old, "to": role.value},
+    )
+    return m
+
+
+def remove(session: Session, actor: Actor, *, org_id: str, user_id: str) -> None:
+    """Remove a member (``member.left`` when they remove themselves); never the last owner.
+
+    Their personal keys stop working for this organization within edge's cache bound (5 s).
+    """
+    _locked_org(session, org_id)
+    m, user = _target(session, org_id, user_id)
+    if m.role == Role.owner and _owner_count(session, org_id) <= 1:
+        raise errors.last_owner()
+    session.delete(m)
+    session.flush()
+    left = actor.type == "user" and actor.id == user_id
+    audit.record(
+        session,
+        actor,
+        "member.left" if left else "member.removed",
+        organization_id=org_id,
+        target_type="user",
+        target_id=user.id,
+        target_label=user.email,
+        details={"role": m.role},
+    )

@@ -1,0 +1,233 @@
+"""Dashboard sessions: creation at sign-in, resolution, lifetimes, re-authentication, revocation,
+and the per-account sign-in throttle."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, or_, update
+from sqlmodel import Session, col, select
+
+from coffer_auth import errors
+from coffer_auth.config import Settings
+from coffer_auth.models import DashboardSession, User
+from coffer_auth.schemas import SessionOut
+from coffer_auth.tokens import SESSION_ID, SESSION_PREFIX, new_csrf_token, new_token
+from coffer_kit.errors import unauthorized
+from coffer_kit.ids import new_id
+from coffer_kit.timeutil import as_utc, utcnow
+
+# Like a key's last_used_at: writing last_seen_at on every page would make each read a write.
+SEEN_RESOLUTION = timedelta(seconds=60)
+
+# Per-account throttle (ASVS 6.3.1 without a malicious lockout): after THROTTLE_AFTER failures
+# within THROTTLE_WINDOW, refuse for FIRST_BLOCK, doubling with each further failure up to
+# MAX_BLOCK; a success resets it.
+THROTTLE_AFTER = 5
+THROTTLE_WINDOW = timedelta(minutes=15)
+FIRST_BLOCK = timedelta(seconds=30)
+MAX_BLOCK = timedelta(minutes=15)
+
+
+@dataclass(frozen=True, slots=True)
+class Lifetimes:
+    idle: timedelta
+    max_age: timedelta
+    reauth: timedelta
+
+    @classmethod
+    def of(cls, settings: Settings) -> Lifetimes:
+        return cls(
+            idle=timedelta(seconds=settings.dashboard_session_idle_seconds),
+            max_age=timedelta(seconds=settings.dashboard_session_max_age_seconds),
+            reauth=timedelta(seconds=settings.dashboard_reauth_seconds),
+        )
+
+
+def normalize_email(email: str) -> str:
+    return email.strip().lower()
+
+
+def user_by_email(session: Session, email: str) -> User | None:
+    return session.exec(select(User).where(User.email == normalize_email(email))).first()
+
+
+# --- throttling --------------------------------------------------------------------------
+
+
+def retry_after(user: User, now: datetime) -> int | None:
+    """Seconds until the account may try again, or None when it may now."""
+    if user.login_blocked_until is None:
+        return None
+    left = (as_utc(user.login_blocked_until) - now).total_seconds()
+    return math.ceil(left) if left > 0 else None
+
+
+def record_failure(session: Session, *, user_id: str) -> int | None:
+    """Count a wrong password; answers the block it starts, in seconds, if any."""
+    user = session.exec(select(User).where(User.id == user_id).with_for_update()).first()
+    if user is None:
+        return None
+    now = utcnow()
+    last = as_utc(user.last_failed_login_at) if user.last_failed_login_at else None
+    failures = 0 if last is None or now - last > THROTTLE_WINDOW else user.failed_logins
+    failures += 1
+    user.failed_logins = failures
+    user.last_failed_login_at = now
+    block: timedelta | None = None
+    if failures >= THROTTLE_AFTER:
+        block = min(FIRST_BLOCK * 2 ** (failures - THROTTLE_AFTER), MAX_BLOCK)
+        user.login_blocked_until = now + block
+    session.add(user)
+    session.flush()
+    return math.ceil(block.total_seconds()) if block else None
+
+
+def clear_failures(session: Session, *, user: User) -> None:
+    if user.failed_logins or user.login_blocked_until or user.last_failed_login_at:
+        user.failed_logins = 0
+        user.last_failed_login_at = None
+        user.login_blocked_until = None
+        session.add(user)
+        session.flush()
+
+
+# --- sessions ----------------------------------------------------------------------------
+
+
+def create(
+    session: Session,
+    *,
+    user_id: str,
+    lifetimes: Lifetimes,
+    ip: str | None,
+    user_agent: str | None,
+    last_org_id: str | None = None,
+) -> tuple[DashboardSession, str]:
+    """A new session (and its token, returned once) for a user who just entered their password."""
+    now = utcnow()
+    token, token_hash = new_token(SESSION_PREFIX)
+    if last_org_id is None:
+        # Carry the organization last worked in over from the user's previous session.
+        previous = session.exec(
+            select(DashboardSession)
+            .where(DashboardSession.user_id == user_id, col(DashboardSession.last_org_id).is_not(None))
+            .order_by(col(DashboardSession.last_seen_at).desc())
+        ).first()
+        last_org_id = previous.last_org_id if previous else None
+    row = DashboardSession(
+        id=new_id(SESSION_ID),
+        token_hash=token_hash,
+        user_id=user_id,
+        csrf_token=new_csrf_token(),
+        created_at=now,
+        last_seen_at=now,
+        authenticated_at=now,
+        expires_at=now + lifetimes.max_age,
+        ip=(ip or None) and ip[:64],
+        user_agent=(user_agent or None) and user_agent[:255],
+        last_org_id=last_org_id,
+    )
+    session.add(row)
+    session.flush()
+    return row, token
+
+
+def _live(row: DashboardSession, lifetimes: Lifetimes, now: datetime) -> bool:
+    return as_utc(row.expires_at) > now and as_utc(row.last_seen_at) + lifetimes.idle > now
+
+
+def resolve(session: Session, *, token_hash: str, lifetimes: Lifetimes) -> tuple[DashboardSession, User]:
+    """The live session with this token hash and its user, or 401."""
+    found = session.exec(
+        select(DashboardSession, User)
+        .join(User, col(User.id) == DashboardSession.user_id)
+        .where(DashboardSession.token_hash == token_hash.lower())
+    ).first()
+    if found is None:
+        raise unauthorized("The session is unknown or has ended. Sign in again.")
+    row, user = found
+    if not _live(row, lifetimes, utcnow()):
+        raise unauthorized("The session has expired. Sign in again.")
+    return row, user
+
+
+def touch(session: Session, *, row: DashboardSession, last_org_id: str | None = None) -> bool:
+    """Record activity (at most once per SEEN_RESOLUTION) and the organization being viewed."""
+    now = utcnow()
+    values: dict[str, object] = {}
+    if now - as_utc(row.last_seen_at) >= SEEN_RESOLUTION:
+        values["last_seen_at"] = now
+    if last_org_id is not None and last_org_id != row.last_org_id:
+        values["last_org_id"] = last_org_id
+    if not values:
+        return False
+    session.execute(update(DashboardSession).where(col(DashboardSession.id) == row.id).values(**values))
+    return True
+
+
+def require_sudo(row: DashboardSession, lifetimes: Lifetimes) -> None:
+    """Refuse unless the password was entered in this session within the re-auth window."""
+    if as_utc(row.authenticated_at) + lifetimes.reauth <= utcnow():
+        raise errors.reauth_required()
+
+
+def view(row: DashboardSession, lifetimes: Lifetimes, *, current_id: str | None) -> SessionOut:
+    last_seen = as_utc(row.last_seen_at)
+    return SessionOut(
+        id=row.id,
+        created_at=row.created_at,
+        last_seen_at=last_seen,
+        authenticated_at=row.authenticated_at,
+        expires_at=row.expires_at,
+        idle_expires_at=min(last_seen + lifetimes.idle, as_utc(row.expires_at)),
+        reauth_until=as_utc(row.authenticated_at) + lifetimes.reauth,
+        ip=row.ip,
+        user_agent=row.user_agent,
+        last_org_id=row.last_org_id,
+        current=row.id == current_id,
+    )
+
+
+def list_live(session: Session, *, user_id: str, lifetimes: Lifetimes) -> list[DashboardSession]:
+    now = utcnow()
+    rows = session.exec(
+        select(DashboardSession)
+        .where(DashboardSession.user_id == user_id)
+        .order_by(col(DashboardSession.created_at).desc())
+    )
+    return [r for r in rows if _live(r, lifetimes, now)]
+
+
+def revoke(session: Session, *, user_id: str, session_id: str) -> bool:
+    """End one of the user's sessions; False if there is no such session of theirs."""
+    result = session.execute(
+        delete(DashboardSession).where(
+            col(DashboardSession.id) == session_id, col(DashboardSession.user_id) == user_id
+        )
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def revoke_all(session: Session, *, user_id: str, keep: str | None = None) -> int:
+    """End every session of a user (but ``keep``); answers how many ended."""
+    query = delete(DashboardSession).where(col(DashboardSession.user_id) == user_id)
+    if keep is not None:
+        query = query.where(col(DashboardSession.id) != keep)
+    return int(session.execute(query).rowcount or 0)  # type: ignore[attr-defined]
+
+
+def sweep(session: Session, *, lifetimes: Lifetimes) -> int:
+    """Delete sessions past their absolute end or idle for longer than allowed."""
+    now = utcnow()
+    result = session.execute(
+        delete(DashboardSession).where(
+            or_(
+                col(DashboardSession.expires_at) <= now,
+                col(DashboardSession.last_seen_at) <= now - lifetimes.idle,
+            )
+        )
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]

@@ -1,0 +1,188 @@
+"""Upload tokens (CONTRACT §8): short-lived, single-use credentials for one browser upload.
+
+A server holding an API key mints a token through edge; the browser sends it instead of a key.
+Only the token's SHA-256 is stored (edge generates the token and sends only its hash, as it
+does for keys). A token is *claimed* by an upload just before that upload commits, with a
+conditional update, so of any number of concurrent uploads exactly one can hold it; an upload
+that fails after claiming gives it back, so a token is spent only by an upload that succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header
+from sqlalchemy import BigInteger, Column, DateTime, ForeignKey, String, Text, delete, update
+from sqlmodel import Field as SQLField
+from sqlmodel import Session, SQLModel, col, select
+
+from coffer_auth.deps import SessionDep
+from coffer_auth.models import Organization
+from coffer_kit.errors import not_found, unauthorized
+from coffer_kit.ids import new_id
+from coffer_kit.internal_token import require_internal_token
+from coffer_kit.timeutil import as_utc, isoformat, utcnow
+from coffer_kit.wire import Done, TokenClaim, UploadGrant, UploadTokenCreated, UploadTokenIn
+
+# Expired tokens are deleted this long after they expired, when their organization mints again.
+KEEP_EXPIRED = timedelta(days=1)
+
+
+class UploadToken(SQLModel, table=True):
+    __tablename__ = "upload_tokens"
+
+    id: str = SQLField(primary_key=True, max_length=40)
+    # SHA-256 of the full token, hex. The token itself is never stored.
+    token_hash: str = SQLField(sa_column=Column(String(64), unique=True, nullable=False))
+    organization_id: str = SQLField(
+        sa_column=Column(
+            String(40), ForeignKey("organizations.id", ondelete="CASCADE"), nullable=False, index=True
+        )
+    )
+    # The API key that minted it (for the audit trail; deleting the key does not revoke it).
+    key_id: str | None = SQLField(default=None, max_length=40)
+    folder_id: str | None = SQLField(default=None, max_length=40)
+    name: str | None = SQLField(default=None, max_length=1024)
+    max_bytes: int = SQLField(sa_column=Column(BigInteger, nullable=False))
+    # A JSON list of media ranges (``image/*``), or NULL for any media type.
+    content_types: str | None = SQLField(default=None, sa_column=Column(Text, nullable=True))
+    created_at: datetime = SQLField(sa_column=Column(DateTime(timezone=True), nullable=False))
+    expires_at: datetime = SQLField(sa_column=Column(DateTime(timezone=True), nullable=False, index=True))
+    # Set when an upload claims the token (just before it commits), cleared if that upload fails.
+    used_at: datetime | None = SQLField(
+        default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
+    )
+    asset_id: str | None = SQLField(default=None, max_length=40)
+
+
+TABLES = [UploadToken.__table__]  # type: ignore[attr-defined]
+
+
+def create(
+    session: Session,
+    *,
+    org_id: str,
+    token_hash: str,
+    key_id: str | None,
+    folder_id: str | None,
+    name: str | None,
+    max_bytes: int,
+    content_types: list[str] | None,
+    expires_in: int,
+) -> UploadToken:
+    """Store a new token's hash and scope."""
+    if session.get(Organization, org_id) is None:
+        raise not_found(f"Organization {org_id} does not exist.")
+    now = utcnow()
+    session.exec(
+        delete(UploadToken).where(
+            col(UploadToken.organization_id) == org_id, col(UploadToken.expires_at) < now - KEEP_EXPIRED
+        )
+    )
+    row = UploadToken(
+        id=new_id("upt"),
+        token_hash=token_hash,
+        organization_id=org_id,
+        key_id=key_id,
+        folder_id=folder_id,
+        name=name,
+        max_bytes=max_bytes,
+        content_types=json.dumps(content_types) if content_types is not None else None,
+        created_at=now,
+        expires_at=now + timedelta(seconds=expires_in),
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def resolve(session: Session, *, token_hash: str) -> UploadGrant:
+    """The scope of a live token, and its organization's quota; 401 for any other token."""
+    row = session.exec(select(UploadToken).where(UploadToken.token_hash == token_hash)).first()
+    if row is None:
+        raise unauthorized("The upload token is unknown.")
+    if as_utc(row.expires_at) <= utcnow():
+        raise unauthorized("The upload token has expired.")
+    if row.used_at is not None:
+        raise unauthorized("The upload token was used already.")
+    org = session.get(Organization, row.organization_id)
+    if org is None:
+        raise unauthorized("The upload token's organization no longer exists.")
+    return UploadGrant(
+        token_id=row.id,
+        organization_id=row.organization_id,
+        quota_bytes=org.quota_bytes,
+        folder_id=row.folder_id,
+        name=row.name,
+        max_bytes=row.max_bytes,
+        content_types=json.loads(row.content_types) if row.content_types is not None else None,
+        expires_at=isoformat(row.expires_at),
+    )
+
+
+def claim(session: Session, *, token_id: str, asset_id: str) -> None:
+    """Take the token for one upload; 401 if another upload holds or spent it, or it expired."""
+    now = utcnow()
+    result = session.exec(
+        update(UploadToken)
+        .where(
+            col(UploadToken.id) == token_id,
+            col(UploadToken.used_at).is_(None),
+            col(UploadToken.expires_at) > now,
+        )
+        .values(used_at=now, asset_id=asset_id)
+    )
+    if result.rowcount != 1:
+        raise unauthorized("The upload token was used already or has expired.")
+
+
+def release(session: Session, *, token_id: str, asset_id: str) -> None:
+    """Give the token back after the upload that claimed it failed."""
+    session.exec(
+        update(UploadToken)
+        .where(col(UploadToken.id) == token_id, col(UploadToken.asset_id) == asset_id)
+        .values(used_at=None, asset_id=None)
+    )
+
+
+# Internal API, called by edge only.
+router = APIRouter(prefix="/internal/v1", dependencies=[Depends(require_internal_token)])
+
+
+@router.post("/orgs/{org_id}/upload-tokens", status_code=201)
+def create_token(org_id: str, body: UploadTokenIn, session: SessionDep) -> UploadTokenCreated:
+    row = create(
+        session,
+        org_id=org_id,
+        token_hash=body.token_hash,
+        key_id=body.key_id,
+        folder_id=body.folder_id,
+        name=body.name,
+        max_bytes=body.max_bytes,
+        content_types=body.content_types,
+        expires_in=body.expires_in,
+    )
+    return UploadTokenCreated(id=row.id, expires_at=isoformat(row.expires_at))
+
+
+@router.get("/upload-tokens/grant")
+def grant(
+    session: SessionDep,
+    token_hash: Annotated[str, Header(alias="x-token-hash", min_length=64, max_length=64)],
+) -> UploadGrant:
+    """Resolve a token's SHA-256 (the token never crosses the network) to its scope."""
+    return resolve(session, token_hash=token_hash.lower())
+
+
+@router.post("/upload-tokens/{token_id}/claim")
+def claim_token(token_id: str, body: TokenClaim, session: SessionDep) -> Done:
+    claim(session, token_id=token_id, asset_id=body.asset_id)
+    return Done()
+
+
+@router.delete("/upload-tokens/{token_id}/claim/{asset_id}")
+def release_token(token_id: str, asset_id: str, session: SessionDep) -> Done:
+    release(session, token_id=token_id, asset_id=asset_id)
+    return Done()

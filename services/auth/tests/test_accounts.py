@@ -1,0 +1,483 @@
+"""Registration, sign-in, throttling, sessions, re-authentication, password change and reset."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import secrets
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+from sqlalchemy import update
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from coffer_auth import passwords, sessions
+from coffer_auth.accounts import create_reset
+from coffer_auth.config import Settings
+from coffer_auth.models import AuditEvent, DashboardSession, User
+from coffer_kit.db import writer
+from coffer_kit.timeutil import utcnow
+from coffer_testkit.testing import assert_error
+
+from .support import Api, age_session, session_hash, strong_password
+
+pytestmark = pytest.mark.anyio
+
+
+def _events(engine: Engine, action: str) -> list[AuditEvent]:
+    with Session(engine) as s:
+        return list(s.exec(select(AuditEvent).where(AuditEvent.action == action)))
+
+
+async def test_register_opens_a_session_and_stores_only_hashes(api: Api, engine: Engine) -> None:
+    out = await api.register(email="  Ada@Example.COM ")
+    token = out["token"]
+    assert token.startswith("cof_ses_") and len(token) == len("cof_ses_") + 43
+    assert out["user"]["email"] == "ada@example.com"
+    assert out["csrfToken"] and out["session"]["current"] is True
+    with Session(engine) as s:
+        user = s.exec(select(User)).one()
+        row = s.exec(select(DashboardSession)).one()
+    assert user.password_hash.startswith("$argon2id$")
+    assert row.token_hash == hashlib.sha256(token.encode()).hexdigest()
+    assert token not in {str(v) for v in row.model_dump().values()}
+    [event] = _events(engine, "user.registered")
+    assert (event.actor_label, event.ip, event.user_agent) == ("ada@example.com", "203.0.113.7", "pytest")
+
+    me = await api.call("GET", "/sessions/current", token=token)
+    assert me.status_code == 200, me.text
+    body = me.json()
+    assert body["user"]["id"] == out["user"]["id"] and body["csrfToken"] == out["csrfToken"]
+    assert body["organizations"] == [] and body["organization"] is None
+    assert body["user"]["emailVerifiedAt"] is None
+
+
+async def test_register_refusals(api: Api) -> None:
+    await api.register(email="taken@example.com")
+    r = await api.call("POST", "/users", json={"email": "TAKEN@example.com", "password": strong_password()})
+    assert_error(r, 409, "email_taken")
+    r = await api.call("POST", "/users", json={"email": "no-at-sign", "password": strong_password()})
+    assert_error(r, 400, "invalid_request")
+    r = await api.call("POST", "/users", json={"email": "a@example.com", "password": "short"})
+    assert_error(r, 400, "invalid_request")
+    r = await api.call("POST", "/users", json={"email": "a@example.com", "password": "x" * 1025})
+    assert_error(r, 400, "invalid_request")
+    r = await api.call("POST", "/users", json={"email": "a@example.com", "password": "password1"})
+    error = assert_error(r, 400, "weak_password")
+    assert error["details"]["score"] < 2 and error["details"]["warning"] == "This is a very common password."
+    # The email and "coffer" count as guessable words.
+    r = await api.call("POST", "/users", json={"email": "zanzibar@example.com", "password": "zanzibar2024"})
+    assert_error(r, 400, "weak_password")
+    r = await api.call("POST", "/users", json={"email": "b@example.com", "password": "coffercoffer"})
+    assert_error(r, 400, "weak_password")
+
+
+@pytest.mark.parametrize("settings_overrides", [{"dashboard_signup": "closed"}])
+async def test_signup_closed(api: Api) -> None:
+    r = await api.call("POST", "/users", json={"email": "a@example.com", "password": strong_password()})
+    assert_error(r, 403, "signup_closed")
+
+
+async def test_login_is_uniform_and_makes_a_new_session_each_time(api: Api) -> None:
+    out = await api.register(email="a@example.com")
+    wrong = await api.call(
+        "POST", "/sessions", json={"email": "a@example.com", "password": strong_password()}
+    )
+    unknown = await api.call(
+        "POST", "/sessions", json={"email": "nobody@example.com", "password": "whatever1"}
+    )
+    assert assert_error(wrong, 401, "unauthorized")["message"] == "Wrong email or password."
+    assert assert_error(unknown, 401, "unauthorized")["message"] == "Wrong email or password."
+
+    first = await api.call(
+        "POST",
+        "/sessions",
+        json={"email": "A@example.com", "password": out["password"], "ip": "198.51.100.1"},
+    )
+    assert first.status_code == 201, first.text
+    # Signing in again from that browser replaces its session (no fixation).
+    second = await api.call(
+        "POST",
+        "/sessions",
+        json={"email": "a@example.com", "password": out["password"], "userAgent": "Firefox"},
+        headers={"x-session-hash": session_hash(first.json()["token"])},
+    )
+    assert second.status_code == 201
+    assert second.json()["token"] != first.json()["token"]
+    assert second.json()["csrfToken"] != first.json()["csrfToken"]
+    gone = await api.call("GET", "/sessions/current", token=first.json()["token"])
+    assert_error(gone, 401, "unauthorized")
+    live = await api.call("GET", "/sessions/current", token=second.json()["token"])
+    assert live.status_code == 200 and live.json()["session"]["userAgent"] == "Firefox"
+
+
+async def test_a_sign_in_costs_one_verification_even_for_unknown_emails(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = await api.register(email="a@example.com")
+    passwords.dummy_hash()
+    calls: list[str] = []
+    real = passwords.HASHER
+
+    class Counting:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def verify(self, hash: str, password: str) -> bool:
+            calls.append("verify")
+            return real.verify(hash, password)
+
+        def hash(self, password: str) -> str:
+            calls.append("hash")
+            return real.hash(password)
+
+    monkeypatch.setattr(passwords, "HASHER", Counting())
+    for email, password in (
+        ("a@example.com", out["password"]),
+        ("a@example.com", "wrong password"),
+        ("nobody@example.com", "wrong password"),
+    ):
+        calls.clear()
+        await api.call("POST", "/sessions", json={"email": email, "password": password})
+        assert calls == ["verify"], (email, calls)
+
+
+async def test_hashing_runs_at_most_four_at_once(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = await api.register(email="a@example.com")
+    real = passwords.HASHER
+    running = 0
+    peak = 0
+    changed = threading.Condition()
+
+    class Slow:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def verify(self, hash: str, password: str) -> bool:
+            nonlocal running, peak
+            with changed:
+                running += 1
+                peak = max(peak, running)
+                changed.notify_all()
+                # Hold the worker thread until the limit is reached (on a loaded machine the
+                # requests arrive slowly), then as long as argon2 would: a limiter that let a
+                # fifth in would show it in `peak`.
+                changed.wait_for(lambda: running >= passwords.HASH_CONCURRENCY, timeout=10)
+            time.sleep(0.05)  # stand-in for argon2's 140 ms
+            with changed:
+                running -= 1
+            return real.verify(hash, password)
+
+    monkeypatch.setattr(passwords, "HASHER", Slow())
+    body = {"email": "a@example.com", "password": out["password"]}
+    answers = await asyncio.gather(*(api.call("POST", "/sessions", json=body) for _ in range(12)))
+    assert [a.status_code for a in answers] == [201] * 12
+    assert peak == passwords.HASH_CONCURRENCY
+
+
+async def test_throttle_after_five_failures_doubles_and_resets(api: Api, engine: Engine) -> None:
+    out = await api.register(email="a@example.com")
+    bad = {"email": "a@example.com", "password": "not the password"}
+    for _ in range(5):
+        assert_error(await api.call("POST", "/sessions", json=bad), 401, "unauthorized")
+    refused = await api.call(
+        "POST", "/sessions", json={"email": "a@example.com", "password": out["password"]}
+    )
+    error = assert_error(refused, 429, "rate_limited")
+    assert 25 <= error["details"]["retryAfter"] <= 30
+    assert refused.headers["retry-after"] == str(error["details"]["retryAfter"])
+    assert error["message"] == f"Too many attempts. Try again in {error['details']['retryAfter']} s."
+
+    def unblock() -> None:
+        with Session(writer(engine)) as s:
+            s.exec(update(User).values(login_blocked_until=utcnow()))  # type: ignore[call-overload]
+            s.commit()
+
+    unblock()
+    assert_error(await api.call("POST", "/sessions", json=bad), 401, "unauthorized")
+    doubled = assert_error(await api.call("POST", "/sessions", json=bad), 429, "rate_limited")
+    assert 55 <= doubled["details"]["retryAfter"] <= 60
+    with Session(engine) as s:
+        assert s.exec(select(User)).one().failed_logins == 6
+
+    # Failures older than the window no longer count; a success resets everything.
+    with Session(writer(engine)) as s:
+        s.exec(  # type: ignore[call-overload]
+            update(User).values(
+                login_blocked_until=None, last_failed_login_at=utcnow() - timedelta(minutes=16)
+            )
+        )
+        s.commit()
+    assert_error(await api.call("POST", "/sessions", json=bad), 401, "unauthorized")
+    with Session(engine) as s:
+        assert s.exec(select(User)).one().failed_logins == 1
+    ok = await api.call("POST", "/sessions", json={"email": "a@example.com", "password": out["password"]})
+    assert ok.status_code == 201
+    with Session(engine) as s:
+        user = s.exec(select(User)).one()
+    assert (user.failed_logins, user.login_blocked_until) == (0, None)
+
+
+async def test_throttle_is_capped_at_fifteen_minutes(engine: Engine) -> None:
+    with Session(writer(engine)) as s:
+        user = User(id="usr_x", email="x@example.com", password_hash="-", created_at=utcnow())
+        s.add(user)
+        s.flush()
+        blocks = [sessions.record_failure(s, user_id="usr_x") for _ in range(12)]
+        s.commit()
+    assert blocks[:4] == [None] * 4
+    assert blocks[4:9] == [30, 60, 120, 240, 480]
+    assert blocks[9:] == [900, 900, 900]
+
+
+@pytest.mark.parametrize(
+    ("field", "delta"),
+    [("last_seen_at", timedelta(seconds=86401)), ("expires_at", timedelta(days=7, seconds=1))],
+)
+async def test_idle_and_absolute_timeouts(api: Api, engine: Engine, field: str, delta: timedelta) -> None:
+    out = await api.register()
+    assert (await api.call("GET", "/sessions/current", token=out["token"])).status_code == 200
+    age_session(engine, out["session"]["id"], **{field: delta})
+    assert_error(await api.call("GET", "/sessions/current", token=out["token"]), 401, "unauthorized")
+    assert_error(await api.call("GET", "/users/me/sessions", token=out["token"]), 401, "unauthorized")
+
+
+async def test_session_defaults(api: Api) -> None:
+    out = await api.register()
+    s = out["session"]
+    from datetime import datetime
+
+    def at(v: str) -> datetime:
+        return datetime.fromisoformat(v.replace("Z", "+00:00"))
+
+    assert at(s["expiresAt"]) - at(s["createdAt"]) == timedelta(seconds=604800)
+    assert at(s["idleExpiresAt"]) - at(s["lastSeenAt"]) == timedelta(seconds=86400)
+    assert at(s["reauthUntil"]) - at(s["authenticatedAt"]) == timedelta(seconds=7200)
+
+
+async def test_last_seen_is_written_at_most_once_a_minute(api: Api, engine: Engine) -> None:
+    out = await api.register()
+    sid = out["session"]["id"]
+
+    def seen() -> Any:
+        with Session(engine) as s:
+            row = s.get(DashboardSession, sid)
+            assert row is not None
+            return row.last_seen_at
+
+    before = seen()
+    await api.call("GET", "/sessions/current", token=out["token"])
+    assert seen() == before
+    age_session(engine, sid, last_seen_at=timedelta(seconds=61))
+    aged = seen()
+    await api.call("GET", "/sessions/current", token=out["token"])
+    assert seen() > aged
+
+
+async def test_current_with_organization(api: Api) -> None:
+    a = await api.register()
+    b = await api.register()
+    org = await api.org(a["token"], "Acme")
+    r = await api.call("GET", "/sessions/current", token=a["token"], org=org["id"])
+    assert r.status_code == 200
+    assert r.json()["organization"]["role"] == "owner"
+    assert r.json()["organization"]["quotaBytes"] == 10 * 1024**3
+    assert r.json()["session"]["lastOrgId"] == org["id"]
+    assert_error(
+        await api.call("GET", "/sessions/current", token=b["token"], org=org["id"]), 404, "not_found"
+    )
+    assert_error(
+        await api.call("GET", "/sessions/current", token=b["token"], org="org_nope"), 404, "not_found"
+    )
+    # The last organization follows the user to their next session.
+    again = await api.call("POST", "/sessions", json={"email": a["user"]["email"], "password": a["password"]})
+    assert again.json()["session"]["lastOrgId"] == org["id"]
+
+
+async def test_unknown_session_and_internal_token(api: Api, client: httpx.AsyncClient) -> None:
+    assert_error(await api.call("GET", "/sessions/current", token="cof_ses_nope"), 401, "unauthorized")
+    r = await client.get("/internal/v1/sessions/current", headers={"x-coffer-internal-token": "wrong"})
+    assert_error(r, 401, "unauthorized")
+
+
+async def test_reauth_window(api: Api, engine: Engine) -> None:
+    out = await api.register()
+    org = await api.org(out["token"])
+    age_session(engine, out["session"]["id"], authenticated_at=timedelta(seconds=7201))
+    refused = await api.call(
+        "POST", f"/orgs/{org['id']}/keys", token=out["token"], json={"kind": "organization"}
+    )
+    assert_error(refused, 403, "reauth_required")
+    wrong = await api.call(
+        "POST", "/sessions/current/reauth", token=out["token"], json={"password": "nope nope"}
+    )
+    assert_error(wrong, 400, "wrong_password")
+    again = await api.call(
+        "POST", "/sessions/current/reauth", token=out["token"], json={"password": out["password"]}
+    )
+    assert again.status_code == 201, again.text
+    new = again.json()
+    assert new["token"] != out["token"] and new["session"]["lastOrgId"] == org["id"]
+    assert_error(await api.call("GET", "/sessions/current", token=out["token"]), 401, "unauthorized")
+    made = await api.call(
+        "POST", f"/orgs/{org['id']}/keys", token=new["token"], json={"kind": "organization"}
+    )
+    assert made.status_code == 201, made.text
+
+
+async def test_logout_and_session_management(api: Api, engine: Engine) -> None:
+    out = await api.register(email="a@example.com")
+    login = {"email": "a@example.com", "password": out["password"]}
+    others = [(await api.call("POST", "/sessions", json=login)).json() for _ in range(3)]
+    listed = await api.call("GET", "/users/me/sessions", token=out["token"])
+    assert len(listed.json()["sessions"]) == 4
+    assert [s["current"] for s in listed.json()["sessions"]].count(True) == 1
+
+    r = await api.call("DELETE", f"/users/me/sessions/{others[0]['session']['id']}", token=out["token"])
+    assert r.status_code == 200, r.text
+    assert_error(await api.call("GET", "/sessions/current", token=others[0]["token"]), 401, "unauthorized")
+    # Someone else's session id is not found, not revoked.
+    b = await api.register()
+    r = await api.call("DELETE", f"/users/me/sessions/{b['session']['id']}", token=out["token"])
+    assert_error(r, 404, "not_found")
+
+    assert_error(await api.call("DELETE", "/users/me/sessions", token=out["token"]), 400, "invalid_request")
+    r = await api.call("DELETE", "/users/me/sessions?others=true", token=out["token"])
+    assert r.json() == {"revoked": 2}
+    for other in others[1:]:
+        assert_error(await api.call("GET", "/sessions/current", token=other["token"]), 401, "unauthorized")
+    assert len(_events(engine, "user.sessions_revoked")) == 2
+
+    assert (await api.call("DELETE", "/sessions/current", token=out["token"])).json() == {"success": True}
+    assert_error(await api.call("GET", "/sessions/current", token=out["token"]), 401, "unauthorized")
+    assert (await api.call("DELETE", "/sessions/current", token=out["token"])).status_code == 200
+
+
+async def test_revoking_sessions_needs_the_reauth_window(api: Api, engine: Engine) -> None:
+    out = await api.register()
+    age_session(engine, out["session"]["id"], authenticated_at=timedelta(hours=3))
+    r = await api.call("DELETE", "/users/me/sessions?others=true", token=out["token"])
+    assert_error(r, 403, "reauth_required")
+
+
+async def test_password_change(api: Api, engine: Engine) -> None:
+    out = await api.register(email="a@example.com")
+    other = (
+        await api.call("POST", "/sessions", json={"email": "a@example.com", "password": out["password"]})
+    ).json()
+    new = strong_password()
+    wrong = await api.call(
+        "POST", "/users/me/password", token=out["token"], json={"current": "not it at all", "new": new}
+    )
+    assert_error(wrong, 400, "wrong_password")
+    weak = await api.call(
+        "POST",
+        "/users/me/password",
+        token=out["token"],
+        json={"current": out["password"], "new": "password1"},
+    )
+    assert_error(weak, 400, "weak_password")
+    ok = await api.call(
+        "POST", "/users/me/password", token=out["token"], json={"current": out["password"], "new": new}
+    )
+    assert ok.status_code == 200, ok.text
+    assert ok.json() == {"revoked": 1}
+    assert_error(await api.call("GET", "/sessions/current", token=other["token"]), 401, "unauthorized")
+    assert (await api.call("GET", "/sessions/current", token=out["token"])).status_code == 200
+    old_login = await api.call(
+        "POST", "/sessions", json={"email": "a@example.com", "password": out["password"]}
+    )
+    assert_error(old_login, 401, "unauthorized")
+    assert (
+        await api.call("POST", "/sessions", json={"email": "a@example.com", "password": new})
+    ).status_code == 201
+    [event] = _events(engine, "user.password_changed")
+    assert event.details == {"sessionsRevoked": 1}
+    with Session(engine) as s:
+        assert s.exec(select(User)).one().password_changed_at is not None
+
+    keep = await api.call(
+        "POST",
+        "/users/me/password",
+        token=out["token"],
+        json={"current": new, "new": strong_password(), "revokeOthers": False},
+    )
+    assert keep.json() == {"revoked": 0}
+
+
+async def test_password_reset(api: Api, engine: Engine) -> None:
+    out = await api.register(email="a@example.com")
+    with Session(writer(engine), expire_on_commit=False) as s:
+        user = s.exec(select(User)).one()
+        _, token = create_reset(s, user=user, ttl=timedelta(hours=1), created_by="cli")
+        _, expired = create_reset(s, user=user, ttl=timedelta(seconds=-1), created_by="cli")
+        s.commit()
+    h = hashlib.sha256(token.encode()).hexdigest()
+    preview = await api.call("GET", f"/password-resets/{h}")
+    assert preview.status_code == 200 and preview.json()["email"] == "a@example.com"
+    assert_error(await api.call("GET", f"/password-resets/{'0' * 64}"), 404, "not_found")
+    gone = await api.call("GET", f"/password-resets/{hashlib.sha256(expired.encode()).hexdigest()}")
+    assert assert_error(gone, 410, "reset_gone")["details"]["status"] == "expired"
+
+    weak = await api.call("POST", "/password-resets/consume", json={"tokenHash": h, "password": "password1"})
+    assert_error(weak, 400, "weak_password")
+    new = strong_password()
+    done = await api.call("POST", "/password-resets/consume", json={"tokenHash": h, "password": new})
+    assert done.status_code == 200, done.text
+    assert done.json()["revokedSessions"] == 1
+    assert_error(await api.call("GET", "/sessions/current", token=out["token"]), 401, "unauthorized")
+    used = await api.call(
+        "POST", "/password-resets/consume", json={"tokenHash": h, "password": strong_password()}
+    )
+    assert assert_error(used, 410, "reset_gone")["details"]["status"] == "used"
+    assert (
+        await api.call("POST", "/sessions", json={"email": "a@example.com", "password": new})
+    ).status_code == 201
+
+
+@pytest.mark.real_argon2
+async def test_production_hash_parameters_and_rehash(api: Api, engine: Engine) -> None:
+    """argon2id with argon2-cffi's defaults (m = 64 MiB, t = 3, p = 4); an older hash is
+    upgraded at the next successful sign-in."""
+    from argon2 import PasswordHasher
+
+    password = strong_password()
+    with Session(writer(engine)) as s:
+        s.add(
+            User(
+                id="usr_old",
+                email="old@example.com",
+                password_hash=PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1).hash(password),
+                created_at=utcnow(),
+            )
+        )
+        s.commit()
+    ok = await api.call("POST", "/sessions", json={"email": "old@example.com", "password": password})
+    assert ok.status_code == 201
+    with Session(engine) as s:
+        stored = s.get(User, "usr_old")
+        assert stored is not None
+    assert stored.password_hash.startswith("$argon2id$v=19$m=65536,t=3,p=4$")
+    assert (
+        await api.call("POST", "/sessions", json={"email": "old@example.com", "password": password})
+    ).status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("mode", "signup", "expected"), [("local", "", "open"), ("production", "", "closed")]
+)
+def test_signup_mode_defaults(tmp_path: Path, mode: str, signup: str, expected: str) -> None:
+    settings = Settings(
+        data_dir=tmp_path,
+        mode=mode,
+        internal_token=SecretStr(secrets.token_urlsafe(16)),
+        dashboard_signup=signup,
+    )
+    assert settings.signup == expected

@@ -1,0 +1,229 @@
+"""API keys from the dashboard: list, create (shown once), delete, rotate with a grace; who may."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from coffer_auth import service
+from coffer_auth.models import AuditEvent
+from coffer_kit.errors import CofferError
+from coffer_kit.wire import Principal
+from coffer_testkit.testing import assert_error
+
+from .support import Api, age_session, join
+
+pytestmark = pytest.mark.anyio
+
+
+def _at(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _resolve(engine: Engine, key: str, org: str | None = None) -> Principal | CofferError:
+    with Session(engine) as s:
+        try:
+            return service.resolve_principal(
+                s, key_hash=hashlib.sha256(key.encode()).hexdigest(), organization_id=org
+            ).principal
+        except CofferError as exc:
+            return exc
+
+
+async def _team(api: Api) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    owner = await api.register(email="owner@example.com")
+    org = await api.org(owner["token"], "Acme")
+    member = await api.register(email="member@example.com")
+    await join(api, owner, org["id"], member)
+    return owner, member, org
+
+
+async def test_create_list_delete(api: Api, engine: Engine) -> None:
+    owner, member, org = await _team(api)
+    keys = f"/orgs/{org['id']}/keys"
+    made = await api.call(
+        "POST",
+        keys,
+        token=owner["token"],
+        json={"kind": "organization", "name": "ci", "expiresIn": 30 * 86400},
+    )
+    assert made.status_code == 201, made.text
+    secret = made.json()["key"]
+    assert re.fullmatch(r"cof_org_[0-9A-Za-z]{32}", secret)
+    key = made.json()["apiKey"]
+    assert (key["name"], key["kind"], key["prefix"], key["user"]) == ("ci", "organization", secret[:12], None)
+    assert key["createdBy"]["email"] == "owner@example.com" and key["lastUsedAt"] is None
+    assert _at(key["expiresAt"]) - _at(key["createdAt"]) == timedelta(days=30)
+    assert isinstance(_resolve(engine, secret), Principal)
+
+    mine = await api.call("POST", keys, token=member["token"], json={"kind": "user"})
+    assert mine.status_code == 201, mine.text
+    assert mine.json()["key"].startswith("cof_usr_") and mine.json()["apiKey"]["expiresAt"] is None
+    assert mine.json()["apiKey"]["user"]["email"] == "member@example.com"
+    theirs = await api.call("POST", keys, token=owner["token"], json={"kind": "user", "name": "laptop"})
+
+    # Members see organization keys and their own personal keys; owners see all.
+    def names(r: Any) -> list[tuple[str, str]]:
+        return sorted((k["kind"], k["user"]["email"] if k["user"] else "-") for k in r.json()["keys"])
+
+    assert names(await api.call("GET", keys, token=member["token"])) == [
+        ("organization", "-"),
+        ("user", "member@example.com"),
+    ]
+    assert len((await api.call("GET", keys, token=owner["token"])).json()["keys"]) == 3
+    mine_everywhere = await api.call("GET", "/users/me/keys", token=member["token"])
+    assert [(k["id"], k["organizationName"]) for k in mine_everywhere.json()["keys"]] == [
+        (mine.json()["apiKey"]["id"], "Acme")
+    ]
+    # The secret is never listed again.
+    for r in (await api.call("GET", keys, token=owner["token"]), mine_everywhere):
+        assert secret not in r.text and mine.json()["key"] not in r.text
+
+    # Members cannot make, delete or rotate organization keys, nor touch others' keys.
+    assert_error(
+        await api.call("POST", keys, token=member["token"], json={"kind": "organization"}), 403, "forbidden"
+    )
+    assert_error(await api.call("DELETE", f"{keys}/{key['id']}", token=member["token"]), 403, "forbidden")
+    r = await api.call("POST", f"{keys}/{key['id']}/rotate", token=member["token"], json={"graceSeconds": 0})
+    assert_error(r, 403, "forbidden")
+    assert_error(
+        await api.call("DELETE", f"{keys}/{theirs.json()['apiKey']['id']}", token=member["token"]),
+        404,
+        "not_found",
+    )
+    assert_error(await api.call("DELETE", f"{keys}/key_nope", token=owner["token"]), 404, "not_found")
+    assert_error(
+        await api.call("POST", keys, token=owner["token"], json={"kind": "organization", "expiresIn": 0}),
+        400,
+        "invalid_request",
+    )
+    assert_error(
+        await api.call("POST", keys, token=owner["token"], json={"kind": "root"}), 400, "invalid_request"
+    )
+
+    # A member deletes their own key; an owner deletes any.
+    assert (
+        await api.call("DELETE", f"{keys}/{mine.json()['apiKey']['id']}", token=member["token"])
+    ).status_code == 200
+    assert (await api.call("DELETE", f"{keys}/{key['id']}", token=owner["token"])).status_code == 200
+    assert isinstance(_resolve(engine, secret), CofferError)
+    with Session(engine) as s:
+        events = s.exec(select(AuditEvent).where(AuditEvent.action.in_(["key.created", "key.deleted"]))).all()  # type: ignore[attr-defined]
+    deleted = [e for e in events if e.action == "key.deleted" and e.target_id == key["id"]]
+    assert deleted[0].details == {
+        "kind": "organization",
+        "prefix": secret[:12],
+        "name": "ci",
+        "expiresAt": key["expiresAt"],
+    }
+    assert len(events) == 5
+
+
+async def test_key_of_another_org_is_not_found(api: Api) -> None:
+    owner, _, org = await _team(api)
+    other = await api.org(owner["token"], "Other")
+    made = await api.call(
+        "POST", f"/orgs/{other['id']}/keys", token=owner["token"], json={"kind": "organization"}
+    )
+    r = await api.call(
+        "DELETE", f"/orgs/{org['id']}/keys/{made.json()['apiKey']['id']}", token=owner["token"]
+    )
+    assert_error(r, 404, "not_found")
+    listed = await api.call("GET", f"/orgs/{org['id']}/keys", token=owner["token"])
+    assert listed.json()["keys"] == []
+
+
+@pytest.mark.parametrize("grace", [0, 3600])
+async def test_rotate(api: Api, engine: Engine, grace: int) -> None:
+    owner, _, org = await _team(api)
+    keys = f"/orgs/{org['id']}/keys"
+    old = (
+        await api.call(
+            "POST",
+            keys,
+            token=owner["token"],
+            json={"kind": "organization", "name": "ci", "expiresIn": 86400 * 90},
+        )
+    ).json()
+    rotated = await api.call(
+        "POST", f"{keys}/{old['apiKey']['id']}/rotate", token=owner["token"], json={"graceSeconds": grace}
+    )
+    assert rotated.status_code == 201, rotated.text
+    body = rotated.json()
+    new = body["apiKey"]
+    assert body["key"] != old["key"] and new["name"] == "ci" and new["kind"] == "organization"
+    assert _at(new["expiresAt"]) - _at(new["createdAt"]) == timedelta(days=90)  # same lifetime
+    assert isinstance(_resolve(engine, body["key"]), Principal)
+    old_now = _resolve(engine, old["key"])
+    if grace == 0:
+        assert body["previous"] is None
+        assert isinstance(old_now, CofferError) and old_now.status == 401
+    else:
+        assert isinstance(old_now, Principal)
+        assert _at(body["previous"]["expiresAt"]) - _at(new["createdAt"]) == timedelta(seconds=3600)
+    with Session(engine) as s:
+        [event] = s.exec(select(AuditEvent).where(AuditEvent.action == "key.rotated")).all()
+    assert event.details is not None and event.details["graceSeconds"] == grace
+    assert event.details["newKeyId"] == new["id"]
+    r = await api.call(
+        "POST", f"{keys}/{new['id']}/rotate", token=owner["token"], json={"graceSeconds": 604801}
+    )
+    assert_error(r, 400, "invalid_request")
+
+
+async def test_grace_never_extends_a_key(api: Api) -> None:
+    owner, _, org = await _team(api)
+    keys = f"/orgs/{org['id']}/keys"
+    old = (await api.call("POST", keys, token=owner["token"], json={"kind": "user", "expiresIn": 60})).json()
+    body = (
+        await api.call(
+            "POST", f"{keys}/{old['apiKey']['id']}/rotate", token=owner["token"], json={"graceSeconds": 86400}
+        )
+    ).json()
+    assert body["previous"]["expiresAt"] == old["apiKey"]["expiresAt"]
+    assert body["apiKey"]["kind"] == "user" and body["apiKey"]["user"]["email"] == "owner@example.com"
+
+
+async def test_minting_and_rotating_need_the_reauth_window(api: Api, engine: Engine) -> None:
+    owner, member, org = await _team(api)
+    keys = f"/orgs/{org['id']}/keys"
+    made = (await api.call("POST", keys, token=owner["token"], json={"kind": "organization"})).json()
+    age_session(engine, owner["session"]["id"], authenticated_at=timedelta(hours=2, seconds=1))
+    assert_error(
+        await api.call("POST", keys, token=owner["token"], json={"kind": "user"}), 403, "reauth_required"
+    )
+    r = await api.call(
+        "POST", f"{keys}/{made['apiKey']['id']}/rotate", token=owner["token"], json={"graceSeconds": 0}
+    )
+    assert_error(r, 403, "reauth_required")
+    r = await api.call(
+        "PATCH",
+        f"/orgs/{org['id']}/members/{member['user']['id']}",
+        token=owner["token"],
+        json={"role": "owner"},
+    )
+    assert_error(r, 403, "reauth_required")
+    r = await api.call("DELETE", f"/orgs/{org['id']}/members/{member['user']['id']}", token=owner["token"])
+    assert_error(r, 403, "reauth_required")
+    # Deleting a key does not need it.
+    assert (
+        await api.call("DELETE", f"{keys}/{made['apiKey']['id']}", token=owner["token"])
+    ).status_code == 200
+
+
+async def test_removed_member_keys_stop_for_that_org(api: Api, engine: Engine) -> None:
+    owner, member, org = await _team(api)
+    key = (
+        await api.call("POST", f"/orgs/{org['id']}/keys", token=member["token"], json={"kind": "user"})
+    ).json()["key"]
+    assert isinstance(_resolve(engine, key), Principal)
+    r = await api.call("DELETE", f"/orgs/{org['id']}/members/{member['user']['id']}", token=owner["token"])
+    assert r.status_code == 200
+    refused = _resolve(engine, key, org["id"])
+    assert isinstance(refused, CofferError) and refused.status == 403
