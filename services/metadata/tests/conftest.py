@@ -2,28 +2,64 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import secrets
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx
 import pytest
+from pydantic import SecretStr
 from sqlalchemy.engine import Engine
 
 from coffer_kit.db import make_engine
+from coffer_kit.internal import INTERNAL_TOKEN_HEADER
+from coffer_metadata.config import Settings
+from coffer_metadata.main import create_app
 from coffer_metadata.migrations import migrate
+from coffer_testkit.inprocess import truncate_all
+from coffer_testkit.pytest_plugin import new_database_url
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'metadata.db'}"
-    else:
-        url = request.getfixturevalue("fresh_database")("meta_unit")
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A database of each kind, migrated once for the session."""
+    url = new_database_url(request, request.param, tmp_path_factory.mktemp("metadata"), "meta_unit")
     migrate(url)
     return url
 
 
 @pytest.fixture
 def engine(database_url: str) -> Iterator[Engine]:
+    """An engine on the session's database, emptied after the test."""
     engine = make_engine(database_url)
     yield engine
+    truncate_all(engine)
+    engine.dispose()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def api(database_url: str, tmp_path: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """The real metadata app on the migrated database, called in process."""
+    token = secrets.token_urlsafe(24)
+    settings = Settings(
+        metadata_database_url=database_url,
+        data_dir=tmp_path,
+        internal_token=SecretStr(token),
+        cdn_url="http://cdn.test",
+    )
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://metadata", headers={INTERNAL_TOKEN_HEADER: token}
+        ) as client:
+            yield client
+    # The database is the session's: leave it empty for the next test.
+    engine = make_engine(database_url)
+    truncate_all(engine)
     engine.dispose()

@@ -9,10 +9,14 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 
 from coffer_kit.ids import new_id
 from coffer_kit.internal import INTERNAL_TOKEN_HEADER
-from coffer_kit.testing import free_port, wait_healthy
+from coffer_testkit.testing import free_port, wait_healthy
+
+# Real processes (servers started for the test): end to end, so not in `make test-fast`.
+pytestmark = pytest.mark.e2e
 
 # anyio's thread pool has 40 threads; SQLite's busy timeout is 30 s.
 WRITERS = 120
@@ -29,8 +33,17 @@ def test_writers_beyond_the_thread_pool_all_commit_promptly(tmp_path) -> None:
     env = {**os.environ, "COFFER_DATA_DIR": str(tmp_path), "COFFER_INTERNAL_TOKEN": token}
     subprocess.run([sys.executable, "-m", "coffer_metadata.cli", "migrate"], env=env, check=True)
     server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "coffer_metadata.main:create_app"]
-        + ["--port", str(port), "--log-level", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "coffer_metadata.main:create_app",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
         env=env,
     )
     org = new_id("org")

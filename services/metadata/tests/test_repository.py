@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from sqlalchemy import text
 from sqlmodel import Session, select
 
 from coffer_kit.db import writer
@@ -13,12 +15,27 @@ from coffer_kit.migrate import metadata_of
 from coffer_kit.timeutil import utcnow
 from coffer_metadata.assets import repository as assets
 from coffer_metadata.folders import repository as folders
-from coffer_metadata.models import TABLES, Asset, Folder, Usage
+from coffer_metadata.models import (
+    POSTGRESQL_ONLY_INDEXES,
+    SQLITE_SEARCH_TABLE,
+    TABLES,
+    Asset,
+    Folder,
+    Usage,
+)
 
 
 def test_migrations_match_the_models(engine) -> None:
+    def include(_obj, name, _type, _reflected, _compare_to) -> bool:  # type: ignore[no-untyped-def]
+        # The trigram index exists on PostgreSQL only (models.Asset); SQLite's own trigram
+        # index is a virtual table with shadow tables, outside the models (migration 0003).
+        if name.startswith(SQLITE_SEARCH_TABLE):
+            return False
+        return engine.dialect.name == "postgresql" or name not in POSTGRESQL_ONLY_INDEXES
+
     with engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn), metadata_of(TABLES))
+        context = MigrationContext.configure(conn, opts={"include_object": include})
+        diff = compare_metadata(context, metadata_of(TABLES))
     assert diff == []
 
 
@@ -54,7 +71,8 @@ def test_concurrent_reservations_never_exceed_the_quota(engine) -> None:
 
 
 def _folder(s: Session, fid: str, org: str, parent: str | None) -> None:
-    s.add(Folder(id=fid, organization_id=org, parent_id=parent, name=fid, created_at=utcnow()))
+    now = utcnow()
+    s.add(Folder(id=fid, organization_id=org, parent_id=parent, name=fid, created_at=now, updated_at=now))
     s.flush()
 
 
@@ -70,6 +88,8 @@ def _asset(s: Session, aid: str, org: str, folder: str | None) -> None:
             size=1,
             sha256="0" * 64,
             created_at=utcnow(),
+            updated_at=utcnow(),
+            name_key="f",
         )
     )
     s.flush()
@@ -93,3 +113,17 @@ def test_delete_tree_is_recursive_scoped_and_moves_assets_to_root(engine) -> Non
         assert remaining == {"keep", "other"}
         moved = {a.id: a.folder_id for a in s.exec(select(Asset))}
         assert moved == {"in_c": None, "in_keep": "keep", "theirs": "other"}
+
+
+# PostgreSQL only: SQLite's read transaction is one snapshot, and no isolation level is set.
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_a_listing_leaves_its_connection_at_the_default_isolation(engine) -> None:
+    """A listing reads in one snapshot (REPEATABLE READ on PostgreSQL); the pooled connection
+    goes back to READ COMMITTED, which the conditional quota update relies on. (The engine
+    is the test's own: both sessions get its one pooled connection.)"""
+    level = text("SHOW transaction_isolation")
+    with Session(engine) as session:
+        assets.one_snapshot(session)
+        assert session.connection().execute(level).scalar() == "repeatable read"
+    with Session(engine) as session:
+        assert session.connection().execute(level).scalar() == "read committed"

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     from coffer_kit.serve import Listener, serve
     from coffer_metadata.main import create_app
 
-    configure_logging("metadata", settings.log_level)
+    configure_logging("metadata", settings.log_level, settings.log_format)
     serve([Listener(create_app(settings), settings.metadata_host, settings.metadata_port)])
     return 0
 

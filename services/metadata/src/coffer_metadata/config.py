@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pydantic import model_validator
 
+from coffer_kit import ports
 from coffer_kit.settings import BaseServiceSettings
 
 
 class Settings(BaseServiceSettings):
     metadata_database_url: str = ""
     metadata_host: str = "127.0.0.1"
-    metadata_port: int = 8082
+    metadata_port: int = ports.METADATA
 
     @model_validator(mode="after")
     def _database(self) -> Settings:

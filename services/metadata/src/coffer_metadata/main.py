@@ -7,9 +7,13 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from coffer_kit.app import database_service_app
-from coffer_kit.internal import require_internal_token
+from coffer_kit.db import DatabaseState
+from coffer_kit.fastpath import fast_route
+from coffer_kit.internal_token import require_internal_token
 from coffer_kit.metrics import register_gauge
+from coffer_kit.state import installed_state
 from coffer_metadata.assets import repository
+from coffer_metadata.assets.router import get_asset_fast
 from coffer_metadata.assets.router import router as assets_router
 from coffer_metadata.config import Settings
 from coffer_metadata.folders.router import router as folders_router
@@ -32,9 +36,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         "coffer_sweeper_backlog",
         "Upload intents and delete tombstones waiting (in flight, or left by a crash for the sweeper).",
         ["kind"],
-        lambda: _backlog(app.state.engine) if hasattr(app.state, "engine") else [],
+        lambda: _backlog(state.database.engine) if (state := installed_state(app, DatabaseState)) else [],
     )
     internal = [Depends(require_internal_token)]
     app.include_router(folders_router, dependencies=internal)
     app.include_router(assets_router, dependencies=internal)
+    fast_route(app, assets_router, "/internal/v1/orgs/{org_id}/assets/{asset_id}", get_asset_fast)
     return app

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, Column, DateTime, ForeignKey, Index, String, false, text
+from sqlalchemy import BigInteger, Boolean, Column, DateTime, ForeignKey, Index, String, Text, false, text
 from sqlmodel import Field, SQLModel
 
 
@@ -44,6 +44,8 @@ class Folder(SQLModel, table=True):
     )
     name: str = Field(max_length=1024)
     created_at: datetime = Field(sa_column=_ts())
+    # Changes on rename and move (CONTRACT §8).
+    updated_at: datetime = Field(sa_column=_ts())
 
 
 class Asset(SQLModel, table=True):
@@ -52,6 +54,18 @@ class Asset(SQLModel, table=True):
         # Serve the list orderings: all assets, and assets of one folder (root = NULL), newest first.
         Index("ix_assets_org_created", "organization_id", "created_at", "id"),
         Index("ix_assets_org_folder_created", "organization_id", "folder_id", "created_at", "id"),
+        # Name search (CONTRACT §8: case-insensitive substring). On SQLite, counting the matches
+        # of an organization reads this index alone instead of every row: 14 ms instead of 35 ms
+        # at 100,000 assets (docs/api.md).
+        Index("ix_assets_org_name_key", "organization_id", "name_key"),
+        # On PostgreSQL, a trigram index answers `name_key LIKE '%…%'` without reading every
+        # name. Created by the migration on PostgreSQL only (it needs the pg_trgm extension).
+        Index(
+            "ix_assets_name_key_trgm",
+            "name_key",
+            postgresql_using="gin",
+            postgresql_ops={"name_key": "gin_trgm_ops"},
+        ),
     )
 
     id: str = Field(primary_key=True, max_length=40)
@@ -66,6 +80,11 @@ class Asset(SQLModel, table=True):
     size: int = Field(sa_column=Column(BigInteger, nullable=False))
     sha256: str = Field(max_length=64)
     created_at: datetime = Field(sa_column=_ts())
+    # Changes on rename and move (CONTRACT §8).
+    updated_at: datetime = Field(sa_column=_ts())
+    # The name case-folded (names.search_key): what the name search compares, alike on both
+    # databases (SQLite's own lower() folds ASCII only).
+    name_key: str = Field(sa_column=Column(Text, nullable=False))
 
 
 class Usage(SQLModel, table=True):
@@ -102,4 +121,11 @@ class Tombstone(SQLModel, table=True):
     created_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False, index=True))
 
 
-TABLES = [t.__table__ for t in (Folder, Asset, Usage, UploadIntent, Tombstone)]  # type: ignore[attr-defined]
+# Indexes the migrations create on PostgreSQL only.
+POSTGRESQL_ONLY_INDEXES = {"ix_assets_name_key_trgm"}
+# On SQLite, the FTS5 trigram index of asset names (migration 0003): a virtual table, its
+# shadow tables (``assets_name_search_*``) and triggers, none of which SQLModel describes.
+SQLITE_SEARCH_TABLE = "assets_name_search"
+
+# SQLModel adds __table__ to table models at class creation; its stubs do not declare it.
+TABLES = [t.__table__ for t in (Folder, Asset, Usage, UploadIntent, Tombstone)]  # type: ignore[union-attr]

@@ -1,31 +1,33 @@
-"""Asset operations: the metadata halves of the upload and delete protocols (DESIGN.md)."""
+"""Asset operations: the metadata halves of the upload and delete protocols (docs/architecture.md)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from prometheus_client import Counter
-from sqlalchemy.engine import Row
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.engine import Connection, Row
 from sqlmodel import Session
 
-from coffer_kit.errors import CofferError, forbidden, invalid, not_found
+from coffer_kit.errors import CofferError, conflict, forbidden, invalid, not_found, quota_exceeded
+from coffer_kit.ids import is_asset_id
+from coffer_kit.names import could_be_in_a_name, normalize_name, search_key
 from coffer_kit.timeutil import isoformat, utcnow
 from coffer_kit.tracing import tracer
-from coffer_kit.urls import public_url
+from coffer_kit.urls import asset_prefix, public_url
+from coffer_kit.wire import StaleIntent, StaleTombstone, StoredUsage, SweepCandidates
 from coffer_metadata.assets import repository
-from coffer_metadata.folders.service import require_folder
+from coffer_metadata.folders.service import Unset, require_folder
 from coffer_metadata.models import Asset
-from coffer_metadata.names import normalize_name
 
 QUOTA_REJECTIONS = Counter(
     "coffer_quota_rejections_total", "Uploads refused because they would exceed the quota."
 )
 
 
-def view(asset: Asset | Row, cdn_url: str) -> dict[str, Any]:  # type: ignore[type-arg]
-    """An asset (a model or a row of its public fields) as the contract writes it."""
+def view(asset: Asset | Row | SimpleNamespace, cdn_url: str) -> dict[str, Any]:  # type: ignore[type-arg]
+    """An asset (a model, a row of its public fields, or its values) as the contract writes it."""
     return {
         "id": asset.id,
         "organizationId": asset.organization_id,
@@ -36,42 +38,37 @@ def view(asset: Asset | Row, cdn_url: str) -> dict[str, Any]:  # type: ignore[ty
         "size": asset.size,
         "publicUrl": public_url(cdn_url, asset.key),
         "createdAt": isoformat(asset.created_at),
+        "sha256": asset.sha256,
+        "updatedAt": isoformat(asset.updated_at),
     }
 
 
-def _missing(session: Session, asset_id: str) -> CofferError:
+def _missing(connection: Connection, asset_id: str) -> CofferError:
     """Why the organization has no such asset: 403 if it is another's, 404 if none."""
-    if repository.owner_of(session, asset_id) is not None:
+    if is_asset_id(asset_id) and repository.owner(connection, asset_id) is not None:
         return forbidden(f"Asset {asset_id} belongs to another organization.")
     return not_found(f"Asset {asset_id} does not exist.")
 
 
-def get_view(session: Session, *, org_id: str, asset_id: str, cdn_url: str) -> dict[str, Any]:
-    """The organization's asset as the contract writes it; 403 or 404 otherwise."""
-    row = repository.get_row(session, org_id=org_id, asset_id=asset_id)
+def get_view(connection: Connection, *, org_id: str, asset_id: str, cdn_url: str) -> dict[str, Any]:
+    """The organization's asset as the contract writes it; 403 or 404 otherwise.
+
+    On a bare connection (coffer_kit.db.point_read): an ORM session around one Core
+    statement cost more than the statement.
+    """
+    if not is_asset_id(asset_id):
+        raise not_found(f"Asset {asset_id!r} does not exist.")
+    row = repository.get_row(connection, org_id=org_id, asset_id=asset_id)
     if row is None:
-        raise _missing(session, asset_id)
+        raise _missing(connection, asset_id)
     return view(row, cdn_url)
-
-
-def key_prefix(org_id: str, asset_id: str) -> str:
-    """Everything an upload may write lives under this prefix."""
-    return f"{org_id}/{asset_id}/"
 
 
 def register_intent(session: Session, *, org_id: str, asset_id: str) -> None:
     """Step 1 of an upload: remember that bytes may soon exist under the asset's prefix."""
-    try:
-        with session.begin_nested():
-            repository.add_intent(
-                session,
-                org_id=org_id,
-                asset_id=asset_id,
-                key_prefix=key_prefix(org_id, asset_id),
-                now=utcnow(),
-            )
-    except IntegrityError:
-        raise CofferError(409, "conflict", f"An upload for {asset_id} is already registered.") from None
+    prefix = asset_prefix(org_id, asset_id)
+    if not repository.add_intent(session, org_id=org_id, asset_id=asset_id, key_prefix=prefix, now=utcnow()):
+        raise conflict(f"An upload for {asset_id} is already registered.")
 
 
 def commit_upload(
@@ -86,41 +83,43 @@ def commit_upload(
     size: int,
     sha256: str,
     quota_bytes: int,
-) -> Asset:
+) -> dict[str, Any]:
     """Step 3: check the folder, reserve quota, insert the asset, consume the intent — one transaction."""
-    if not key.startswith(key_prefix(org_id, asset_id)):
+    if not key.startswith(asset_prefix(org_id, asset_id)):
         raise invalid("The key does not belong to this asset.", field="key")
     name = normalize_name(name)
     if folder_id is not None:
-        require_folder(session, org_id=org_id, folder_id=folder_id, field="folderId")
+        require_folder(session, org_id=org_id, folder_id=folder_id)
     with tracer.start_as_current_span("quota.reserve"):
         reserved = repository.reserve(session, org_id=org_id, size=size, quota_bytes=quota_bytes)
     if not reserved:
         QUOTA_REJECTIONS.inc()
         used = repository.usage(session, org_id=org_id).used_bytes
-        raise CofferError(
-            413,
-            "quota_exceeded",
-            f"Storing {size} bytes would exceed the organization's quota.",
-            details={"usedBytes": used, "quotaBytes": quota_bytes, "requestedBytes": size},
-        )
+        raise quota_exceeded(size=size, used_bytes=used, quota_bytes=quota_bytes)
     if not repository.consume_intent(session, org_id=org_id, asset_id=asset_id):
         # The sweeper claimed this upload (or it never registered): its bytes are being deleted.
-        raise CofferError(409, "conflict", "The upload took too long and was abandoned; upload again.")
-    asset = Asset(
-        id=asset_id,
-        organization_id=org_id,
-        folder_id=folder_id,
-        key=key,
-        name=name,
-        mime_type=mime_type,
-        size=size,
-        sha256=sha256,
-        created_at=utcnow(),
-    )
-    session.add(asset)
-    session.flush()
+        raise conflict("The upload took too long and was abandoned; upload again.")
+    now = utcnow()
+    asset = {
+        "id": asset_id,
+        "organization_id": org_id,
+        "folder_id": folder_id,
+        "key": key,
+        "name": name,
+        "mime_type": mime_type,
+        "size": size,
+        "sha256": sha256,
+        "created_at": now,
+        "updated_at": now,
+        "name_key": search_key(name),
+    }
+    repository.add_asset(session, asset)
     return asset
+
+
+def commit_upload_view(session: Session, *, cdn_url: str, **upload: Any) -> dict[str, Any]:
+    """``commit_upload``, answered as the contract writes the asset."""
+    return view(SimpleNamespace(**commit_upload(session, **upload)), cdn_url)
 
 
 def abandon_upload(session: Session, *, org_id: str, asset_id: str) -> None:
@@ -129,21 +128,93 @@ def abandon_upload(session: Session, *, org_id: str, asset_id: str) -> None:
 
 
 def list_views(
-    session: Session, *, org_id: str, folder_id: str | None, limit: int, offset: int, cdn_url: str
+    session: Session,
+    *,
+    org_id: str,
+    folder_id: str | None,
+    limit: int,
+    offset: int,
+    cdn_url: str,
+    q: str | None = None,
+    sort: repository.Sort = repository.DEFAULT_SORT,
 ) -> dict[str, Any]:
     """A page of assets and the total that match, as the contract writes them.
 
-    ``folder_id`` "" means root level only.
+    ``folder_id`` "" means root level only; ``q`` keeps names containing it (any case).
     """
     root_only = folder_id == ""
     folder = folder_id or None
+    repository.one_snapshot(session)
     if folder is not None:
-        require_folder(session, org_id=org_id, folder_id=folder, field="folderId")
-    items = repository.page(
-        session, org_id=org_id, folder_id=folder, root_only=root_only, limit=limit, offset=offset
-    )
-    total = repository.count(session, org_id=org_id, folder_id=folder, root_only=root_only)
+        require_folder(session, org_id=org_id, folder_id=folder)
+    if q is not None and not could_be_in_a_name(q):
+        # No name holds a control character (and PostgreSQL could not even compare a NUL).
+        return {"assets": [], "total": 0, "limit": limit, "offset": offset}
+    if q is None and sort == repository.DEFAULT_SORT:
+        total = repository.count(session, org_id=org_id, folder_id=folder, root_only=root_only)
+        items = repository.page(
+            session,
+            org_id=org_id,
+            folder_id=folder,
+            root_only=root_only,
+            limit=limit,
+            offset=offset,
+            total=total,
+        )
+    else:
+        q_key = search_key(q) if q is not None else None
+        items, matches = repository.search_page(
+            session,
+            org_id=org_id,
+            folder_id=folder,
+            root_only=root_only,
+            q_key=q_key,
+            sort=sort,
+            limit=limit,
+            offset=offset,
+        )
+        if matches is not None:
+            total = matches
+        elif q_key is None:
+            total = repository.count(session, org_id=org_id, folder_id=folder, root_only=root_only)
+        else:  # a page past the end: count apart
+            total = repository.search_count(
+                session, org_id=org_id, folder_id=folder, root_only=root_only, q_key=q_key
+            )
     return {"assets": [view(a, cdn_url) for a in items], "total": total, "limit": limit, "offset": offset}
+
+
+def update(
+    session: Session,
+    *,
+    org_id: str,
+    asset_id: str,
+    name: str | None,
+    folder_id: str | Unset | None,
+) -> Asset:
+    """Rename and/or move an asset in this transaction; its key and URLs never change."""
+    if not is_asset_id(asset_id):
+        raise not_found(f"Asset {asset_id!r} does not exist.")
+    asset = repository.get(session, org_id=org_id, asset_id=asset_id)
+    if asset is None:
+        raise _missing(session.connection(), asset_id)
+    new_name = normalize_name(name) if name is not None else asset.name
+    new_folder = folder_id if not isinstance(folder_id, Unset) else asset.folder_id
+    if new_folder is not None and new_folder != asset.folder_id:
+        require_folder(session, org_id=org_id, folder_id=new_folder)
+    if (new_name, new_folder) != (asset.name, asset.folder_id):
+        asset.name, asset.name_key = new_name, search_key(new_name)
+        asset.folder_id, asset.updated_at = new_folder, utcnow()
+        session.add(asset)
+        session.flush()
+    return asset
+
+
+def usage_view(session: Session, *, org_id: str) -> StoredUsage:
+    """Bytes and assets the organization stores: the usage row, kept in the same transactions
+    that insert and delete assets, so it is exact (the sum of the live assets' sizes)."""
+    usage = repository.usage(session, org_id=org_id)
+    return StoredUsage(used_bytes=int(usage.used_bytes), asset_count=int(usage.asset_count))
 
 
 def hide(session: Session, *, org_id: str, asset_id: str) -> str:
@@ -152,12 +223,14 @@ def hide(session: Session, *, org_id: str, asset_id: str) -> str:
     Idempotent: deleting again while the tombstone is there answers the same key, so a
     client can retry a delete whose byte deletion failed.
     """
+    if not is_asset_id(asset_id):
+        raise not_found(f"Asset {asset_id!r} does not exist.")
     asset = repository.get(session, org_id=org_id, asset_id=asset_id)
     if asset is None:
         stone = repository.tombstone(session, org_id=org_id, asset_id=asset_id)
         if stone is not None:
             return stone.key
-        raise _missing(session, asset_id)
+        raise _missing(session.connection(), asset_id)
     repository.release(session, org_id=org_id, size=asset.size)
     repository.add_tombstone(session, asset=asset, now=utcnow())
     session.delete(asset)
@@ -172,19 +245,20 @@ def finish_delete(session: Session, *, asset_id: str) -> None:
 
 def sweep_candidates(
     session: Session, *, intent_age: timedelta, tombstone_age: timedelta, limit: int
-) -> dict[str, list[dict[str, str]]]:
+) -> SweepCandidates:
     """Claim stale intents and list stale tombstones for the sweeper."""
     now: datetime = utcnow()
     intents = repository.claim_stale_intents(session, older_than=now - intent_age, limit=limit)
     tombstones = repository.stale_tombstones(session, older_than=now - tombstone_age, limit=limit)
-    return {
-        "intents": [
-            {"assetId": i.asset_id, "organizationId": i.organization_id, "prefix": i.key} for i in intents
+    return SweepCandidates(
+        intents=[
+            StaleIntent(asset_id=i.asset_id, organization_id=i.organization_id, prefix=i.key) for i in intents
         ],
-        "tombstones": [
-            {"assetId": t.asset_id, "organizationId": t.organization_id, "key": t.key} for t in tombstones
+        tombstones=[
+            StaleTombstone(asset_id=t.asset_id, organization_id=t.organization_id, key=t.key)
+            for t in tombstones
         ],
-    }
+    )
 
 
 def finish_intent(session: Session, *, asset_id: str) -> None:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import zlib
+
+import sqlalchemy as sa
 from sqlalchemy import select as sa_select
 from sqlalchemy import update
 from sqlmodel import Session, col, delete, select
 
 from coffer_metadata.models import Asset, Folder
+
+# Deeper than any real tree; bounds the walks up and down the parent links.
+MAX_DEPTH = 10_000
 
 
 def owner_of(session: Session, folder_id: str) -> str | None:
@@ -16,7 +22,7 @@ def owner_of(session: Session, folder_id: str) -> str | None:
 
 def get(session: Session, *, org_id: str, folder_id: str) -> Folder | None:
     return session.exec(
-        select(Folder).where(Folder.organization_id == org_id, Folder.id == folder_id)
+        select(Folder).where(col(Folder.organization_id) == org_id, col(Folder.id) == folder_id)
     ).first()
 
 
@@ -32,30 +38,68 @@ def children(session: Session, *, org_id: str, parent_id: str | None) -> list[Fo
     )
 
 
-def sibling_named(session: Session, *, org_id: str, parent_id: str | None, name: str) -> bool:
+def ancestry(session: Session, *, org_id: str, folder_id: str) -> list[tuple[str, str]]:
+    """``(id, name)`` of the folder and its ancestors, from the root folder down to it.
+
+    One recursive query up the parent links; the depth bound stops a (never expected) cycle
+    from looping forever.
+    """
+    up = (
+        sa_select(col(Folder.id), col(Folder.name), col(Folder.parent_id), sa.literal(0).label("depth"))
+        .where(col(Folder.organization_id) == org_id, col(Folder.id) == folder_id)
+        .cte("up", recursive=True)
+    )
+    up = up.union_all(
+        sa_select(
+            col(Folder.id), col(Folder.name), col(Folder.parent_id), (up.c.depth + 1).label("depth")
+        ).where(
+            col(Folder.organization_id) == org_id, col(Folder.id) == up.c.parent_id, up.c.depth < MAX_DEPTH
+        )
+    )
+    rows = session.connection().execute(sa_select(up.c.id, up.c.name).order_by(up.c.depth.desc()))
+    return [(row.id, row.name) for row in rows]
+
+
+def sibling_named(
+    session: Session, *, org_id: str, parent_id: str | None, name: str, other_than: str | None = None
+) -> bool:
     parent = col(Folder.parent_id).is_(None) if parent_id is None else Folder.parent_id == parent_id
-    found = session.exec(
-        select(Folder.id).where(Folder.organization_id == org_id, parent, Folder.name == name)
-    ).first()
-    return found is not None
+    query = select(Folder.id).where(Folder.organization_id == org_id, parent, Folder.name == name)
+    if other_than is not None:
+        query = query.where(Folder.id != other_than)
+    return session.exec(query).first() is not None
+
+
+def lock_tree(session: Session, *, org_id: str) -> None:
+    """Serialize the organization's tree changes (moves, deletes) until this transaction ends.
+
+    A move checks "the destination is not inside me" and then writes: two moves that each pass
+    that check alone (A into B, B into A) would together make a cycle. On PostgreSQL a
+    transaction-scoped advisory lock per organization makes them take turns; on SQLite every
+    write transaction holds the database's single write lock from BEGIN IMMEDIATE already.
+    Without it, the 200-move race of tests/test_folder_moves.py leaves cycles on PostgreSQL.
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        key = zlib.crc32(f"coffer-folders-{org_id}".encode())
+        session.connection().execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
 
 
 def delete_tree(session: Session, *, org_id: str, folder_id: str) -> None:
     """Delete a folder and all its descendants; their assets move to root."""
     tree = (
         sa_select(col(Folder.id))
-        .where(Folder.organization_id == org_id, Folder.id == folder_id)
+        .where(col(Folder.organization_id) == org_id, col(Folder.id) == folder_id)
         .cte("tree", recursive=True)
     )
     tree = tree.union_all(
-        sa_select(col(Folder.id)).where(Folder.organization_id == org_id, Folder.parent_id == tree.c.id)
+        sa_select(col(Folder.id)).where(
+            col(Folder.organization_id) == org_id, col(Folder.parent_id) == tree.c.id
+        )
     )
     ids = sa_select(tree.c.id)
-    session.exec(  # type: ignore[call-overload]
+    session.exec(
         update(Asset)
         .where(col(Asset.organization_id) == org_id, col(Asset.folder_id).in_(ids))
         .values(folder_id=None)
     )
-    session.exec(  # type: ignore[call-overload]
-        delete(Folder).where(col(Folder.organization_id) == org_id, col(Folder.id).in_(ids))
-    )
+    session.exec(delete(Folder).where(col(Folder.organization_id) == org_id, col(Folder.id).in_(ids)))

@@ -4,42 +4,71 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import Session
 
-from coffer_kit.db import SessionDep, run_read
+from coffer_kit.db import run_read
+from coffer_kit.errors import invalid
+from coffer_kit.resources import Folder, FolderCreate
+from coffer_kit.wire import Done
+from coffer_metadata.deps import DatabaseDep, SessionDep
 from coffer_metadata.folders import service
 
 router = APIRouter(prefix="/internal/v1/orgs/{org_id}/folders")
 
 
-class FolderIn(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    name: str
-    parent_id: str | None = Field(default=None, alias="parentId")
-
-
 @router.get("")
 async def list_folders(
-    org_id: str, request: Request, parent_id: Annotated[str | None, Query(alias="parentId")] = None
+    org_id: str, database: DatabaseDep, parent_id: Annotated[str | None, Query(alias="parentId")] = None
 ) -> JSONResponse:
     def children(session: Session) -> dict[str, Any]:
         folders = service.list_children(session, org_id=org_id, parent_id=parent_id or None)
         return {"folders": [service.view(f) for f in folders]}
 
-    return JSONResponse(await run_read(request.app.state.engine, children))
+    return JSONResponse(await run_read(database.engine, children))
+
+
+@router.get("/{folder_id}")
+async def get_folder(org_id: str, folder_id: str, database: DatabaseDep) -> JSONResponse:
+    def one(session: Session) -> dict[str, Any]:
+        return service.get_with_path(session, org_id=org_id, folder_id=folder_id)
+
+    return JSONResponse(await run_read(database.engine, one))
 
 
 @router.post("", status_code=201)
-def create_folder(org_id: str, body: FolderIn, session: SessionDep) -> dict[str, Any]:
-    folder = service.create(session, org_id=org_id, name=body.name, parent_id=body.parent_id or None)
-    return service.view(folder)
+def create_folder(org_id: str, body: FolderCreate, session: SessionDep) -> Folder:
+    folder = service.create(session, org_id=org_id, name=body.name, parent_id=body.parentId or None)
+    return Folder.model_validate(service.view(folder))
+
+
+class FolderPatch(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str | None = None
+    parent_id: str | None = Field(default=None, alias="parentId")
+
+
+@router.patch("/{folder_id}")
+def update_folder(org_id: str, folder_id: str, body: FolderPatch, session: SessionDep) -> Folder:
+    sent = body.model_fields_set
+    if "name" in sent and body.name is None:
+        raise invalid("'name' must be a string.", field="name")
+    if not sent & {"name", "parent_id"}:
+        raise invalid("Send 'name', 'parentId' or both.", field="body")
+    folder = service.update(
+        session,
+        org_id=org_id,
+        folder_id=folder_id,
+        name=body.name,
+        parent_id=(body.parent_id or None) if "parent_id" in sent else service.UNSET,
+    )
+    return Folder.model_validate(service.view(folder))
 
 
 @router.delete("/{folder_id}")
-def delete_folder(org_id: str, folder_id: str, session: SessionDep) -> dict[str, bool]:
+def delete_folder(org_id: str, folder_id: str, session: SessionDep) -> Done:
     service.delete_tree(session, org_id=org_id, folder_id=folder_id)
-    return {"success": True}
+    return Done()

@@ -1,4 +1,4 @@
-"""Folder operations (CONTRACT §4–5)."""
+"""Folder operations (docs/contract.md §4–5)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,19 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from coffer_kit.errors import CofferError, forbidden, not_found
-from coffer_kit.ids import new_id
+from coffer_kit.errors import CofferError, conflict, folder_cycle, forbidden, not_found
+from coffer_kit.ids import FOLDER, is_folder_id, new_id
+from coffer_kit.names import normalize_name
 from coffer_kit.timeutil import isoformat, utcnow
 from coffer_metadata.folders import repository
 from coffer_metadata.models import Folder
-from coffer_metadata.names import normalize_name
+
+
+class Unset:
+    """A field the request did not send (``parentId`` absent, unlike ``parentId: null``)."""
+
+
+UNSET = Unset()
 
 
 def view(folder: Folder) -> dict[str, Any]:
@@ -23,11 +30,14 @@ def view(folder: Folder) -> dict[str, Any]:
         "parentId": folder.parent_id,
         "name": folder.name,
         "createdAt": isoformat(folder.created_at),
+        "updatedAt": isoformat(folder.updated_at),
     }
 
 
-def require_folder(session: Session, *, org_id: str, folder_id: str, field: str) -> Folder:
+def require_folder(session: Session, *, org_id: str, folder_id: str) -> Folder:
     """The organization's folder ``folder_id``; 403 if it is another's, 404 if none."""
+    if not is_folder_id(folder_id):
+        raise not_found(f"Folder {folder_id!r} does not exist.")
     folder = repository.get(session, org_id=org_id, folder_id=folder_id)
     if folder is not None:
         return folder
@@ -36,10 +46,17 @@ def require_folder(session: Session, *, org_id: str, folder_id: str, field: str)
     raise not_found(f"Folder {folder_id} does not exist.")
 
 
+def get_with_path(session: Session, *, org_id: str, folder_id: str) -> dict[str, Any]:
+    """The folder as the contract writes it, plus ``path``: root folder first, this one last."""
+    folder = require_folder(session, org_id=org_id, folder_id=folder_id)
+    path = repository.ancestry(session, org_id=org_id, folder_id=folder.id)
+    return {**view(folder), "path": [{"id": i, "name": n} for i, n in path]}
+
+
 def list_children(session: Session, *, org_id: str, parent_id: str | None) -> list[Folder]:
     """Children of a folder, or root folders."""
     if parent_id is not None:
-        require_folder(session, org_id=org_id, folder_id=parent_id, field="parentId")
+        require_folder(session, org_id=org_id, folder_id=parent_id)
     return repository.children(session, org_id=org_id, parent_id=parent_id)
 
 
@@ -47,15 +64,21 @@ def create(session: Session, *, org_id: str, name: str, parent_id: str | None) -
     """Create a folder; 409 if a sibling has the same name."""
     name = normalize_name(name)
     if parent_id is not None:
-        require_folder(session, org_id=org_id, folder_id=parent_id, field="parentId")
+        require_folder(session, org_id=org_id, folder_id=parent_id)
 
-    def conflict() -> CofferError:
-        return CofferError(409, "conflict", f"A folder named '{name}' already exists here.")
+    def duplicate() -> CofferError:
+        return conflict(f"A folder named '{name}' already exists here.")
 
     if repository.sibling_named(session, org_id=org_id, parent_id=parent_id, name=name):
-        raise conflict()
+        raise duplicate()
+    now = utcnow()
     folder = Folder(
-        id=new_id("fld"), organization_id=org_id, parent_id=parent_id, name=name, created_at=utcnow()
+        id=new_id(FOLDER),
+        organization_id=org_id,
+        parent_id=parent_id,
+        name=name,
+        created_at=now,
+        updated_at=now,
     )
     try:
         with session.begin_nested():
@@ -64,11 +87,48 @@ def create(session: Session, *, org_id: str, name: str, parent_id: str | None) -
         # A concurrent request created the same name, or deleted the parent, in between.
         if parent_id is not None and repository.get(session, org_id=org_id, folder_id=parent_id) is None:
             raise not_found(f"Folder {parent_id} does not exist.") from None
-        raise conflict() from None
+        raise duplicate() from None
+    return folder
+
+
+def _conflict(name: str) -> CofferError:
+    return conflict(f"A folder named '{name}' already exists here.")
+
+
+def update(
+    session: Session, *, org_id: str, folder_id: str, name: str | None, parent_id: str | Unset | None
+) -> Folder:
+    """Rename and/or move a folder, in this transaction; a move into its own subtree is 409."""
+    moving = not isinstance(parent_id, Unset)
+    if moving:
+        repository.lock_tree(session, org_id=org_id)
+    folder = require_folder(session, org_id=org_id, folder_id=folder_id)
+    new_name = normalize_name(name) if name is not None else folder.name
+    new_parent = parent_id if not isinstance(parent_id, Unset) else folder.parent_id
+    if moving and new_parent is not None:
+        require_folder(session, org_id=org_id, folder_id=new_parent)
+        above = {i for i, _ in repository.ancestry(session, org_id=org_id, folder_id=new_parent)}
+        if folder.id in above:
+            raise folder_cycle(f"Folder {folder.id} cannot move into itself or one of its subfolders.")
+    if (new_name, new_parent) == (folder.name, folder.parent_id):
+        return folder
+    if repository.sibling_named(
+        session, org_id=org_id, parent_id=new_parent, name=new_name, other_than=folder.id
+    ):
+        raise _conflict(new_name)
+    folder.name, folder.parent_id, folder.updated_at = new_name, new_parent, utcnow()
+    try:
+        with session.begin_nested():
+            session.add(folder)
+    except IntegrityError:
+        # A concurrent rename or create took the name in between (a move's parent cannot vanish:
+        # deletes take the same lock).
+        raise _conflict(new_name) from None
     return folder
 
 
 def delete_tree(session: Session, *, org_id: str, folder_id: str) -> None:
     """Delete a folder and its subfolders in this transaction; their assets move to root."""
-    require_folder(session, org_id=org_id, folder_id=folder_id, field="id")
+    repository.lock_tree(session, org_id=org_id)
+    require_folder(session, org_id=org_id, folder_id=folder_id)
     repository.delete_tree(session, org_id=org_id, folder_id=folder_id)

@@ -5,16 +5,13 @@ Revises:
 Create Date: 2026-11-22 21:23:53.119513
 """
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-revision: str = "0001"
-down_revision: str | None = None
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+# The first revision: nothing before it, no branches, no dependencies.
+revision = "0001"
+down_revision = branch_labels = depends_on = None
 
 
 def upgrade() -> None:
