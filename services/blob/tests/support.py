@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -59,16 +58,6 @@ async def agen(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
         yield chunk
 
 
-def pattern_chunks(size: int, chunk: int = 1024 * 1024) -> Iterator[bytes]:
-    """``size`` bytes of a repeating pattern, generated chunk by chunk (never all at once)."""
-    block = bytes(range(256)) * (chunk // 256)
-    sent = 0
-    while sent < size:
-        n = min(chunk, size - sent)
-        yield block[:n]
-        sent += n
-
-
 async def upload(
     api: httpx.AsyncClient,
     data: bytes = b"hello, coffer",
@@ -105,14 +94,3 @@ def object_path(blob_dir: Path, key: str) -> Path:
     org_id, asset_id, filename = key.split("/")
     digest = hashlib.sha256(filename.encode()).hexdigest()[:32]
     return bucket_dir(blob_dir, org_id, asset_id) / f"{asset_id}.{digest}"
-
-
-def write_legacy_object(blob_dir: Path, key: str, data: bytes, content_type: str = "image/jpeg") -> None:
-    """An object as the fs driver stored it before buckets: a directory per asset."""
-    org_id, asset_id, filename = key.split("/")
-    directory = blob_dir / "objects" / org_id / asset_id
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / filename).write_bytes(data)
-    meta = {"name": filename, "contentType": content_type, "sha256": hashlib.sha256(data).hexdigest()}
-    sidecar = f"%meta.{hashlib.sha256(filename.encode()).hexdigest()}.json"
-    (directory / sidecar).write_text(json.dumps(meta))

@@ -1,4 +1,4 @@
-"""The CDN listener (CONTRACT §6): public and signed downloads, ranges, conditionals, headers."""
+"""The CDN listener (docs/contract.md §6): public and signed downloads, ranges, conditionals, headers."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from coffer_blob import cdn as cdn_module
 from coffer_blob import signing
 from coffer_blob.config import Settings
-from coffer_kit.testing import assert_error
+from coffer_testkit.testing import assert_error
 
 from .support import ORG, SECRET, new_asset_id, upload
 
@@ -117,8 +117,8 @@ async def test_small_objects_on_disk_are_read_on_the_event_loop(
     monkeypatch.setattr(cdn_module, "run_in_threadpool", no_threads)
     assert (await cdn.get(small)).content == DATA
     assert (await cdn.get(small, headers={"range": "bytes=0-0"})).status_code == 206
-    with pytest.raises(AssertionError, match="worker-thread"):
-        await cdn.get(larger)
+    # The trip raised: the kit's guard answers that as any unexpected error, a 500.
+    assert_error(await cdn.get(larger), 500, "internal")
 
 
 async def test_head(api: httpx.AsyncClient, cdn: httpx.AsyncClient) -> None:
@@ -373,4 +373,24 @@ async def test_serves_nothing_but_downloads(cdn: httpx.AsyncClient) -> None:
         assert_error(await cdn.get(path), 404, "not_found")
     assert_error(await cdn.post("/internal/v1/sign", json={}), 405, "method_not_allowed")
     assert (await cdn.get("/healthz")).status_code == 200
-    assert (await cdn.get("/readyz")).json()["checks"] == {"storage": "ok"}
+    # Alive, but the storage's state is not for the public (issue 11).
+    assert_error(await cdn.get("/readyz"), 404, "not_found")
+
+
+@pytest.mark.parametrize(
+    ("header", "status", "content_range"),
+    [
+        ("bytes=" + "9" * 5000 + "-", 416, f"bytes */{SIZE}"),  # starts past any object
+        ("bytes=0-" + "9" * 5000, 206, f"bytes 0-{SIZE - 1}/{SIZE}"),  # ends past the end
+        ("bytes=-" + "9" * 5000, 206, f"bytes 0-{SIZE - 1}/{SIZE}"),  # a suffix longer than it
+        ("bytes=" + "0" * 5000 + "1-2", 206, f"bytes 1-2/{SIZE}"),  # leading zeros
+    ],
+)
+async def test_range_bounds_with_thousands_of_digits(
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient, header: str, status: int, content_range: str
+) -> None:
+    # Over 4,300 digits int() refuses: a 500 once (issue 11).
+    path = await public_path(api)
+    response = await cdn.get(path, headers={"range": header})
+    assert response.status_code == status, response.text
+    assert response.headers["content-range"] == content_range

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from coffer_blob import signing
-from coffer_kit.testing import assert_error
+from coffer_testkit.testing import assert_error
 
 from .support import (
     CDN_URL,
@@ -24,10 +24,11 @@ from .support import (
     new_asset_id,
     object_path,
     upload,
-    write_legacy_object,
 )
 
 pytestmark = pytest.mark.anyio
+# A well-formed asset id (nothing needs to be stored under it).
+AST = "ast_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9"
 
 
 async def test_delete_object_is_idempotent(api: httpx.AsyncClient, blob_dir: Path) -> None:
@@ -70,30 +71,6 @@ async def test_delete_prefix_removes_objects_and_unfinished_uploads(
     assert_error(await api.delete(f"/internal/v1/prefixes/{ORG}/fld_1"), 400, "invalid_request")
 
 
-async def test_objects_stored_before_buckets_are_served_deleted_and_swept(
-    api: httpx.AsyncClient, cdn: httpx.AsyncClient, blob_dir: Path
-) -> None:
-    """Objects in the former layout (a directory per asset) still work, through both APIs."""
-    key = f"{ORG}/{new_asset_id()}/old.txt"
-    write_legacy_object(blob_dir, key, b"stored long ago", "text/plain")
-    response = await cdn.get("/" + key)
-    assert (response.status_code, response.content) == (200, b"stored long ago")
-    assert response.headers["content-type"] == "text/plain"
-    assert (await api.delete(f"/internal/v1/objects/{key}")).status_code == 200
-    assert (await cdn.get("/" + key)).status_code == 404
-    assert files_under(blob_dir / "objects") == []
-    assert not (blob_dir / "objects" / key).parent.exists()
-
-    # An upload cut short by a crash, in the former layout: the sweeper's prefix delete.
-    org_id, asset_id, _ = key.split("/")
-    write_legacy_object(blob_dir, key, b"x")
-    (blob_dir / "objects" / org_id / asset_id / "%tmp.left-by-a-crash").write_bytes(b"partial")
-    response = await api.delete(f"/internal/v1/prefixes/{org_id}/{asset_id}")
-    assert response.status_code == 200
-    assert files_under(blob_dir / "objects") == []
-    assert not (blob_dir / "objects" / org_id / asset_id).exists()
-
-
 async def test_sign(api: httpx.AsyncClient) -> None:
     key = f"{ORG}/{new_asset_id()}/résumé final.pdf"
     before = time.time()
@@ -112,13 +89,13 @@ async def test_sign(api: httpx.AsyncClient) -> None:
 @pytest.mark.parametrize(
     "body",
     [
-        {"key": f"{ORG}/ast_1/a.txt", "expiresIn": 0},
-        {"key": f"{ORG}/ast_1/a.txt", "expiresIn": 604801},
-        {"key": f"{ORG}/ast_1/a.txt", "expiresIn": "60"},
-        {"key": f"{ORG}/ast_1/a.txt", "expiresIn": 1.5},
-        {"key": f"{ORG}/ast_1/a.txt", "expiresIn": True},
-        {"key": f"{ORG}/ast_1/a.txt"},
-        {"key": f"{ORG}/ast_1", "expiresIn": 60},
+        {"key": f"{ORG}/{AST}/a.txt", "expiresIn": 0},
+        {"key": f"{ORG}/{AST}/a.txt", "expiresIn": 604801},
+        {"key": f"{ORG}/{AST}/a.txt", "expiresIn": "60"},
+        {"key": f"{ORG}/{AST}/a.txt", "expiresIn": 1.5},
+        {"key": f"{ORG}/{AST}/a.txt", "expiresIn": True},
+        {"key": f"{ORG}/{AST}/a.txt"},
+        {"key": f"{ORG}/{AST}", "expiresIn": 60},
         {"key": 5, "expiresIn": 60},
         {"expiresIn": 60},
     ],
@@ -130,7 +107,7 @@ async def test_sign_refuses_bad_input(api: httpx.AsyncClient, body: dict[str, ob
 async def test_sign_limits_are_inclusive(api: httpx.AsyncClient) -> None:
     for expires_in in (1, 604800):
         response = await api.post(
-            "/internal/v1/sign", json={"key": f"{ORG}/ast_1/a", "expiresIn": expires_in}
+            "/internal/v1/sign", json={"key": f"{ORG}/{AST}/a", "expiresIn": expires_in}
         )
         assert response.status_code == 200
 
@@ -140,8 +117,8 @@ async def test_sign_limits_are_inclusive(api: httpx.AsyncClient) -> None:
     [
         ("POST", "/internal/v1/sign"),
         ("DELETE", f"/internal/v1/objects/{ORG}/ast_1/a.txt"),
-        ("DELETE", f"/internal/v1/prefixes/{ORG}/ast_1"),
-        ("POST", f"/internal/v1/uploads/{ORG}/ast_1"),
+        ("DELETE", f"/internal/v1/prefixes/{ORG}/{AST}"),
+        ("POST", f"/internal/v1/uploads/{ORG}/{AST}"),
     ],
 )
 async def test_every_internal_route_needs_the_token(api: httpx.AsyncClient, method: str, path: str) -> None:
@@ -149,7 +126,7 @@ async def test_every_internal_route_needs_the_token(api: httpx.AsyncClient, meth
     assert_error(response, 401, "unauthorized")
 
 
-async def test_health_readiness_and_metrics(api: httpx.AsyncClient, blob_dir: Path) -> None:
+async def test_health_readiness_and_metrics(api: httpx.AsyncClient) -> None:
     assert (await api.get("/healthz")).json() == {"status": "ok"}
     ready = await api.get("/readyz")
     assert ready.status_code == 200 and ready.json()["checks"] == {"storage": "ok"}
@@ -178,7 +155,7 @@ async def test_cdn_role_serves_no_internal_api(settings) -> None:  # type: ignor
         assert (await client.get("/healthz")).status_code == 200
         assert (await client.get("/metrics")).status_code == 200
         response = await client.post(
-            f"/internal/v1/uploads/{ORG}/ast_1",
+            f"/internal/v1/uploads/{ORG}/{AST}",
             content=file_head(),
             headers={"content-type": MULTIPART, "x-coffer-internal-token": "test-internal-token"},
         )

@@ -10,11 +10,11 @@ import pytest
 
 from coffer_blob.config import Settings
 from coffer_blob.storage.s3 import PART_SIZE
-from coffer_kit.pytest_plugin import S3Server
-from coffer_kit.testing import assert_error
 from coffer_kit.urls import MAX_FILE_BYTES
+from coffer_testkit.pytest_plugin import S3Server
+from coffer_testkit.testing import assert_error, pattern_chunks
 
-from .support import END, MULTIPART, ORG, field, file_head, file_part, form, new_asset_id, pattern_chunks
+from .support import END, MULTIPART, ORG, field, file_head, file_part, form, new_asset_id
 
 pytestmark = pytest.mark.anyio
 

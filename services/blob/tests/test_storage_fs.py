@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,7 @@ from coffer_blob.storage import fs as fs_module
 from coffer_blob.storage.base import READ_CHUNK
 from coffer_blob.storage.fs import FsStorage
 
-from .support import files_under, object_path, write_legacy_object
+from .support import files_under, object_path
 
 KEY = "org_1/ast_1/photo.jpg"
 
@@ -173,7 +176,7 @@ def test_delete_prefix_removes_objects_and_unfinished_writes(storage: FsStorage)
     assert storage.stat(KEY) is None
     storage.delete_prefix("org_1/ast_1/")  # idempotent
     storage.delete_prefix("org_7/ast_7/")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a prefix ends with '/'"):
         storage.delete_prefix("org_1/ast_1")
 
 
@@ -227,25 +230,45 @@ def test_a_commit_in_a_directory_still_being_made_durable_fsyncs_its_parent(
     assert synced == [bucket, str(storage.objects / "org_1")]
 
 
-def test_objects_stored_before_buckets(storage: FsStorage) -> None:
-    """The former layout, a directory per asset: read, deleted and swept as before."""
-    write_legacy_object(storage.root, KEY, b"old bytes")
-    info = storage.stat(KEY)
-    assert info is not None and (info.size, info.content_type) == (9, "image/jpeg")
-    assert info.sha256 == hashlib.sha256(b"old bytes").hexdigest()
-    assert storage.read_small(KEY, 100) == (info, b"old bytes")
-    assert read_all(storage, KEY, 4) == b"bytes"
-    storage.delete(KEY)
-    assert storage.stat(KEY) is None
-    assert files_under(storage.objects) == []
-    assert not (storage.objects / "org_1/ast_1").exists()
+def test_concurrent_commits_in_a_bucket_share_its_fsync(
+    storage: FsStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commits that arrive while the bucket's fsync runs wait for one more, which starts after
+    all their renames and answers them all; none answers before an fsync that began after it
+    published."""
+    put(storage, "org_1/ast_0000000A/a.txt")
+    bucket = str(storage.objects / "org_1/%0000000")
+    writers = 6
+    first_running = threading.Event()
+    release_first = threading.Event()
+    synced: list[tuple[str, set[str]]] = []  # each fsync, and the data files it saw published
+    real_fsync_dir = fs_module._fsync_dir
 
-    write_legacy_object(storage.root, KEY, b"old bytes")
-    (storage.objects / "org_1/ast_1/%tmp.left-by-a-crash").write_bytes(b"partial")
-    put(storage, "org_1/ast_1/new.bin")  # the same asset, written since
-    storage.delete_prefix("org_1/ast_1/")
-    assert files_under(storage.objects) == []
-    assert not (storage.objects / "org_1/ast_1").exists()
+    def fsync_dir(path: str) -> None:
+        visible = {name for name in os.listdir(path) if "%" not in name}
+        if path == bucket and not first_running.is_set():
+            first_running.set()
+            assert release_first.wait(30)
+        synced.append((path, visible))
+        real_fsync_dir(path)
+
+    monkeypatch.setattr(fs_module, "_fsync_dir", fsync_dir)
+    keys = [f"org_1/ast_0000000{n}/f.bin" for n in range(writers)]
+    with ThreadPoolExecutor(writers) as pool:
+        first = pool.submit(put, storage, keys[0])
+        assert first_running.wait(30)
+        rest = [pool.submit(put, storage, key) for key in keys[1:]]
+        deadline = time.monotonic() + 30
+        while storage._dir_syncs[bucket].users < writers:  # every commit waits for its fsync
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        release_first.set()
+        for done in [first, *rest]:
+            done.result(timeout=30)
+    assert [path for path, _ in synced] == [bucket, bucket]
+    published = {name.split(".")[0] for name in synced[1][1]}
+    assert {key.split("/")[1] for key in keys} <= published
+    assert storage._dir_syncs == {}
 
 
 @pytest.mark.parametrize(
@@ -261,9 +284,9 @@ def test_objects_stored_before_buckets(storage: FsStorage) -> None:
     ],
 )
 def test_keys_that_could_escape_or_collide_are_refused(storage: FsStorage, key: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a storage key"):
         storage.open_writer(key)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a storage key"):
         storage.stat(key)
 
 

@@ -14,10 +14,8 @@ from coffer_blob.config import Settings
 from coffer_blob.storage import StorageUnavailable
 from coffer_blob.storage.base import READ_CHUNK
 from coffer_blob.storage.s3 import PART_SIZE, S3Storage
-from coffer_kit.pytest_plugin import S3Server
-from coffer_kit.testing import rss_bytes
-
-from .support import pattern_chunks
+from coffer_testkit.pytest_plugin import S3Server
+from coffer_testkit.testing import pattern_chunks, rss_bytes
 
 KEY = "org_1/ast_1/photo.jpg"
 
@@ -208,7 +206,7 @@ def test_delete_and_delete_prefix(storage: S3Storage, s3_server: S3Server, bucke
     storage.delete("org_1/ast_2/keep.txt")
     storage.delete("org_1/ast_2/keep.txt")
     assert leftovers(s3_server, bucket) == ([], [])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a prefix ends with '/'"):
         storage.delete_prefix("org_1/ast_1")
 
 
@@ -228,7 +226,7 @@ def test_objects_without_blob_metadata_are_not_served(
     assert storage.stat(KEY) is None
 
 
-def test_check(storage: S3Storage, s3_server: S3Server) -> None:
+def test_check(storage: S3Storage) -> None:
     storage.check()
     missing = S3Storage(storage.client, "no-such-bucket-" + os.urandom(4).hex())
     with pytest.raises(StorageUnavailable):
@@ -238,7 +236,7 @@ def test_check(storage: S3Storage, s3_server: S3Server) -> None:
 
 
 def test_unreachable_endpoint_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
-    from coffer_kit.testing import free_port
+    from coffer_testkit.testing import free_port
 
     settings: Any = Settings(
         data_dir="/nonexistent",  # type: ignore[arg-type]

@@ -14,8 +14,8 @@ import pytest
 from coffer_blob import uploads
 from coffer_blob.storage import StorageUnavailable
 from coffer_blob.storage import fs as fs_module
-from coffer_kit.testing import assert_error, rss_bytes
 from coffer_kit.urls import MAX_FILE_BYTES
+from coffer_testkit.testing import assert_error, pattern_chunks, rss_bytes
 
 from .support import (
     BOUNDARY,
@@ -30,7 +30,6 @@ from .support import (
     form,
     new_asset_id,
     object_path,
-    pattern_chunks,
     upload,
 )
 
@@ -263,7 +262,7 @@ async def test_one_byte_more_is_413_and_stores_nothing(api: httpx.AsyncClient, b
 
 
 async def test_writing_overlaps_receiving_within_a_bounded_queue(
-    api: httpx.AsyncClient, blob_dir: Path, monkeypatch: pytest.MonkeyPatch
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While the disk is slow the body keeps arriving, but at most a few batches ahead."""
     received = 0
@@ -371,3 +370,40 @@ def _pid() -> int:
     import os
 
     return os.getpid()
+
+
+# Issue 11: hostile multipart bodies get a 4xx (never a 5xx) and store nothing.
+@pytest.mark.parametrize(
+    "head",
+    [
+        b'Content-Disposition: form-data; name="file"; filename="caf\xe9.txt"\r\n',  # Latin-1 name
+        b'Content-Disposition: form-data; name="file"; filename="a.txt"\r\nContent-Type: text/\xe9\r\n',
+    ],
+)
+async def test_part_headers_that_are_not_utf8_are_400(
+    api: httpx.AsyncClient, blob_dir: Path, head: bytes
+) -> None:
+    body = b"--" + BOUNDARY.encode() + b"\r\n" + head + b"\r\nx\r\n" + END
+    error = assert_error(await post(api, body), 400, "invalid_request")
+    assert "UTF-8" in error["message"]
+    assert objects(blob_dir) == []
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 65536])
+async def test_a_preamble_before_the_first_boundary_is_ignored(
+    api: httpx.AsyncClient, blob_dir: Path, chunk: int
+) -> None:
+    # RFC 2046 §5.1.1: text before the first boundary is a preamble, to be ignored.
+    body = b"This is a preamble.\r\n--not-the-boundary\r\n" + file_part(b"hello", filename="a.txt") + END
+    asset_id = new_asset_id()
+    chunks = (body[i : i + chunk] for i in range(0, len(body), chunk))
+    response = await post(api, agen(chunks), asset_id)
+    assert response.status_code == 201, response.text
+    assert response.json()["size"] == 5
+    assert object_path(blob_dir, f"{ORG}/{asset_id}/a.txt").read_bytes() == b"hello"
+
+
+async def test_an_endless_preamble_is_400(api: httpx.AsyncClient, blob_dir: Path) -> None:
+    body = b"x" * (uploads.MAX_PREAMBLE_BYTES + 1024) + file_part(b"hello", filename="a.txt") + END
+    assert_error(await post(api, body), 400, "invalid_request")
+    assert objects(blob_dir) == []

@@ -1,4 +1,4 @@
-"""The CDN host (CONTRACT §6): public and signed downloads of live objects, and nothing else.
+"""The CDN host (docs/contract.md §6): public and signed downloads of live objects, and nothing else.
 
 Conditional and range requests follow RFC 9110 §13–14: ``If-Match`` and
 ``If-Unmodified-Since`` (412), ``If-None-Match`` (weak comparison, ``*``) and
@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator
 from datetime import datetime
 from email.utils import format_datetime, parsedate_to_datetime
+from typing import ClassVar
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
@@ -25,9 +26,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coffer_blob import keys, signing
 from coffer_blob.config import Settings
+from coffer_blob.deps import blob_state
 from coffer_blob.observe import DOWNLOAD_BYTES
-from coffer_blob.storage import ObjectInfo, Reader, Storage
-from coffer_kit.errors import CofferError, forbidden, not_found
+from coffer_blob.storage import ObjectInfo, Reader
+from coffer_kit.errors import forbidden, not_found, precondition_failed, range_not_satisfiable
 
 router = APIRouter()
 
@@ -50,7 +52,7 @@ _SENT = {access: DOWNLOAD_BYTES.labels(access) for access in ("public", "signed"
 class CdnHeadersMiddleware:
     """Headers every CDN answer carries, errors included, so browsers can read them cross-origin."""
 
-    HEADERS = [
+    HEADERS: ClassVar[list[tuple[bytes, bytes]]] = [
         (b"access-control-allow-origin", b"*"),
         (b"access-control-expose-headers", b"Content-Range, Content-Disposition, ETag, Accept-Ranges"),
         (b"x-content-type-options", b"nosniff"),
@@ -81,25 +83,13 @@ async def download(request: Request) -> Response:
     # No parameters or dependencies for FastAPI to resolve on this, the busiest route:
     # resolving them cost about a fifth of a small download's CPU.
     key: str = request.path_params["key"]
-    storage: Storage = request.app.state.storage
+    state = blob_state(request)
+    storage = state.storage
     if request.method == "OPTIONS":
         return Response(status_code=204, headers=_PREFLIGHT)
     if not keys.is_valid_key(key):
         raise not_found("No such object.")
-    cache, access = PUBLIC_CACHE, "public"
-    query = request.query_params
-    if "expires" in query or "signature" in query:
-        expires, sent = query.getlist("expires"), query.getlist("signature")
-        if len(expires) != 1 or len(sent) != 1:
-            raise forbidden("A signed URL carries exactly one 'expires' and one 'signature'.")
-        settings: Settings = request.app.state.settings
-        assert settings.signing_secret is not None
-        now = time.time()
-        secret = settings.signing_secret.get_secret_value().encode()
-        refusal = signing.check(secret, key, expires[0], sent[0], now=now)
-        if refusal:
-            raise forbidden(refusal)
-        cache, access = f"private, max-age={max(0, int(int(expires[0]) - now))}", "signed"
+    cache, access = _access(request, key, state.settings)
 
     if storage.inline_read_bytes:
         # On the event loop: a page-cache read of a few KiB costs less than a worker-thread
@@ -114,27 +104,13 @@ async def download(request: Request) -> Response:
 
     precondition = _preconditions(request, info)
     if precondition == 412:
-        raise CofferError(412, "precondition_failed", "A precondition in the request does not hold.")
+        raise precondition_failed()
     if precondition == 304:
         # RFC 9110 §15.4.5: the validators and caching headers a 200 would have had.
         kept = ("etag", "last-modified", "cache-control")
         return Response(status_code=304, headers={name: headers[name] for name in kept})
 
-    start, end, status = 0, info.size, 200
-    if request.method == "GET" and _range_applies(request, info):
-        chosen = _parse_range(request.headers["range"], info.size)
-        if chosen == "unsatisfiable":
-            raise CofferError(
-                416,
-                "range_not_satisfiable",
-                f"The range is outside the object's {info.size} bytes.",
-                headers={"content-range": f"bytes */{info.size}"},
-            )
-        if chosen is not None:
-            start, end = chosen
-            status = 206
-            headers["content-range"] = f"bytes {start}-{end - 1}/{info.size}"
-    headers["content-length"] = str(end - start)
+    start, end, status = _chosen_range(request, info, headers)
     if request.method == "HEAD":
         return Response(status_code=status, headers=headers)
     if body is None and info.size <= SMALL_OBJECT_BYTES:
@@ -150,6 +126,36 @@ async def download(request: Request) -> Response:
     if reader is None:  # deleted since the stat
         raise not_found("No such object.")
     return StreamingResponse(_chunks(reader, _SENT[access]), status_code=status, headers=headers)
+
+
+def _access(request: Request, key: str, settings: Settings) -> tuple[str, str]:
+    """(Cache-Control, access label): public, or signed once the signature checks out (else 403)."""
+    query = request.query_params
+    if "expires" not in query and "signature" not in query:
+        return PUBLIC_CACHE, "public"
+    expires, sent = query.getlist("expires"), query.getlist("signature")
+    if len(expires) != 1 or len(sent) != 1:
+        raise forbidden("A signed URL carries exactly one 'expires' and one 'signature'.")
+    assert settings.signing_secret is not None
+    now = time.time()
+    secret = settings.signing_secret.get_secret_value().encode()
+    refusal = signing.check(secret, key, expires[0], sent[0], now=now)
+    if refusal:
+        raise forbidden(refusal)
+    return f"private, max-age={max(0, int(int(expires[0]) - now))}", "signed"
+
+
+def _chosen_range(request: Request, info: ObjectInfo, headers: dict[str, str]) -> tuple[int, int, int]:
+    """(start, end, status) of what to send; sets Content-Range and Content-Length in ``headers``."""
+    start, end, status = 0, info.size, 200
+    if request.method == "GET" and _range_applies(request, info):
+        chosen = _parse_range(request.headers["range"], info.size)
+        if chosen is not None:
+            start, end = chosen
+            status = 206
+            headers["content-range"] = f"bytes {start}-{end - 1}/{info.size}"
+    headers["content-length"] = str(end - start)
+    return start, end, status
 
 
 async def _chunks(reader: Reader, sent: Counter) -> AsyncIterator[bytes]:
@@ -241,8 +247,8 @@ def _range_applies(request: Request, info: ObjectInfo) -> bool:
     return since is not None and since == info.last_modified
 
 
-def _parse_range(value: str, size: int) -> tuple[int, int] | str | None:
-    """One byte range as ``[start, end)``; "unsatisfiable"; or None to send everything.
+def _parse_range(value: str, size: int) -> tuple[int, int] | None:
+    """One byte range as ``[start, end)``, or None to send everything; 416 when unsatisfiable.
 
     None covers headers that are malformed, in another unit, or ask for several ranges.
     """
@@ -257,14 +263,21 @@ def _parse_range(value: str, size: int) -> tuple[int, int] | str | None:
         return None
     first, last = match.group(1), match.group(2)
     if not first:  # suffix: the last N bytes
-        length = int(last)
+        length = _bound(last)
         if length == 0 or size == 0:
-            return "unsatisfiable"
+            raise range_not_satisfiable(size)
         return max(0, size - length), size
-    start = int(first)
-    if last and int(last) < start:
+    start = _bound(first)
+    if last and _bound(last) < start:
         return None
     if start >= size:
-        return "unsatisfiable"
-    end = size if not last else min(int(last) + 1, size)
+        raise range_not_satisfiable(size)
+    end = size if not last else min(_bound(last) + 1, size)
     return start, end
+
+
+def _bound(digits: str) -> int:
+    """A range bound; too many digits to be a real offset (``int`` refuses over 4,300 of them,
+    a 500 once) reads as 10**30, past any object."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 30 else 10**30

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     from coffer_kit.logs import configure_logging
     from coffer_kit.serve import Listener, serve
 
-    configure_logging("blob", settings.log_level)
+    configure_logging("blob", settings.log_level, settings.log_format)
     listeners = [
         Listener(create_app(settings, api=args.role != "cdn"), settings.blob_host, settings.blob_port)
     ]

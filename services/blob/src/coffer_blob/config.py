@@ -7,14 +7,15 @@ from typing import Literal
 
 from pydantic import SecretStr, model_validator
 
+from coffer_kit import ports
 from coffer_kit.settings import BaseServiceSettings, local_secret
 
 
 class Settings(BaseServiceSettings):
     blob_host: str = "127.0.0.1"
-    blob_port: int = 8083
+    blob_port: int = ports.BLOB
     cdn_host: str = "127.0.0.1"
-    cdn_port: int = 8090
+    cdn_port: int = ports.CDN
     # HMAC secret for signed CDN URLs; only blob knows it.
     signing_secret: SecretStr | None = None
     storage: Literal["fs", "s3"] = "fs"

@@ -1,22 +1,27 @@
-"""Dependencies of blob's routes: the storage driver and the settings, from app state."""
+"""blob's typed state (settings and the storage driver, opened by the lifespan) and the
+dependencies of its routes."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 
 from coffer_blob.config import Settings
 from coffer_blob.storage import Storage
+from coffer_kit.state import ServiceState, from_state, request_state
 
 
-async def get_storage(request: Request) -> Storage:
-    return request.app.state.storage  # type: ignore[no-any-return]
+@dataclass(slots=True)
+class BlobState(ServiceState[Settings]):
+    storage: Storage
 
 
-async def get_settings(request: Request) -> Settings:
-    return request.app.state.settings  # type: ignore[no-any-return]
+def blob_state(request: Request) -> BlobState:
+    """For the CDN's download route, which resolves no dependencies (see cdn.download)."""
+    return request_state(request, BlobState)
 
 
-StorageDep = Annotated[Storage, Depends(get_storage)]
-SettingsDep = Annotated[Settings, Depends(get_settings)]
+StorageDep = Annotated[Storage, Depends(from_state(BlobState, lambda state: state.storage))]
+SettingsDep = Annotated[Settings, Depends(from_state(BlobState, lambda state: state.settings))]

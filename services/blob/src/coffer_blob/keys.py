@@ -1,4 +1,4 @@
-"""Storage keys, file names and media types (CONTRACT §4).
+"""Storage keys, file names and media types (docs/contract.md §4).
 
 A key is ``{organizationId}/{assetId}/{filename}``. The filename is the uploaded name made
 safe for every storage backend and for URLs:
@@ -21,14 +21,15 @@ import mimetypes
 import re
 import unicodedata
 
+from coffer_kit import urls
+from coffer_kit.ids import is_asset_id, is_org_id
+
 MAX_FILENAME_BYTES = 255
 # An extension longer than this is not worth keeping when a name must be shortened.
 _MAX_EXT_BYTES = 32
 FALLBACK_FILENAME = "file"
 OCTET_STREAM = "application/octet-stream"
 
-ORG_ID = re.compile(r"^org_[0-9A-Za-z]{1,64}$")
-ASSET_ID = re.compile(r"^ast_[0-9A-Za-z]{1,64}$")
 _UNSAFE = re.compile(r"[/\\?#%\x00-\x1f\x7f-\x9f]")
 # RFC 9110 token characters, for type and subtype.
 _MEDIA_TYPE = re.compile(r"^[!#$%&'*+.^_`|~0-9a-z-]{1,63}/[!#$%&'*+.^_`|~0-9a-z-]{1,127}$")
@@ -66,21 +67,17 @@ def _cap(name: str) -> str:
 
 
 def object_key(org_id: str, asset_id: str, filename: str | None) -> str:
-    return f"{org_id}/{asset_id}/{sanitize_filename(filename)}"
-
-
-def asset_prefix(org_id: str, asset_id: str) -> str:
-    return f"{org_id}/{asset_id}/"
+    return urls.object_key(org_id, asset_id, sanitize_filename(filename))
 
 
 def valid_ids(org_id: str, asset_id: str) -> bool:
-    return bool(ORG_ID.match(org_id) and ASSET_ID.match(asset_id))
+    return is_org_id(org_id) and is_asset_id(asset_id)
 
 
 def is_valid_key(key: str) -> bool:
     """True for keys blob can have made: ``org_…/ast_…/<sanitised filename>``."""
-    parts = key.split("/")
-    return len(parts) == 3 and valid_ids(parts[0], parts[1]) and sanitize_filename(parts[2]) == parts[2]
+    parts = urls.split_key(key)
+    return parts is not None and sanitize_filename(parts[2]) == parts[2]
 
 
 def media_type(declared: str | None) -> str | None:
@@ -92,7 +89,7 @@ def media_type(declared: str | None) -> str | None:
 
 
 def choose_mime_type(declared: str | None, filename: str) -> str:
-    """CONTRACT §4: the declared type unless absent or octet-stream, else a guess, else octet-stream.
+    """docs/contract.md §4: the declared type unless absent or octet-stream, else a guess, else octet-stream.
 
     Parameters (``; charset=…``) are dropped and a malformed declared value counts as absent.
     """

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -11,30 +11,33 @@ from starlette.concurrency import run_in_threadpool
 
 from coffer_blob import cdn, internal, uploads
 from coffer_blob.config import Settings
-from coffer_blob.storage import Storage, StorageUnavailable, make_storage
+from coffer_blob.deps import BlobState
+from coffer_blob.storage import StorageUnavailable, make_storage
 from coffer_kit.app import base_app
 from coffer_kit.errors import error_response, unavailable
 from coffer_kit.health import ReadinessCheck, health_router
-from coffer_kit.internal import require_internal_token
+from coffer_kit.internal_token import require_internal_token
 from coffer_kit.metrics import metrics_router
+from coffer_kit.state import clear_state, install_state, state_of
 
 
-def _lifespan(settings: Settings) -> Callable[[FastAPI], AsyncIterator[None]]:
+def _lifespan(settings: Settings) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.storage = make_storage(settings)
+        state = BlobState(settings=settings, storage=make_storage(settings))
+        install_state(app, state)
         try:
             yield
         finally:
-            app.state.storage.close()
+            clear_state(app)
+            state.storage.close()
 
-    return lifespan  # type: ignore[return-value]
+    return lifespan
 
 
 def _storage_check(app: FastAPI) -> ReadinessCheck:
     async def check() -> None:
-        storage: Storage = app.state.storage
-        await run_in_threadpool(storage.check)
+        await run_in_threadpool(state_of(app, BlobState).storage.check)
 
     return check
 
@@ -43,10 +46,9 @@ async def _on_storage_unavailable(request: Request, exc: Exception) -> JSONRespo
     return error_response(request, unavailable(f"Storage is unavailable: {exc}", retry_after=1))
 
 
-def _common(app: FastAPI, settings: Settings) -> None:
-    app.state.settings = settings
+def _common(app: FastAPI, *, ready: bool = True) -> None:
     app.add_exception_handler(StorageUnavailable, _on_storage_unavailable)
-    app.include_router(health_router({"storage": _storage_check(app)}))
+    app.include_router(health_router({"storage": _storage_check(app)}, ready=ready))
 
 
 def create_app(settings: Settings | None = None, *, api: bool = True) -> FastAPI:
@@ -55,7 +57,7 @@ def create_app(settings: Settings | None = None, *, api: bool = True) -> FastAPI
     app = base_app(
         "coffer-blob", lifespan=_lifespan(settings), docs_url=None, redoc_url=None, openapi_url=None
     )
-    _common(app, settings)
+    _common(app)
     app.include_router(metrics_router())
     if api:
         guarded = [Depends(require_internal_token)]
@@ -75,7 +77,9 @@ def create_cdn_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
         openapi_url=None,
     )
-    _common(app, settings)
+    # Public: alive, but no /readyz telling anyone the storage's state (probed on the
+    # process's internal listener instead).
+    _common(app, ready=False)
     app.include_router(cdn.router)
     app.add_middleware(cdn.CdnHeadersMiddleware)
     return app

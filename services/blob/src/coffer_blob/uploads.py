@@ -21,27 +21,29 @@ import hashlib
 import logging
 import unicodedata
 from collections.abc import AsyncIterator
-from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
-from streaming_form_data import StreamingFormDataParser
-from streaming_form_data.parser import ParseFailedException, parse_content_boundary
-from streaming_form_data.targets import BaseTarget
 
 from coffer_blob import keys
 from coffer_blob.deps import StorageDep
+from coffer_blob.multipart import BaseTarget, BoundaryParser, ParseFailedException, parse_content_boundary
 from coffer_blob.storage import ObjectInfo, Storage, StorageUnavailable, Writer
-from coffer_kit.errors import CofferError, invalid
-from coffer_kit.urls import MAX_FILE_BYTES
+from coffer_kit.errors import CofferError, file_too_large, invalid, unsupported_media_type
+from coffer_kit.limits import MAX_FILE_BYTES
+from coffer_kit.wire import Stored, UploadFields
 
 log = logging.getLogger("coffer.blob.uploads")
 router = APIRouter(prefix="/internal/v1")
 
 FIELDS = ("name", "folderId")
 MAX_FIELD_BYTES = 16 * 1024
+# A preamble before the first boundary is skipped, up to this much.
+MAX_PREAMBLE_BYTES = 64 * 1024
 # File bytes handed to the driver in one call: few thread hops, bounded memory.
 WRITE_BATCH = 1024 * 1024
 # Batches queued for the writer task: receiving runs at most this far ahead of writing.
@@ -49,10 +51,6 @@ QUEUE_SLOTS = 2
 # After a refusal, read and drop at most this much more so the caller can read the answer
 # (edge caps the whole body at MAX_FILE_BYTES + 1 MiB, so this is never reached through edge).
 MAX_DRAIN_BYTES = MAX_FILE_BYTES + 2 * 1024 * 1024
-
-
-def file_too_large() -> CofferError:
-    return CofferError(413, "file_too_large", f"The file is larger than {MAX_FILE_BYTES} bytes (100 MiB).")
 
 
 def malformed(reason: str) -> CofferError:
@@ -147,6 +145,40 @@ class _EnderWatch:
         self.tail = (self.tail + chunk)[-keep:] if len(chunk) < keep else chunk[-keep:]
 
 
+class _Preamble:
+    """Drops what comes before the first boundary: RFC 2046 §5.1.1 allows a preamble there,
+    to be ignored, and the parser refuses one."""
+
+    def __init__(self, boundary: bytes) -> None:
+        self.first = b"--" + boundary
+        self.delimiter = b"\r\n--" + boundary
+        self.held = b""
+        self.skipped = 0
+        self.done = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        """What of ``chunk`` the parser gets: nothing until the first boundary, then all."""
+        if self.done:
+            return chunk
+        data = self.held + chunk
+        if data.startswith(self.first):
+            self.done, self.held = True, b""
+            return data
+        if len(data) < len(self.first) and self.first.startswith(data):
+            self.held = data  # may still become the first boundary
+            return b""
+        at = data.find(self.delimiter)
+        if at >= 0:
+            self.done, self.held = True, b""
+            return data[at + 2 :]
+        keep = len(self.delimiter) - 1
+        self.skipped += max(0, len(data) - keep)
+        if self.skipped > MAX_PREAMBLE_BYTES:
+            raise malformed(f"no boundary in the first {MAX_PREAMBLE_BYTES} bytes")
+        self.held = data[-keep:]
+        return b""
+
+
 class _Upload:
     """One upload in progress: the parser, its targets, and the storage writer."""
 
@@ -156,7 +188,7 @@ class _Upload:
         self.asset_id = asset_id
         try:
             boundary = parse_content_boundary({"content-type": content_type})
-            self.parser = StreamingFormDataParser({"content-type": content_type})
+            self.parser = BoundaryParser(boundary)
         except ParseFailedException:
             raise invalid("The multipart boundary is missing or invalid.", field="content-type") from None
         self.file = _FileTarget()
@@ -168,10 +200,14 @@ class _Upload:
         # Every other part: read and dropped (registered last, so it only gets the rest).
         self.parser.register("*", self.other, lambda _registered, _name: True)
         self.ender = _EnderWatch(boundary)
+        self.preamble = _Preamble(boundary)
         self.writer: Writer | None = None
         self.sha256 = hashlib.sha256()
         self.committed = False
-        self._batches_in, self._batches_out = anyio.create_memory_object_stream[bytes](QUEUE_SLOTS)
+        # The writer task and its queue, once the file outgrows one batch (a small file is
+        # written and committed in one worker-thread trip, and needs neither).
+        self._tasks: TaskGroup | None = None
+        self._batches_in: MemoryObjectSendStream[bytes] | None = None
         self._write_failure: Exception | None = None
         self._discard = False  # the upload was refused: queued batches are dropped
 
@@ -183,7 +219,7 @@ class _Upload:
     def filename(self) -> str:
         return unicodedata.normalize("NFC", self.file.filename or "")
 
-    async def run(self, stream: AsyncIterator[bytes]) -> dict[str, Any]:
+    async def run(self, stream: AsyncIterator[bytes]) -> Stored:
         try:
             return await self._run(stream)
         except BaseException:
@@ -191,18 +227,18 @@ class _Upload:
                 await self._abort()
             raise
 
-    async def _run(self, stream: AsyncIterator[bytes]) -> dict[str, Any]:
+    async def _run(self, stream: AsyncIterator[bytes]) -> Stored:
         refused: Exception | None = None
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(self._write_batches)
+        async with anyio.create_task_group() as self._tasks:
             try:
                 async for chunk in stream:
                     await self._receive(chunk)
-            except Exception as exc:  # raised below, once the writer task is done with the file
+            except Exception as exc:  # noqa: BLE001 - raised below, once the writer task is done with the file
                 refused = exc
                 self._discard = True
             finally:
-                self._batches_in.close()  # the writer task ends when the queue is empty
+                if self._batches_in is not None:
+                    self._batches_in.close()  # the writer task ends when the queue is empty
         refused = refused or self._write_failure
         if isinstance(refused, (CofferError, StorageUnavailable)):
             # Refused mid-body: drop what was written, and read the rest of the body so the
@@ -217,32 +253,42 @@ class _Upload:
             raise malformed("the closing boundary is missing")
         if self.file.starts == 0:
             raise invalid("The 'file' part is missing.", field="file")
-        fields = {name: self._field_value(name) for name in FIELDS}
+        fields = UploadFields.model_validate({name: self._field_value(name) for name in FIELDS})
         mime_type = keys.choose_mime_type(
             self.file.multipart_content_type, keys.sanitize_filename(self.filename)
         )
         info, sha256 = await run_in_threadpool(self._finish, self.file.take(), mime_type)
         self.committed = True
-        return {
-            "key": info.key,
-            "size": self.file.size,
-            "sha256": sha256,
-            "mimeType": mime_type,
+        return Stored(
+            key=info.key,
+            size=self.file.size,
+            sha256=sha256,
+            mime_type=mime_type,
             # As sent (NFC), for edge's default asset name; "file" when the part named none.
-            "filename": self.filename or keys.FALLBACK_FILENAME,
-            "fields": fields,
-        }
+            filename=self.filename or keys.FALLBACK_FILENAME,
+            fields=fields,
+        )
 
     async def _receive(self, chunk: bytes) -> None:
         self.ender.feed(chunk)
+        data = self.preamble.feed(chunk)
         try:
-            self.parser.data_received(chunk)
+            if data:
+                self.parser.data_received(data)
         except ParseFailedException:
             raise malformed("cannot split it into parts") from None
+        except UnicodeDecodeError:
+            # The parser reads part headers as UTF-8 (RFC 7578 §4.2, what browsers send);
+            # a Latin-1 file name or media type cannot be read back reliably: refused.
+            raise malformed("a part's headers are not valid UTF-8") from None
         self._check_parts()
         if self.file.too_large:
             raise file_too_large()
         if self.file.pending_bytes >= WRITE_BATCH:
+            if self._batches_in is None:
+                assert self._tasks is not None
+                self._batches_in, batches_out = anyio.create_memory_object_stream[bytes](QUEUE_SLOTS)
+                self._tasks.start_soon(self._write_batches, batches_out)
             try:
                 await self._batches_in.send(self.file.take())  # waits while the queue is full
             except anyio.BrokenResourceError:  # the writer task stopped: a write failed
@@ -267,15 +313,15 @@ class _Upload:
         except UnicodeDecodeError:
             raise invalid(f"The '{name}' field is not valid UTF-8.", field=name) from None
 
-    async def _write_batches(self) -> None:
+    async def _write_batches(self, batches: MemoryObjectReceiveStream[bytes]) -> None:
         """The writer task: queued batches, hashed and written in order in worker threads."""
-        async with self._batches_out:  # closed on the way out, which wakes a waiting sender
-            async for data in self._batches_out:
+        async with batches:  # closed on the way out, which wakes a waiting sender
+            async for data in batches:
                 if self._discard:
                     return
                 try:
                     await run_in_threadpool(self._write, data)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - re-raised by the receiving side
                     self._write_failure = exc
                     return
 
@@ -316,13 +362,13 @@ async def _drain(stream: AsyncIterator[bytes]) -> None:
 
 
 @router.post("/uploads/{org_id}/{asset_id}", status_code=201)
-async def upload(org_id: str, asset_id: str, request: Request, storage: StorageDep) -> dict[str, Any]:
+async def upload(org_id: str, asset_id: str, request: Request, storage: StorageDep) -> Stored:
     """Store the ``file`` part of a multipart body under ``{org_id}/{asset_id}/{filename}``."""
     if not keys.valid_ids(org_id, asset_id):
         raise invalid("Not an organization id and asset id.", field="path")
     content_type = request.headers.get("content-type", "")
     if keys.media_type(content_type) != "multipart/form-data":
-        raise CofferError(415, "unsupported_media_type", "The upload must be multipart/form-data.")
+        raise unsupported_media_type("The upload must be multipart/form-data.")
     upload = _Upload(storage, org_id, asset_id, content_type)
     try:
         return await upload.run(request.stream())

@@ -1,0 +1,35 @@
+"""A disk-backed blob process loads neither boto3 nor a database library (issue 16: idle RSS).
+
+Each check imports the service the way ``coffer-blob serve`` does, in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+PROBE = """
+import json, sys
+import coffer_blob.cli, coffer_blob.main
+coffer_blob.main.create_app()
+print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
+"""
+
+
+def loaded_packages() -> set[str]:
+    out = subprocess.run([sys.executable, "-c", PROBE], check=True, capture_output=True, text=True).stdout
+    return set(json.loads(out))
+
+
+def test_blob_on_disk_imports_no_s3_client_nor_database_library() -> None:
+    loaded = loaded_packages()
+    assert "streaming_form_data" in loaded  # the upload parser is there
+    assert not loaded & {"boto3", "botocore", "requests", "sqlalchemy", "aiohttp"}
+
+
+def test_smart_open_s3_stays_importable_after_blob() -> None:
+    """Hiding smart_open's transports during blob's import leaves nothing broken behind."""
+    probe = "import coffer_blob.main, smart_open.s3; print(getattr(smart_open.s3, 'MISSING_DEPS', False))"
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "False"
