@@ -11,7 +11,7 @@ import httpx
 import pytest
 from pydantic import BaseModel, SecretStr
 
-from coffer_edge.schemas import Asset, AssetList, FolderList
+from coffer_edge.schemas import Asset, AssetList, Folder, FolderList, FolderWithPath
 from coffer_kit.ids import new_id
 from coffer_kit.internal import INTERNAL_TOKEN_HEADER
 from coffer_metadata.config import Settings
@@ -83,4 +83,21 @@ async def test_metadata_reads_are_the_public_bodies(metadata: httpx.AsyncClient)
         response = await metadata.get(f"{base}/folders", params=params)
         assert response.status_code == 200
         assert_public(response.content, FolderList)
+    # §8: the folder with its path, the answers of rename and move, search and sort.
+    for i, folder_id in enumerate(folder_ids[1:]):
+        moved = await metadata.patch(f"{base}/folders/{folder_id}", json={"parentId": folder_ids[i]})
+        assert moved.status_code == 200, moved.text
+        assert_public(moved.content, Folder)
+    response = await metadata.get(f"{base}/folders/{folder_ids[-1]}")
+    assert len(response.json()["path"]) == len(NAMES)
+    assert_public(response.content, FolderWithPath)
+    for asset_id in asset_ids:
+        response = await metadata.patch(f"{base}/assets/{asset_id}", json={"folderId": folder_ids[0]})
+        assert response.status_code == 200
+        assert_public(response.content, Asset)
+    for params in ({"q": "e"}, {"sort": "-size", "q": "😀"}, {"sort": "name"}):
+        response = await metadata.get(f"{base}/assets", params=params)
+        assert response.status_code == 200
+        assert_public(response.content, AssetList)
+    response = await metadata.get(f"{base}/folders", params={})
     assert response.headers["content-type"] == "application/json"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from dataclasses import asdict
 
@@ -18,7 +19,7 @@ def _sweep(settings: Settings, intent_age: float, tombstone_age: float) -> int:
     from coffer_kit.internal import internal_client
 
     async def run() -> int:
-        token = settings.internal_token.get_secret_value()  # type: ignore[union-attr]
+        token = settings.internal_secret()
         async with (
             internal_client(settings.metadata_url, token, timeout=30) as metadata_http,
             internal_client(settings.blob_url, token, timeout=30) as blob_http,
@@ -55,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     from coffer_kit.logs import configure_logging
     from coffer_kit.serve import Listener, serve
 
-    configure_logging("edge", settings.log_level)
+    configure_logging("edge", settings.log_level, settings.log_format)
+    if settings.trusted_proxies:
+        # uvicorn takes the client address from X-Forwarded-For only from these peers.
+        os.environ["FORWARDED_ALLOW_IPS"] = settings.trusted_proxies
     public = create_app(settings)
     serve(
         [

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import field_validator, model_validator
+
+from coffer_kit import ports
 from coffer_kit.settings import BaseServiceSettings
 
 
 class Settings(BaseServiceSettings):
     edge_host: str = "127.0.0.1"
-    edge_port: int = 8080
+    edge_port: int = ports.EDGE
     # Metrics and health only; never exposed publicly.
-    edge_internal_port: int = 9080
-    auth_url: str = "http://127.0.0.1:8081"
-    metadata_url: str = "http://127.0.0.1:8082"
-    blob_url: str = "http://127.0.0.1:8083"
+    edge_internal_port: int = ports.EDGE_INTERNAL
+    auth_url: str = ports.loopback_url(ports.AUTH)
+    metadata_url: str = ports.loopback_url(ports.METADATA)
+    blob_url: str = ports.loopback_url(ports.BLOB)
     # How long an auth answer may be reused; the contract bounds it at 5 s.
     edge_auth_cache_seconds: float = 5.0
     edge_auth_cache_size: int = 10_000
+    # How long an upload relay waits for blob to take one chunk (1 MiB at most) before it gives
+    # up with 503: blob stalled, not the client (waiting for the client is not counted).
+    edge_blob_write_timeout_seconds: float = 30.0
     # Requests per API key, in the ``limits`` notation ("100/second", "6000/minute").
     edge_rate_limit: str = "100/second"
     # Shared rate-limit counters for several edges; in-process counters when unset.
@@ -25,3 +33,47 @@ class Settings(BaseServiceSettings):
     sweep_interval_seconds: float = 60.0
     sweep_intent_age_seconds: float = 3600.0
     sweep_tombstone_age_seconds: float = 60.0
+
+    # The dashboard (docs/dashboard.md). Off: an API-only install, no /dashboard routes.
+    dashboard_enabled: bool = True
+    # Public address of the dashboard; its origin is what the CSRF check accepts.
+    # Default: ``${COFFER_BASE_URL}/dashboard``.
+    dashboard_url: str | None = None
+    # open | invite | closed; production mode must set it (auth enforces it, edge shows it).
+    dashboard_signup: Literal["open", "invite", "closed"] | None = None
+    # Sign-in, registration and reset posts per client IP, in the ``limits`` notation.
+    dashboard_ip_limit: str = "20/minute"
+    # Proxies whose X-Forwarded-For names the client (uvicorn's --forwarded-allow-ips): a
+    # comma-separated list of addresses or networks, "*" for any. Unset: loopback only.
+    trusted_proxies: str | None = None
+    # Tests only: one more key expiry choice, in seconds (e.g. 60), to watch a key expire.
+    dashboard_extra_key_expiry_seconds: int | None = None
+
+    @field_validator("dashboard_signup", mode="before")
+    @classmethod
+    def _unset_signup(cls, value: object) -> object:
+        """An empty COFFER_DASHBOARD_SIGNUP (as a chart may render it) means unset."""
+        return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _dashboard(self) -> Settings:
+        if self.dashboard_url is None:
+            self.dashboard_url = self.base_url + "/dashboard"
+        self.dashboard_url = self.dashboard_url.rstrip("/")
+        if self.dashboard_enabled and self.mode == "production":
+            if not self.dashboard_url.startswith("https://"):
+                raise ValueError(
+                    "the dashboard needs an https COFFER_BASE_URL (or COFFER_DASHBOARD_URL) in production "
+                    "mode: browsers drop its Secure session cookie on plain http; "
+                    "set COFFER_DASHBOARD_ENABLED=false for an API-only install"
+                )
+            if self.dashboard_signup is None:
+                raise ValueError(
+                    "COFFER_DASHBOARD_SIGNUP (open, invite or closed) must be set in production mode"
+                )
+        return self
+
+    @property
+    def signup(self) -> str:
+        """The sign-up mode in effect: ``open`` by default in local mode."""
+        return self.dashboard_signup or "open"

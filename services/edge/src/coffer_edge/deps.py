@@ -1,8 +1,10 @@
-"""Edge dependencies: the authenticated principal, and typed clients from the lifespan."""
+"""edge's typed state (settings, clients and rate limiter, opened by the lifespan), and the
+dependencies of its routes: the authenticated principal, and the clients."""
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -11,14 +13,41 @@ from fastapi.security import APIKeyHeader
 from coffer_edge.clients.auth import AuthClient, Principal
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
-from coffer_kit.errors import CofferError
+from coffer_edge.clients.upload_tokens import UploadTokenClient
+from coffer_edge.config import Settings
+from coffer_edge.dashboard.state import DashboardState
+from coffer_edge.ratelimit import RateLimiter
+from coffer_kit.errors import request_id_of, unauthorized
+from coffer_kit.state import ServiceState, from_state, request_state
 
-_api_key = APIKeyHeader(name="x-api-key", auto_error=False, description="Organization or user API key.")
+# Distinct scheme names: both default to "APIKeyHeader", and the document kept only one.
+_api_key = APIKeyHeader(
+    name="x-api-key",
+    scheme_name="ApiKey",
+    auto_error=False,
+    description="Organization or user API key.",
+)
 _org_header = APIKeyHeader(
     name="x-organization-id",
+    scheme_name="OrganizationId",
     auto_error=False,
     description="Active organization; required for a user key whose user belongs to several.",
 )
+
+
+@dataclass(slots=True)
+class EdgeState(ServiceState[Settings]):
+    auth: AuthClient
+    metadata: MetadataClient
+    blob: BlobClient
+    rate_limiter: RateLimiter
+    upload_tokens: UploadTokenClient
+    # The web dashboard's share; None in an API-only install (COFFER_DASHBOARD_ENABLED=false).
+    dashboard: DashboardState | None = None
+
+
+def edge_state(request: Request) -> EdgeState:
+    return request_state(request, EdgeState)
 
 
 async def authenticate(
@@ -28,32 +57,29 @@ async def authenticate(
 ) -> Principal:
     """Resolve ``x-api-key`` (and ``x-organization-id``) to a principal, or refuse per §2."""
     if not api_key or not api_key.strip():
-        raise CofferError(401, "unauthorized", "Missing API key: send it in the x-api-key header.")
+        raise unauthorized("Missing API key: send it in the x-api-key header.")
     key_hash = hashlib.sha256(api_key.strip().encode("utf-8")).hexdigest()
-    auth: AuthClient = request.app.state.auth
-    principal = await auth.principal(
-        key_hash, (organization_id or "").strip() or None, request_id=request.state.request_id
+    state = edge_state(request)
+    principal = await state.auth.principal(
+        key_hash, (organization_id or "").strip() or None, request_id=request_id_of(request)
     )
+    # For the access log line (coffer_kit.middleware).
     request.state.organization_id = principal.organization_id
-    await request.app.state.rate_limiter.check(principal.key_id)
+    await state.rate_limiter.check(principal.key_id)
     return principal
 
 
 # Dependencies are async even when trivial: a sync one costs a thread-pool round trip, and
 # edge has no blocking work to do at all.
 async def request_id(request: Request) -> str:
-    return str(request.state.request_id)
-
-
-async def _metadata(request: Request) -> MetadataClient:
-    return request.app.state.metadata  # type: ignore[no-any-return]
-
-
-async def _blob(request: Request) -> BlobClient:
-    return request.app.state.blob  # type: ignore[no-any-return]
+    return request_id_of(request) or ""
 
 
 PrincipalDep = Annotated[Principal, Depends(authenticate)]
 RequestIdDep = Annotated[str, Depends(request_id)]
-MetadataDep = Annotated[MetadataClient, Depends(_metadata)]
-BlobDep = Annotated[BlobClient, Depends(_blob)]
+MetadataDep = Annotated[MetadataClient, Depends(from_state(EdgeState, lambda state: state.metadata))]
+BlobDep = Annotated[BlobClient, Depends(from_state(EdgeState, lambda state: state.blob))]
+UploadTokensDep = Annotated[
+    UploadTokenClient, Depends(from_state(EdgeState, lambda state: state.upload_tokens))
+]
+SettingsDep = Annotated[Settings, Depends(from_state(EdgeState, lambda state: state.settings))]

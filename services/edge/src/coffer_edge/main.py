@@ -3,23 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 
-from coffer_edge.clients.auth import AuthClient
+from coffer_edge.clients.auth import AccountsClient, AuthClient
 from coffer_edge.clients.base import ServiceClient
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
+from coffer_edge.clients.upload_tokens import UploadTokenClient
 from coffer_edge.config import Settings
+from coffer_edge.dashboard import Dashboard
+from coffer_edge.deps import EdgeState
 from coffer_edge.ratelimit import RateLimiter
-from coffer_edge.routers import assets, folders
+from coffer_edge.routers import assets, folders, uploads, usage
 from coffer_edge.sweeper import sweep_forever
 from coffer_kit.app import base_app
-from coffer_kit.health import health_router
+from coffer_kit.fastpath import fast_route
+from coffer_kit.health import ReadinessCheck, health_router
 from coffer_kit.internal import internal_client
 from coffer_kit.metrics import metrics_router
+from coffer_kit.state import clear_state, install_state, state_of
 
 DESCRIPTION = """Coffer's public API: assets and folders of an organization.
 
@@ -29,12 +36,56 @@ organizations also sends `x-organization-id`. Every error is
 """
 
 
-def _dependency_checks(app: FastAPI) -> dict[str, object]:
-    async def check(client_attr: str) -> None:
-        client: ServiceClient = getattr(app.state, client_attr)
-        await client.request("GET", "/healthz", timeout=2)
+def _dependency_checks(app: FastAPI) -> dict[str, ReadinessCheck]:
+    def check(client: Callable[[EdgeState], ServiceClient]) -> ReadinessCheck:
+        async def ready() -> None:
+            await client(state_of(app, EdgeState)).request("GET", "/healthz", timeout=2)
 
-    return {name: (lambda n=name: check(n)) for name in ("auth", "metadata", "blob")}
+        return ready
+
+    return {
+        "auth": check(lambda state: state.auth),
+        "metadata": check(lambda state: state.metadata),
+        "blob": check(lambda state: state.blob),
+    }
+
+
+def operation_id(route: APIRoute) -> str:
+    """``listFolders`` for ``list_folders``: generated clients name their methods after these
+    (FastAPI's default made ``list_folders_api_folders_get``)."""
+    first, *rest = route.name.split("_")
+    return first + "".join(word.capitalize() for word in rest)
+
+
+# Every operation needs the key; a user key of several organizations adds the organization.
+_SECURITY: list[dict[str, list[str]]] = [{"ApiKey": [], "OrganizationId": []}, {"ApiKey": []}]
+
+
+def _tidy_document(app: FastAPI) -> None:
+    """What FastAPI's document gets wrong for Coffer, fixed once when it is first built.
+
+    - 422 is never sent (validation errors are 400 ``invalid_request``, already documented),
+      so FastAPI's automatic 422 responses and their schemas go.
+    - Two optional header schemes read as alternatives ("either header"); the key is always
+      required, the organization only sometimes.
+    """
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        document = build()
+        for operations in document.get("paths", {}).values():
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
+                if operation.get("security"):
+                    operation["security"] = _SECURITY
+        schemas = document.get("components", {}).get("schemas", {})
+        for unused in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(unused, None)
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -43,24 +94,40 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        token = settings.internal_token.get_secret_value()  # type: ignore[union-attr]
+        token = settings.internal_secret()
         auth_http = internal_client(settings.auth_url, token, timeout=5)
         metadata_http = internal_client(settings.metadata_url, token, timeout=30)
         # Uploads stream for as long as the client sends; only connecting and pauses are bounded.
         blob_http = internal_client(settings.blob_url, token, timeout=30, read_timeout=300)
-        app.state.auth = AuthClient(
-            auth_http,
-            cache_seconds=settings.edge_auth_cache_seconds,
-            cache_size=settings.edge_auth_cache_size,
+        state = EdgeState(
+            settings=settings,
+            auth=AuthClient(
+                auth_http,
+                cache_seconds=settings.edge_auth_cache_seconds,
+                cache_size=settings.edge_auth_cache_size,
+            ),
+            metadata=MetadataClient(metadata_http),
+            blob=BlobClient(blob_http),
+            rate_limiter=RateLimiter(settings.edge_rate_limit, settings.redis_url),
+            upload_tokens=UploadTokenClient(auth_http),
         )
-        app.state.metadata = MetadataClient(metadata_http)
-        app.state.blob = BlobClient(blob_http)
+        if dashboard is not None:
+            state.dashboard = dashboard.state(
+                AccountsClient(
+                    auth_http,
+                    cache_seconds=settings.edge_auth_cache_seconds,
+                    cache_size=settings.edge_auth_cache_size,
+                ),
+                state.metadata,
+                state.blob,
+            )
+        install_state(app, state)
         sweeper = None
         if settings.sweep_interval_seconds > 0:
             sweeper = asyncio.create_task(
                 sweep_forever(
-                    app.state.metadata,
-                    app.state.blob,
+                    state.metadata,
+                    state.blob,
                     interval=settings.sweep_interval_seconds,
                     intent_age=settings.sweep_intent_age_seconds,
                     tombstone_age=settings.sweep_tombstone_age_seconds,
@@ -69,6 +136,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            clear_state(app)
             if sweeper is not None:
                 sweeper.cancel()
             for http in (auth_http, metadata_http, blob_http):
@@ -83,18 +151,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_url="/api/openapi.json",
         docs_url="/api/docs",
         redoc_url=None,
+        generate_unique_id_function=operation_id,
     )
-    app.state.settings = settings
-    app.state.rate_limiter = RateLimiter(settings.edge_rate_limit, settings.redis_url)
-    app.include_router(health_router(_dependency_checks(app)))  # type: ignore[arg-type]
+    _tidy_document(app)
+    app.include_router(health_router(_dependency_checks(app)))
     app.include_router(folders.router)
     app.include_router(assets.router)
+    app.include_router(assets.json_router)
+    fast_route(app, assets.router, "/api/assets/{asset_id}", assets.get_asset_fast)
+    app.include_router(usage.router)
+    app.include_router(uploads.router)
+    app.include_router(uploads.json_router)
+    app.add_middleware(uploads.UploadCorsMiddleware)
+    # The dashboard's routes stay out of the OpenAPI document: it describes the public API only.
+    dashboard = Dashboard.install(app, settings) if settings.dashboard_enabled else None
     return app
 
 
 def create_internal_app(public: FastAPI) -> FastAPI:
     """Health and metrics on a port that is never exposed publicly."""
     app = base_app("coffer-edge-internal", service="edge", docs_url=None, redoc_url=None, openapi_url=None)
-    app.include_router(health_router(_dependency_checks(public)))  # type: ignore[arg-type]
+    app.include_router(health_router(_dependency_checks(public)))
     app.include_router(metrics_router())
     return app

@@ -23,3 +23,8 @@ SWEPT = Counter(
     "Stale upload intents and tombstones the sweeper handled, by outcome.",
     ["kind", "outcome"],
 )
+DASHBOARD_LOGINS = Counter(
+    "coffer_dashboard_logins_total",
+    "Dashboard sign-in attempts, by outcome: success, failed, throttled.",
+    ["outcome"],
+)

@@ -1,4 +1,4 @@
-"""Per-key rate limits (CONTRACT §7) with the ``limits`` library: in process, or Redis when set."""
+"""Per-key rate limits (docs/contract.md §7) with the ``limits`` library: in process, or Redis when set."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from limits import parse
 from limits.aio.strategies import FixedWindowRateLimiter
 from limits.storage import storage_from_string
 
-from coffer_kit.errors import CofferError
+from coffer_kit.errors import rate_limited
 
 log = logging.getLogger("coffer.edge.ratelimit")
 
@@ -31,13 +31,11 @@ class RateLimiter:
             if allowed:
                 return
             stats = await self.limiter.get_window_stats(self.item, key_id)
-        except Exception:  # noqa: BLE001 - a limiter outage must not take the API down
+        except Exception:
             log.warning("rate limiter unavailable; allowing the request", exc_info=True)
             return
         retry_after = max(1, math.ceil(stats.reset_time - time.time()))
-        raise CofferError(
-            429,
-            "rate_limited",
+        raise rate_limited(
             f"Too many requests for this key (limit {self.item}); retry in {retry_after} s.",
-            headers={"Retry-After": str(retry_after)},
+            retry_after=retry_after,
         )

@@ -2,10 +2,39 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from annotated_types import Interval
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
+
+from coffer_kit.limits import EXPIRES_IN_MAX, EXPIRES_IN_MIN, MAX_FILE_BYTES, PAGE_LIMIT_MAX, PAGE_OFFSET_MAX
+from coffer_kit.names import NAME_RULES, NAME_SCHEMA, UPLOAD_NAME_SCHEMA
+from coffer_kit.resources import Asset, AssetList, Folder, FolderCreate, FolderList, FolderWithPath
+
+__all__ = [
+    "TOKEN_UPLOAD_BODY",
+    "UPLOAD_BODY",
+    "Asset",
+    "AssetList",
+    "AssetSort",
+    "AssetUpdate",
+    "ErrorEnvelope",
+    "ExpiresIn",
+    "Folder",
+    "FolderCreate",
+    "FolderList",
+    "FolderUpdate",
+    "FolderWithPath",
+    "PageLimit",
+    "PageOffset",
+    "SignedUrl",
+    "Success",
+    "UploadToken",
+    "UploadTokenCreate",
+    "Usage",
+    "errors",
+]
 
 
 def _whole_number(value: Any) -> Any:
@@ -15,9 +44,10 @@ def _whole_number(value: Any) -> Any:
     return value
 
 
-def whole_number(ge: int, le: int | None = None) -> Any:
-    """An integer query parameter within [ge, le] that accepts only integer notation."""
-    return Annotated[int, Interval(ge=ge, le=le), BeforeValidator(_whole_number)]
+# Integer query parameters within their bounds, accepting only integer notation (docs/contract.md §5.1, §5.3).
+PageLimit = Annotated[int, Interval(ge=1, le=PAGE_LIMIT_MAX), BeforeValidator(_whole_number)]
+PageOffset = Annotated[int, Interval(ge=0, le=PAGE_OFFSET_MAX), BeforeValidator(_whole_number)]
+ExpiresIn = Annotated[int, Interval(ge=EXPIRES_IN_MIN, le=EXPIRES_IN_MAX), BeforeValidator(_whole_number)]
 
 
 class ErrorBody(BaseModel):
@@ -33,31 +63,52 @@ class ErrorEnvelope(BaseModel):
     error: ErrorBody
 
 
-class Folder(BaseModel):
-    id: str = Field(examples=["fld_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9"])
+class Usage(BaseModel):
     organizationId: str
-    parentId: str | None = Field(description="Parent folder; null for a root folder.")
-    name: str
-    createdAt: str = Field(
-        description="ISO 8601 UTC with milliseconds.", examples=["2026-11-22T10:15:30.123Z"]
+    usedBytes: int = Field(description="Sum of the live assets' sizes, exact.")
+    quotaBytes: int = Field(description="The organization's storage quota.")
+    assetCount: int = Field(description="Live assets of the organization.")
+
+
+class FolderUpdate(BaseModel):
+    """At least one of the two; ``parentId`` null moves the folder to the root."""
+
+    model_config = ConfigDict(
+        extra="ignore", json_schema_extra={"anyOf": [{"required": ["name"]}, {"required": ["parentId"]}]}
     )
 
-
-class FolderList(BaseModel):
-    folders: list[Folder]
-
-
-class FolderCreate(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    name: str = Field(
-        description="1–255 characters after NFC; no control characters, no '/', not '.' or '..'."
+    # Optional, not nullable: null is refused (400), so the document does not offer it.
+    name: str | SkipJsonSchema[None] = Field(
+        default=None, description="The new name (same rules as on create).", json_schema_extra=NAME_SCHEMA
     )
-    parentId: str | None = Field(default=None, description="Parent folder id; omitted or null = root.")
+    parentId: str | None = Field(default=None, description="The new parent; null = root.")
+
+    def changes(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("name", "parentId") if k in self.model_fields_set}
+
+
+class AssetUpdate(BaseModel):
+    """At least one of the two; ``folderId`` null moves the asset to the root."""
+
+    model_config = ConfigDict(
+        extra="ignore", json_schema_extra={"anyOf": [{"required": ["name"]}, {"required": ["folderId"]}]}
+    )
+
+    # Optional, not nullable: null is refused (400), so the document does not offer it.
+    name: str | SkipJsonSchema[None] = Field(
+        default=None, description="The new name. " + NAME_RULES, json_schema_extra=NAME_SCHEMA
+    )
+    folderId: str | None = Field(default=None, description="The new folder; null = root.")
+
+    def changes(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("name", "folderId") if k in self.model_fields_set}
+
+
+AssetSort = Literal["-createdAt", "createdAt", "name", "-name", "size", "-size"]
 
 
 class Success(BaseModel):
-    success: bool = True
+    success: bool = Field(description="Always true.")
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -67,7 +118,8 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
         401: "Missing, unknown, deleted or expired API key (`unauthorized`).",
         403: "No access to the organization or resource (`forbidden`).",
         404: "Unknown id (`not_found`).",
-        409: "A sibling folder has the same name (`conflict`).",
+        409: "A sibling folder has the same name (`conflict`); a folder cannot move into its own"
+        " subtree (`folder_cycle`).",
         413: "File over 100 MiB (`file_too_large`) or over quota (`quota_exceeded`).",
         415: "Wrong Content-Type (`unsupported_media_type`).",
         429: "Rate limit hit (`rate_limited`); see Retry-After.",
@@ -78,27 +130,6 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
         s: {"model": ErrorEnvelope, "description": descriptions[s]}
         for s in sorted(set(statuses) | set(common))
     }
-
-
-class Asset(BaseModel):
-    id: str = Field(examples=["ast_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9"])
-    organizationId: str
-    folderId: str | None = Field(description="Containing folder; null for root.")
-    key: str = Field(
-        description="Internal storage path `{organizationId}/{assetId}/{filename}`; never changes."
-    )
-    name: str
-    mimeType: str
-    size: int = Field(description="Bytes, counted by the server.")
-    publicUrl: str = Field(description="Public CDN URL; no key needed.")
-    createdAt: str = Field(description="ISO 8601 UTC with milliseconds.")
-
-
-class AssetList(BaseModel):
-    assets: list[Asset]
-    total: int = Field(description="Every matching asset, not just this page.")
-    limit: int
-    offset: int
 
 
 class SignedAsset(BaseModel):
@@ -112,6 +143,69 @@ class SignedUrl(BaseModel):
     url: str = Field(description="CDN URL with `expires` and `signature`; no key needed.")
     expiresIn: int
     asset: SignedAsset
+
+
+_MEDIA_RANGE = r"^(\*|[A-Za-z0-9!#$&^_.+*-]+/[A-Za-z0-9!#$&^_.+*-]+)$"
+
+
+class UploadTokenCreate(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    folderId: str | None = Field(
+        default=None, max_length=64, description="Where the asset goes; omitted or null = root."
+    )
+    name: str | None = Field(
+        default=None,
+        description="Fixes the asset's name; else the file's name. " + NAME_RULES,
+        json_schema_extra=NAME_SCHEMA,
+    )
+    maxBytes: int = Field(
+        default=MAX_FILE_BYTES, ge=1, le=MAX_FILE_BYTES, strict=True, description="Largest file accepted."
+    )
+    contentTypes: list[Annotated[str, Field(pattern=_MEDIA_RANGE, max_length=255)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        description="Media types accepted, `*` wildcards allowed (`image/*`); omitted = any.",
+    )
+    expiresIn: int = Field(default=600, ge=1, le=86_400, strict=True, description="Validity in seconds.")
+
+    def content_types(self) -> list[str] | None:
+        return [t.lower() for t in self.contentTypes] if self.contentTypes is not None else None
+
+
+class UploadToken(BaseModel):
+    token: str = Field(description="`cof_upl_…`: single use; shown once, stored only hashed.")
+    url: str = Field(description="Where the browser posts the file (multipart, no key headers).")
+    expiresAt: str = Field(description="ISO 8601 UTC with milliseconds.")
+    expiresIn: int
+
+
+TOKEN_UPLOAD_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "The file, at most the token's maxBytes.",
+                        },
+                        "name": {
+                            "type": "string",
+                            "description": "Asset name, unless the token fixes it; default: the file name.",
+                            **UPLOAD_NAME_SCHEMA,
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
 
 
 UPLOAD_BODY: dict[str, Any] = {
@@ -128,7 +222,11 @@ UPLOAD_BODY: dict[str, Any] = {
                             "format": "binary",
                             "description": "The file, at most 100 MiB.",
                         },
-                        "name": {"type": "string", "description": "Asset name; defaults to the file name."},
+                        "name": {
+                            "type": "string",
+                            "description": "Asset name; defaults to the file name. " + NAME_RULES,
+                            **UPLOAD_NAME_SCHEMA,
+                        },
                         "folderId": {"type": "string", "description": "Folder id; omitted or empty = root."},
                     },
                 }

@@ -1,4 +1,4 @@
-"""The sweeper: converges what crashes left half-done (DESIGN.md, upload and delete protocols).
+"""The sweeper: converges what crashes left half-done (docs/architecture.md, the upload and delete protocols).
 
 - Upload intents older than a bound: metadata marks them swept (so they can no longer commit),
   blob deletes everything under the asset's prefix, metadata drops the intent.
@@ -43,25 +43,25 @@ async def sweep_once(
         todo = await metadata.sweep_candidates(
             intent_age=intent_age, tombstone_age=tombstone_age, limit=batch
         )
-        for intent in todo["intents"]:
+        for intent in todo.intents:
             try:
-                await blob.delete_prefix(intent["organizationId"], intent["assetId"])
-                await metadata.finish_intent(intent["assetId"])
+                await blob.delete_prefix(intent.organization_id, intent.asset_id)
+                await metadata.finish_intent(intent.asset_id)
                 result.intents += 1
                 SWEPT.labels("intent", "done").inc()
             except CofferError:
                 result.failed += 1
                 SWEPT.labels("intent", "failed").inc()
-        for stone in todo["tombstones"]:
+        for stone in todo.tombstones:
             try:
-                await blob.delete_object(stone["key"])
-                await metadata.finish_delete(stone["assetId"])
+                await blob.delete_object(stone.key)
+                await metadata.finish_delete(stone.asset_id)
                 result.tombstones += 1
                 SWEPT.labels("tombstone", "done").inc()
             except CofferError:
                 result.failed += 1
                 SWEPT.labels("tombstone", "failed").inc()
-        if result.failed or (len(todo["intents"]) < batch and len(todo["tombstones"]) < batch):
+        if result.failed or (len(todo.intents) < batch and len(todo.tombstones) < batch):
             break
     if result.intents or result.tombstones or result.failed:
         log.info(

@@ -13,7 +13,7 @@ from aiohttp import web
 from coffer_edge.clients.base import ServiceClient
 from coffer_kit.errors import CofferError
 from coffer_kit.internal import INTERNAL_TOKEN_HEADER, internal_client
-from coffer_kit.testing import free_port
+from coffer_testkit.testing import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -58,7 +58,8 @@ class StandIn:
             return web.json_response(body, status=status, headers={"Retry-After": "7"})
         return web.Response(status=status, text="not an envelope")
 
-    async def slow(self, request: web.Request) -> web.Response:
+    async def slow(self, _request: web.Request) -> web.Response:
+        # Latency, not synchronisation: longer than the callers' 0.2 s timeouts.
         await asyncio.sleep(2)
         return web.json_response({})
 

@@ -1,19 +1,29 @@
-"""auth client: resolves a key hash to a principal, with a short bounded cache."""
+"""auth clients: API keys to principals (cached), and the dashboard's accounts API."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+from urllib.parse import quote
 
 from cachetools import TLRUCache
 
 from coffer_edge.clients.base import ServiceClient
 from coffer_edge.metrics import AUTH_CACHE
+from coffer_kit import accounts_wire as schemas
+from coffer_kit import wire
 from coffer_kit.internal import InternalClient
 
 CacheKey = tuple[str, str | None]
+
+
+def _seg(value: str) -> str:
+    """A caller-supplied id as one path segment (never a path of its own)."""
+    return quote(value, safe="")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +44,7 @@ class AuthClient(ServiceClient):
         self.cache_seconds = cache_seconds
         # Per-entry deadline: never longer than cache_seconds, never past the key's own expiry.
         self._cache: TLRUCache[CacheKey, tuple[Principal, float]] = TLRUCache(
-            maxsize=cache_size, ttu=lambda _k, v, now: v[1], timer=time.monotonic
+            maxsize=cache_size, ttu=lambda _k, v, _now: v[1], timer=time.monotonic
         )
         # Lookups on their way to auth: concurrent misses for one key wait for the same call.
         self._pending: dict[CacheKey, asyncio.Task[Principal]] = {}
@@ -73,20 +83,264 @@ class AuthClient(ServiceClient):
         headers = {"x-key-hash": key_hash}
         if organization_id is not None:
             headers["x-organization-id"] = organization_id
-        body = await self.json("GET", "/internal/v1/principal", headers=headers, request_id=request_id)
-        expires = body.get("keyExpiresAt")
-        expires_unix = datetime.fromisoformat(expires.replace("Z", "+00:00")).timestamp() if expires else None
-        principal = Principal(
-            organization_id=body["organizationId"],
-            key_id=body["keyId"],
-            key_kind=body["keyKind"],
-            user_id=body.get("userId"),
-            quota_bytes=int(body["quotaBytes"]),
-            key_expires_at=expires_unix,
+        body = await self.call(
+            wire.Principal, "GET", "/internal/v1/principal", headers=headers, request_id=request_id
         )
+        expires = body.key_expires_at
+        expires_unix = datetime.fromisoformat(expires.replace("Z", "+00:00")).timestamp() if expires else None
+        principal = Principal(**body.model_dump(exclude={"key_expires_at"}), key_expires_at=expires_unix)
         ttl = self.cache_seconds
         if expires_unix is not None:
             ttl = min(ttl, expires_unix - time.time())
         if ttl > 0:
             self._cache[cache_key] = (principal, time.monotonic() + ttl)
         return principal
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """A dashboard request as auth needs to see it: the session (hashed) and the browser."""
+
+    session_hash: str | None
+    ip: str | None
+    user_agent: str | None
+    request_id: str | None
+
+    def headers(self) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        if self.session_hash:
+            headers["x-session-hash"] = self.session_hash
+        if self.ip:
+            headers["x-client-ip"] = self.ip
+        if self.user_agent:
+            # Latin-1 safe and bounded: auth keeps at most 255 characters of it.
+            headers["x-client-user-agent"] = (
+                self.user_agent[:1024].encode("latin-1", "replace").decode("latin-1")
+            )
+        return headers
+
+
+SessionKey = tuple[str, str | None]
+
+
+class AccountsClient(ServiceClient):
+    """auth's dashboard API (services/auth/INTERNAL_API.md): sessions, orgs, members, keys, audit.
+
+    Sessions are resolved like keys: by hash, the answer reused for at most ``cache_seconds``
+    (5 s, so a revoked session stops within the bound keys have); this edge's own sign-outs and
+    changes drop the entry at once.
+    """
+
+    service = "auth"
+
+    def __init__(self, http: InternalClient, *, cache_seconds: float, cache_size: int) -> None:
+        super().__init__(http)
+        self._cache: TLRUCache[SessionKey, tuple[schemas.CurrentOut, float]] = TLRUCache(
+            maxsize=cache_size, ttu=lambda _k, v, _now: v[1], timer=time.monotonic
+        )
+        self.cache_seconds = cache_seconds
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        caller: Caller,
+        *,
+        json: Any = None,
+        params: Mapping[str, str | int] | None = None,
+        extra: Mapping[str, str] | None = None,
+    ) -> Any:
+        headers = caller.headers()
+        if extra:
+            headers.update(extra)
+        return await self.json(
+            method,
+            "/internal/v1" + path,
+            headers=headers,
+            json=json,
+            params=params,
+            request_id=caller.request_id,
+        )
+
+    def forget(self, session_hash: str) -> None:
+        """Drop every cached answer for a session (after a sign-out or a change it made)."""
+        for key in [k for k in list(self._cache.keys()) if k[0] == session_hash]:
+            self._cache.pop(key, None)
+
+    # Sessions and accounts
+    async def current(self, caller: Caller, organization_id: str | None = None) -> schemas.CurrentOut:
+        """The signed-in user, their orgs and (with ``organization_id``) their role there."""
+        assert caller.session_hash is not None
+        key = (caller.session_hash, organization_id)
+        hit = self._cache.get(key)
+        if hit is not None:
+            AUTH_CACHE.labels("hit").inc()
+            return hit[0]
+        AUTH_CACHE.labels("miss").inc()
+        extra = {"x-organization-id": organization_id} if organization_id else None
+        body = await self._call("GET", "/sessions/current", caller, extra=extra)
+        current = schemas.CurrentOut.model_validate(body)
+        self._cache[key] = (current, time.monotonic() + self.cache_seconds)
+        return current
+
+    async def register(
+        self, caller: Caller, *, email: str, password: str, invitation_token_hash: str | None
+    ) -> schemas.LoginOut:
+        body = {
+            "email": email,
+            "password": password,
+            "invitationTokenHash": invitation_token_hash,
+            "ip": caller.ip,
+            "userAgent": caller.user_agent,
+        }
+        return schemas.LoginOut.model_validate(await self._call("POST", "/users", caller, json=body))
+
+    async def login(self, caller: Caller, *, email: str, password: str) -> schemas.LoginOut:
+        body = {"email": email, "password": password, "ip": caller.ip, "userAgent": caller.user_agent}
+        answer = schemas.LoginOut.model_validate(await self._call("POST", "/sessions", caller, json=body))
+        if caller.session_hash:
+            self.forget(caller.session_hash)
+        return answer
+
+    async def reauth(self, caller: Caller, *, password: str) -> schemas.LoginOut:
+        body = {"password": password}
+        answer = schemas.LoginOut.model_validate(
+            await self._call("POST", "/sessions/current/reauth", caller, json=body)
+        )
+        if caller.session_hash:
+            self.forget(caller.session_hash)
+        return answer
+
+    async def logout(self, caller: Caller) -> None:
+        if caller.session_hash:
+            self.forget(caller.session_hash)
+        await self._call("DELETE", "/sessions/current", caller)
+
+    async def sessions(self, caller: Caller) -> list[schemas.SessionOut]:
+        return schemas.SessionsOut.model_validate(
+            await self._call("GET", "/users/me/sessions", caller)
+        ).sessions
+
+    async def revoke_session(self, caller: Caller, session_id: str) -> None:
+        await self._call("DELETE", f"/users/me/sessions/{_seg(session_id)}", caller)
+
+    async def revoke_other_sessions(self, caller: Caller) -> int:
+        body = await self._call("DELETE", "/users/me/sessions", caller, params={"others": "true"})
+        return schemas.RevokedOut.model_validate(body).revoked
+
+    async def change_password(self, caller: Caller, *, current: str, new: str, revoke_others: bool) -> int:
+        body = {"current": current, "new": new, "revokeOthers": revoke_others}
+        answer = await self._call("POST", "/users/me/password", caller, json=body)
+        return schemas.RevokedOut.model_validate(answer).revoked
+
+    async def my_keys(self, caller: Caller) -> list[schemas.KeyOut]:
+        return schemas.KeysOut.model_validate(await self._call("GET", "/users/me/keys", caller)).keys
+
+    async def reset_preview(self, caller: Caller, token_hash: str) -> schemas.ResetPreviewOut:
+        body = await self._call("GET", f"/password-resets/{_seg(token_hash)}", caller)
+        return schemas.ResetPreviewOut.model_validate(body)
+
+    async def reset_consume(self, caller: Caller, *, token_hash: str, password: str) -> schemas.ResetDoneOut:
+        body = {"tokenHash": token_hash, "password": password}
+        answer = await self._call("POST", "/password-resets/consume", caller, json=body)
+        return schemas.ResetDoneOut.model_validate(answer)
+
+    # Organizations and members
+    async def create_org(self, caller: Caller, name: str) -> schemas.OrgOut:
+        return schemas.OrgOut.model_validate(await self._call("POST", "/orgs", caller, json={"name": name}))
+
+    async def rename_org(self, caller: Caller, org_id: str, name: str) -> schemas.OrgOut:
+        body = await self._call("PATCH", f"/orgs/{_seg(org_id)}", caller, json={"name": name})
+        return schemas.OrgOut.model_validate(body)
+
+    async def members(self, caller: Caller, org_id: str) -> list[schemas.MemberOut]:
+        body = await self._call("GET", f"/orgs/{_seg(org_id)}/members", caller)
+        return schemas.MembersOut.model_validate(body).members
+
+    async def set_role(self, caller: Caller, org_id: str, user_id: str, role: str) -> schemas.MemberOut:
+        path = f"/orgs/{_seg(org_id)}/members/{_seg(user_id)}"
+        return schemas.MemberOut.model_validate(await self._call("PATCH", path, caller, json={"role": role}))
+
+    async def remove_member(self, caller: Caller, org_id: str, user_id: str) -> None:
+        await self._call("DELETE", f"/orgs/{_seg(org_id)}/members/{_seg(user_id)}", caller)
+
+    # Invitations
+    async def invite(
+        self, caller: Caller, org_id: str, *, email: str, role: str
+    ) -> schemas.InvitationCreatedOut:
+        body = await self._call(
+            "POST", f"/orgs/{_seg(org_id)}/invitations", caller, json={"email": email, "role": role}
+        )
+        return schemas.InvitationCreatedOut.model_validate(body)
+
+    async def renew_invitation(
+        self, caller: Caller, org_id: str, invitation_id: str
+    ) -> schemas.InvitationCreatedOut:
+        path = f"/orgs/{_seg(org_id)}/invitations/{_seg(invitation_id)}/renew"
+        return schemas.InvitationCreatedOut.model_validate(await self._call("POST", path, caller))
+
+    async def invitations(self, caller: Caller, org_id: str) -> list[schemas.InvitationOut]:
+        body = await self._call("GET", f"/orgs/{_seg(org_id)}/invitations", caller)
+        return schemas.InvitationsOut.model_validate(body).invitations
+
+    async def revoke_invitation(self, caller: Caller, org_id: str, invitation_id: str) -> None:
+        await self._call("DELETE", f"/orgs/{_seg(org_id)}/invitations/{_seg(invitation_id)}", caller)
+
+    async def invitation_preview(self, caller: Caller, token_hash: str) -> schemas.InvitationPreviewOut:
+        body = await self._call("GET", f"/invitations/{_seg(token_hash)}", caller)
+        return schemas.InvitationPreviewOut.model_validate(body)
+
+    async def accept_invitation(self, caller: Caller, token_hash: str) -> schemas.OrgOut:
+        body = await self._call("POST", "/invitations/accept", caller, json={"tokenHash": token_hash})
+        return schemas.OrgOut.model_validate(body)
+
+    # API keys
+    async def keys(self, caller: Caller, org_id: str) -> list[schemas.KeyOut]:
+        return schemas.KeysOut.model_validate(
+            await self._call("GET", f"/orgs/{_seg(org_id)}/keys", caller)
+        ).keys
+
+    async def create_key(
+        self, caller: Caller, org_id: str, *, kind: str, name: str, expires_in: int | None
+    ) -> schemas.KeyCreatedOut:
+        body = {"kind": kind, "name": name, "expiresIn": expires_in}
+        answer = await self._call("POST", f"/orgs/{_seg(org_id)}/keys", caller, json=body)
+        return schemas.KeyCreatedOut.model_validate(answer)
+
+    async def delete_key(self, caller: Caller, org_id: str, key_id: str) -> None:
+        await self._call("DELETE", f"/orgs/{_seg(org_id)}/keys/{_seg(key_id)}", caller)
+
+    async def rotate_key(
+        self, caller: Caller, org_id: str, key_id: str, grace_seconds: int
+    ) -> schemas.KeyRotatedOut:
+        path = f"/orgs/{_seg(org_id)}/keys/{_seg(key_id)}/rotate"
+        answer = await self._call("POST", path, caller, json={"graceSeconds": grace_seconds})
+        return schemas.KeyRotatedOut.model_validate(answer)
+
+    # Audit log
+    async def audit(
+        self, caller: Caller, org_id: str, params: Mapping[str, str | int]
+    ) -> schemas.AuditPageOut:
+        body = await self._call("GET", f"/orgs/{_seg(org_id)}/audit", caller, params=params)
+        return schemas.AuditPageOut.model_validate(body)
+
+    async def record(
+        self,
+        caller: Caller,
+        org_id: str,
+        action: str,
+        *,
+        target_type: str,
+        target_id: str,
+        target_label: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        """Record a file-browser action (edge did it with metadata and blob; auth keeps the log)."""
+        body = {
+            "action": action,
+            "targetType": target_type,
+            "targetId": target_id,
+            "targetLabel": target_label,
+            "details": details,
+        }
+        await self._call("POST", f"/orgs/{_seg(org_id)}/audit", caller, json=body)

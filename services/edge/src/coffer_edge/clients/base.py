@@ -2,15 +2,46 @@
 
 from __future__ import annotations
 
+import errno
 import json as jsonlib
+import logging
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
+from aiohttp.http import RawResponseMessage
+from pydantic import BaseModel
 
-from coffer_kit.internal import TRANSPORT_ERRORS, InternalClient, relay_error, transport_error
+from coffer_kit.internal import TRANSPORT_ERRORS, Attempt, InternalClient, relay_error, transport_error
+
+log = logging.getLogger("coffer.edge.clients")
+
+# Stale pooled connections one call may meet in a row (a restarted service leaves every
+# connection to it stale); each one that fails is dropped from the pool.
+MAX_STALE_RETRIES = 3
+
+
+def never_reached(exc: BaseException, attempt: Attempt) -> bool:
+    """Whether a failed call provably never reached the server, so any method may be resent.
+
+    That is a connection taken from the pool that the server had already closed: it ends
+    before a single byte of a response (a clean close, or a reset of what we wrote). uvicorn
+    closes a connection only between requests (keep-alive timeout, shutdown, or after an
+    error) and answers every request it has read, so on such a connection our request was
+    never read. A fresh connection, or a failure after part of a response, proves nothing:
+    those are never resent.
+    """
+    if not attempt.reused:
+        return False
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return not isinstance(exc.message, RawResponseMessage)  # no part of a response came
+    if isinstance(exc, aiohttp.ClientOSError):
+        return exc.errno in (errno.ECONNRESET, errno.EPIPE)
+    return False
+
 
 Params = Mapping[str, str | int | float]
+M = TypeVar("M", bound=BaseModel)
 
 
 class ServiceClient:
@@ -37,7 +68,8 @@ class ServiceClient:
 
         Transport failures and timeouts become 503, error envelopes are relayed. ``content`` is
         sent as it is produced (chunked), never gathered; ``timeout`` bounds the whole call in
-        place of the client's own timeouts.
+        place of the client's own timeouts. A call that met a stale pooled connection is resent
+        (``never_reached``) unless its body was a stream, which cannot be sent twice.
         """
         sent = dict(headers) if headers else {}
         if request_id:
@@ -45,23 +77,36 @@ class ServiceClient:
         options: dict[str, Any] = {}
         if timeout is not None:
             options["timeout"] = aiohttp.ClientTimeout(total=timeout)
-        try:
-            async with self.http.session.request(
-                method,
-                self.http.url(path),
-                headers=sent,
-                params=params,
-                json=json,
-                data=content,
-                allow_redirects=False,
-                **options,
-            ) as response:
-                body = await response.read()
-        except TRANSPORT_ERRORS as exc:
-            raise transport_error(self.service) from exc
+        retries = 0
+        while True:
+            attempt = Attempt()
+            try:
+                async with self.http.session.request(
+                    method,
+                    self.http.url(path),
+                    headers=sent,
+                    params=params,
+                    json=json,
+                    data=content,
+                    allow_redirects=False,
+                    trace_request_ctx=attempt,
+                    **options,
+                ) as response:
+                    body = await response.read()
+                break
+            except TRANSPORT_ERRORS as exc:
+                if content is None and retries < MAX_STALE_RETRIES and never_reached(exc, attempt):
+                    retries += 1
+                    log.info("resending a call a stale pooled connection refused", extra={"error": repr(exc)})
+                    continue
+                raise transport_error(self.service) from exc
         if response.status >= 400:
             raise relay_error(response.status, response.headers, body, self.service)
         return body
 
     async def json(self, method: str, path: str, **kwargs: Any) -> Any:
         return jsonlib.loads(await self.request(method, path, **kwargs))
+
+    async def call(self, answer: type[M], method: str, path: str, **kwargs: Any) -> M:
+        """Send a request and parse the body of a success as ``answer``."""
+        return answer.model_validate_json(await self.request(method, path, **kwargs))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 from urllib.parse import quote
 
 from coffer_edge.clients.base import ServiceClient
+from coffer_kit.wire import Deleted, SignIn, SignOut, Stored
 
 
 class BlobClient(ServiceClient):
@@ -14,9 +14,10 @@ class BlobClient(ServiceClient):
 
     async def upload(
         self, org_id: str, asset_id: str, body: AsyncIterator[bytes], content_type: str, *, request_id: str
-    ) -> Any:
-        """Stream a multipart body to blob; answers key, size, sha256, mimeType and the form fields."""
-        return await self.json(
+    ) -> Stored:
+        """Stream a multipart body to blob; answers what it stored, and the form fields."""
+        return await self.call(
+            Stored,
             "POST",
             f"/internal/v1/uploads/{org_id}/{asset_id}",
             content=body,
@@ -25,13 +26,18 @@ class BlobClient(ServiceClient):
         )
 
     async def delete_object(self, key: str, *, request_id: str | None = None) -> None:
-        await self.request("DELETE", f"/internal/v1/objects/{quote(key, safe='/')}", request_id=request_id)
+        await self.call(
+            Deleted, "DELETE", f"/internal/v1/objects/{quote(key, safe='/')}", request_id=request_id
+        )
 
     async def delete_prefix(self, org_id: str, asset_id: str, *, request_id: str | None = None) -> None:
-        await self.request("DELETE", f"/internal/v1/prefixes/{org_id}/{asset_id}", request_id=request_id)
+        await self.call(
+            Deleted, "DELETE", f"/internal/v1/prefixes/{org_id}/{asset_id}", request_id=request_id
+        )
 
     async def sign(self, key: str, expires_in: int, *, request_id: str) -> str:
-        body = await self.json(
-            "POST", "/internal/v1/sign", json={"key": key, "expiresIn": expires_in}, request_id=request_id
+        body = SignIn(key=key, expires_in=expires_in)
+        signed = await self.call(
+            SignOut, "POST", "/internal/v1/sign", json=body.model_dump(by_alias=True), request_id=request_id
         )
-        return str(body["url"])
+        return signed.url

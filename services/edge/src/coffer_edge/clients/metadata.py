@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-import json as jsonlib
 from typing import Any
 from urllib.parse import quote
 
 from coffer_edge.clients.base import ServiceClient
+from coffer_kit.resources import Asset, Folder, FolderWithPath
+from coffer_kit.wire import (
+    Done,
+    Hidden,
+    IntentIn,
+    IntentOut,
+    StoredUsage,
+    SweepCandidates,
+    UploadCommit,
+    UploadTarget,
+)
 
 
 def _seg(value: str) -> str:
@@ -26,33 +36,74 @@ class MetadataClient(ServiceClient):
             "GET", f"/internal/v1/orgs/{org_id}/folders", params=params, request_id=request_id
         )
 
-    async def create_folder(self, org_id: str, name: str, parent_id: str | None, *, request_id: str) -> Any:
-        return await self.json(
+    async def get_folder_body(self, org_id: str, folder_id: str, *, request_id: str) -> bytes:
+        """The folder with its ``path`` (root folder first), as the public body."""
+        return await self.request(
+            "GET", f"/internal/v1/orgs/{org_id}/folders/{_seg(folder_id)}", request_id=request_id
+        )
+
+    async def get_folder(self, org_id: str, folder_id: str, *, request_id: str) -> FolderWithPath:
+        body = await self.get_folder_body(org_id, folder_id, request_id=request_id)
+        return FolderWithPath.model_validate_json(body)
+
+    async def create_folder(
+        self, org_id: str, name: str, parent_id: str | None, *, request_id: str
+    ) -> Folder:
+        return await self.call(
+            Folder,
             "POST",
             f"/internal/v1/orgs/{org_id}/folders",
             json={"name": name, "parentId": parent_id},
             request_id=request_id,
         )
 
-    async def delete_folder(self, org_id: str, folder_id: str, *, request_id: str) -> Any:
-        return await self.json(
-            "DELETE", f"/internal/v1/orgs/{org_id}/folders/{_seg(folder_id)}", request_id=request_id
+    async def update_folder(
+        self, org_id: str, folder_id: str, changes: dict[str, Any], *, request_id: str
+    ) -> bytes:
+        """Rename and/or move: ``changes`` holds only the fields the client sent."""
+        return await self.request(
+            "PATCH",
+            f"/internal/v1/orgs/{org_id}/folders/{_seg(folder_id)}",
+            json=changes,
+            request_id=request_id,
+        )
+
+    async def delete_folder(self, org_id: str, folder_id: str, *, request_id: str) -> Done:
+        return await self.call(
+            Done, "DELETE", f"/internal/v1/orgs/{org_id}/folders/{_seg(folder_id)}", request_id=request_id
         )
 
     # Assets
-    async def register_intent(self, org_id: str, asset_id: str, *, request_id: str) -> Any:
-        return await self.json(
-            "POST", f"/internal/v1/orgs/{org_id}/intents", json={"assetId": asset_id}, request_id=request_id
+    async def register_intent(self, org_id: str, asset_id: str, *, request_id: str) -> IntentOut:
+        body = IntentIn(asset_id=asset_id).model_dump(by_alias=True)
+        return await self.call(
+            IntentOut, "POST", f"/internal/v1/orgs/{org_id}/intents", json=body, request_id=request_id
         )
 
-    async def abandon_intent(self, org_id: str, asset_id: str, *, request_id: str) -> Any:
-        return await self.json(
-            "DELETE", f"/internal/v1/orgs/{org_id}/intents/{asset_id}", request_id=request_id
+    async def abandon_intent(self, org_id: str, asset_id: str, *, request_id: str) -> Done:
+        return await self.call(
+            Done, "DELETE", f"/internal/v1/orgs/{org_id}/intents/{asset_id}", request_id=request_id
         )
 
-    async def commit_upload(self, org_id: str, asset: dict[str, Any], *, request_id: str) -> Any:
-        return await self.json(
-            "POST", f"/internal/v1/orgs/{org_id}/assets", json=asset, request_id=request_id
+    async def commit_upload(self, org_id: str, asset: UploadCommit, *, request_id: str) -> bytes:
+        """The asset as the public body (metadata writes it as the contract does)."""
+        return await self.request(
+            "POST",
+            f"/internal/v1/orgs/{org_id}/assets",
+            json=asset.model_dump(by_alias=True),
+            request_id=request_id,
+        )
+
+    async def check_upload_target(
+        self, org_id: str, folder_id: str | None, name: str | None, *, request_id: str
+    ) -> UploadTarget:
+        """The folder exists and is the organization's, the name is valid (answered normalised)."""
+        return await self.call(
+            UploadTarget,
+            "POST",
+            f"/internal/v1/orgs/{org_id}/upload-targets",
+            json=UploadTarget(folder_id=folder_id, name=name).model_dump(by_alias=True),
+            request_id=request_id,
         )
 
     async def list_assets(self, org_id: str, params: dict[str, Any], *, request_id: str) -> bytes:
@@ -65,22 +116,42 @@ class MetadataClient(ServiceClient):
             "GET", f"/internal/v1/orgs/{org_id}/assets/{_seg(asset_id)}", request_id=request_id
         )
 
-    async def get_asset(self, org_id: str, asset_id: str, *, request_id: str) -> Any:
-        return jsonlib.loads(await self.get_asset_body(org_id, asset_id, request_id=request_id))
+    async def get_asset(self, org_id: str, asset_id: str, *, request_id: str) -> Asset:
+        return Asset.model_validate_json(await self.get_asset_body(org_id, asset_id, request_id=request_id))
+
+    async def update_asset(
+        self, org_id: str, asset_id: str, changes: dict[str, Any], *, request_id: str
+    ) -> bytes:
+        """Rename and/or move: ``changes`` holds only the fields the client sent."""
+        return await self.request(
+            "PATCH",
+            f"/internal/v1/orgs/{org_id}/assets/{_seg(asset_id)}",
+            json=changes,
+            request_id=request_id,
+        )
 
     async def hide_asset(self, org_id: str, asset_id: str, *, request_id: str) -> str:
-        body = await self.json(
-            "POST", f"/internal/v1/orgs/{org_id}/assets/{_seg(asset_id)}/tombstone", request_id=request_id
+        hidden = await self.call(
+            Hidden,
+            "POST",
+            f"/internal/v1/orgs/{org_id}/assets/{_seg(asset_id)}/tombstone",
+            request_id=request_id,
         )
-        return str(body["key"])
+        return hidden.key
 
     async def finish_delete(self, asset_id: str, *, request_id: str | None = None) -> None:
-        await self.request("DELETE", f"/internal/v1/tombstones/{asset_id}", request_id=request_id)
+        await self.call(Done, "DELETE", f"/internal/v1/tombstones/{asset_id}", request_id=request_id)
+
+    async def usage(self, org_id: str, *, request_id: str) -> StoredUsage:
+        """Bytes and assets the organization stores, exact."""
+        return await self.call(StoredUsage, "GET", f"/internal/v1/orgs/{org_id}/usage", request_id=request_id)
 
     # Sweeper
-    async def sweep_candidates(self, *, intent_age: float, tombstone_age: float, limit: int) -> Any:
+    async def sweep_candidates(
+        self, *, intent_age: float, tombstone_age: float, limit: int
+    ) -> SweepCandidates:
         params = {"intentAgeSeconds": intent_age, "tombstoneAgeSeconds": tombstone_age, "limit": limit}
-        return await self.json("POST", "/internal/v1/sweep", params=params)
+        return await self.call(SweepCandidates, "POST", "/internal/v1/sweep", params=params)
 
     async def finish_intent(self, asset_id: str) -> None:
-        await self.request("DELETE", f"/internal/v1/sweep/intents/{asset_id}")
+        await self.call(Done, "DELETE", f"/internal/v1/sweep/intents/{asset_id}")

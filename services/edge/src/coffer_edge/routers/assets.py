@@ -1,36 +1,62 @@
-"""``/api/assets`` (CONTRACT §5): edge's half of the upload and delete protocols."""
+"""``/api/assets`` (docs/contract.md §5): edge's half of the upload and delete protocols."""
 
 from __future__ import annotations
 
+import asyncio
+import fnmatch
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from starlette.requests import ClientDisconnect
 
-from coffer_edge.clients.auth import Principal
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
-from coffer_edge.deps import BlobDep, MetadataDep, PrincipalDep, RequestIdDep
+from coffer_edge.deps import BlobDep, MetadataDep, PrincipalDep, RequestIdDep, authenticate, edge_state
 from coffer_edge.metrics import UPLOAD_BYTES, UPLOAD_DURATION, UPLOADS
-from coffer_edge.schemas import UPLOAD_BODY, AssetList, SignedUrl, Success, errors, whole_number
+from coffer_edge.routers.folders import JSONRoute
+from coffer_edge.schemas import (
+    UPLOAD_BODY,
+    AssetList,
+    AssetSort,
+    AssetUpdate,
+    ExpiresIn,
+    PageLimit,
+    PageOffset,
+    SignedAsset,
+    SignedUrl,
+    Success,
+    errors,
+)
 from coffer_edge.schemas import Asset as AssetOut
-from coffer_kit.errors import CofferError
-from coffer_kit.ids import new_id
-from coffer_kit.urls import MAX_FILE_BYTES
+from coffer_kit.errors import (
+    CofferError,
+    file_too_large,
+    invalid,
+    request_id_of,
+    unavailable,
+    unsupported_media_type,
+)
+from coffer_kit.ids import ASSET, new_id
+from coffer_kit.limits import (
+    EXPIRES_IN_DEFAULT,
+    MAX_FILE_BYTES,
+    PAGE_LIMIT_DEFAULT,
+    PAGE_OFFSET_DEFAULT,
+)
+from coffer_kit.wire import Stored, UploadCommit
 
 log = logging.getLogger("coffer.edge.assets")
 router = APIRouter(prefix="/api/assets", tags=["assets"])
+# Routes with a JSON body: the media type is checked before the body is parsed.
+json_router = APIRouter(prefix="/api/assets", tags=["assets"], route_class=JSONRoute)
 
 # Room for the multipart framing and the small form fields around a file of the maximum size.
 MULTIPART_OVERHEAD = 1024 * 1024
 MAX_BODY_BYTES = MAX_FILE_BYTES + MULTIPART_OVERHEAD
-
-
-def too_large() -> CofferError:
-    return CofferError(413, "file_too_large", f"The file exceeds {MAX_FILE_BYTES} bytes (100 MiB).")
 
 
 class _CappedBody:
@@ -38,26 +64,44 @@ class _CappedBody:
 
     Why it stopped is kept here: the HTTP client that forwards the body to blob reports a
     failing body as a transport error of its own, whatever the cause.
+
+    Each chunk handed on must be taken within ``write_timeout`` seconds: the HTTP client asks
+    for the next chunk only once the last one is written, so the time spent at ``yield`` is
+    the time blob takes to read it. ``deadline`` (the relay's ``asyncio.timeout``) is armed
+    for that time only, never while waiting for the client.
     """
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: Request, write_timeout: float, max_file_bytes: int = MAX_FILE_BYTES) -> None:
         self.request = request
+        self.write_timeout = write_timeout
+        self.deadline: asyncio.Timeout | None = None
+        self.max_file_bytes = max_file_bytes
+        self.max_body_bytes = max_file_bytes + MULTIPART_OVERHEAD
         self.too_large = False
         self.client_gone = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         seen = 0
+        loop = asyncio.get_running_loop()
         try:
             async for chunk in self.request.stream():
                 seen += len(chunk)
-                if seen > MAX_BODY_BYTES:
+                if seen > self.max_body_bytes:
                     self.too_large = True
-                    raise too_large()
+                    raise file_too_large(self.max_file_bytes)
                 if chunk:
+                    self._arm(loop.time() + self.write_timeout)
                     yield chunk
+                    self._arm(None)
         except ClientDisconnect:
             self.client_gone = True
             raise
+        finally:
+            self._arm(None)
+
+    def _arm(self, when: float | None) -> None:
+        if self.deadline is not None and not self.deadline.expired():
+            self.deadline.reschedule(when)
 
 
 def _require_multipart(request: Request) -> str:
@@ -66,22 +110,45 @@ def _require_multipart(request: Request) -> str:
         content_type.split(";", 1)[0].strip().lower() != "multipart/form-data"
         or "boundary=" not in content_type
     ):
-        raise CofferError(
-            415, "unsupported_media_type", "Upload the file as multipart/form-data with a 'file' part."
-        )
+        raise unsupported_media_type("Upload the file as multipart/form-data with a 'file' part.")
     return content_type
 
 
-def _check_length(request: Request) -> None:
+def _check_length(request: Request, max_file_bytes: int = MAX_FILE_BYTES) -> None:
     declared = request.headers.get("content-length")
     if declared is None:
         return
     try:
         length = int(declared)
     except ValueError:
-        raise CofferError(400, "invalid_request", "Content-Length is not a number.") from None
-    if length > MAX_BODY_BYTES:
-        raise too_large()
+        raise invalid("Content-Length is not a number.") from None
+    if length > max_file_bytes + MULTIPART_OVERHEAD:
+        raise file_too_large(max_file_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class UploadScope:
+    """Where an upload goes and what it may be: a key's upload is bounded by the contract's
+    limits alone; an upload token's (routers/uploads.py) also by the token's scope."""
+
+    organization_id: str
+    quota_bytes: int
+    max_bytes: int = MAX_FILE_BYTES
+    # Media ranges the stored file's mimeType must match (``image/*``); None = any.
+    content_types: tuple[str, ...] | None = None
+    # A fixed name and folder; the form's own fields are used only when these are not fixed.
+    name: str | None = None
+    folder_id: str | None = None
+    fixed_folder: bool = False
+    # Called with the asset id just before the commit (a token's single use); ``release`` after
+    # a commit that was definitely refused.
+    claim: Callable[[str], Awaitable[None]] | None = None
+    release: Callable[[str], Awaitable[None]] | None = None
+
+
+def media_type_allowed(mime_type: str, allowed: tuple[str, ...]) -> bool:
+    """Whether ``mime_type`` matches one of the media ranges (``*``, ``image/*``, ``text/plain``)."""
+    return any(fnmatch.fnmatchcase(mime_type, pattern) for pattern in allowed)
 
 
 @router.post(
@@ -91,31 +158,83 @@ async def upload_asset(
     request: Request, principal: PrincipalDep, metadata: MetadataDep, blob: BlobDep, rid: RequestIdDep
 ) -> Any:
     """Upload a file (multipart/form-data: `file`, optional `name` and `folderId`)."""
+    scope = UploadScope(organization_id=principal.organization_id, quota_bytes=principal.quota_bytes)
+    return await upload_response(request, scope, metadata, blob, rid)
+
+
+async def upload_response(
+    request: Request, scope: UploadScope, metadata: MetadataClient, blob: BlobClient, rid: str
+) -> Response:
+    """An upload, answered with metadata's body as it is: it is the public body byte for byte,
+    so decoding, validating and encoding it again would only cost CPU (the response model
+    stays in the decorator for the OpenAPI document)."""
+    body = await counted_upload_body(request, scope, metadata, blob, rid)
+    return Response(body, status_code=201, media_type="application/json")
+
+
+async def counted_upload(
+    request: Request, scope: UploadScope, metadata: MetadataClient, blob: BlobClient, rid: str
+) -> AssetOut:
+    """An upload, counted in the upload metrics by outcome: the asset stored."""
+    return AssetOut.model_validate_json(await counted_upload_body(request, scope, metadata, blob, rid))
+
+
+async def counted_upload_body(
+    request: Request, scope: UploadScope, metadata: MetadataClient, blob: BlobClient, rid: str
+) -> bytes:
+    """An upload, counted in the upload metrics by outcome: the asset as the public body."""
     started = time.perf_counter()
     outcome = "failed"
     try:
-        asset = await _upload(request, principal, metadata, blob, rid)
+        body, size = await _upload(request, scope, metadata, blob, rid)
     except CofferError as exc:
         # quota_exceeded and file_too_large are worth telling apart; other refusals are not.
         outcome = exc.code if exc.status == 413 else "rejected" if exc.status < 500 else "failed"
         raise
     else:
         outcome = "created"
-        UPLOAD_BYTES.inc(asset["size"])
-        return asset
+        UPLOAD_BYTES.inc(size)
+        return body
     finally:
         UPLOADS.labels(outcome).inc()
         UPLOAD_DURATION.labels(outcome).observe(time.perf_counter() - started)
 
 
+def _outside_scope(stored: Stored, scope: UploadScope) -> CofferError | None:
+    """Why the stored file is not one this upload may keep (a token's size or media types)."""
+    if stored.size > scope.max_bytes:
+        return file_too_large(scope.max_bytes)
+    if scope.content_types is not None and not media_type_allowed(stored.mime_type, scope.content_types):
+        return unsupported_media_type(
+            f"This upload accepts {', '.join(scope.content_types)}, not {stored.mime_type}."
+        )
+    return None
+
+
+async def _relay(
+    body: _CappedBody, blob: BlobClient, org: str, asset_id: str, content_type: str, rid: str
+) -> Any:
+    """Stream the body to blob; 503 if blob stops taking it (``_CappedBody``'s write timeout)."""
+    try:
+        async with asyncio.timeout(None) as deadline:
+            body.deadline = deadline
+            try:
+                return await blob.upload(org, asset_id, body.__aiter__(), content_type, request_id=rid)
+            finally:
+                body.deadline = None  # the body may be finalised after the timeout is left
+    except TimeoutError:
+        raise unavailable("The blob service stopped reading the upload.") from None
+
+
 async def _upload(
-    request: Request, principal: Principal, metadata: MetadataClient, blob: BlobClient, rid: str
-) -> dict[str, Any]:
-    """DESIGN.md's upload protocol: intent, stream to blob, commit in metadata, or clean up."""
+    request: Request, scope: UploadScope, metadata: MetadataClient, blob: BlobClient, rid: str
+) -> tuple[bytes, int]:
+    """The upload protocol (docs/architecture.md): intent, stream to blob, commit in metadata, or
+    clean up. Answers the asset as the public body, and its size."""
     content_type = _require_multipart(request)
-    _check_length(request)
-    org = principal.organization_id
-    asset_id = new_id("ast")
+    _check_length(request, scope.max_bytes)
+    org = scope.organization_id
+    asset_id = new_id(ASSET)
     await metadata.register_intent(org, asset_id, request_id=rid)
 
     async def discard() -> None:
@@ -126,38 +245,47 @@ async def _upload(
         except CofferError:
             log.warning("cleanup deferred to the sweeper", extra={"asset_id": asset_id, "request_id": rid})
 
-    body = _CappedBody(request)
+    body = _CappedBody(request, edge_state(request).settings.edge_blob_write_timeout_seconds, scope.max_bytes)
     try:
-        stored = await blob.upload(org, asset_id, body.__aiter__(), content_type, request_id=rid)
+        stored = await _relay(body, blob, org, asset_id, content_type, rid)
     except (CofferError, ClientDisconnect):
         await discard()
         if body.too_large:
-            raise too_large() from None
+            raise file_too_large(scope.max_bytes) from None
         if body.client_gone:
-            raise CofferError(
-                400, "invalid_request", "The client went away before the upload finished."
-            ) from None
+            raise invalid("The client went away before the upload finished.") from None
         raise
 
-    fields = stored.get("fields") or {}
-    asset = {
-        "id": asset_id,
-        "key": stored["key"],
+    refusal = _outside_scope(stored, scope)
+    if refusal is not None:
+        await discard()
+        raise refusal
+    asset = UploadCommit(
+        id=asset_id,
+        key=stored.key,
         # An empty name field (as an HTML form sends it) means "use the file name".
-        "name": fields.get("name") or None,
-        "filename": stored["filename"],
-        "folderId": fields.get("folderId") or None,
-        "mimeType": stored["mimeType"],
-        "size": stored["size"],
-        "sha256": stored["sha256"],
-        "quotaBytes": principal.quota_bytes,
-    }
+        name=scope.name or stored.fields.name or None,
+        filename=stored.filename,
+        folder_id=scope.folder_id if scope.fixed_folder else stored.fields.folder_id or None,
+        mime_type=stored.mime_type,
+        size=stored.size,
+        sha256=stored.sha256,
+        quota_bytes=scope.quota_bytes,
+    )
+    if scope.claim is not None:
+        try:
+            await scope.claim(asset_id)
+        except CofferError:
+            await discard()
+            raise
     try:
-        return await metadata.commit_upload(org, asset, request_id=rid)  # type: ignore[no-any-return]
+        return await metadata.commit_upload(org, asset, request_id=rid), stored.size
     except CofferError as exc:
         if 400 <= exc.status < 500:
             # A definite refusal: the transaction rolled back, so the bytes must go.
             await discard()
+            if scope.release is not None:
+                await scope.release(asset_id)
         # Otherwise the outcome is unknown (metadata may have committed): the sweeper decides
         # safely later, because a committed upload no longer has an intent.
         raise
@@ -171,19 +299,28 @@ async def list_assets(
     principal: PrincipalDep,
     metadata: MetadataDep,
     rid: RequestIdDep,
-    limit: Annotated[whole_number(1, 100), Query(description="Page size, 1–100.")] = 50,
-    offset: Annotated[whole_number(0), Query(description="Assets to skip.")] = 0,
+    limit: Annotated[PageLimit, Query(description="Page size, 1–100.")] = PAGE_LIMIT_DEFAULT,
+    offset: Annotated[PageOffset, Query(description="Assets to skip.")] = PAGE_OFFSET_DEFAULT,
     folder_id: Annotated[
         str | None,
         Query(
             alias="folderId", description="Omitted: all assets; empty: root level only; an id: that folder."
         ),
     ] = None,
+    q: Annotated[
+        str | None,
+        Query(min_length=1, max_length=255, description="Only names containing this, in any case."),
+    ] = None,
+    sort: Annotated[
+        AssetSort, Query(description="Order; ties by id in the same direction. Default `-createdAt`.")
+    ] = "-createdAt",
 ) -> Response:
-    """List assets, newest first, with the total that match."""
-    params: dict[str, Any] = {"limit": limit, "offset": offset}
+    """List assets (newest first by default), with the total that match; search by name."""
+    params: dict[str, Any] = {"limit": limit, "offset": offset, "sort": sort}
     if folder_id is not None:
         params["folderId"] = folder_id
+    if q is not None:
+        params["q"] = q
     page = await metadata.list_assets(principal.organization_id, params, request_id=rid)
     return Response(page, media_type="application/json")
 
@@ -197,34 +334,62 @@ async def get_asset(
     return Response(asset, media_type="application/json")
 
 
+async def get_asset_fast(request: Request) -> Response:
+    """``get_asset`` with its dependencies resolved by hand, for coffer_kit.fastpath: the
+    same authentication, rate limit, client and request id, without FastAPI's solver."""
+    headers = request.headers
+    principal = await authenticate(request, headers.get("x-api-key"), headers.get("x-organization-id"))
+    metadata = edge_state(request).metadata
+    return await get_asset(request.path_params["asset_id"], principal, metadata, request_id_of(request) or "")
+
+
+@json_router.patch("/{asset_id}", response_model=AssetOut, responses=errors(404, 415))
+async def update_asset(
+    asset_id: str, body: AssetUpdate, principal: PrincipalDep, metadata: MetadataDep, rid: RequestIdDep
+) -> Response:
+    """Rename and/or move an asset; its key, publicUrl and signed URLs do not change."""
+    changes = body.changes()
+    if not changes:
+        raise invalid("Send 'name', 'folderId' or both.", field="body")
+    asset = await metadata.update_asset(principal.organization_id, asset_id, changes, request_id=rid)
+    return Response(asset, media_type="application/json")
+
+
 @router.delete("/{asset_id}", response_model=Success, responses=errors(404))
 async def delete_asset(
     asset_id: str, principal: PrincipalDep, metadata: MetadataDep, blob: BlobDep, rid: RequestIdDep
 ) -> Any:
     """Delete an asset's metadata and bytes; its URLs answer 404 afterwards."""
-    key = await metadata.hide_asset(principal.organization_id, asset_id, request_id=rid)
-    # If this fails the tombstone stays: a retried DELETE, or the sweeper, finishes the job.
-    await blob.delete_object(key, request_id=rid)
-    await metadata.finish_delete(asset_id, request_id=rid)
+    await delete_stored_asset(principal.organization_id, asset_id, metadata, blob, rid)
     return {"success": True}
 
 
+async def delete_stored_asset(
+    org_id: str, asset_id: str, metadata: MetadataClient, blob: BlobClient, rid: str
+) -> None:
+    """The delete protocol: tombstone in metadata, delete the bytes, drop the tombstone."""
+    key = await metadata.hide_asset(org_id, asset_id, request_id=rid)
+    # If this fails the tombstone stays: a retried DELETE, or the sweeper, finishes the job.
+    await blob.delete_object(key, request_id=rid)
+    await metadata.finish_delete(asset_id, request_id=rid)
+
+
 @router.get("/{asset_id}/url", response_model=SignedUrl, responses=errors(404))
-async def signed_url(
+async def get_signed_url(
     asset_id: str,
     principal: PrincipalDep,
     metadata: MetadataDep,
     blob: BlobDep,
     rid: RequestIdDep,
     expires_in: Annotated[
-        whole_number(1, 604800), Query(alias="expiresIn", description="Validity in seconds, 1–604800.")
-    ] = 3600,
+        ExpiresIn, Query(alias="expiresIn", description="Validity in seconds, 1–604800.")
+    ] = EXPIRES_IN_DEFAULT,
 ) -> Any:
     """A time-limited signed CDN URL for an asset."""
     asset = await metadata.get_asset(principal.organization_id, asset_id, request_id=rid)
-    url = await blob.sign(asset["key"], expires_in, request_id=rid)
-    return {
-        "url": url,
-        "expiresIn": expires_in,
-        "asset": {k: asset[k] for k in ("id", "name", "mimeType", "size")},
-    }
+    url = await blob.sign(asset.key, expires_in, request_id=rid)
+    return SignedUrl(
+        url=url,
+        expiresIn=expires_in,
+        asset=SignedAsset(id=asset.id, name=asset.name, mimeType=asset.mimeType, size=asset.size),
+    )

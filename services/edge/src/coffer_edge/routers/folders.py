@@ -1,8 +1,8 @@
-"""``/api/folders`` (CONTRACT §5)."""
+"""``/api/folders`` (docs/contract.md §5)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -10,8 +10,8 @@ from fastapi.routing import APIRoute
 
 from coffer_edge.deps import MetadataDep, PrincipalDep, RequestIdDep
 from coffer_edge.schemas import Folder as FolderOut
-from coffer_edge.schemas import FolderCreate, FolderList, Success, errors
-from coffer_kit.errors import CofferError
+from coffer_edge.schemas import FolderCreate, FolderList, FolderUpdate, FolderWithPath, Success, errors
+from coffer_kit.errors import invalid, unsupported_media_type
 
 
 def require_json(request: Request) -> None:
@@ -20,15 +20,13 @@ def require_json(request: Request) -> None:
         return
     media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
-        raise CofferError(
-            415, "unsupported_media_type", "Send the folder as JSON (Content-Type: application/json)."
-        )
+        raise unsupported_media_type("Send the body as JSON (Content-Type: application/json).")
 
 
 class JSONRoute(APIRoute):
     """Checks the media type before FastAPI parses the body, so a form post is 415, not 400."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def checked(request: Request) -> Response:
@@ -62,6 +60,27 @@ async def create_folder(
 ) -> Any:
     """Create a folder at root or under ``parentId``."""
     return await metadata.create_folder(principal.organization_id, body.name, body.parentId, request_id=rid)
+
+
+@router.get("/{folder_id}", response_model=FolderWithPath, responses=errors(404))
+async def get_folder(
+    folder_id: str, principal: PrincipalDep, metadata: MetadataDep, rid: RequestIdDep
+) -> Response:
+    """One folder, with its path from the root folder down to it (for breadcrumbs)."""
+    folder = await metadata.get_folder_body(principal.organization_id, folder_id, request_id=rid)
+    return Response(folder, media_type="application/json")
+
+
+@router.patch("/{folder_id}", response_model=FolderOut, responses=errors(404, 409, 415))
+async def update_folder(
+    folder_id: str, body: FolderUpdate, principal: PrincipalDep, metadata: MetadataDep, rid: RequestIdDep
+) -> Response:
+    """Rename and/or move a folder (one transaction); never into its own subtree."""
+    changes = body.changes()
+    if not changes:
+        raise invalid("Send 'name', 'parentId' or both.", field="body")
+    folder = await metadata.update_folder(principal.organization_id, folder_id, changes, request_id=rid)
+    return Response(folder, media_type="application/json")
 
 
 @router.delete("/{folder_id}", response_model=Success, responses=errors(404))

@@ -1,0 +1,698 @@
+"""The file browser: folders (create, rename, move, delete), uploads, and one page per asset
+(preview, public and signed URLs, rename, move, delete).
+
+Everything goes through edge's own clients: metadata for folders and assets, blob for the
+bytes and signed URLs, auth for the session and the audit log. Uploads run the public API's
+upload protocol (``routers.assets.counted_upload``) with the session's organization and quota.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.types import Message
+
+from coffer_edge.dashboard.render import binary_size
+from coffer_edge.dashboard.routes.orgs import render
+from coffer_edge.dashboard.security import PREFIX
+from coffer_edge.dashboard.web import (
+    CsrfRefused,
+    OrgVisitDep,
+    Visit,
+    accounts_of,
+    field,
+    metadata_of,
+    posted,
+    redirect,
+    state_of,
+)
+from coffer_edge.routers.assets import UploadScope, counted_upload, delete_stored_asset
+from coffer_kit.errors import CofferError, invalid, not_found
+from coffer_kit.limits import MAX_FILE_BYTES
+from coffer_kit.resources import Asset, AssetList, Folder, FolderList, FolderWithPath
+
+log = logging.getLogger("coffer.edge.dashboard")
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+
+PAGE_SIZE = 50
+# Previews and downloads use signed URLs this short: the page never outlives them by much.
+PREVIEW_SECONDS = 300
+TEXT_PREVIEW_BYTES = 64 * 1024
+MAX_EXPIRES_IN = 604_800
+EXPIRY_CHOICES = (("300", "5 minutes"), ("3600", "1 hour"), ("86400", "1 day"), ("604800", "7 days"))
+# The folder picker walks the tree level by level; an organization with more folders than this
+# gets the first ones (by depth, then name) and a note.
+MAX_PICKER_FOLDERS = 1000
+_LOOKUPS = 8  # concurrent metadata calls of one page
+_ID = re.compile(r"^(?:fld|ast)_[0-9A-Za-z]{1,60}$")
+_ASSET_REF = re.compile(r"ast_[0-9A-Za-z]{10,60}")
+TEXT_TYPES = ("application/json", "application/xml", "application/x-ndjson", "application/javascript")
+CYCLE = "A folder cannot move into itself or one of its subfolders."
+
+
+def _check_id(value: str, prefix: str) -> str:
+    """An id from the URL, refused as 404 unless it has the shape of one."""
+    if not _ID.match(value) or not value.startswith(prefix):
+        raise not_found("No such folder or file.")
+    return value
+
+
+def _rid(visit: Visit) -> str:
+    return visit.caller.request_id or ""
+
+
+def _files_url(org_id: str, folder_id: str | None = None, **query: str) -> str:
+    params = {"folder": folder_id or "", **query}
+    text = urlencode({k: v for k, v in params.items() if v})
+    return f"{PREFIX}/o/{org_id}/files" + (f"?{text}" if text else "")
+
+
+async def _audit(
+    visit: Visit, action: str, target_type: str, target_id: str, label: str, **details: Any
+) -> None:
+    """Record a file-browser action; the action already happened, so a failure is logged, not shown."""
+    try:
+        await accounts_of(visit.request).record(
+            visit.caller,
+            visit.org.id,
+            action,
+            target_type=target_type,
+            target_id=target_id,
+            target_label=label,
+            details=details or None,
+        )
+    except CofferError as exc:
+        log.warning(
+            "audit event not recorded",
+            extra={"action": action, "target_id": target_id, "error": exc.code, "request_id": _rid(visit)},
+        )
+
+
+# Folders and the tree ---------------------------------------------------------------------
+
+
+async def _children(visit: Visit, parent_id: str | None) -> list[Folder]:
+    body = await metadata_of(visit.request).list_folders(visit.org.id, parent_id, request_id=_rid(visit))
+    return FolderList.model_validate_json(body).folders
+
+
+def _unknown(exc: CofferError) -> CofferError:
+    """Another organization's folder or asset is "not found" here, as an org one is not a member
+    of (metadata says 403: the dashboard gives no existence oracle)."""
+    return not_found("No such folder or file.") if exc.status == 403 else exc
+
+
+async def _folder(visit: Visit, folder_id: str) -> FolderWithPath:
+    _check_id(folder_id, "fld_")
+    try:
+        return await metadata_of(visit.request).get_folder(visit.org.id, folder_id, request_id=_rid(visit))
+    except CofferError as exc:
+        raise _unknown(exc) from None
+
+
+@dataclass(frozen=True, slots=True)
+class TreeEntry:
+    folder: Folder
+    depth: int
+
+
+async def _tree(
+    visit: Visit, root: str | None, limit: int = MAX_PICKER_FOLDERS
+) -> tuple[list[TreeEntry], bool]:
+    """The folders under ``root`` (None: the whole organization) in tree order, and whether the
+    walk stopped at ``limit``. One metadata call per folder, a few at a time."""
+    gate = asyncio.Semaphore(_LOOKUPS)
+
+    async def children(parent: str | None) -> list[Folder]:
+        async with gate:
+            return await _children(visit, parent)
+
+    kids: dict[str | None, list[Folder]] = {root: await children(root)}
+    level = list(kids[root])
+    seen = len(level)
+    truncated = False
+    while level:
+        if seen >= limit:
+            truncated = True
+            break
+        found = await asyncio.gather(*(children(f.id) for f in level))
+        next_level: list[Folder] = []
+        for parent, below in zip(level, found, strict=True):
+            kids[parent.id] = below
+            next_level.extend(below)
+            seen += len(below)
+        level = next_level
+    ordered: list[TreeEntry] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for f in kids.get(parent, []):
+            if len(ordered) >= limit:
+                return
+            ordered.append(TreeEntry(f, depth))
+            walk(f.id, depth + 1)
+
+    walk(root, 0)
+    return ordered, truncated or seen > limit
+
+
+async def _subtree_counts(visit: Visit, folder_id: str) -> tuple[int, int]:
+    """Subfolders under a folder, and assets in it and in them (what a delete affects)."""
+    entries, _ = await _tree(visit, folder_id, limit=100_000)
+    gate = asyncio.Semaphore(_LOOKUPS)
+    metadata = metadata_of(visit.request)
+
+    async def count(fid: str) -> int:
+        async with gate:
+            body = await metadata.list_assets(
+                visit.org.id, {"folderId": fid, "limit": 1}, request_id=_rid(visit)
+            )
+        return AssetList.model_validate_json(body).total
+
+    totals = await asyncio.gather(*(count(fid) for fid in [folder_id, *(e.folder.id for e in entries)]))
+    return len(entries), sum(totals)
+
+
+# The folder page --------------------------------------------------------------------------
+
+
+def _page_number(raw: str | None) -> int:
+    try:
+        page = int(raw or "1")
+    except ValueError:
+        return 1
+    return max(1, min(page, 1_000_000))
+
+
+async def _files_page(
+    visit: Visit,
+    *,
+    folder_id: str | None,
+    page: int = 1,
+    q: str = "",
+    status: int = 200,
+    error: str | None = None,
+    notice: str | None = None,
+    new_folder_name: str = "",
+) -> Response:
+    request = visit.request
+    metadata = metadata_of(request)
+    rid = _rid(visit)
+    params: dict[str, Any] = {"limit": PAGE_SIZE, "offset": (page - 1) * PAGE_SIZE}
+    if q:
+        params["q"] = q  # the whole organization, every folder
+    else:
+        params["folderId"] = folder_id or ""
+    folder: FolderWithPath | None = None
+    if folder_id:
+        folder = await _folder(visit, folder_id)
+    listing_body, subfolders, stored = await asyncio.gather(
+        metadata.list_assets(visit.org.id, params, request_id=rid),
+        _children(visit, folder_id) if not q else _none(),
+        metadata.usage(visit.org.id, request_id=rid),
+    )
+    listing = AssetList.model_validate_json(listing_body)
+    pages = max(1, -(-listing.total // PAGE_SIZE))
+    return render(
+        visit,
+        "files.html",
+        status,
+        block="listing",
+        title=folder.name if folder else "Files",
+        section="files",
+        folder=folder,
+        subfolders=subfolders or [],
+        assets=listing.assets,
+        total=listing.total,
+        page=page,
+        pages=pages,
+        q=q,
+        used=stored.used_bytes,
+        asset_count=stored.asset_count,
+        error=error,
+        notice=notice,
+        new_folder_name=new_folder_name,
+        max_file_bytes=MAX_FILE_BYTES,
+        page_url=lambda n: _files_url(visit.org.id, folder_id, q=q, page=str(n) if n > 1 else ""),
+    )
+
+
+async def _none() -> list[Folder]:
+    return []
+
+
+@router.get("/o/{org_id}/files")
+async def files(
+    visit: OrgVisitDep, folder: str = "", page: str = "1", q: str = "", done: str = ""
+) -> Response:
+    q = q.strip()[:255]
+    notice = {
+        "folder-deleted": "The folder was deleted; the files that were in it are now at the root.",
+        "asset-deleted": "The file was deleted. Its URLs answer 404 from now on.",
+        "uploaded": "The file was uploaded.",
+    }.get(done)
+    return await _files_page(visit, folder_id=folder or None, page=_page_number(page), q=q, notice=notice)
+
+
+@router.get("/o/{org_id}/files/open")
+async def open_ref(visit: OrgVisitDep, ref: str = "") -> Response:
+    """ "Open by id, key or URL": an asset id anywhere in what was pasted."""
+    found = _ASSET_REF.search(ref[:2048])
+    if not found:
+        return await _files_page(
+            visit, folder_id=None, status=400, error="Paste an asset id (ast_…), its key or one of its URLs."
+        )
+    return redirect(f"{PREFIX}/o/{visit.org.id}/files/{found.group(0)}")
+
+
+def _folder_error(exc: CofferError) -> str | None:
+    """What the files page says about a refused folder change; None when it deserves a page."""
+    if exc.status == 403:
+        raise _unknown(exc) from None
+    if exc.code == "folder_cycle":
+        return CYCLE
+    if exc.status in (400, 409):
+        return exc.message
+    return None
+
+
+@router.post("/o/{org_id}/files/folders")
+async def create_folder(request: Request, visit: OrgVisitDep) -> Response:
+    form = await posted(request, visit)
+    parent = field(form, "parent", limit=128) or None
+    name = field(form, "name", limit=2048)
+    if parent:
+        _check_id(parent, "fld_")
+    try:
+        made = await metadata_of(request).create_folder(visit.org.id, name, parent, request_id=_rid(visit))
+    except CofferError as exc:
+        message = _folder_error(exc)
+        if message is None:
+            raise
+        return await _files_page(
+            visit, folder_id=parent, status=exc.status, error=message, new_folder_name=name
+        )
+    await _audit(visit, "folder.created", "folder", made.id, made.name, parentId=parent)
+    return redirect(_files_url(visit.org.id, made.id))
+
+
+@router.post("/o/{org_id}/files/folders/{folder_id}/rename")
+async def rename_folder(request: Request, visit: OrgVisitDep, folder_id: str) -> Response:
+    form = await posted(request, visit)
+    _check_id(folder_id, "fld_")
+    name = field(form, "name", limit=2048)
+    try:
+        await metadata_of(request).update_folder(
+            visit.org.id, folder_id, {"name": name}, request_id=_rid(visit)
+        )
+    except CofferError as exc:
+        message = _folder_error(exc)
+        if message is None:
+            raise
+        return await _files_page(visit, folder_id=folder_id, status=exc.status, error=message)
+    return redirect(_files_url(visit.org.id, folder_id))
+
+
+async def _move_page(
+    visit: Visit,
+    *,
+    folder: FolderWithPath | None = None,
+    asset: Asset | None = None,
+    status: int = 200,
+    error: str | None = None,
+) -> Response:
+    entries, truncated = await _tree(visit, None)
+    current = folder.parentId if folder else (asset.folderId if asset else None)
+    return render(
+        visit,
+        "move.html",
+        status,
+        title="Move " + (folder.name if folder else asset.name if asset else ""),
+        section="files",
+        folder=folder,
+        asset=asset,
+        entries=entries,
+        truncated=truncated,
+        current_parent=current,
+        error=error,
+    )
+
+
+@router.get("/o/{org_id}/files/folders/{folder_id}/move")
+async def move_folder_page(visit: OrgVisitDep, folder_id: str) -> Response:
+    return await _move_page(visit, folder=await _folder(visit, folder_id))
+
+
+def _destination(value: str) -> str | None:
+    """The picker's value: "" is the root, else a folder id."""
+    if not value:
+        return None
+    return _check_id(value, "fld_")
+
+
+@router.post("/o/{org_id}/files/folders/{folder_id}/move")
+async def move_folder(request: Request, visit: OrgVisitDep, folder_id: str) -> Response:
+    form = await posted(request, visit)
+    _check_id(folder_id, "fld_")
+    target = _destination(field(form, "parent", limit=128))
+    try:
+        await metadata_of(request).update_folder(
+            visit.org.id, folder_id, {"parentId": target}, request_id=_rid(visit)
+        )
+    except CofferError as exc:
+        message = _folder_error(exc)
+        if message is None:
+            raise
+        return await _move_page(
+            visit, folder=await _folder(visit, folder_id), status=exc.status, error=message
+        )
+    return redirect(_files_url(visit.org.id, folder_id))
+
+
+@router.get("/o/{org_id}/files/folders/{folder_id}/delete")
+async def delete_folder_page(visit: OrgVisitDep, folder_id: str) -> Response:
+    folder = await _folder(visit, folder_id)
+    subfolders, assets = await _subtree_counts(visit, folder_id)
+    return render(
+        visit,
+        "folder_delete.html",
+        title="Delete folder",
+        section="files",
+        folder=folder,
+        subfolders=subfolders,
+        assets=assets,
+    )
+
+
+@router.post("/o/{org_id}/files/folders/{folder_id}/delete")
+async def delete_folder(request: Request, visit: OrgVisitDep, folder_id: str) -> Response:
+    await posted(request, visit)
+    folder = await _folder(visit, folder_id)
+    await metadata_of(request).delete_folder(visit.org.id, folder_id, request_id=_rid(visit))
+    await _audit(visit, "folder.deleted", "folder", folder_id, folder.name)
+    parent = folder.path[-2].id if len(folder.path) > 1 else None
+    return redirect(_files_url(visit.org.id, parent, done="folder-deleted"))
+
+
+# Uploads ----------------------------------------------------------------------------------
+
+# The no-JavaScript form sends its CSRF token as the first multipart part; it is read from
+# the head of the body, at most this much, and the whole body is then relayed as it came.
+_CSRF_HEAD_LIMIT = 64 * 1024
+
+
+async def _csrf_from_body(request: Request) -> tuple[str, Request]:
+    """The ``csrf_token`` of a multipart body's first part, and a request that replays the body."""
+    content_type = request.headers.get("content-type", "")
+    boundary = re.search(r'boundary="?([^";]+)"?', content_type)
+    if not boundary:
+        raise CsrfRefused
+    delimiter = b"--" + boundary.group(1).encode("latin-1")
+    messages: list[Message] = []
+    head = b""
+    token: str | None = None
+    while token is None:
+        message = await request.receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        head += message.get("body", b"")
+        token = _first_part_token(head, delimiter)
+        if token is None and (len(head) > _CSRF_HEAD_LIMIT or not message.get("more_body", False)):
+            break
+    if token is None:
+        raise CsrfRefused
+    pending = list(messages)
+    original = request.receive
+
+    async def replay() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await original()
+
+    return token, Request(request.scope, replay)
+
+
+def _first_part_token(head: bytes, delimiter: bytes) -> str | None:
+    """The value of the first part when it is ``csrf_token`` and complete; "" when it is not one."""
+    start = delimiter + b"\r\n"
+    if len(head) < len(start):
+        return None
+    if not head.startswith(start):
+        return ""
+    headers_end = head.find(b"\r\n\r\n", len(start))
+    if headers_end < 0:
+        return None
+    headers = head[len(start) : headers_end].decode("latin-1").lower()
+    if 'name="csrf_token"' not in headers:
+        return ""
+    value_end = head.find(b"\r\n" + delimiter, headers_end + 4)
+    if value_end < 0:
+        return None
+    return head[headers_end + 4 : value_end].decode("latin-1")
+
+
+def _quota_message(exc: CofferError) -> str:
+    details = exc.details or {}
+    used, quota, needed = (int(details.get(k) or 0) for k in ("usedBytes", "quotaBytes", "requestedBytes"))
+    return (
+        f"Not enough space: uses {binary_size(used)} of {binary_size(quota)}, "
+        f"this file needs {binary_size(needed)}."
+    )
+
+
+def _upload_message(exc: CofferError) -> str:
+    if exc.code == "quota_exceeded":
+        return _quota_message(exc)
+    if exc.code == "file_too_large":
+        return "This file is larger than 100 MiB, the most one upload may hold."
+    if exc.status in (403, 404):
+        return "The folder no longer exists."
+    if exc.status == 503:
+        return "Coffer is temporarily unavailable. Try again in a moment."
+    return exc.message
+
+
+@router.post("/o/{org_id}/files/upload")
+async def upload(request: Request, visit: OrgVisitDep, folder: str = "") -> Response:
+    """One file: from the page's script (XHR, ``X-CSRF-Token``, answers JSON) or from the plain
+    form (CSRF token as the first part, answers a redirect or an error page)."""
+    sent = request.headers.get("x-csrf-token")
+    scripted = sent is not None
+    if scripted:
+        body_request = request
+    else:
+        sent, body_request = await _csrf_from_body(request)
+    if not sent or not secrets.compare_digest(sent.encode(), visit.csrf.encode()):
+        raise CsrfRefused
+    folder_id = _check_id(folder, "fld_") if folder else None
+    rid = _rid(visit)
+    state = state_of(request)
+    try:
+        if folder_id:
+            await state.metadata.check_upload_target(visit.org.id, folder_id, None, request_id=rid)
+        scope = UploadScope(
+            organization_id=visit.org.id,
+            quota_bytes=visit.org.quota_bytes,
+            folder_id=folder_id,
+            fixed_folder=True,
+        )
+        asset = await counted_upload(body_request, scope, state.metadata, state.blob, rid)
+    except CofferError as exc:
+        message = _upload_message(exc)
+        if not scripted:
+            if exc.status >= 500:
+                raise  # the 503 page (with Retry-After) or the 500 page
+            return render(
+                visit,
+                "error.html",
+                exc.status,
+                title="The upload did not work",
+                message=message,
+                request_id=rid,
+                usage_link=exc.code == "quota_exceeded",
+            )
+        envelope: dict[str, Any] = {"code": exc.code, "message": message, "requestId": rid}
+        if exc.details:
+            envelope["details"] = exc.details
+        return JSONResponse({"error": envelope}, status_code=exc.status, headers=exc.headers)
+    await _audit(
+        visit, "asset.uploaded", "asset", asset.id, asset.name, size=asset.size, folderId=asset.folderId
+    )
+    page = f"{PREFIX}/o/{visit.org.id}/files/{asset.id}"
+    if not scripted:
+        return redirect(_files_url(visit.org.id, folder_id, done="uploaded"))
+    return JSONResponse(
+        {"asset": asset.model_dump(), "page": page, "size": binary_size(asset.size)}, status_code=201
+    )
+
+
+# The asset page ---------------------------------------------------------------------------
+
+
+async def _asset(visit: Visit, asset_id: str) -> Asset:
+    _check_id(asset_id, "ast_")
+    try:
+        return await metadata_of(visit.request).get_asset(visit.org.id, asset_id, request_id=_rid(visit))
+    except CofferError as exc:
+        raise _unknown(exc) from None
+
+
+def preview_kind(mime_type: str) -> str:
+    """How the asset page previews a type: image, video, audio, text, or none (an icon)."""
+    major = mime_type.split("/", 1)[0]
+    if major in ("image", "video", "audio", "text"):
+        return major
+    if mime_type in TEXT_TYPES or mime_type.endswith(("+json", "+xml")):
+        return "text"
+    return "none"
+
+
+async def _asset_page(
+    visit: Visit,
+    asset: Asset,
+    *,
+    status: int = 200,
+    error: str | None = None,
+    notice: str | None = None,
+    signed: dict[str, Any] | None = None,
+    signed_error: str | None = None,
+    block: str | None = None,
+    expiry: str = "3600",
+    custom: str = "",
+) -> Response:
+    state = state_of(visit.request)
+    kind = preview_kind(asset.mimeType)
+    preview_url = None
+    folder = None
+    tasks: list[Any] = []
+    if kind != "none":
+        tasks.append(state.blob.sign(asset.key, PREVIEW_SECONDS, request_id=_rid(visit)))
+    if asset.folderId:
+        tasks.append(_folder(visit, asset.folderId))
+    found = await asyncio.gather(*tasks)
+    if kind != "none":
+        preview_url = found.pop(0)
+    if asset.folderId:
+        folder = found.pop(0)
+    return render(
+        visit,
+        "asset.html",
+        status,
+        block=block,
+        title=asset.name,
+        section="files",
+        asset=asset,
+        folder=folder,
+        kind=kind,
+        preview_url=preview_url,
+        text_bytes=TEXT_PREVIEW_BYTES,
+        error=error,
+        notice=notice,
+        signed=signed,
+        signed_error=signed_error,
+        expiry_choices=EXPIRY_CHOICES,
+        expiry=expiry,
+        custom=custom,
+    )
+
+
+@router.get("/o/{org_id}/files/{asset_id}")
+async def asset_page(visit: OrgVisitDep, asset_id: str, done: str = "") -> Response:
+    notice = {"renamed": "The file was renamed.", "moved": "The file was moved."}.get(done)
+    return await _asset_page(visit, await _asset(visit, asset_id), notice=notice)
+
+
+def _expires_in(choice: str, custom: str) -> int:
+    raw = custom.strip() if choice == "custom" else choice
+    if choice != "custom" and choice not in dict(EXPIRY_CHOICES):
+        raise invalid("Choose an expiry from the list.")
+    try:
+        seconds = int(raw)
+    except ValueError:
+        raise invalid(f"The expiry is whole seconds from 1 to {MAX_EXPIRES_IN:,}.") from None
+    if not 1 <= seconds <= MAX_EXPIRES_IN:
+        raise invalid(f"The expiry is whole seconds from 1 to {MAX_EXPIRES_IN:,}.")
+    return seconds
+
+
+@router.post("/o/{org_id}/files/{asset_id}/signed-url")
+async def signed_url(request: Request, visit: OrgVisitDep, asset_id: str) -> Response:
+    form = await posted(request, visit)
+    asset = await _asset(visit, asset_id)
+    choice = field(form, "expiry", limit=16)
+    custom = field(form, "custom", limit=32)
+    try:
+        seconds = _expires_in(choice, custom)
+    except CofferError as exc:
+        return await _asset_page(
+            visit, asset, status=400, signed_error=exc.message, block="signed", expiry=choice, custom=custom
+        )
+    url = await state_of(request).blob.sign(asset.key, seconds, request_id=_rid(visit))
+    await _audit(visit, "signed_url.created", "asset", asset.id, asset.name, expiresIn=seconds)
+    signed = {"url": url, "expires_at": datetime.now(UTC) + timedelta(seconds=seconds), "seconds": seconds}
+    return await _asset_page(visit, asset, signed=signed, block="signed", expiry=choice, custom=custom)
+
+
+@router.get("/o/{org_id}/files/{asset_id}/download")
+async def download(visit: OrgVisitDep, asset_id: str) -> Response:
+    """A fresh 5-minute signed URL, so the link on a page left open still works."""
+    asset = await _asset(visit, asset_id)
+    url = await state_of(visit.request).blob.sign(asset.key, PREVIEW_SECONDS, request_id=_rid(visit))
+    return redirect(url)
+
+
+@router.post("/o/{org_id}/files/{asset_id}/rename")
+async def rename_asset(request: Request, visit: OrgVisitDep, asset_id: str) -> Response:
+    form = await posted(request, visit)
+    asset = await _asset(visit, asset_id)
+    name = field(form, "name", limit=2048)
+    try:
+        await metadata_of(request).update_asset(
+            visit.org.id, asset.id, {"name": name}, request_id=_rid(visit)
+        )
+    except CofferError as exc:
+        if exc.status != 400:
+            raise
+        return await _asset_page(visit, asset, status=400, error=exc.message)
+    return redirect(f"{PREFIX}/o/{visit.org.id}/files/{asset.id}?done=renamed")
+
+
+@router.get("/o/{org_id}/files/{asset_id}/move")
+async def move_asset_page(visit: OrgVisitDep, asset_id: str) -> Response:
+    return await _move_page(visit, asset=await _asset(visit, asset_id))
+
+
+@router.post("/o/{org_id}/files/{asset_id}/move")
+async def move_asset(request: Request, visit: OrgVisitDep, asset_id: str) -> Response:
+    form = await posted(request, visit)
+    asset = await _asset(visit, asset_id)
+    target = _destination(field(form, "parent", limit=128))
+    await metadata_of(request).update_asset(
+        visit.org.id, asset.id, {"folderId": target}, request_id=_rid(visit)
+    )
+    return redirect(f"{PREFIX}/o/{visit.org.id}/files/{asset.id}?done=moved")
+
+
+@router.get("/o/{org_id}/files/{asset_id}/delete")
+async def delete_asset_page(visit: OrgVisitDep, asset_id: str) -> Response:
+    asset = await _asset(visit, asset_id)
+    return render(visit, "asset_delete.html", title="Delete file", section="files", asset=asset)
+
+
+@router.post("/o/{org_id}/files/{asset_id}/delete")
+async def delete_asset(request: Request, visit: OrgVisitDep, asset_id: str) -> Response:
+    await posted(request, visit)
+    asset = await _asset(visit, asset_id)
+    state = state_of(request)
+    await delete_stored_asset(visit.org.id, asset.id, state.metadata, state.blob, _rid(visit))
+    await _audit(visit, "asset.deleted", "asset", asset.id, asset.name, size=asset.size)
+    return redirect(_files_url(visit.org.id, asset.folderId, done="asset-deleted"))

@@ -1,0 +1,203 @@
+// Coffer dashboard: the little JavaScript it has. Every form works without it; this adds
+// copy buttons (with a select-all fallback) and a password show toggle. htmx gets the CSRF
+// header from hx-headers on <body>.
+"use strict";
+
+function copyFrom(button) {
+  const target = document.getElementById(button.dataset.copy);
+  if (!target) return;
+  const text = target.value !== undefined ? target.value : target.textContent;
+  const done = (label) => {
+    const before = button.textContent;
+    button.textContent = label;
+    setTimeout(() => { button.textContent = before; }, 1500);
+  };
+  const selectAll = () => {
+    if (target.select) { target.focus(); target.select(); }
+    else { const range = document.createRange(); range.selectNodeContents(target);
+      const sel = window.getSelection(); sel.removeAllRanges(); sel.addRange(range); }
+  };
+  if (navigator.clipboard && window.isSecureContext) {
+    navigator.clipboard.writeText(text).then(() => done("Copied"), () => { selectAll(); done("Press Ctrl+C"); });
+  } else {
+    selectAll();
+    done("Press Ctrl+C");
+  }
+}
+
+document.addEventListener("click", (event) => {
+  const copy = event.target.closest("[data-copy]");
+  if (copy) { event.preventDefault(); copyFrom(copy); return; }
+  const toggle = event.target.closest("[data-toggle-password]");
+  if (toggle) {
+    const input = document.getElementById(toggle.dataset.togglePassword);
+    const hidden = input.type === "password";
+    input.type = hidden ? "text" : "password";
+    toggle.textContent = hidden ? "Hide" : "Show";
+    toggle.setAttribute("aria-pressed", hidden ? "true" : "false");
+  }
+});
+
+// Read-only secret fields select themselves on focus, so a manual copy takes one keystroke.
+document.addEventListener("focusin", (event) => {
+  if (event.target.matches && event.target.matches("input[data-select-on-focus]")) event.target.select();
+});
+
+// Buttons that were hidden for the no-JavaScript page (copy, show) appear once this runs.
+document.documentElement.classList.add("js");
+
+
+// A page showing a secret forgets it when left, so Back (the back/forward cache) never shows it.
+window.addEventListener("pagehide", () => {
+  const secrets = document.querySelectorAll("[data-secret]");
+  if (!secrets.length) return;
+  secrets.forEach((el) => { if (el.tagName === "INPUT") el.value = ""; else el.textContent = ""; });
+  document.querySelectorAll(".secret-block").forEach((el) => { el.hidden = true; });
+  document.querySelectorAll(".secret-gone").forEach((el) => { el.hidden = false; });
+});
+
+// File browser uploads: one XHR per file straight to the dashboard's upload route (the session
+// cookie and the X-CSRF-Token header authenticate it), three at a time, each with a progress
+// bar, a Cancel button and its own result. Files over the limit are refused before any request.
+const UPLOADS_AT_ONCE = 3;
+
+function binarySize(bytes) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let size = bytes, unit = 0;
+  while (Math.abs(size) >= 1024 && unit < units.length - 1) { size /= 1024; unit += 1; }
+  return unit === 0 ? `${bytes} B` : `${size.toFixed(1).replace(/\.0$/, "")} ${units[unit]}`;
+}
+
+function setupUploads(form) {
+  const input = form.querySelector("input[type=file]");
+  const list = document.getElementById("uploads");
+  const zone = document.getElementById("dropzone");
+  const maxBytes = Number(form.dataset.maxBytes);
+  const csrf = form.querySelector("input[name=csrf_token]").value;
+  const queue = [];
+  let active = 0;
+  input.multiple = true;
+  input.required = false;
+
+  function row(file) {
+    const li = document.createElement("li");
+    const name = document.createElement("span");
+    name.className = "file"; name.textContent = file.name; name.title = file.name;
+    const cancel = document.createElement("button");
+    cancel.type = "button"; cancel.className = "link"; cancel.textContent = "Cancel";
+    const bar = document.createElement("progress");
+    bar.max = 100; bar.value = 0;
+    const status = document.createElement("span");
+    status.className = "status"; status.textContent = `${binarySize(file.size)} · waiting`;
+    li.append(name, cancel, bar, status);
+    list.append(li);
+    return { li, cancel, bar, status };
+  }
+
+  function finish(item, ok, message, link) {
+    item.li.classList.add(ok ? "done" : "failed");
+    item.cancel.remove();
+    item.status.textContent = message;
+    if (link) {
+      const a = document.createElement("a");
+      a.href = link.href; a.textContent = link.text;
+      item.status.append(" ", a);
+    }
+  }
+
+  function refreshListing() {
+    if (active || queue.length) return;
+    if (window.htmx) {
+      window.htmx.ajax("GET", form.dataset.listingUrl, { target: "#listing", swap: "outerHTML" });
+    }
+  }
+
+  function next() {
+    while (active < UPLOADS_AT_ONCE && queue.length) send(queue.shift());
+    refreshListing();
+  }
+
+  function send(item) {
+    active += 1;
+    const xhr = new XMLHttpRequest();
+    item.xhr = xhr;
+    xhr.open("POST", form.action);
+    xhr.setRequestHeader("X-CSRF-Token", csrf);
+    xhr.upload.addEventListener("progress", (e) => {
+      if (!e.lengthComputable) return;
+      item.bar.value = Math.floor((e.loaded / e.total) * 100);
+      item.status.textContent = `${binarySize(e.loaded)} of ${binarySize(item.file.size)}`;
+    });
+    const settle = (ok, message, link) => { finish(item, ok, message, link); active -= 1; next(); };
+    xhr.addEventListener("load", () => {
+      let body = null;
+      try { body = JSON.parse(xhr.responseText); } catch (_) { body = null; }
+      if (xhr.status === 201 && body && body.asset) {
+        item.bar.value = 100;
+        settle(true, `Uploaded, ${body.size}.`, { href: body.page, text: "Open" });
+      } else if (body && body.error) {
+        const quota = body.error.code === "quota_exceeded";
+        settle(false, body.error.message, quota ? { href: form.dataset.usageUrl, text: "See usage" } : null);
+      } else if (xhr.responseURL.includes("/dashboard/login")) {
+        settle(false, "Your session ended. Sign in again, then upload.");
+      } else {
+        settle(false, `The upload failed (HTTP ${xhr.status}). Try again.`);
+      }
+    });
+    xhr.addEventListener("error", () => settle(false, "The upload failed: the connection broke."));
+    xhr.addEventListener("abort", () => settle(false, "Cancelled."));
+    const data = new FormData();
+    data.append("file", item.file, item.file.name);
+    item.status.textContent = `0 B of ${binarySize(item.file.size)}`;
+    xhr.send(data);
+  }
+
+  function add(files) {
+    for (const file of files) {
+      const item = row(file);
+      item.file = file;
+      if (file.size > maxBytes) {
+        finish(item, false, `Refused before sending: ${file.size.toLocaleString("en")} bytes is larger than 100 MiB (${maxBytes.toLocaleString("en")} bytes).`);
+        continue;
+      }
+      item.cancel.addEventListener("click", () => {
+        if (item.xhr) { item.xhr.abort(); return; }
+        const at = queue.indexOf(item);
+        if (at >= 0) queue.splice(at, 1);
+        finish(item, false, "Cancelled.");
+        refreshListing();
+      });
+      queue.push(item);
+    }
+    next();
+  }
+
+  input.addEventListener("change", () => { add(Array.from(input.files)); input.value = ""; });
+  form.addEventListener("submit", (e) => { e.preventDefault(); add(Array.from(input.files)); input.value = ""; });
+  zone.addEventListener("dragover", (e) => { e.preventDefault(); zone.classList.add("over"); });
+  zone.addEventListener("dragleave", () => zone.classList.remove("over"));
+  zone.addEventListener("drop", (e) => {
+    e.preventDefault(); zone.classList.remove("over");
+    if (e.dataTransfer && e.dataTransfer.files.length) add(Array.from(e.dataTransfer.files));
+  });
+}
+
+// Text previews: the first 64 KiB from the CDN (a signed URL), shown as text, never as HTML.
+function setupTextPreview(pre) {
+  const bytes = Number(pre.dataset.textBytes);
+  fetch(pre.dataset.textUrl, { headers: { Range: `bytes=0-${bytes - 1}` } })
+    .then((r) => (r.ok ? r.text() : Promise.reject(new Error(`HTTP ${r.status}`))))
+    .then((text) => {
+      pre.textContent = text;
+      const note = document.getElementById("preview-text-note");
+      if (note && new TextEncoder().encode(text).length >= bytes) note.hidden = false;
+    })
+    .catch((err) => { pre.textContent = `The preview did not load (${err.message}).`; });
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const form = document.getElementById("upload-form");
+  if (form) setupUploads(form);
+  const pre = document.getElementById("preview-text");
+  if (pre) setupTextPreview(pre);
+});

@@ -1,0 +1,179 @@
+"""Upload tokens (CONTRACT §8): a server mints one with its key; a browser uploads with it.
+
+``POST /api/upload-tokens`` (a key) stores only the token's SHA-256 in auth, with its scope.
+``POST /api/uploads?token=…`` (no key) runs the same upload protocol as ``POST /api/assets``
+in the minting organization, against its quota, and claims the token just before committing,
+so of concurrent uploads with one token exactly one succeeds, and a failed upload leaves the
+token usable. The route answers CORS preflights and sends ``Access-Control-Allow-Origin: *``
+on every answer (the token is the only credential; no cookies).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import secrets
+import string
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from coffer_edge.deps import (
+    BlobDep,
+    MetadataDep,
+    PrincipalDep,
+    RequestIdDep,
+    SettingsDep,
+    UploadTokensDep,
+    edge_state,
+)
+from coffer_edge.routers.assets import UploadScope, upload_response
+from coffer_edge.routers.folders import JSONRoute
+from coffer_edge.schemas import TOKEN_UPLOAD_BODY, UploadToken, UploadTokenCreate, errors
+from coffer_edge.schemas import Asset as AssetOut
+from coffer_kit.errors import CofferError
+from coffer_kit.wire import UploadTokenIn
+
+UPLOADS_PATH = "/api/uploads"
+TOKEN_PREFIX = "cof_upl_"
+_BASE62 = string.digits + string.ascii_letters
+# 32 base62 characters: ~190 bits, like API keys.
+_TOKEN_LENGTH = 32
+
+router = APIRouter(tags=["upload tokens"])
+json_router = APIRouter(tags=["upload tokens"], route_class=JSONRoute)
+
+
+def new_token() -> str:
+    """``cof_upl_`` and 32 base62 characters, so secret scanners can recognise a leaked one."""
+    return TOKEN_PREFIX + "".join(secrets.choice(_BASE62) for _ in range(_TOKEN_LENGTH))
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@json_router.post(
+    "/api/upload-tokens", status_code=201, response_model=UploadToken, responses=errors(404, 415)
+)
+async def create_upload_token(
+    body: UploadTokenCreate,
+    settings: SettingsDep,
+    principal: PrincipalDep,
+    metadata: MetadataDep,
+    tokens: UploadTokensDep,
+    rid: RequestIdDep,
+) -> Any:
+    """Mint a short-lived, single-use token with which a browser uploads one file, without a key."""
+    org = principal.organization_id
+    # The folder must exist now (404/403) and the name must be valid (400), not at upload time.
+    target = await metadata.check_upload_target(org, body.folderId or None, body.name, request_id=rid)
+    token = new_token()
+    created = await tokens.create(
+        org,
+        UploadTokenIn(
+            token_hash=token_hash(token),
+            key_id=principal.key_id,
+            folder_id=target.folder_id,
+            name=target.name,
+            max_bytes=body.maxBytes,
+            content_types=body.content_types(),
+            expires_in=body.expiresIn,
+        ),
+        request_id=rid,
+    )
+    return {
+        "token": token,
+        "url": f"{settings.base_url}{UPLOADS_PATH}?token={token}",
+        "expiresAt": created.expires_at,
+        "expiresIn": body.expiresIn,
+    }
+
+
+@router.post(
+    UPLOADS_PATH,
+    status_code=201,
+    response_model=AssetOut,
+    responses=errors(404, 413, 415),
+    openapi_extra=TOKEN_UPLOAD_BODY,
+)
+async def upload_with_token(
+    request: Request,
+    metadata: MetadataDep,
+    blob: BlobDep,
+    tokens: UploadTokensDep,
+    rid: RequestIdDep,
+    token: Annotated[
+        str | None,
+        Query(description="The upload token (`cof_upl_…`) from `POST /api/upload-tokens`.", max_length=256),
+    ] = None,
+) -> Any:
+    """Upload one file with an upload token instead of a key (multipart: `file`, optional `name`)."""
+    if not token or not token.startswith(TOKEN_PREFIX):
+        raise CofferError(401, "unauthorized", "Missing or malformed upload token: send ?token=cof_upl_….")
+    grant = await tokens.grant(token_hash(token), request_id=rid)
+    request.state.organization_id = grant.organization_id  # for the access log line
+    await edge_state(request).rate_limiter.check(grant.token_id)
+
+    async def claim(asset_id: str) -> None:
+        await tokens.claim(grant.token_id, asset_id, request_id=rid)
+
+    async def release(asset_id: str) -> None:
+        # If this fails the token stays spent: safe, and the server can mint a new one.
+        with contextlib.suppress(CofferError):
+            await tokens.release(grant.token_id, asset_id, request_id=rid)
+
+    scope = UploadScope(
+        organization_id=grant.organization_id,
+        quota_bytes=grant.quota_bytes,
+        max_bytes=grant.max_bytes,
+        content_types=tuple(grant.content_types) if grant.content_types is not None else None,
+        name=grant.name,
+        folder_id=grant.folder_id,
+        fixed_folder=True,
+        claim=claim,
+        release=release,
+    )
+    return await upload_response(request, scope, metadata, blob, rid)
+
+
+@router.options(UPLOADS_PATH, status_code=204, include_in_schema=False)
+async def preflight() -> Response:
+    """CORS preflight: any origin may post a form here (the headers come from the middleware)."""
+    return Response(status_code=204)
+
+
+_CORS = [
+    (b"access-control-allow-origin", b"*"),
+    (b"access-control-expose-headers", b"x-request-id"),
+]
+_PREFLIGHT = [
+    (b"access-control-allow-methods", b"POST, OPTIONS"),
+    (b"access-control-allow-headers", b"content-type, x-request-id"),
+    (b"access-control-max-age", b"600"),
+]
+
+
+class UploadCorsMiddleware:
+    """``Access-Control-Allow-Origin: *`` on every answer of the token upload route, errors
+    included (the handlers that write error envelopes know nothing of CORS), and the preflight
+    headers on ``OPTIONS``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") != UPLOADS_PATH:
+            await self.app(scope, receive, send)
+            return
+        extra = _CORS + (_PREFLIGHT if scope.get("method") == "OPTIONS" else [])
+
+        async def send_with_cors(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                names = {name for name, _ in extra}
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in names]
+                message["headers"] = headers + extra
+            await send(message)
+
+        await self.app(scope, receive, send_with_cors)

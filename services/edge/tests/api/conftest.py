@@ -1,0 +1,37 @@
+"""The public API's rules, tested in process: the four services' real apps on real databases
+(SQLite and PostgreSQL, migrated once per session), served on loopback from this process
+(coffer_testkit.inprocess). Tables are emptied after every test."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from coffer_testkit.inprocess import InProcessStack, new_stack, serving
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+def stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[InProcessStack]:
+    root = tmp_path_factory.mktemp(f"inprocess-{request.param}")
+    if request.param == "sqlite":
+        urls = {"auth": f"sqlite:///{root / 'auth.db'}", "metadata": f"sqlite:///{root / 'metadata.db'}"}
+    else:
+        fresh_database: Any = request.getfixturevalue("fresh_database")
+        urls = {"auth": fresh_database("api_auth"), "metadata": fresh_database("api_metadata")}
+    s = new_stack(root, auth_database_url=urls["auth"], metadata_database_url=urls["metadata"])
+    # No sweeper: a test's half-done uploads are its own to look at. A 1 s auth cache: tests of
+    # revoked access wait for it (the default 5 s bound is tested end to end, tests/e2e/test_flow.py).
+    settings = {"sweep_interval_seconds": 0, "edge_rate_limit": "10000/second", "edge_auth_cache_seconds": 1}
+    with serving(s, secrets.token_urlsafe(24), **settings):
+        yield s
+
+
+@pytest.fixture(autouse=True)
+def _empty_tables(stack: InProcessStack) -> Iterator[None]:
+    yield
+    stack.truncate()

@@ -1,0 +1,261 @@
+"""The file browser's rules, in process (the four real apps, both databases): the upload route's
+two CSRF forms and its answers, folder name/duplicate/cycle refusals, the delete summary,
+signed-URL expiry bounds, another organization's asset, and the audit events it records.
+What needs a browser (progress bars, previews from the CDN origin, the 100 MiB pre-check) is
+in tests/e2e/test_dashboard_files.py."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from coffer_edge.dashboard.routes.files import _expires_in, _first_part_token, preview_kind
+from coffer_kit.errors import CofferError
+
+SAME_ORIGIN = {"sec-fetch-site": "same-origin"}
+COOKIE = "__Host-coffer_session"
+
+
+@dataclass
+class Browser:
+    """A signed-in user with an organization, posting like the dashboard's pages do."""
+
+    http: httpx.Client
+    org_id: str
+    csrf: str
+
+    @property
+    def files(self) -> str:
+        return f"/dashboard/o/{self.org_id}/files"
+
+    def post(self, path: str, data: dict[str, str] | None = None, **kwargs: Any) -> httpx.Response:
+        return self.http.post(path, data={"csrf_token": self.csrf, **(data or {})}, **kwargs)
+
+    def upload_xhr(self, data: bytes, name: str = "f.bin", folder: str = "") -> httpx.Response:
+        query = f"?folder={folder}" if folder else ""
+        return self.http.post(
+            f"{self.files}/upload{query}",
+            files={"file": (name, data, "application/octet-stream")},
+            headers={"x-csrf-token": self.csrf},
+        )
+
+    def upload_form(self, parts: list[tuple[str, Any]], folder: str = "") -> httpx.Response:
+        """A plain form post: the parts in this order (httpx writes data fields first)."""
+        boundary = "----coffer" + secrets.token_hex(8)
+        body = b""
+        for name, value in parts:
+            if isinstance(value, bytes):
+                head = f'Content-Disposition: form-data; name="{name}"; filename="plain.txt"\r\n'
+                head += "Content-Type: text/plain\r\n"
+            else:
+                head, value = f'Content-Disposition: form-data; name="{name}"\r\n', value.encode()
+            body += f"--{boundary}\r\n{head}\r\n".encode() + value + b"\r\n"
+        body += f"--{boundary}--\r\n".encode()
+        query = f"?folder={folder}" if folder else ""
+        return self.http.post(
+            f"{self.files}/upload{query}",
+            content=body,
+            headers={"content-type": f"multipart/form-data; boundary={boundary}"},
+        )
+
+    def counts(self) -> tuple[int, int]:
+        """Bytes and files as the files page shows them (metadata's usage)."""
+        page = self.http.get(self.files).text
+        used = re.search(r'id="usage-bytes">([\d,]+)<', page)
+        count = re.search(r'id="usage-count">([\d,]+)<', page)
+        assert used and count, page[:2000]
+        return int(used.group(1).replace(",", "")), int(count.group(1).replace(",", ""))
+
+
+def sign_up(edge_url: str, org_name: str = "Files") -> Browser:
+    http = httpx.Client(base_url=edge_url, headers=SAME_ORIGIN, timeout=60)
+    email = f"files-{secrets.token_hex(4)}@example.com"
+    answer = http.post(
+        "/dashboard/register", data={"email": email, "password": "pw-" + secrets.token_urlsafe(16)}
+    )
+    assert answer.status_code == 303, answer.text
+    # The cookie is Secure: httpx keeps it to https, so it is sent by hand over loopback http.
+    http.headers["cookie"] = f"{COOKIE}={answer.cookies[COOKIE]}"
+    page = http.get("/dashboard/orgs/new").text
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert csrf
+    made = http.post("/dashboard/orgs/new", data={"csrf_token": csrf.group(1), "name": org_name})
+    assert made.status_code == 303, made.text
+    return Browser(http, made.headers["location"].rsplit("/", 1)[1], csrf.group(1))
+
+
+@pytest.fixture
+def browser(stack: Any) -> Iterator[Browser]:
+    b = sign_up(stack.edge_url)
+    yield b
+    b.http.close()
+
+
+def folder_of(answer: httpx.Response) -> str:
+    assert answer.status_code == 303, answer.text
+    return answer.headers["location"].rsplit("=", 1)[1]
+
+
+def test_first_part_token() -> None:
+    delimiter = b"--XYZ"
+    head = b'--XYZ\r\nContent-Disposition: form-data; name="csrf_token"\r\n\r\nabc\r\n--XYZ\r\n'
+    assert _first_part_token(head, delimiter) == "abc"
+    assert _first_part_token(head[:30], delimiter) is None  # not all there yet
+    other = b'--XYZ\r\nContent-Disposition: form-data; name="file"; filename="a"\r\n\r\nabc'
+    assert _first_part_token(other, delimiter) == ""
+    assert _first_part_token(b"garbage that is long", delimiter) == ""
+
+
+def test_preview_kinds_and_expiry_bounds() -> None:
+    assert [preview_kind(t) for t in ("image/png", "video/mp4", "audio/ogg", "text/csv")] == [
+        "image",
+        "video",
+        "audio",
+        "text",
+    ]
+    assert preview_kind("application/json") == preview_kind("application/ld+json") == "text"
+    assert preview_kind("application/zip") == "none"
+    assert _expires_in("3600", "") == 3600
+    assert _expires_in("custom", " 60 ") == 60
+    assert _expires_in("custom", "604800") == 604_800
+    for choice, custom in (
+        ("custom", "0"),
+        ("custom", "604801"),
+        ("custom", "1.5"),
+        ("custom", ""),
+        ("99", ""),
+    ):
+        with pytest.raises(CofferError):
+            _expires_in(choice, custom)
+
+
+def test_uploads_need_the_csrf_token_in_the_header_or_first(browser: Browser, admin: Any) -> None:
+    made = browser.upload_xhr(b"x" * 1000, "scripted.bin")
+    assert made.status_code == 201, made.text
+    body = made.json()
+    assert body["asset"]["name"] == "scripted.bin" and body["size"] == "1000 B"
+    assert body["page"] == f"{browser.files}/{body['asset']['id']}"
+
+    plain = browser.upload_form([("csrf_token", browser.csrf), ("file", b"y" * 10)])
+    assert plain.status_code == 303 and plain.headers["location"].endswith("/files?done=uploaded")
+    assert browser.counts() == (1010, 2)
+
+    refused = [
+        browser.upload_form([("csrf_token", "wrong"), ("file", b"z" * 10)]),
+        browser.upload_form([("file", b"z" * 10), ("csrf_token", browser.csrf)]),  # not first
+        browser.upload_form([("file", b"z" * 10)]),
+        browser.http.post(
+            f"{browser.files}/upload", files={"file": ("n", b"z")}, headers={"x-csrf-token": "no"}
+        ),
+    ]
+    assert [r.status_code for r in refused] == [403, 403, 403, 403]
+    assert "This request did not come from the dashboard." in refused[0].text
+    assert browser.counts() == (1010, 2)
+
+    admin("set-quota", "--org", browser.org_id, "--quota-bytes", "2048")
+    # The session answer (with the quota) is cached for 1 s in these tests.
+    deadline = time.monotonic() + 5
+    while "of 2 KiB" not in browser.http.get(browser.files).text:
+        assert time.monotonic() < deadline, "the new quota never showed"
+        time.sleep(0.1)
+    over = browser.upload_xhr(b"q" * 1500, "over.bin")
+    assert over.status_code == 413, over.text
+    error = over.json()["error"]
+    assert error["code"] == "quota_exceeded"
+    assert error["message"] == "Not enough space: uses 1010 B of 2 KiB, this file needs 1.5 KiB."
+    assert error["details"] == {"usedBytes": 1010, "quotaBytes": 2048, "requestedBytes": 1500}
+    page = browser.upload_form([("csrf_token", browser.csrf), ("file", b"q" * 1500)])
+    assert page.status_code == 413 and "Not enough space: uses 1010 B of 2 KiB" in page.text
+    assert f'href="/dashboard/o/{browser.org_id}/usage"' in page.text
+    assert browser.counts() == (1010, 2)
+
+    gone = browser.upload_xhr(b"a", folder="fld_doesnotexist")
+    assert gone.status_code == 404 and gone.json()["error"]["message"] == "The folder no longer exists."
+
+
+def test_folder_refusals_and_the_delete_summary(browser: Browser) -> None:
+    photos = folder_of(browser.post(f"{browser.files}/folders", {"name": "Photos"}))
+    duplicate = browser.post(f"{browser.files}/folders", {"name": "Photos"})
+    assert duplicate.status_code == 409
+    assert "A folder named &#39;Photos&#39; already exists here." in duplicate.text
+    for bad in ("a/b", "..", ""):
+        answer = browser.post(f"{browser.files}/folders", {"name": bad})
+        assert answer.status_code == 400, (bad, answer.text)
+        assert 'class="alert error"' in answer.text
+    trips = folder_of(browser.post(f"{browser.files}/folders", {"name": "Trips", "parent": photos}))
+    deep = folder_of(browser.post(f"{browser.files}/folders", {"name": "2026", "parent": trips}))
+    for folder in (photos, trips, deep):
+        assert browser.upload_xhr(b"p" * 10, folder=folder).status_code == 201
+
+    cycle = browser.post(f"{browser.files}/folders/{photos}/move", {"parent": deep})
+    assert cycle.status_code == 409
+    assert "A folder cannot move into itself or one of its subfolders." in cycle.text
+    renamed = browser.post(f"{browser.files}/folders/{trips}/rename", {"name": "Photos"})
+    assert renamed.status_code == 303  # a child may share its parent's name
+
+    summary = browser.http.get(f"{browser.files}/folders/{photos}/delete").text
+    assert "Deletes this folder and 2 subfolders. The 3 files inside them move to the root" in summary
+    done = browser.post(f"{browser.files}/folders/{photos}/delete")
+    assert done.status_code == 303 and done.headers["location"].endswith("/files?done=folder-deleted")
+    root = browser.http.get(browser.files).text
+    assert root.count('<tr id="asset-') == 3 and 'id="folders"' not in root
+    assert browser.http.get(f"{browser.files}?folder={trips}").status_code == 404
+
+    audit = browser.http.get(f"/dashboard/o/{browser.org_id}/audit").text
+    assert audit.count("folder.created") == 3 and audit.count("asset.uploaded") == 3
+    assert "folder.deleted" in audit
+
+
+def test_signed_urls_and_another_orgs_asset(browser: Browser, stack: Any) -> None:
+    asset = browser.upload_xhr(b"signed bytes", "s.txt").json()["asset"]
+    page = f"{browser.files}/{asset['id']}"
+    for custom in ("0", "604801", "soon"):
+        answer = browser.post(f"{page}/signed-url", {"expiry": "custom", "custom": custom})
+        assert answer.status_code == 400
+        assert "The expiry is whole seconds from 1 to 604,800." in answer.text
+    fragment = browser.post(
+        f"{page}/signed-url", {"expiry": "custom", "custom": "60"}, headers={"hx-request": "true"}
+    )
+    assert fragment.status_code == 200 and "<html" not in fragment.text
+    url = re.search(r'id="signed-url" value="([^"]+)"', fragment.text)
+    assert url and url.group(1).startswith(stack.public_cdn_url)
+    fetched = httpx.get(url.group(1).replace("&amp;", "&"))
+    assert fetched.status_code == 200 and fetched.content == b"signed bytes"
+    assert "signed_url.created" in browser.http.get(f"/dashboard/o/{browser.org_id}/audit").text
+
+    stranger = sign_up(stack.edge_url, "Elsewhere")
+    try:
+        assert stranger.http.get(f"{stranger.files}/{asset['id']}").status_code == 404
+        assert stranger.post(f"{stranger.files}/{asset['id']}/delete").status_code == 404
+        assert stranger.http.get(f"{stranger.files}/not-an-id").status_code == 404
+    finally:
+        stranger.http.close()
+    assert browser.http.get(page).status_code == 200
+
+
+def test_pages_of_fifty_and_search_across_folders(browser: Browser) -> None:
+    inner = folder_of(browser.post(f"{browser.files}/folders", {"name": "Inner"}))
+    for n in range(51):
+        assert browser.upload_xhr(b"n", f"file-{n:02}.txt").status_code == 201
+    assert browser.upload_xhr(b"n", "needle-in-folder.txt", folder=inner).status_code == 201
+    first = browser.http.get(browser.files).text
+    assert first.count('<tr id="asset-') == 50 and "page 1 of 2" in first
+    assert "file-50.txt" in first and "file-00.txt" not in first  # newest first
+    second = browser.http.get(f"{browser.files}?page=2").text
+    assert second.count('<tr id="asset-') == 1 and "file-00.txt" in second
+    assert 'rel="prev"' in second and 'rel="next"' not in second
+    found = browser.http.get(f"{browser.files}?q=NEEDLE").text
+    assert found.count('<tr id="asset-') == 1 and "needle-in-folder.txt" in found
+    none = browser.http.get(f"{browser.files}?q=absent").text
+    assert "No file name contains “absent”." in none
+    ref = f"http://cdn.example/{browser.org_id}/ast_0123456789ABCDEF/x.txt"
+    opened = browser.http.get(f"{browser.files}/open", params={"ref": ref})
+    assert opened.status_code == 303 and opened.headers["location"].endswith("/files/ast_0123456789ABCDEF")
+    assert browser.http.get(f"{browser.files}/open", params={"ref": "nothing"}).status_code == 400

@@ -1,0 +1,50 @@
+"""Hostile requests through the real apps of all four services (issue 11): each gets a 4xx in
+the envelope and changes nothing. Each rule has its own test where its service enforces it;
+this runs the issue's reproductions as an outsider sent them, through edge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from coffer_testkit.testing import assert_error
+
+
+def test_hostile_requests_get_a_4xx_in_the_envelope(tenant: Any) -> None:
+    api = tenant.api
+    # A Latin-1 file name (item 2): refused, nothing stored.
+    body = b'--B\r\nContent-Disposition: form-data; name="file"; filename="caf\xe9.txt"\r\n\r\nx\r\n--B--\r\n'
+    response = api.post(
+        "/api/assets", content=body, headers={"content-type": "multipart/form-data; boundary=B"}
+    )
+    assert_error(response, 400, "invalid_request")
+    # An offset past a 64-bit integer (item 3).
+    assert_error(api.get("/api/assets", params={"offset": 2**63}), 400, "invalid_request")
+    # Lone surrogates in JSON (item 4), in the name and in parentId.
+    for text in ('{"name":"x\\ud800y"}', '{"name":"x","parentId":"\\udfff"}'):
+        response = api.post("/api/folders", content=text, headers={"content-type": "application/json"})
+        assert_error(response, 400, "invalid_request")
+    assert api.get("/api/assets").json()["total"] == 0
+    assert api.get("/api/folders").json() == {"folders": []}
+    # A preamble before the first boundary is allowed (RFC 2046).
+    body = (
+        b"preamble\r\n--B\r\n"
+        b'Content-Disposition: form-data; name="file"; filename="p.txt"\r\n\r\nx\r\n--B--\r\n'
+    )
+    response = api.post(
+        "/api/assets", content=body, headers={"content-type": "multipart/form-data; boundary=B"}
+    )
+    assert response.status_code == 201, response.text
+    # A Range bound of 5,000 digits on the CDN host (item 5), no key needed.
+    public_url = response.json()["publicUrl"]
+    assert_error(
+        httpx.get(public_url, headers={"range": "bytes=" + "9" * 5000 + "-"}), 416, "range_not_satisfiable"
+    )
+    # The CDN host tells nobody how its storage is doing (item 8).
+    cdn = public_url.split("/org_")[0]
+    assert_error(httpx.get(f"{cdn}/readyz"), 404, "not_found")
+    # A 405 names every method of the path (item 8).
+    response = api.put("/api/folders")
+    assert_error(response, 405, "method_not_allowed")
+    assert response.headers["allow"] == "GET, POST"

@@ -1,0 +1,57 @@
+"""The OpenAPI document describes §8: every new route, field, parameter and error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import SecretStr
+
+from coffer_edge.config import Settings
+from coffer_edge.main import create_app
+
+
+def document(tmp_path: Any) -> dict[str, Any]:
+    settings = Settings(data_dir=tmp_path, internal_token=SecretStr("t" * 32))
+    return create_app(settings).openapi()
+
+
+def test_section_8_is_in_the_openapi_document(tmp_path: Any) -> None:
+    doc = document(tmp_path)
+    paths = doc["paths"]
+    expected = {
+        "/api/usage": {"get"},
+        "/api/folders/{folder_id}": {"get", "patch", "delete"},
+        "/api/assets/{asset_id}": {"get", "patch", "delete"},
+        "/api/upload-tokens": {"post"},
+        "/api/uploads": {"post"},
+    }
+    for path, methods in expected.items():
+        assert methods <= set(paths[path]), path
+    schemas = doc["components"]["schemas"]
+    assert {"sha256", "updatedAt"} <= set(schemas["Asset"]["properties"])
+    assert "updatedAt" in schemas["Folder"]["properties"]
+    assert "path" in schemas["FolderWithPath"]["properties"]
+    assert set(schemas["Usage"]["properties"]) == {"organizationId", "usedBytes", "quotaBytes", "assetCount"}
+    assert set(schemas["UploadTokenCreate"]["properties"]) == {
+        "folderId",
+        "name",
+        "maxBytes",
+        "contentTypes",
+        "expiresIn",
+    }
+    params = {p["name"]: p for p in paths["/api/assets"]["get"]["parameters"]}
+    assert {"q", "sort"} <= set(params)
+    sort = params["sort"]["schema"]
+    assert set(sort.get("enum") or schemas[sort["$ref"].rsplit("/", 1)[1]]["enum"]) == {
+        "-createdAt",
+        "createdAt",
+        "name",
+        "-name",
+        "size",
+        "-size",
+    }
+    assert "folder_cycle" in paths["/api/folders/{folder_id}"]["patch"]["responses"]["409"]["description"]
+    upload = paths["/api/uploads"]["post"]
+    assert {"413", "415", "401"} <= set(upload["responses"])
+    assert "multipart/form-data" in upload["requestBody"]["content"]
+    assert [p["name"] for p in upload["parameters"]] == ["token"]
