@@ -1,0 +1,381 @@
+"""``AsyncCoffer``: the asyncio client, the same methods as ``Coffer`` awaited. Disk reads and writes
+run in worker threads so a transfer never blocks the event loop."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import IO, Any
+
+import anyio.to_thread
+import httpx
+import tenacity
+
+from coffer_client import errors
+from coffer_client._base import (
+    CHUNK,
+    DEFAULT_TIMEOUT,
+    MAX_FILE_BYTES,
+    UNSET,
+    USER_AGENT,
+    AsyncLazyTLSTransport,
+    Delivery,
+    Multipart,
+    ProgressCallback,
+    RetryPolicy,
+    auth_headers,
+    check,
+    clean_params,
+    parse,
+    patch_body,
+    retrying_kwargs,
+    settings_from,
+    source_for,
+    transport_error,
+)
+from coffer_client.models import Asset, AssetPage, Folder, SignedUrl, UploadToken, Usage
+from coffer_client.paths import split_path
+
+
+class AsyncCoffer:
+    """The asynchronous client; configuration, retries and errors as for ``Coffer``."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        organization_id: str | None = None,
+        *,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        max_connections: int = 32,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._settings = settings_from(base_url, api_key, organization_id)
+        self.retry = retry or RetryPolicy()
+        self._own_client = http_client is None
+        if http_client is None:
+            limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+            http_client = httpx.AsyncClient(
+                timeout=timeout,
+                limits=limits,
+                headers={"user-agent": USER_AGENT},
+                transport=AsyncLazyTLSTransport(limits),
+            )
+        self._http = http_client
+
+    @property
+    def base_url(self) -> str:
+        return self._settings.base_url
+
+    def __repr__(self) -> str:
+        return f"AsyncCoffer(base_url={self.base_url!r})"
+
+    async def aclose(self) -> None:
+        if self._own_client:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncCoffer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        replayable: bool = True,
+        authenticated: bool = True,
+    ) -> httpx.Response:
+        url = path if path.startswith(("http://", "https://")) else self.base_url + path
+        hdrs = {**(auth_headers(self._settings) if authenticated else {}), **(headers or {})}
+        delivery = Delivery()
+        try:
+            async for attempt in tenacity.AsyncRetrying(
+                **retrying_kwargs(self.retry, method=method, replayable=replayable, delivery=delivery)
+            ):
+                with attempt:
+                    content = delivery.atrack(body()) if body is not None else None
+                    r = await self._http.request(
+                        method,
+                        url,
+                        params=clean_params(params) if params else None,
+                        json=json,
+                        content=content,
+                        headers=hdrs,
+                    )
+                    return check(r)
+        except httpx.TransportError as exc:
+            raise transport_error(exc, method, url.split("?")[0]) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # --- folders -------------------------------------------------------------------------------
+
+    async def list_folders(self, parent_id: str | None = None) -> list[Folder]:
+        r = await self._request("GET", "/api/folders", params={"parentId": parent_id})
+        return [Folder.model_validate(f) for f in r.json()["folders"]]
+
+    async def get_folder(self, folder_id: str) -> Folder:
+        return parse(Folder, await self._request("GET", f"/api/folders/{folder_id}"))
+
+    async def create_folder(self, name: str, parent_id: str | None = None) -> Folder:
+        r = await self._request("POST", "/api/folders", json={"name": name, "parentId": parent_id})
+        return parse(Folder, r)
+
+    async def update_folder(
+        self, folder_id: str, *, name: str | None = None, parent_id: Any = UNSET
+    ) -> Folder:
+        body = patch_body(name, "parentId", parent_id)
+        return parse(Folder, await self._request("PATCH", f"/api/folders/{folder_id}", json=body))
+
+    async def delete_folder(self, folder_id: str) -> None:
+        await self._request("DELETE", f"/api/folders/{folder_id}")
+
+    # --- assets --------------------------------------------------------------------------------
+
+    async def assets_page(
+        self,
+        folder_id: str | None = None,
+        *,
+        q: str | None = None,
+        sort: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> AssetPage:
+        params = {"folderId": folder_id, "q": q, "sort": sort, "limit": limit, "offset": offset}
+        return parse(AssetPage, await self._request("GET", "/api/assets", params=params))
+
+    async def list_assets(
+        self,
+        folder_id: str | None = None,
+        *,
+        q: str | None = None,
+        sort: str | None = None,
+        page_size: int = 100,
+    ) -> AsyncIterator[Asset]:
+        offset = 0
+        while True:
+            page = await self.assets_page(folder_id, q=q, sort=sort, limit=page_size, offset=offset)
+            for a in page.assets:
+                yield a
+            offset += len(page.assets)
+            if not page.assets or offset >= page.total:
+                return
+
+    async def get_asset(self, asset_id: str) -> Asset:
+        return parse(Asset, await self._request("GET", f"/api/assets/{asset_id}"))
+
+    async def update_asset(self, asset_id: str, *, name: str | None = None, folder_id: Any = UNSET) -> Asset:
+        body = patch_body(name, "folderId", folder_id)
+        return parse(Asset, await self._request("PATCH", f"/api/assets/{asset_id}", json=body))
+
+    async def delete_asset(self, asset_id: str) -> None:
+        await self._request("DELETE", f"/api/assets/{asset_id}")
+
+    async def signed_url(self, asset_id: str, expires_in: int | None = None) -> SignedUrl:
+        r = await self._request("GET", f"/api/assets/{asset_id}/url", params={"expiresIn": expires_in})
+        return parse(SignedUrl, r)
+
+    async def usage(self) -> Usage:
+        return parse(Usage, await self._request("GET", "/api/usage"))
+
+    async def upload(
+        self,
+        file: str | os.PathLike[str] | IO[bytes],
+        *,
+        name: str | None = None,
+        folder_id: str | None = None,
+        filename: str | None = None,
+        content_type: str | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> Asset:
+        fields = {"name": name} if name else {}
+        if folder_id:
+            fields["folderId"] = folder_id
+        return await self._upload("/api/assets", file, fields, filename, content_type, progress, True)
+
+    async def create_upload_token(
+        self,
+        *,
+        folder_id: str | None = None,
+        name: str | None = None,
+        max_bytes: int | None = None,
+        content_types: list[str] | None = None,
+        expires_in: int | None = None,
+    ) -> UploadToken:
+        body = clean_params(
+            {
+                "folderId": folder_id,
+                "name": name,
+                "maxBytes": max_bytes,
+                "contentTypes": content_types,
+                "expiresIn": expires_in,
+            }
+        )
+        return parse(UploadToken, await self._request("POST", "/api/upload-tokens", json=body))
+
+    async def upload_with_token(
+        self,
+        token: UploadToken | str,
+        file: str | os.PathLike[str] | IO[bytes],
+        *,
+        name: str | None = None,
+        filename: str | None = None,
+        content_type: str | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> Asset:
+        url = token.url if isinstance(token, UploadToken) else token
+        fields = {"name": name} if name else {}
+        return await self._upload(url, file, fields, filename, content_type, progress, False)
+
+    async def _upload(
+        self,
+        url: str,
+        file: str | os.PathLike[str] | IO[bytes],
+        fields: dict[str, str],
+        filename: str | None,
+        content_type: str | None,
+        progress: ProgressCallback | None,
+        authenticated: bool,
+    ) -> Asset:
+        source = source_for(file, filename)
+        if source.size is not None and source.size > MAX_FILE_BYTES:
+            raise errors.FileTooLarge(
+                f"{source.name} is {source.size} bytes; the limit is {MAX_FILE_BYTES}.",
+                status=413,
+                code="file_too_large",
+            )
+        mp = Multipart(source, fields, content_type)
+
+        async def body() -> AsyncIterator[bytes]:
+            reader = await anyio.to_thread.run_sync(source.open)
+            try:
+                yield mp.head
+                done, total = 0, source.size
+                while total is None or done < total:
+                    n = CHUNK if total is None else min(CHUNK, total - done)
+                    chunk = await anyio.to_thread.run_sync(reader.read, n)
+                    if not chunk:
+                        if total is not None:
+                            raise errors.CofferError(f"{source.name} shrank while it was being uploaded.")
+                        break
+                    yield chunk
+                    done += len(chunk)
+                    if progress is not None:
+                        progress(done, total)
+                yield mp.tail
+            finally:
+                if source.close_after:
+                    reader.close()
+
+        r = await self._request(
+            "POST",
+            url,
+            body=body,
+            headers=mp.headers,
+            replayable=source.replayable,
+            authenticated=authenticated,
+        )
+        return parse(Asset, r)
+
+    async def download(
+        self,
+        asset_id: str,
+        dest: str | os.PathLike[str] | IO[bytes],
+        *,
+        progress: ProgressCallback | None = None,
+    ) -> int:
+        signed = await self.signed_url(asset_id, expires_in=3600)
+        if not isinstance(dest, str | os.PathLike):
+            return await self._fetch(signed, dest, progress)
+        target = Path(dest)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                n = await self._fetch(signed, out, progress)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return n
+
+    async def _fetch(self, signed: SignedUrl, out: IO[bytes], progress: ProgressCallback | None) -> int:
+        total = signed.asset.size
+        written = 0
+        try:
+            async for attempt in tenacity.AsyncRetrying(
+                **retrying_kwargs(self.retry, method="GET", replayable=True)
+            ):
+                with attempt:
+                    headers = {"range": f"bytes={written}-"} if written else {}
+                    async with self._http.stream("GET", signed.url, headers=headers) as r:
+                        if r.is_error:
+                            await r.aread()
+                            check(r)
+                        if written and r.status_code != 206:
+                            raise errors.CofferError("The CDN did not resume the download.", code="no_range")
+                        async for chunk in r.aiter_bytes(CHUNK):
+                            await anyio.to_thread.run_sync(out.write, chunk)
+                            written += len(chunk)
+                            if progress is not None:
+                                progress(written, total)
+        except httpx.TransportError as exc:
+            raise transport_error(exc, "GET", signed.url.split("?")[0]) from exc
+        if written != total:
+            raise errors.CofferError(f"Downloaded {written} bytes of {total}.", code="short_download")
+        return written
+
+    # --- paths ----------------------------------------------------------------------------------
+
+    async def resolve_folder(self, path: str) -> Folder | None:
+        """The folder at ``/a/b/c`` (None for ``/``); NotFound names the first missing part."""
+        folder: Folder | None = None
+        parts = split_path(path)
+        for i, part in enumerate(parts):
+            match = [f for f in await self.list_folders(folder.id if folder else None) if f.name == part]
+            if not match:
+                where = "/" + "/".join(parts[: i + 1])
+                raise errors.NotFound(f"No folder {where}.", status=404, code="not_found")
+            folder = match[0]
+        return folder
+
+    async def make_folders(self, path: str) -> Folder | None:
+        """``mkdir -p``: the folder at ``path``, created with any missing ancestor."""
+        folder: Folder | None = None
+        for part in split_path(path):
+            parent = folder.id if folder else None
+            match = [f for f in await self.list_folders(parent) if f.name == part]
+            if match:
+                folder = match[0]
+                continue
+            try:
+                folder = await self.create_folder(part, parent)
+            except errors.Conflict:  # made meanwhile by someone else: use theirs
+                folder = next(f for f in await self.list_folders(parent) if f.name == part)
+        return folder
+
+    async def resolve_asset(self, spec: str) -> Asset:
+        """An asset by id (``ast_…``) or by ``/folder/path/name``; Conflict when several share the name."""
+        if spec.startswith("ast_") and "/" not in spec:
+            return await self.get_asset(spec)
+        parts = split_path(spec)
+        if not parts:
+            raise errors.NotFound(f"{spec!r} names no asset.", status=404, code="not_found")
+        folder = await self.resolve_folder("/".join(parts[:-1]))
+        found = [
+            a async for a in self.list_assets(folder.id if folder else "", q=parts[-1]) if a.name == parts[-1]
+        ]
+        if not found:
+            raise errors.NotFound(f"No asset {spec}.", status=404, code="not_found")
+        if len(found) > 1:
+            ids = ", ".join(a.id for a in found)
+            raise errors.Conflict(f"Several assets are named {spec}: {ids}; give an id.", status=409)
+        return found[0]

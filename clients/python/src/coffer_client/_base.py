@@ -1,0 +1,281 @@
+"""What the sync and async clients share: configuration, retry policy, request and response handling,
+and the streamed multipart body."""
+
+from __future__ import annotations
+
+import mimetypes
+import os
+import secrets
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import httpx
+import tenacity
+from pydantic import BaseModel
+
+from coffer_client import errors
+from coffer_client._options import CHUNK, MAX_FILE_BYTES, UNSET, ProgressCallback, RetryPolicy
+
+__all__ = ["CHUNK", "MAX_FILE_BYTES", "UNSET", "ProgressCallback", "RetryPolicy"]
+
+DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
+USER_AGENT = "coffer-client-python/0.1"
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Settings:
+    base_url: str
+    api_key: str
+    organization_id: str | None
+
+    def __repr__(self) -> str:  # the key never appears in a repr, a log or a traceback
+        return f"Settings(base_url={self.base_url!r}, organization_id={self.organization_id!r})"
+
+
+def settings_from(base_url: str | None, api_key: str | None, organization_id: str | None) -> Settings:
+    """Arguments first, then COFFER_URL, COFFER_API_KEY and COFFER_ORGANIZATION_ID."""
+    url = base_url or os.environ.get("COFFER_URL")
+    key = api_key or os.environ.get("COFFER_API_KEY")
+    org = organization_id or os.environ.get("COFFER_ORGANIZATION_ID") or None
+    if not url:
+        raise errors.ConfigurationError("No Coffer URL: pass base_url or set COFFER_URL.")
+    if not key:
+        raise errors.ConfigurationError("No API key: pass api_key or set COFFER_API_KEY.")
+    return Settings(base_url=url.rstrip("/"), api_key=key, organization_id=org)
+
+
+def auth_headers(s: Settings) -> dict[str, str]:
+    headers = {"x-api-key": s.api_key}
+    if s.organization_id:
+        headers["x-organization-id"] = s.organization_id
+    return headers
+
+
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "PATCH"})
+# PATCH counts as idempotent here: Coffer's PATCH sets fields to given values, so sending it twice
+# leaves the same state as once.
+
+
+def is_retryable(exc: BaseException, *, method: str, replayable: bool, delivered: bool = True) -> bool:
+    """Whether trying again can neither duplicate nor corrupt anything.
+
+    ``delivered``: whether the whole request may have reached the service (for a streamed body,
+    whether its last byte was handed to the connection). A 503 does not prove that nothing was
+    done: edge answers 503 when metadata did not answer the commit of an upload, which it may
+    have made (services/edge ``_upload``). So a POST the service may have received in full is
+    never sent again; one it answered, or that broke, before the body was out is.
+    """
+    if not replayable:
+        return False
+    if isinstance(exc, errors.RateLimited):
+        return True  # edge's rate limit refuses a request before its handler runs (edge deps.py)
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
+        return True  # nothing reached the service
+    if not isinstance(exc, errors.Unavailable | httpx.TransportError):
+        return False
+    return method in IDEMPOTENT or not delivered
+
+
+class Delivery:
+    """Follows one request's streamed body: ``complete`` once its last chunk was sent."""
+
+    def __init__(self) -> None:
+        self.complete = True  # a request without a streamed body is sent in one piece
+
+    def track(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
+        self.complete = False  # now, not when (or if) httpx starts reading the body
+
+        def sending() -> Iterator[bytes]:
+            yield from chunks
+            # httpcore asks for a chunk only once the one before was written to the socket.
+            self.complete = True
+
+        return sending()
+
+    def atrack(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        self.complete = False
+
+        async def sending() -> AsyncIterator[bytes]:
+            async for chunk in chunks:
+                yield chunk
+            self.complete = True
+
+        return sending()
+
+
+def retrying_kwargs(
+    policy: RetryPolicy, *, method: str, replayable: bool, delivery: Delivery | None = None
+) -> dict[str, Any]:
+    """Arguments for tenacity's Retrying / AsyncRetrying."""
+    backoff = tenacity.wait_exponential_jitter(multiplier=policy.initial_wait, max=policy.max_wait)
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        asked = getattr(exc, "retry_after", None) or 0.0
+        return float(min(max(asked, backoff(state)), max(policy.max_wait, asked)))
+
+    def retry(exc: BaseException) -> bool:
+        delivered = delivery is None or delivery.complete
+        return is_retryable(exc, method=method, replayable=replayable, delivered=delivered)
+
+    return {
+        "stop": tenacity.stop_after_attempt(max(1, policy.attempts)),
+        "wait": wait,
+        "retry": tenacity.retry_if_exception(retry),
+        "reraise": True,
+    }
+
+
+class LazyTLSTransport(httpx.BaseTransport):
+    """httpx's own transport, one pool for http and one for https made on first use. Building the
+    https one loads the CA bundle, ~40 ms of CPU (more on a busy machine) that a command line would
+    pay at every start even against a plain-http service."""
+
+    def __init__(self, limits: httpx.Limits) -> None:
+        self._limits = limits
+        # verify=False only spares the CA bundle: an http:// origin never speaks TLS.
+        self._plain = httpx.HTTPTransport(verify=False, limits=limits)
+        self._tls: httpx.HTTPTransport | None = None
+        self._lock = threading.Lock()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.scheme != "https":
+            return self._plain.handle_request(request)
+        with self._lock:
+            if self._tls is None:
+                self._tls = httpx.HTTPTransport(limits=self._limits)
+        return self._tls.handle_request(request)
+
+    def close(self) -> None:
+        self._plain.close()
+        if self._tls is not None:
+            self._tls.close()
+
+
+class AsyncLazyTLSTransport(httpx.AsyncBaseTransport):
+    """``LazyTLSTransport`` for ``httpx.AsyncClient``."""
+
+    def __init__(self, limits: httpx.Limits) -> None:
+        self._limits = limits
+        self._plain = httpx.AsyncHTTPTransport(verify=False, limits=limits)
+        self._tls: httpx.AsyncHTTPTransport | None = None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.scheme != "https":
+            return await self._plain.handle_async_request(request)
+        if self._tls is None:  # one event loop: no await between the test and the assignment
+            self._tls = httpx.AsyncHTTPTransport(limits=self._limits)
+        return await self._tls.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._plain.aclose()
+        if self._tls is not None:
+            await self._tls.aclose()
+
+
+def transport_error(exc: httpx.TransportError, method: str, url: str) -> errors.TransportError:
+    what = type(exc).__name__
+    return errors.TransportError(f"{method} {url} failed: {what}: {exc}".rstrip(": "), code="transport")
+
+
+def check(response: httpx.Response) -> httpx.Response:
+    if response.is_error:
+        raise errors.from_response(response)
+    return response
+
+
+def parse(model: type[M], response: httpx.Response) -> M:
+    return model.model_validate_json(response.content)
+
+
+def clean_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def patch_body(name: str | None, parent_field: str, parent: object) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if name is not None:
+        body["name"] = name
+    if parent is not UNSET:
+        body[parent_field] = parent
+    if not body:
+        raise ValueError("Nothing to change: give a new name, a new parent, or both.")
+    return body
+
+
+# --- the multipart body, streamed --------------------------------------------------------------
+
+
+def _quote(value: str) -> str:
+    # The HTML5 form encoding (what browsers and httpx send): escape quote, CR and LF.
+    return value.replace("\\", "\\\\").replace('"', "%22").replace("\r", "%0D").replace("\n", "%0A")
+
+
+@dataclass
+class Source:
+    """The file to upload: where to read it from, its size, and whether it can be read again."""
+
+    name: str
+    open: Callable[[], IO[bytes]]  # a fresh reader positioned at the start of the data
+    size: int | None
+    replayable: bool
+    close_after: bool
+
+
+def source_for(file: str | os.PathLike[str] | IO[bytes], filename: str | None) -> Source:
+    if isinstance(file, str | os.PathLike):
+        path = Path(file)
+        return Source(filename or path.name, lambda: path.open("rb"), path.stat().st_size, True, True)
+    name = filename or Path(str(getattr(file, "name", "") or "file")).name
+    start: int | None = None
+    size: int | None = None
+    try:
+        if file.seekable():
+            start = file.tell()
+            size = file.seek(0, os.SEEK_END) - start
+            file.seek(start)
+    except (OSError, ValueError):
+        start = None
+
+    def reopen() -> IO[bytes]:
+        if start is not None:
+            file.seek(start)
+        return file
+
+    return Source(name, reopen, size, start is not None, False)
+
+
+@dataclass
+class Multipart:
+    """A multipart/form-data body whose file part is read from disk chunk by chunk."""
+
+    source: Source
+    fields: dict[str, str]
+    content_type: str | None = None
+
+    def __post_init__(self) -> None:
+        self.boundary = secrets.token_hex(16)
+        b = self.boundary
+        head = b"".join(
+            f'--{b}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n'.encode() + v.encode() + b"\r\n"
+            for k, v in self.fields.items()
+        )
+        ctype = self.content_type or mimetypes.guess_type(self.source.name)[0] or "application/octet-stream"
+        head += (
+            f'--{b}\r\nContent-Disposition: form-data; name="file"; filename="{_quote(self.source.name)}"\r\n'
+            f"Content-Type: {ctype}\r\n\r\n"
+        ).encode()
+        self.head = head
+        self.tail = f"\r\n--{b}--\r\n".encode()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        h = {"content-type": f"multipart/form-data; boundary={self.boundary}"}
+        if self.source.size is not None:
+            h["content-length"] = str(len(self.head) + self.source.size + len(self.tail))
+        return h

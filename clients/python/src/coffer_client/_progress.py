@@ -1,0 +1,117 @@
+"""Progress bars for transfers: one line per file in flight and one for the total, each with the
+rate and the time left. Shown only on a terminal (stderr), never with ``--quiet`` or ``--json``."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import TaskID
+
+Update = Callable[[int, "int | None"], None]
+Finish = Callable[[bool], None]
+
+
+def transfers(console: Callable[[], Console], *, enabled: bool, total_bytes: int, files: int) -> Bars:
+    """Bars on ``console()`` (stderr) when ``enabled`` and it is a terminal; with ``--quiet`` or
+    ``--json`` neither the console nor rich is made at all."""
+    if not enabled:
+        return Bars()
+    return Transfers(console(), enabled=True, total_bytes=total_bytes, files=files)
+
+
+def _ignore(*_: object) -> None:
+    return None
+
+
+class Bars:
+    """No bars: what a transfer sees when nothing is shown."""
+
+    def __enter__(self) -> Bars:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+    def file(self, name: str, size: int | None) -> tuple[Update, Finish]:  # noqa: ARG002
+        """A progress callback for one file, and a ``done(ok)`` to call when it ends."""
+        return _ignore, _ignore
+
+
+class Transfers(Bars):
+    """``with Transfers(console, enabled, total_bytes, files) as t: cb = t.file(name, size)``."""
+
+    def __init__(self, console: Console, *, enabled: bool, total_bytes: int, files: int) -> None:
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        self.enabled = enabled and console.is_terminal
+        self.files = files
+        self.finished = 0
+        self._lock = threading.Lock()
+        self._progress = Progress(
+            TextColumn("{task.description}", justify="left"),
+            BarColumn(bar_width=30),
+            DownloadColumn(binary_units=True),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+            disable=not self.enabled,
+            # 4 refreshes a second: smooth enough to read, and cheap beside the transfer.
+            refresh_per_second=4,
+        )
+        self._total: TaskID | None = None
+        self._total_bytes = total_bytes
+
+    def __enter__(self) -> Transfers:
+        self._progress.__enter__()
+        if self.files > 1:
+            self._total = self._progress.add_task(self._total_label(), total=self._total_bytes)
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._progress.__exit__(et, e, tb)
+
+    def _total_label(self) -> str:
+        return f"[bold]total[/] {self.finished}/{self.files} files"
+
+    def file(self, name: str, size: int | None) -> tuple[Update, Finish]:
+        short = name if len(name) <= 40 else "…" + name[-39:]
+        task = self._progress.add_task(short, total=size)
+        seen = 0
+
+        def update(done: int, total: int | None) -> None:
+            nonlocal seen
+            delta, seen = done - seen, done
+            self._progress.update(task, completed=done, total=total)
+            if self._total is not None:
+                # A retried upload starts again from 0: the total goes back with it.
+                self._progress.advance(self._total, delta)
+
+        def finish(ok: bool) -> None:
+            with self._lock:
+                self.finished += 1
+            if self.files > 1:
+                # Many files: keep the screen to the ones in flight plus the total.
+                self._progress.remove_task(task)
+                if self._total is not None:
+                    self._progress.update(self._total, description=self._total_label())
+            elif ok:
+                self._progress.update(task, completed=size or seen)
+
+        return update, finish

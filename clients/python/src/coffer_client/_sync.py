@@ -1,0 +1,415 @@
+"""``Coffer``: the synchronous client."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+import tenacity
+
+from coffer_client import errors
+from coffer_client._base import (
+    CHUNK,
+    DEFAULT_TIMEOUT,
+    MAX_FILE_BYTES,
+    UNSET,
+    USER_AGENT,
+    Delivery,
+    LazyTLSTransport,
+    Multipart,
+    ProgressCallback,
+    RetryPolicy,
+    auth_headers,
+    check,
+    clean_params,
+    parse,
+    patch_body,
+    retrying_kwargs,
+    settings_from,
+    source_for,
+    transport_error,
+)
+from coffer_client.models import Asset, AssetPage, Folder, SignedUrl, UploadToken, Usage
+from coffer_client.paths import split_path
+
+
+class Coffer:
+    """A client for one Coffer service and one API key.
+
+    ``Coffer()`` reads COFFER_URL, COFFER_API_KEY and COFFER_ORGANIZATION_ID; arguments win. It is safe
+    to share between threads (the underlying httpx client is), and a context manager.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        organization_id: str | None = None,
+        *,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        max_connections: int = 32,
+        http_client: httpx.Client | None = None,
+    ) -> None:
+        self._settings = settings_from(base_url, api_key, organization_id)
+        self.retry = retry or RetryPolicy()
+        self._own_client = http_client is None
+        if http_client is None:
+            limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+            http_client = httpx.Client(
+                timeout=timeout,
+                limits=limits,
+                headers={"user-agent": USER_AGENT},
+                transport=LazyTLSTransport(limits),
+            )
+        self._http = http_client
+
+    @property
+    def base_url(self) -> str:
+        return self._settings.base_url
+
+    @property
+    def organization_id(self) -> str | None:
+        return self._settings.organization_id
+
+    def __repr__(self) -> str:
+        return f"Coffer(base_url={self.base_url!r})"
+
+    def close(self) -> None:
+        if self._own_client:
+            self._http.close()
+
+    def __enter__(self) -> Coffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        replayable: bool = True,
+        authenticated: bool = True,
+    ) -> httpx.Response:
+        """One API call with the retry policy; ``body`` is a callable giving a fresh iterator per try."""
+        url = path if path.startswith(("http://", "https://")) else self.base_url + path
+        hdrs = {**(auth_headers(self._settings) if authenticated else {}), **(headers or {})}
+        delivery = Delivery()
+
+        def once() -> httpx.Response:
+            content = delivery.track(body()) if body is not None else None
+            r = self._http.request(
+                method,
+                url,
+                params=clean_params(params) if params else None,
+                json=json,
+                content=content,
+                headers=hdrs,
+            )
+            return check(r)
+
+        try:
+            for attempt in tenacity.Retrying(
+                **retrying_kwargs(self.retry, method=method, replayable=replayable, delivery=delivery)
+            ):
+                with attempt:
+                    return once()
+        except httpx.TransportError as exc:
+            raise transport_error(exc, method, url.split("?")[0]) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # --- folders -------------------------------------------------------------------------------
+
+    def list_folders(self, parent_id: str | None = None) -> list[Folder]:
+        """Children of ``parent_id``, or the root folders; ordered by name."""
+        r = self._request("GET", "/api/folders", params={"parentId": parent_id})
+        return [Folder.model_validate(f) for f in r.json()["folders"]]
+
+    def get_folder(self, folder_id: str) -> Folder:
+        """The folder with its ``path`` from the root (CONTRACT §8)."""
+        return parse(Folder, self._request("GET", f"/api/folders/{folder_id}"))
+
+    def create_folder(self, name: str, parent_id: str | None = None) -> Folder:
+        return parse(
+            Folder, self._request("POST", "/api/folders", json={"name": name, "parentId": parent_id})
+        )
+
+    def update_folder(self, folder_id: str, *, name: str | None = None, parent_id: Any = UNSET) -> Folder:
+        """Rename and/or move (``parent_id=None`` moves to the root) in one transaction."""
+        body = patch_body(name, "parentId", parent_id)
+        return parse(Folder, self._request("PATCH", f"/api/folders/{folder_id}", json=body))
+
+    def delete_folder(self, folder_id: str) -> None:
+        """Deletes the folder and its subfolders; their assets move to the root."""
+        self._request("DELETE", f"/api/folders/{folder_id}")
+
+    # --- assets --------------------------------------------------------------------------------
+
+    def assets_page(
+        self,
+        folder_id: str | None = None,
+        *,
+        q: str | None = None,
+        sort: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> AssetPage:
+        """One page. ``folder_id``: None = every asset, ``""`` = root level only, an id = its children."""
+        params = {"folderId": folder_id, "q": q, "sort": sort, "limit": limit, "offset": offset}
+        return parse(AssetPage, self._request("GET", "/api/assets", params=params))
+
+    def list_assets(
+        self,
+        folder_id: str | None = None,
+        *,
+        q: str | None = None,
+        sort: str | None = None,
+        page_size: int = 100,
+    ) -> Iterator[Asset]:
+        """Every matching asset, fetched a page at a time as you iterate."""
+        offset = 0
+        while True:
+            page = self.assets_page(folder_id, q=q, sort=sort, limit=page_size, offset=offset)
+            yield from page.assets
+            offset += len(page.assets)
+            if not page.assets or offset >= page.total:
+                return
+
+    def get_asset(self, asset_id: str) -> Asset:
+        return parse(Asset, self._request("GET", f"/api/assets/{asset_id}"))
+
+    def update_asset(self, asset_id: str, *, name: str | None = None, folder_id: Any = UNSET) -> Asset:
+        """Rename and/or move (``folder_id=None`` moves to the root); key and URLs stay."""
+        body = patch_body(name, "folderId", folder_id)
+        return parse(Asset, self._request("PATCH", f"/api/assets/{asset_id}", json=body))
+
+    def delete_asset(self, asset_id: str) -> None:
+        self._request("DELETE", f"/api/assets/{asset_id}")
+
+    def signed_url(self, asset_id: str, expires_in: int | None = None) -> SignedUrl:
+        params = {"expiresIn": expires_in}
+        return parse(SignedUrl, self._request("GET", f"/api/assets/{asset_id}/url", params=params))
+
+    def usage(self) -> Usage:
+        return parse(Usage, self._request("GET", "/api/usage"))
+
+    def upload(
+        self,
+        file: str | os.PathLike[str] | IO[bytes],
+        *,
+        name: str | None = None,
+        folder_id: str | None = None,
+        filename: str | None = None,
+        content_type: str | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> Asset:
+        """Upload a file from a path or a binary file object, streamed: the client holds about one
+        chunk (1 MiB) at a time whatever the size. ``progress(sent, total)`` follows the bytes."""
+        fields = {"name": name} if name else {}
+        if folder_id:
+            fields["folderId"] = folder_id
+        return self._upload("/api/assets", file, fields, filename, content_type, progress, authenticated=True)
+
+    def create_upload_token(
+        self,
+        *,
+        folder_id: str | None = None,
+        name: str | None = None,
+        max_bytes: int | None = None,
+        content_types: list[str] | None = None,
+        expires_in: int | None = None,
+    ) -> UploadToken:
+        """A short-lived, single-use token a browser can upload with, without a key (CONTRACT §8)."""
+        body = clean_params(
+            {
+                "folderId": folder_id,
+                "name": name,
+                "maxBytes": max_bytes,
+                "contentTypes": content_types,
+                "expiresIn": expires_in,
+            }
+        )
+        return parse(UploadToken, self._request("POST", "/api/upload-tokens", json=body))
+
+    def upload_with_token(
+        self,
+        token: UploadToken | str,
+        file: str | os.PathLike[str] | IO[bytes],
+        *,
+        name: str | None = None,
+        filename: str | None = None,
+        content_type: str | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> Asset:
+        """Upload with a token (no key sent): ``token`` is an UploadToken or its ``url``."""
+        url = token.url if isinstance(token, UploadToken) else token
+        fields = {"name": name} if name else {}
+        return self._upload(url, file, fields, filename, content_type, progress, authenticated=False)
+
+    def _upload(
+        self,
+        url: str,
+        file: str | os.PathLike[str] | IO[bytes],
+        fields: dict[str, str],
+        filename: str | None,
+        content_type: str | None,
+        progress: ProgressCallback | None,
+        *,
+        authenticated: bool,
+    ) -> Asset:
+        source = source_for(file, filename)
+        if source.size is not None and source.size > MAX_FILE_BYTES:
+            # Refused here rather than after sending 100 MiB the service would refuse anyway.
+            raise errors.FileTooLarge(
+                f"{source.name} is {source.size} bytes; the limit is {MAX_FILE_BYTES}.",
+                status=413,
+                code="file_too_large",
+            )
+        mp = Multipart(source, fields, content_type)
+
+        def body() -> Iterator[bytes]:
+            reader = source.open()
+            try:
+                yield mp.head
+                done, total = 0, source.size
+                while total is None or done < total:
+                    chunk = reader.read(CHUNK if total is None else min(CHUNK, total - done))
+                    if not chunk:
+                        if total is not None:
+                            raise errors.CofferError(f"{source.name} shrank while it was being uploaded.")
+                        break
+                    yield chunk
+                    done += len(chunk)
+                    if progress is not None:
+                        progress(done, total)
+                yield mp.tail
+            finally:
+                if source.close_after:
+                    reader.close()
+
+        r = self._request(
+            "POST",
+            url,
+            body=body,
+            headers=mp.headers,
+            replayable=source.replayable,
+            authenticated=authenticated,
+        )
+        return parse(Asset, r)
+
+    def download(
+        self,
+        asset_id: str,
+        dest: str | os.PathLike[str] | IO[bytes],
+        *,
+        progress: ProgressCallback | None = None,
+    ) -> int:
+        """Write the asset's bytes to a path (atomically: a temporary file renamed at the end) or to a
+        binary stream, through a short-lived signed URL. A dropped connection resumes where it stopped
+        (HTTP ranges). Returns the number of bytes written."""
+        signed = self.signed_url(asset_id, expires_in=3600)
+        if not isinstance(dest, str | os.PathLike):
+            return self._fetch(signed, dest, progress)
+        target = Path(dest)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                n = self._fetch(signed, out, progress)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return n
+
+    def _fetch(self, signed: SignedUrl, out: IO[bytes], progress: ProgressCallback | None) -> int:
+        total = signed.asset.size
+        written = 0
+
+        def once() -> None:
+            nonlocal written
+            headers = {"range": f"bytes={written}-"} if written else {}
+            with self._http.stream("GET", signed.url, headers=headers) as r:
+                if r.is_error:
+                    r.read()
+                    check(r)
+                if written and r.status_code != 206:
+                    raise errors.CofferError("The CDN did not resume the download.", code="no_range")
+                for chunk in r.iter_bytes(CHUNK):
+                    out.write(chunk)
+                    written += len(chunk)
+                    if progress is not None:
+                        progress(written, total)
+
+        try:
+            for attempt in tenacity.Retrying(**retrying_kwargs(self.retry, method="GET", replayable=True)):
+                with attempt:
+                    once()
+        except httpx.TransportError as exc:
+            raise transport_error(exc, "GET", signed.url.split("?")[0]) from exc
+        if written != total:
+            raise errors.CofferError(f"Downloaded {written} bytes of {total}.", code="short_download")
+        return written
+
+    # --- paths (what the command line addresses things by) ------------------------------------
+
+    def resolve_folder(self, path: str) -> Folder | None:
+        """The folder at ``/a/b/c`` (None for ``/``); NotFound names the first missing part."""
+        folder: Folder | None = None
+        for i, part in enumerate(split_path(path)):
+            match = [f for f in self.list_folders(folder.id if folder else None) if f.name == part]
+            if not match:
+                where = "/" + "/".join(split_path(path)[: i + 1])
+                raise errors.NotFound(f"No folder {where}.", status=404, code="not_found")
+            folder = match[0]
+        return folder
+
+    def make_folders(self, path: str, *, parents: bool = True) -> Folder | None:
+        """Create the folder at ``path`` (and, with ``parents``, any missing ancestor); an existing
+        folder is returned as it is when ``parents`` is set, else Conflict."""
+        parts = split_path(path)
+        folder: Folder | None = None
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            match = [f for f in self.list_folders(folder.id if folder else None) if f.name == part]
+            if match and (parents or not last):
+                folder = match[0]
+                continue
+            if not match and not parents and not last:
+                where = "/" + "/".join(parts[: i + 1])
+                raise errors.NotFound(f"No folder {where}.", status=404, code="not_found")
+            try:
+                folder = self.create_folder(part, folder.id if folder else None)
+            except errors.Conflict:
+                if not parents:
+                    raise
+                # Someone else made it meanwhile: use theirs.
+                folder = next(f for f in self.list_folders(folder.id if folder else None) if f.name == part)
+        return folder
+
+    def resolve_asset(self, spec: str) -> Asset:
+        """An asset by id (``ast_…``) or by ``/folder/path/name``; Conflict when several share the name."""
+        if spec.startswith("ast_") and "/" not in spec:
+            return self.get_asset(spec)
+        parts = split_path(spec)
+        if not parts:
+            raise errors.NotFound(f"{spec!r} names no asset.", status=404, code="not_found")
+        folder = self.resolve_folder("/".join(parts[:-1]))
+        found = [a for a in self.list_assets(folder.id if folder else "", q=parts[-1]) if a.name == parts[-1]]
+        if not found:
+            raise errors.NotFound(f"No asset {spec}.", status=404, code="not_found")
+        if len(found) > 1:
+            ids = ", ".join(a.id for a in found)
+            raise errors.Conflict(f"Several assets are named {spec}: {ids}; give an id.", status=409)
+        return found[0]

@@ -1,0 +1,770 @@
+"""``coffer``: the command line, on the SDK. Folders by path (``/photos/2024``), assets by id or by
+``/folder/path/name``. Exit codes: 0 ok, 1 failure, 2 bad usage, 3 not found, 4 authentication."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+
+import typer
+
+from coffer_client import errors, profiles
+from coffer_client._options import CHUNK, RetryPolicy
+from coffer_client._progress import transfers
+from coffer_client.paths import join_path, split_path
+
+# The SDK (httpx, pydantic, tenacity) and rich load when a command needs them, not at start:
+# ``coffer --help`` and ``--version`` stay quick, and ``-q`` never loads rich (docs/client.md).
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from coffer_client._sync import Coffer
+    from coffer_client.models import Asset, Folder
+
+OK, FAILURE, USAGE, NOT_FOUND, AUTH = 0, 1, 2, 3, 4
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def exit_code(exc: BaseException) -> int:
+    if isinstance(exc, errors.Unauthorized | errors.Forbidden | errors.OrganizationRequired):
+        return AUTH
+    if isinstance(exc, errors.ConfigurationError):
+        return AUTH
+    if isinstance(exc, errors.NotFound):
+        return NOT_FOUND
+    if isinstance(exc, errors.BadRequest):
+        return USAGE  # the service refused what was typed (a bad name, an out-of-range duration)
+    return FAILURE
+
+
+def escape(text: str) -> str:
+    """``text`` shown as it is by rich, whatever brackets it holds."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
+def error_json(exc: errors.CofferError) -> dict[str, Any]:
+    return {"status": exc.status, "code": exc.code, "message": exc.message, "requestId": exc.request_id}
+
+
+def handled(fn: F) -> F:
+    """Turn a CofferError into one line on stderr (and a JSON object on stdout with ``--json``)
+    and its exit code, instead of a traceback."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except errors.CofferError as exc:
+            fail(exc, bool(kwargs.get("as_json")))
+        except OSError as exc:  # a local file: unreadable, a directory in the way, a full disk
+            local = errors.CofferError(
+                f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "), code="local"
+            )
+            fail(local, bool(kwargs.get("as_json")))
+
+    return run  # type: ignore[return-value]
+
+
+def fail(exc: errors.CofferError, as_json: bool) -> NoReturn:
+    if as_json:
+        print(json.dumps({"error": error_json(exc)}))
+    detail = f" [{exc.code}" + (f", request {exc.request_id}" if exc.request_id else "") + "]"
+    if isinstance(exc, errors.ConfigurationError | errors.TransportError) or exc.code == "local":
+        detail = ""
+    first = exc.message.splitlines()[0] if exc.message else type(exc).__name__
+    print(f"coffer: {first}{detail}", file=sys.stderr)
+    raise typer.Exit(exit_code(exc))
+
+
+app = typer.Typer(
+    help="Coffer from the command line: folders by path (/photos/2024), assets by id or /folder/path/name.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    # Locals in a traceback could show the API key: never print them.
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@dataclass
+class State:
+    profile: str = profiles.DEFAULT
+    url: str | None = None
+    organization_id: str | None = None
+    timeout: float = 60.0
+    retries: int = 4
+    _client: Coffer | None = field(default=None, repr=False)
+
+    def client(self, connections: int = 32) -> Coffer:
+        if self._client is None:
+            from coffer_client._sync import Coffer
+
+            p = profiles.load(self.profile)
+            self._client = Coffer(
+                self.url or os.environ.get("COFFER_URL") or p.url,
+                os.environ.get("COFFER_API_KEY") or p.api_key,
+                self.organization_id or os.environ.get("COFFER_ORGANIZATION_ID") or p.organization_id,
+                timeout=self.timeout,
+                retry=RetryPolicy(attempts=self.retries + 1),
+                max_connections=max(connections, 8),
+            )
+            from coffer_client.__main__ import started
+
+            started()
+        return self._client
+
+
+def state(ctx: typer.Context) -> State:
+    obj = ctx.find_root().obj
+    assert isinstance(obj, State)
+    return obj
+
+
+def show_version(value: bool) -> None:
+    """``--version`` among other options (``coffer --version`` alone never gets here: __main__.py)."""
+    if value:
+        from coffer_client.__main__ import version_line
+
+        print(version_line())
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    profile: Annotated[
+        str, typer.Option("--profile", "-P", envvar="COFFER_PROFILE", help="Profile from `coffer configure`.")
+    ] = profiles.DEFAULT,
+    url: Annotated[
+        str | None, typer.Option("--url", help="Service URL (else COFFER_URL, else the profile).")
+    ] = None,
+    org: Annotated[
+        str | None, typer.Option("--org", help="Organization id, for a user key in several organizations.")
+    ] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per network operation.")] = 60.0,
+    retries: Annotated[
+        int, typer.Option("--retries", min=0, max=20, help="Retries on 429, 503, safe connection failures.")
+    ] = 4,
+    version: Annotated[  # noqa: ARG001 - handled by its callback
+        bool,
+        typer.Option(
+            "--version", "-V", callback=show_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """The API key comes from COFFER_API_KEY or the profile, never from the command line (it would
+    show in the process list and the shell history)."""
+    ctx.obj = State(profile=profile, url=url, organization_id=org, timeout=timeout, retries=retries)
+    ctx.call_on_close(lambda: ctx.obj._client.close() if ctx.obj._client else None)
+
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars and no messages.")]
+JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, help="Files transferred at once.")]
+
+
+def out() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def dump(value: Any) -> None:
+    from coffer_client.models import Model
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, Model):
+            return v.model_dump(mode="json", by_alias=True, exclude_none=False)
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+
+    print(json.dumps(plain(value), ensure_ascii=False))
+
+
+def human(n: int | float) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def usage_error(message: str) -> NoReturn:
+    raise typer.BadParameter(message)
+
+
+# --- ls, mkdir, rmdir --------------------------------------------------------------------------
+
+
+@app.command()
+@handled
+def ls(
+    ctx: typer.Context,
+    folder: Annotated[str, typer.Argument(help="Folder path.")] = "/",
+    as_json: JsonOpt = False,
+) -> None:
+    """List a folder: its folders, then its assets, with sizes and dates."""
+    c = state(ctx).client()
+    f = c.resolve_folder(folder)
+    folders = c.list_folders(f.id if f else None)
+    assets = list(c.list_assets(f.id if f else "", sort="name"))
+    if as_json:
+        dump({"folders": folders, "assets": assets})
+        return
+    rows = [(d.name + "/", "-", d.created_at, d.id) for d in folders]
+    rows += [(a.name, human(a.size), a.created_at, a.id) for a in assets]
+    console = out()
+    if not console.is_terminal:
+        # Piped: one tab-separated line per entry, never cut to a terminal's width.
+        for name, size, created, ident in rows:
+            print(f"{name}\t{size}\t{created:%Y-%m-%d %H:%M}\t{ident}")
+        return
+    from rich.table import Table
+
+    t = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
+    for col, just in (("name", "left"), ("size", "right"), ("created", "left"), ("id", "left")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for name, size, created, ident in rows:
+        t.add_row(escape(name), size, f"{created:%Y-%m-%d %H:%M}", ident)
+    console.print(t)
+
+
+@app.command()
+@handled
+def mkdir(
+    ctx: typer.Context,
+    path: Annotated[str, typer.Argument(help="Folder path to create.")],
+    parents: Annotated[
+        bool, typer.Option("--parents", "-p", help="Create missing parents; no error if it exists.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a folder."""
+    if not split_path(path):
+        usage_error("the root folder always exists")
+    f = state(ctx).client().make_folders(path, parents=parents)
+    assert f is not None
+    if as_json:
+        dump(f)
+    else:
+        out().print(f"{escape(join_path(path))}\t{f.id}")
+
+
+@app.command()
+@handled
+def rmdir(
+    ctx: typer.Context,
+    path: Annotated[str, typer.Argument(help="Folder path.")],
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Delete a folder and its subfolders; the assets in them move to the root."""
+    c = state(ctx).client()
+    f = c.resolve_folder(path)
+    if f is None:
+        usage_error("the root folder cannot be deleted")
+    c.delete_folder(f.id)
+    if as_json:
+        dump({"deleted": f.id})
+    elif not quiet:
+        err().print(f"deleted {escape(join_path(path))} (its assets are now at the root)")
+
+
+# --- transfers ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Job:
+    path: Path
+    folder: str  # destination folder path
+    name: str
+    size: int
+    replace: list[str] = field(default_factory=list)  # assets this upload supersedes (sync)
+
+
+@dataclass
+class Outcome:
+    job: Job
+    asset: Asset | None = None
+    error: errors.CofferError | None = None
+
+
+def run_uploads(
+    c: Coffer, jobs: list[Job], folder_ids: dict[str, str | None], *, parallel: int, show: bool
+) -> list[Outcome]:
+    """Upload every job, ``parallel`` at once, with bars; failures are collected, not raised."""
+    total = sum(j.size for j in jobs)
+    with transfers(err, enabled=show, total_bytes=total, files=len(jobs)) as bars:
+
+        def one(job: Job) -> Outcome:
+            update, finish = bars.file(job.name, job.size)
+            try:
+                asset = c.upload(job.path, name=job.name, folder_id=folder_ids[job.folder], progress=update)
+                for old in job.replace:
+                    c.delete_asset(old)
+            except errors.CofferError as exc:
+                finish(False)
+                return Outcome(job, error=exc)
+            except OSError as exc:
+                finish(False)
+                return Outcome(
+                    job, error=errors.CofferError(f"{job.path}: {exc.strerror or exc}", code="local")
+                )
+            finish(True)
+            return Outcome(job, asset=asset)
+
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=parallel) as pool:
+            return list(pool.map(one, jobs))
+
+
+def report(
+    outcomes: list[Outcome], *, as_json: bool, quiet: bool, started: float, extra: dict[str, Any]
+) -> None:
+    done = [o for o in outcomes if o.asset]
+    failed = [o for o in outcomes if o.error]
+    if as_json:
+        dump(
+            {
+                "uploaded": [o.asset for o in done],
+                "failed": [
+                    {"path": str(o.job.path), "error": error_json(o.error)} for o in failed if o.error
+                ],
+                **extra,
+            }
+        )
+    elif not quiet:
+        console = out()
+        if len(done) <= 50:
+            for o in done:
+                assert o.asset
+                console.print(
+                    f"{escape(join_path(o.job.folder, o.asset.name))}\t{human(o.asset.size)}\t{o.asset.id}"
+                )
+        total = sum(o.asset.size for o in done if o.asset)
+        seconds = time.monotonic() - started
+        err().print(f"uploaded {len(done)} file(s), {human(total)} in {seconds:.1f} s")
+    for o in failed:
+        assert o.error
+        print(f"coffer: {o.job.path}: {o.error.message.splitlines()[0]} [{o.error.code}]", file=sys.stderr)
+    if failed:
+        first = failed[0].error
+        assert first
+        raise typer.Exit(exit_code(first))
+
+
+def ensure_folders(
+    c: Coffer, base: Folder | None, base_path: str, rel_dirs: set[str]
+) -> dict[str, str | None]:
+    """Folder ids by path for the destination and every relative directory below it (created)."""
+    ids: dict[str, str | None] = {join_path(base_path): base.id if base else None}
+    for rel in sorted(rel_dirs, key=lambda r: (r.count("/"), r)):
+        path = join_path(base_path, rel)
+        if path in ids:
+            continue
+        parent = ids[join_path(base_path, *rel.split("/")[:-1])] if "/" in rel else ids[join_path(base_path)]
+        name = rel.split("/")[-1]
+        existing = [f for f in c.list_folders(parent) if f.name == name]
+        ids[path] = existing[0].id if existing else c.create_folder(name, parent).id
+    return ids
+
+
+@app.command()
+@handled
+def upload(
+    ctx: typer.Context,
+    paths: Annotated[list[Path], typer.Argument(help="Files, or directories with -r.", exists=True)],
+    to: Annotated[str, typer.Option("--to", "-t", help="Destination folder path (it must exist).")] = "/",
+    recursive: Annotated[
+        bool, typer.Option("--recursive", "-r", help="Upload directories, recreating their folders.")
+    ] = False,
+    jobs: JobsOpt = 4,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Upload files (or, with -r, directories) into a folder, several at once."""
+    started = time.monotonic()
+    todo: list[Job] = []
+    dirs: set[str] = set()
+    for p in paths:
+        if p.is_dir():
+            if not recursive:
+                usage_error(f"{p} is a directory (use -r)")
+            top = p.resolve().name
+            dirs.add(top)
+            for f in sorted(p.rglob("*")):
+                rel = f.relative_to(p)
+                if f.is_dir():
+                    dirs.add(f"{top}/{rel.as_posix()}")
+                elif f.is_file():
+                    folder = join_path(to, top, *rel.parts[:-1])
+                    todo.append(Job(f, folder, f.name, f.stat().st_size))
+        else:
+            todo.append(Job(p, join_path(to), p.name, p.stat().st_size))
+    c = state(ctx).client(jobs)
+    base = c.resolve_folder(to)
+    ids = ensure_folders(c, base, to, dirs)
+    outcomes = run_uploads(c, todo, ids, parallel=jobs, show=not (quiet or as_json))
+    report(outcomes, as_json=as_json, quiet=quiet, started=started, extra={})
+
+
+@app.command()
+@handled
+def download(
+    ctx: typer.Context,
+    asset: Annotated[str, typer.Argument(help="Asset id or /folder/path/name.")],
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", help="File or directory to write; - for stdout.")
+    ] = None,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Download an asset (through a short-lived signed URL)."""
+    c = state(ctx).client()
+    a = c.resolve_asset(asset)
+    if output == "-":
+        with transfers(err, enabled=not (quiet or as_json), total_bytes=a.size, files=1) as bars:
+            update, finish = bars.file(a.name, a.size)
+            c.download(a.id, sys.stdout.buffer, progress=update)
+            finish(True)
+        return
+    target = Path(output) if output else Path(a.name)
+    if target.is_dir():
+        target = target / a.name
+    with transfers(err, enabled=not (quiet or as_json), total_bytes=a.size, files=1) as bars:
+        update, finish = bars.file(a.name, a.size)
+        n = c.download(a.id, target, progress=update)
+        finish(True)
+    if as_json:
+        dump({"asset": a, "path": str(target), "bytes": n})
+    elif not quiet:
+        err().print(f"{escape(str(target))}\t{human(n)}")
+
+
+DURATION = re.compile(r"(\d+)([smhdw]?)")
+UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> int:
+    """``3600``, ``90s``, ``10m``, ``2h``, ``7d``, ``1h30m`` → seconds."""
+    text = text.strip().lower()
+    parts = DURATION.findall(text)
+    if not text or "".join(n + u for n, u in parts) != text:
+        raise typer.BadParameter(f"{text!r} is not a duration (e.g. 3600, 10m, 2h, 7d)")
+    return sum(int(n) * UNITS[u] for n, u in parts)
+
+
+@app.command()
+@handled
+def url(
+    ctx: typer.Context,
+    asset: Annotated[str, typer.Argument(help="Asset id or /folder/path/name.")],
+    expires: Annotated[
+        str, typer.Option("--expires", "-e", help="Validity: 3600, 10m, 2h, 7d (at most 7d).")
+    ] = "1h",
+    public: Annotated[bool, typer.Option("--public", help="The permanent public URL instead.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a signed URL for an asset (or its public URL)."""
+    seconds = parse_duration(expires)
+    c = state(ctx).client()
+    a = c.resolve_asset(asset)
+    if public:
+        result: dict[str, Any] = {"url": a.public_url, "expiresIn": None}
+    else:
+        signed = c.signed_url(a.id, expires_in=seconds)
+        result = {"url": signed.url, "expiresIn": signed.expires_in}
+    if as_json:
+        dump({**result, "asset": {"id": a.id, "name": a.name}})
+    else:
+        print(result["url"])
+
+
+@app.command()
+@handled
+def mv(
+    ctx: typer.Context,
+    source: Annotated[str, typer.Argument(help="Asset (id or path) or folder path.")],
+    dest: Annotated[str, typer.Argument(help="An existing folder to move into, or a new path (rename).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Rename or move an asset or a folder."""
+    from coffer_client.models import Folder
+
+    c = state(ctx).client()
+    thing: Asset | Folder
+    if source.startswith("fld_"):
+        thing = c.get_folder(source)
+    elif source.startswith("ast_"):
+        thing = c.get_asset(source)
+    else:
+        try:
+            found = c.resolve_folder(source)
+        except errors.NotFound:
+            found = None
+        if found is None and split_path(source):
+            thing = c.resolve_asset(source)
+        elif found is None:
+            usage_error("the root folder cannot be moved")
+        else:
+            thing = found
+    # DEST an existing folder: move into it under the same name; else its parent, renamed.
+    try:
+        into: Folder | None = c.resolve_folder(dest)
+        new_name = None
+    except errors.NotFound:
+        parts = split_path(dest)
+        into = c.resolve_folder("/".join(parts[:-1]))
+        new_name = parts[-1]
+    target_id = into.id if into else None
+    if isinstance(thing, Folder):
+        result: Asset | Folder = c.update_folder(thing.id, name=new_name, parent_id=target_id)
+    else:
+        result = c.update_asset(thing.id, name=new_name, folder_id=target_id)
+    if as_json:
+        dump(result)
+    else:
+        out().print(f"{escape(result.name)}\t{result.id}")
+
+
+@app.command()
+@handled
+def rm(
+    ctx: typer.Context,
+    assets: Annotated[list[str], typer.Argument(help="Asset ids or /folder/path/name.")],
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Delete assets (bytes and URLs go with them)."""
+    c = state(ctx).client()
+    deleted: list[str] = []
+    failed: list[tuple[str, errors.CofferError]] = []
+    for spec in assets:
+        try:
+            a = c.resolve_asset(spec)
+            c.delete_asset(a.id)
+            deleted.append(a.id)
+        except errors.CofferError as problem:
+            failed.append((spec, problem))
+    if as_json:
+        dump({"deleted": deleted, "failed": [{"asset": s, "error": error_json(e)} for s, e in failed]})
+    elif not quiet:
+        for i in deleted:
+            err().print(f"deleted {i}")
+    for spec, why in failed:
+        print(f"coffer: {spec}: {why.message.splitlines()[0]} [{why.code}]", file=sys.stderr)
+    if failed:
+        raise typer.Exit(exit_code(failed[0][1]))
+
+
+# --- sync --------------------------------------------------------------------------------------
+
+
+def sha256_of(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def remote_tree(c: Coffer, root: Folder | None) -> tuple[dict[str, list[Asset]], dict[str, Folder]]:
+    """Assets by relative path (``a/b.txt``) and folders by relative path, below ``root``."""
+    assets: dict[str, list[Asset]] = {}
+    folders: dict[str, Folder] = {}
+
+    def walk(folder_id: str | None, prefix: str) -> None:
+        for a in c.list_assets(folder_id if folder_id else ""):
+            assets.setdefault(prefix + a.name, []).append(a)
+        for f in c.list_folders(folder_id):
+            folders[prefix + f.name] = f
+            walk(f.id, prefix + f.name + "/")
+
+    walk(root.id if root else None, "")
+    return assets, folders
+
+
+@app.command()
+@handled
+def sync(
+    ctx: typer.Context,
+    local_dir: Annotated[Path, typer.Argument(help="Local directory.", exists=True, file_okay=False)],
+    folder: Annotated[str, typer.Argument(help="Folder path (created if missing).")],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", "-n", help="Say what would change; change nothing.")
+    ] = False,
+    delete: Annotated[bool, typer.Option("--delete", help="Also delete what is not in LOCAL_DIR.")] = False,
+    jobs: JobsOpt = 4,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Upload what is missing or changed (by sha256) from LOCAL_DIR into FOLDER."""
+    started = time.monotonic()
+    c = state(ctx).client(jobs)
+    try:
+        base: Folder | None = c.resolve_folder(folder)
+        exists = True
+    except errors.NotFound:
+        base, exists = (None, False) if dry_run else (c.make_folders(folder, parents=True), True)
+    remote, remote_folders = remote_tree(c, base) if exists else ({}, {})
+    plan = plan_sync(local_dir, folder, remote, remote_folders, delete=delete)
+    if dry_run:
+        show_plan(plan, as_json=as_json)
+        return
+    ids = ensure_folders(c, base, folder, plan.local_dirs)
+    outcomes = run_uploads(c, plan.todo, ids, parallel=jobs, show=not (quiet or as_json))
+    deleted: list[str] = []
+    if not any(o.error for o in outcomes):
+        # Deletions only after every upload succeeded: a failed sync never loses a remote copy.
+        for a in plan.stale_assets:
+            c.delete_asset(a.id)
+            deleted.append(a.id)
+        for gone in plan.stale_folders:
+            c.delete_folder(gone.id)
+            deleted.append(gone.id)
+    if not as_json and not quiet:
+        err().print(f"{plan.unchanged} unchanged, {len(deleted)} remote item(s) deleted")
+    extra = {"unchanged": plan.unchanged, "deleted": deleted}
+    report(outcomes, as_json=as_json, quiet=quiet, started=started, extra=extra)
+
+
+@dataclass
+class SyncPlan:
+    todo: list[Job]
+    unchanged: int
+    local_dirs: set[str]
+    stale_assets: list[Asset]
+    stale_folders: list[Folder]
+
+
+def plan_sync(
+    local_dir: Path,
+    folder: str,
+    remote: dict[str, list[Asset]],
+    remote_folders: dict[str, Folder],
+    *,
+    delete: bool,
+) -> SyncPlan:
+    """What to upload (missing, or no remote copy with the same sha256) and, with ``delete``,
+    what to delete (remote assets without a local file, topmost remote folders without a local one)."""
+    local: dict[str, Path] = {}
+    local_dirs: set[str] = set()
+    for entry in sorted(local_dir.rglob("*")):
+        rel = entry.relative_to(local_dir).as_posix()
+        if entry.is_dir():
+            local_dirs.add(rel)
+        elif entry.is_file():
+            local[rel] = entry
+    todo: list[Job] = []
+    unchanged = 0
+    for rel, path in local.items():
+        have = remote.get(rel, [])
+        if have and sha256_of(path) in {a.sha256 for a in have}:
+            unchanged += 1
+            continue
+        *dirs, name = rel.split("/")
+        todo.append(Job(path, join_path(folder, *dirs), name, path.stat().st_size, [a.id for a in have]))
+    stale_assets = [a for rel, lst in remote.items() if rel not in local for a in lst] if delete else []
+    # Only the topmost missing folders: deleting a folder deletes its subfolders.
+    stale_folders = [
+        f
+        for rel, f in remote_folders.items()
+        if delete and rel not in local_dirs and ("/" not in rel or rel.rsplit("/", 1)[0] in local_dirs)
+    ]
+    return SyncPlan(todo, unchanged, local_dirs, stale_assets, stale_folders)
+
+
+def show_plan(plan: SyncPlan, *, as_json: bool) -> None:
+    uploads = [join_path(j.folder, j.name) for j in plan.todo]
+    if as_json:
+        dump(
+            {
+                "upload": uploads,
+                "delete": [a.id for a in plan.stale_assets],
+                "deleteFolders": [f.id for f in plan.stale_folders],
+                "unchanged": plan.unchanged,
+                "dryRun": True,
+            }
+        )
+        return
+    console = out()
+    for p in uploads:
+        console.print(f"upload  {escape(p)}")
+    for a in plan.stale_assets:
+        console.print(f"delete  {a.id}  {escape(a.name)}")
+    for gone in plan.stale_folders:
+        console.print(f"rmdir   {gone.id}  {escape(gone.name)}/")
+    counts = f"{len(plan.todo)} to upload, {len(plan.stale_assets)} to delete, {plan.unchanged} unchanged"
+    err().print(counts + " (dry run)")
+
+
+# --- usage, configure --------------------------------------------------------------------------
+
+
+@app.command()
+@handled
+def usage(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """Storage used by the organization, against its quota."""
+    u = state(ctx).client().usage()
+    if as_json:
+        dump(u)
+        return
+    share = 100 * u.used_bytes / u.quota_bytes if u.quota_bytes else 0.0
+    out().print(
+        f"{human(u.used_bytes)} of {human(u.quota_bytes)} used ({share:.1f}%), {u.asset_count} asset(s)"
+    )
+
+
+@app.command()
+@handled
+def configure(
+    ctx: typer.Context,
+    profile: Annotated[str | None, typer.Option("--profile", "-P", help="Profile name.")] = None,
+) -> None:
+    """Ask for the service URL and an API key (hidden) and store them in a profile (0600)."""
+    name = profile or state(ctx).profile
+    current = profiles.load(name)
+    url = typer.prompt("Coffer URL", default=current.url or "http://127.0.0.1:8080").strip()
+    key = (
+        typer.prompt(
+            "API key" + (" (Enter keeps the current one)" if current.api_key else ""),
+            default="" if current.api_key else None,
+            hide_input=True,
+            show_default=False,
+        ).strip()
+        or current.api_key
+    )
+    org = typer.prompt(
+        "Organization id (only for a user key in several organizations)",
+        default=current.organization_id or "",
+        show_default=bool(current.organization_id),
+    ).strip()
+    path = profiles.save(name, profiles.Profile(url, key, org or None))
+    err().print(f"saved profile {escape(name)} in {escape(str(path))}")
+
+
+def main() -> None:
+    app(prog_name="coffer")

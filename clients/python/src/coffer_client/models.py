@@ -1,0 +1,87 @@
+"""Typed resources of the public API (CONTRACT §4, §5, §8). Unknown fields are ignored, so a newer
+service never breaks an older client; fields added by §8 are optional for the same reason."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+
+class Model(BaseModel):
+    """camelCase on the wire, snake_case in Python. Each model builds its validator on first use
+    (``defer_build``): a command that only uploads never pays for the other seven."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True, defer_build=True
+    )
+
+
+class PathEntry(Model):
+    id: str
+    name: str
+
+
+class Folder(Model):
+    id: str
+    organization_id: str
+    parent_id: str | None
+    name: str
+    created_at: datetime
+    updated_at: datetime | None = None
+    #: From the root folder down to this one; only ``get_folder`` returns it.
+    path: list[PathEntry] | None = None
+
+    @property
+    def path_str(self) -> str | None:
+        """``/photos/2024`` when the path is known."""
+        return None if self.path is None else "/" + "/".join(p.name for p in self.path)
+
+
+class Asset(Model):
+    id: str
+    organization_id: str
+    folder_id: str | None
+    key: str
+    name: str
+    mime_type: str
+    size: int
+    public_url: str
+    created_at: datetime
+    sha256: str | None = None
+    updated_at: datetime | None = None
+
+
+class AssetPage(Model):
+    assets: list[Asset]
+    total: int
+    limit: int
+    offset: int
+
+
+class AssetSummary(Model):
+    id: str
+    name: str
+    mime_type: str
+    size: int
+
+
+class SignedUrl(Model):
+    url: str
+    expires_in: int
+    asset: AssetSummary
+
+
+class Usage(Model):
+    organization_id: str
+    used_bytes: int
+    quota_bytes: int
+    asset_count: int
+
+
+class UploadToken(Model):
+    token: str
+    url: str
+    expires_at: datetime
+    expires_in: int
