@@ -120,6 +120,8 @@ def test_deployments_probe_health_and_drain_longer_than_uploads(scenario: Docs) 
         assert c["startupProbe"]["httpGet"]["path"] == "/healthz", name
         for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
             assert c[probe]["httpGet"]["port"] in ports, f"{name} {probe} on an unknown port"
+        if name == "cdn":  # the public CDN host has no /readyz: the pod's internal listener does
+            assert c["readinessProbe"]["httpGet"]["port"] == "http", c["readinessProbe"]
         sleep = int(c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", ["", "0"])[1])
         grace = spec["terminationGracePeriodSeconds"]
         assert grace > SERVICE_DRAIN_SECONDS[name] + sleep, f"{name}: grace {grace}s"
@@ -249,8 +251,11 @@ def test_routes_reach_only_the_public_listeners(scenario: Docs) -> None:
     for host, path, container_port in routed:
         assert container_port in PUBLIC_PORTS, f"{host}{path} reaches internal port {container_port}"
         assert not path.startswith(INTERNAL_PATHS), f"{host}{path} routes an internal path"
-    by_port = {port: path for _, path, port in routed}
-    assert by_port == {8080: "/api", 8090: "/"}, routed
+    by_port: dict[int, set[str]] = {}
+    for _, path, port in routed:
+        by_port.setdefault(port, set()).add(path)
+    # edge's public port: the API, the dashboard, and exactly "/" (a redirect to it).
+    assert by_port == {8080: {"/api", "/dashboard", "/"}, 8090: {"/"}}, routed
 
 
 def test_the_cdn_service_never_exposes_blob_internal_api(render: Callable[..., Docs]) -> None:
@@ -479,3 +484,61 @@ def test_dashboard_is_valid_json_over_the_same_metrics(production: Docs) -> None
         "coffer_sweeper_backlog",
     ):
         assert metric in exprs, metric
+
+
+def _routes(docs: Docs) -> set[tuple[str, str]]:
+    routes = set()
+    for ing in of_kind(docs, "Ingress"):
+        for rule in ing["spec"]["rules"]:
+            for path in rule["http"]["paths"]:
+                routes.add((rule["host"], f"{path['pathType']} {path['path']}"))
+    for route in of_kind(docs, "HTTPRoute"):
+        for rule in route["spec"]["rules"]:
+            for match in rule["matches"]:
+                routes.add(
+                    (route["spec"]["hostnames"][0], f"{match['path']['type']} {match['path']['value']}")
+                )
+    return routes
+
+
+def test_the_dashboard_is_routed_on_the_api_host_or_its_own(render: Callable[..., Docs]) -> None:
+    api, cdn = "api.coffer.example", "cdn.coffer.example"
+    assert _routes(render()) == {
+        (api, "Prefix /api"),
+        (api, "Prefix /dashboard"),
+        (api, "Exact /"),
+        (cdn, "Prefix /"),
+    }
+    config = named(render(), "ConfigMap", "coffer-config")["data"]
+    assert config["COFFER_DASHBOARD_URL"] == "https://api.coffer.example/dashboard"
+    assert config["COFFER_DASHBOARD_SIGNUP"] == "invite"
+
+    own = render("--set", "hosts.dashboard=app.coffer.example")
+    assert _routes(own) == {
+        (api, "Prefix /api"),
+        ("app.coffer.example", "Prefix /dashboard"),
+        ("app.coffer.example", "Exact /"),
+        (cdn, "Prefix /"),
+    }
+    config = named(own, "ConfigMap", "coffer-config")["data"]
+    assert config["COFFER_DASHBOARD_URL"] == "https://app.coffer.example/dashboard"
+
+    gateway = render(
+        "--set",
+        "hosts.dashboard=app.coffer.example",
+        "--set",
+        "expose.type=gateway",
+        "--set",
+        "expose.gateway.parentRefs[0].name=public",
+    )
+    assert _routes(gateway) == {
+        (api, "PathPrefix /api"),
+        ("app.coffer.example", "PathPrefix /dashboard"),
+        ("app.coffer.example", "Exact /"),
+        (cdn, "PathPrefix /"),
+    }
+
+    api_only = render("--set", "dashboard.enabled=false")
+    assert _routes(api_only) == {(api, "Prefix /api"), (cdn, "Prefix /")}
+    config = named(api_only, "ConfigMap", "coffer-config")["data"]
+    assert config["COFFER_DASHBOARD_ENABLED"] == "false" and "COFFER_DASHBOARD_URL" not in config

@@ -163,3 +163,26 @@ def test_every_value_is_documented_in_values_yaml() -> None:
                     undocumented.append(path)
         previous = line  # the comment must sit right above: a blank line ends it
     assert not undocumented, f"values without a comment: {undocumented}"
+
+
+def test_the_listeners_use_the_ports_the_services_default_to(production: Docs) -> None:
+    """One table of ports (coffer_kit.ports); the chart's own (coffer.spec) must agree with it."""
+    from coffer_kit import ports
+
+    expected = {
+        "COFFER_EDGE_PORT": ports.EDGE,
+        "COFFER_EDGE_INTERNAL_PORT": ports.EDGE_INTERNAL,
+        "COFFER_AUTH_PORT": ports.AUTH,
+        "COFFER_METADATA_PORT": ports.METADATA,
+        "COFFER_BLOB_PORT": ports.BLOB,
+        "COFFER_CDN_PORT": ports.CDN,
+    }
+    seen: dict[str, set[str]] = {}
+    for doc in production:
+        if doc["kind"] != "Deployment":
+            continue
+        for container in doc["spec"]["template"]["spec"]["containers"]:
+            for env in container.get("env", []):
+                if env["name"] in expected:
+                    seen.setdefault(env["name"], set()).add(env["value"])
+    assert seen == {name: {str(port)} for name, port in expected.items()}

@@ -1,4 +1,4 @@
-"""skaffold.yaml and deploy/dev/ agree with the Dockerfiles and the chart."""
+"""skaffold.yaml and deploy/dev/ agree with the Dockerfile and the chart."""
 
 from __future__ import annotations
 
@@ -31,7 +31,9 @@ def test_one_artifact_per_service_built_from_the_repo_root() -> None:
         for a in artifacts:
             svc = a["image"].removeprefix("coffer-")
             assert a["context"] == "."
-            assert a["docker"]["dockerfile"] == f"services/{svc}/Dockerfile"
+            # One Dockerfile for every service, which the build argument picks.
+            assert a["docker"]["dockerfile"] == "Dockerfile"
+            assert a["docker"]["buildArgs"] == {"SERVICE": svc}
             assert (ROOT / a["docker"]["dockerfile"]).is_file()
     for a in dev["build"]["artifacts"]:
         svc = a["image"].removeprefix("coffer-")

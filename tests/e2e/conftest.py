@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import io
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,10 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from coffer_auth.cli import main as auth_cli
-from coffer_auth.config import Settings as AuthSettings
-from coffer_kit.testing import free_port
 from coffer_stack.stack import Ports, Stack
+from coffer_testkit.testing import free_port
 
 
 @contextlib.contextmanager
@@ -34,13 +30,18 @@ def running_stack(root: Path, **env: str) -> Iterator[Stack]:
     s = Stack(data_dir=root / "data", ports=ports, log_dir=root / "logs", extra_env=env)
     s.migrate()
     s.start()
+    failed = False
     try:
         yield s
+    except BaseException:
+        failed = True
+        raise
     finally:
         s.stop()
-        if os.environ.get("COFFER_TEST_SHOW_LOGS"):
+        # A failing test prints the end of each service's log: CI keeps only its output.
+        if failed or os.environ.get("COFFER_TEST_SHOW_LOGS"):
             for log in sorted((root / "logs").glob("*.log")):
-                print(f"--- {log.name}\n{log.read_text()[-5000:]}")
+                print(f"--- {log.name}\n{log.read_text(errors='replace')[-5000:]}")
 
 
 @pytest.fixture(scope="session")
@@ -74,6 +75,9 @@ def backend_env(request: pytest.FixtureRequest, backend: str) -> Any:
             "COFFER_METADATA_DATABASE_URL": fresh_database("metadata"),
             **s3.env(s3.new_bucket()),
             "COFFER_REDIS_URL": redis_url,
+            # Several production stacks live at once in a test session; at the default 40 a
+            # service each they could exhaust the machine's PostgreSQL (max_connections 100).
+            "COFFER_DATABASE_POOL_SIZE": "10",
         }
 
     return make
@@ -84,77 +88,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory, backend: str, backend_env: A
     """The stack on this backend, started once for the session."""
     with running_stack(tmp_path_factory.mktemp(f"stack-{backend}"), **backend_env()) as s:
         yield s
-
-
-@dataclass
-class Admin:
-    """Runs ``coffer-auth`` admin commands (the real CLI code) against the stack's database."""
-
-    settings: AuthSettings
-
-    def __call__(self, *argv: str) -> dict[str, Any]:
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = auth_cli(list(argv), settings=self.settings)
-        if code != 0:
-            raise AssertionError(f"coffer-auth {' '.join(argv)} failed: {err.getvalue()}")
-        return json.loads(out.getvalue())  # type: ignore[no-any-return]
-
-
-@pytest.fixture(scope="session")
-def admin_for() -> Any:
-    """An Admin for any stack."""
-
-    def make(s: Stack) -> Admin:
-        url = s.extra_env.get("COFFER_AUTH_DATABASE_URL", "")
-        return Admin(AuthSettings(data_dir=s.data_dir, auth_database_url=url))
-
-    return make
-
-
-@pytest.fixture(scope="session")
-def admin(stack: Stack, admin_for: Any) -> Admin:
-    return admin_for(stack)  # type: ignore[no-any-return]
-
-
-@dataclass
-class Tenant:
-    """An organization with an organization key, and a client that sends it."""
-
-    org_id: str
-    key: str
-    key_id: str
-    api: httpx.Client
-
-
-@pytest.fixture
-def new_tenant(stack: Stack, admin: Admin) -> Iterator[Any]:
-    clients: list[httpx.Client] = []
-
-    def make(name: str = "Acme", quota_bytes: int | None = None) -> Tenant:
-        args = ["create-org", "--name", name]
-        if quota_bytes is not None:
-            args += ["--quota-bytes", str(quota_bytes)]
-        org = admin(*args)
-        key = admin("create-key", "--org", org["id"], "--name", "test")
-        api = httpx.Client(base_url=stack.edge_url, headers={"x-api-key": key["key"]}, timeout=60)
-        clients.append(api)
-        return Tenant(org_id=org["id"], key=key["key"], key_id=key["id"], api=api)
-
-    yield make
-    for c in clients:
-        c.close()
-
-
-@pytest.fixture
-def tenant(new_tenant: Any) -> Tenant:
-    return new_tenant()  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def anon(stack: Stack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.edge_url, timeout=60) as client:
-        yield client
 
 
 @pytest.fixture
@@ -172,3 +105,206 @@ def own_stack_with(tmp_path_factory: pytest.TempPathFactory, backend_env: Any) -
 @pytest.fixture
 def own_stack(own_stack_with: Any) -> Stack:
     return own_stack_with()  # type: ignore[no-any-return]
+
+
+# The dashboard in a real browser ---------------------------------------------------------
+# Playwright (PyPI) drives Debian's chromium; no browser is downloaded. Without chromium the
+# browser tests skip, except under CI=true where that is a failure.
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# The dashboard tests sign in many times from one address: the per-IP limit of 20 a minute is
+# tested on a stack of its own.
+DASHBOARD_ENV = {
+    "COFFER_DASHBOARD_IP_LIMIT": "10000/minute",
+    "COFFER_DASHBOARD_EXTRA_KEY_EXPIRY_SECONDS": "3",
+}
+
+
+@pytest.fixture(scope="session")
+def chromium_executable() -> str:
+    import shutil
+
+    found = os.environ.get("COFFER_CHROMIUM") or shutil.which("chromium")
+    if not found:
+        message = "Debian's chromium is missing (apt-get install chromium, or set COFFER_CHROMIUM)"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+@pytest.fixture(scope="module")
+def browser(chromium_executable: str) -> Iterator[Any]:
+    """One chromium per test module. Not per session: Playwright's sync API keeps its event
+    loop marked as running while it is open, and the async tests collected after the browser
+    tests would then fail to start theirs."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium_executable, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def dashboard_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The embedded stack the dashboard tests share."""
+    with running_stack(tmp_path_factory.mktemp("dashboard"), **DASHBOARD_ENV) as s:
+        yield s
+
+
+@dataclass
+class Person:
+    email: str
+    password: str
+
+
+@dataclass
+class Dashboard:
+    """A browser on one stack, with the steps the scenarios share (through the pages themselves)."""
+
+    stack: Stack
+    browser: Any
+    contexts: list[Any]
+
+    @property
+    def url(self) -> str:
+        return self.stack.edge_url + "/dashboard"
+
+    def context(self, **options: Any) -> Any:
+        ctx = self.browser.new_context(base_url=self.stack.edge_url, **options)
+        ctx.set_default_timeout(15_000)
+        self.contexts.append(ctx)
+        return ctx
+
+    def page(self, **options: Any) -> Any:
+        return self.context(**options).new_page()
+
+    @staticmethod
+    def person(name: str = "user") -> Person:
+        import secrets
+
+        return Person(f"{name}-{secrets.token_hex(4)}@example.com", "pw-" + secrets.token_urlsafe(18))
+
+    def register(self, page: Any, who: Person) -> None:
+        page.goto("/dashboard/register")
+        page.fill("#email", who.email)
+        page.fill("#password", who.password)
+        # Wait for the answer to the post itself, so that a refusal fails here with what the
+        # page said instead of as a timeout waiting for a URL.
+        with page.expect_navigation(timeout=30_000) as navigation:
+            page.click("button[type=submit]")
+        answer = navigation.value
+        assert page.url.endswith("/dashboard/orgs/new"), (
+            f"registration answered {answer.status if answer else None} at {page.url}: "
+            + page.inner_text("main")[:500]
+        )
+
+    def login(self, page: Any, who: Person, next_path: str | None = None) -> None:
+        page.goto("/dashboard/login" + (f"?next={next_path}" if next_path else ""))
+        page.fill("#email", who.email)
+        page.fill("#password", who.password)
+        page.click("form[action='/dashboard/login'] button[type=submit]")
+        page.wait_for_load_state()
+
+    def create_org(self, page: Any, name: str) -> str:
+        page.goto("/dashboard/orgs/new")
+        page.fill("#name", name)
+        page.click("main button[type=submit]")
+        page.wait_for_url("**/dashboard/o/org_*")
+        return str(page.url.rstrip("/").rsplit("/", 1)[-1])
+
+    def create_key(
+        self, page: Any, org_id: str, *, kind: str = "organization", name: str = "", expiry: str = "90d"
+    ) -> str:
+        page.goto(f"/dashboard/o/{org_id}/keys")
+        page.select_option("#kind", kind)
+        page.fill("#name", name)
+        page.select_option("#expiry", expiry)
+        page.click("#create button[type=submit]")
+        page.wait_for_selector("#new-key")
+        return str(page.input_value("#new-key"))
+
+    def signup_with_org(
+        self, name: str = "owner", org: str = "Acme", **options: Any
+    ) -> tuple[Any, Person, str]:
+        page = self.page(**options)
+        who = self.person(name)
+        self.register(page, who)
+        return page, who, self.create_org(page, org)
+
+    def api(self, key: str, org_id: str | None = None) -> httpx.Client:
+        headers = {"x-api-key": key}
+        if org_id:
+            headers["x-organization-id"] = org_id
+        return httpx.Client(base_url=self.stack.edge_url + "/api", headers=headers, timeout=30)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Any:
+    """Keep each phase's report on the test item, for fixtures that act on failures."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
+@pytest.fixture
+def dashboard_for(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A Dashboard on any stack; its browser contexts close after the test. When the test
+    failed and COFFER_BROWSER_ARTIFACTS names a directory, every open page is saved there
+    first (a full-page PNG and its HTML), for CI to keep."""
+    made: list[Dashboard] = []
+
+    def make(s: Stack) -> Dashboard:
+        d = Dashboard(s, browser, [])
+        made.append(d)
+        return d
+
+    yield make
+    report = getattr(request.node, "report_call", None)
+    artifacts = os.environ.get("COFFER_BROWSER_ARTIFACTS")
+    if artifacts and report is not None and report.failed:
+        folder = Path(artifacts) / request.node.name.replace("/", "_")
+        folder.mkdir(parents=True, exist_ok=True)
+        pages = [p for d in made for ctx in d.contexts for p in ctx.pages]
+        for n, page in enumerate(pages):
+            with contextlib.suppress(Exception):  # a page may be closed or mid-navigation
+                page.screenshot(path=str(folder / f"page-{n}.png"), full_page=True)
+                (folder / f"page-{n}.html").write_text(page.content())
+    for d in made:
+        for ctx in d.contexts:
+            ctx.close()
+
+
+@pytest.fixture
+def dashboard(dashboard_stack: Stack, dashboard_for: Any) -> Dashboard:
+    return dashboard_for(dashboard_stack)  # type: ignore[no-any-return]
+
+
+def poll(check: Any, *, timeout: float = 10.0, interval: float = 0.1) -> Any:
+    """Call ``check`` until it answers something truthy; fail after ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s (last: {value!r})")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="session")
+def until() -> Any:
+    """``poll`` as a fixture (test modules do not import the conftest)."""
+    return poll

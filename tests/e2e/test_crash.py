@@ -16,15 +16,20 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from coffer_kit.testing import multipart_stream
+from coffer_testkit.testing import multipart_stream
 
 pytestmark = pytest.mark.e2e
 MIB = 1024 * 1024
 
 
-def slow(body: Iterator[bytes], delay: float) -> Iterator[bytes]:
-    """Send the body in pieces with pauses, so uploads are in flight when a process dies."""
+def slow(body: Iterator[bytes], delay: float, started: threading.Semaphore) -> Iterator[bytes]:
+    """Send the body in pieces with pauses, so uploads are in flight when a process dies;
+    ``started`` is released once the first piece is on its way."""
+    first = True
     for chunk in body:
+        if first:
+            started.release()
+            first = False
         for i in range(0, len(chunk), 256 * 1024):
             yield chunk[i : i + 256 * 1024]
             time.sleep(delay)
@@ -104,22 +109,26 @@ def test_kill_services_mid_traffic_then_sweep_converges(own_stack, admin_for) ->
         with contextlib.suppress(httpx.HTTPError):
             httpx.post(
                 f"{own_stack.edge_url}/api/assets",
-                content=slow(body, 0.02),
+                content=slow(body, 0.02, in_flight),
                 headers={**headers, "content-type": ctype},
                 timeout=30,
             )
 
     def deleter(asset_id: str) -> None:
-        time.sleep(rng.uniform(0, 0.4))
+        time.sleep(rng.uniform(0, 0.2))  # spread the deletes around the kill
         with contextlib.suppress(httpx.HTTPError):
             httpx.delete(f"{own_stack.edge_url}/api/assets/{asset_id}", headers=headers, timeout=30)
 
     for round_, victim in enumerate(["blob", "metadata", "edge", "blob", "metadata", "edge"]):
         workers = [threading.Thread(target=uploader, args=(round_ * 10 + i,)) for i in range(6)]
         workers += [threading.Thread(target=deleter, args=(existing.pop(),)) for _ in range(4)]
+        in_flight = threading.Semaphore(0)
         for w in workers:
             w.start()
-        time.sleep(rng.uniform(0.2, 0.5))
+        # Kill once uploads are under way (each has sent its first piece), not after a guess.
+        for _ in range(3):
+            assert in_flight.acquire(timeout=30), "uploads did not start"
+        time.sleep(rng.uniform(0, 0.2))
         own_stack.kill(victim)
         for w in workers:
             w.join(timeout=60)
@@ -159,7 +168,10 @@ def test_kill_services_mid_traffic_then_sweep_converges(own_stack, admin_for) ->
     # Usage agrees with the rows: exactly the remaining quota can still be used.
     total = sum(a["size"] for a in rows.values())
     admin("set-quota", "--org", org, "--quota-bytes", str(total + 10))
-    time.sleep(5.1)  # let edge's cached principal (with the old quota) expire
+    api.close()
+    # A new key: edge has no cached principal (with the old quota) for it, so no waiting.
+    fresh = admin("create-key", "--org", org)["key"]
+    api = httpx.Client(base_url=own_stack.edge_url, headers={"x-api-key": fresh}, timeout=60)
     assert api.post("/api/assets", files={"file": ("fits.bin", b"x" * 10)}).status_code == 201
     assert api.post("/api/assets", files={"file": ("over.bin", b"x")}).status_code == 413
     api.close()

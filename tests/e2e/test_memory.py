@@ -9,8 +9,8 @@ import time
 import httpx
 import pytest
 
-from coffer_kit.testing import multipart_stream, pattern_chunks, rss_bytes
 from coffer_kit.urls import MAX_FILE_BYTES
+from coffer_testkit.testing import multipart_stream, pattern_chunks, rss_bytes
 
 pytestmark = pytest.mark.e2e
 MIB = 1024 * 1024

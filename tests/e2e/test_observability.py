@@ -15,7 +15,7 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from coffer_kit.testing import free_port
+from coffer_testkit.testing import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -29,7 +29,7 @@ class OtlpReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["content-length"]))
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
@@ -46,6 +46,7 @@ class OtlpReceiver:
                                         "parent": span.parent_span_id.hex() or None,
                                         "name": span.name,
                                         "kind": span.kind,
+                                        "attributes": {a.key: a.value.string_value for a in span.attributes},
                                     }
                                 )
                 self.send_response(200)
@@ -59,24 +60,28 @@ class OtlpReceiver:
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def trace(self, trace_id: str, services: set[str], timeout: float = 15) -> list[dict]:
+    def trace(self, traceparent: str, services: set[str], timeout: float = 15) -> list[dict]:
         """The spans of one trace, once every named service has reported into it and every
-        span's parent has arrived (each process exports in its own batches)."""
+        span's parent has arrived but the caller's (each process exports in its own batches,
+        and a server span ends, so is exported, after the spans inside it)."""
+        _, trace_id, client_parent, _ = traceparent.split("-")
         deadline = time.monotonic() + timeout
         while True:
             with self.lock:
                 spans = [s for s in self.spans if s["trace_id"] == trace_id]
             ids = {s["span_id"] for s in spans}
             orphans = [s for s in spans if s["parent"] not in ids]
-            complete = services <= {s["service"] for s in spans} and len(orphans) == 1
+            complete = services <= {s["service"] for s in spans} and [o["parent"] for o in orphans] == [
+                client_parent
+            ]
             if complete or time.monotonic() > deadline:
                 return spans
             time.sleep(0.1)
 
 
-def traceparent() -> tuple[str, str]:
-    trace_id = secrets.token_hex(16)
-    return trace_id, f"00-{trace_id}-{secrets.token_hex(8)}-01"
+def traceparent() -> str:
+    """A fresh W3C traceparent header: a new trace, the caller's span id, sampled."""
+    return f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
 
 
 def assert_linked(spans: list[dict], client_parent: str) -> None:
@@ -105,32 +110,43 @@ def test_one_trace_per_request_across_the_services(traced_stack, admin_for) -> N
     key = admin("create-key", "--org", org)["key"]
     api = httpx.Client(base_url=stack.edge_url, headers={"x-api-key": key}, timeout=30)
 
-    trace_id, parent = traceparent()
+    parent = traceparent()
     upload = api.post("/api/assets", files={"file": ("t.txt", b"traced")}, headers={"traceparent": parent})
     assert upload.status_code == 201
-    spans = receiver.trace(trace_id, {"coffer-edge", "coffer-auth", "coffer-metadata", "coffer-blob"})
+    spans = receiver.trace(parent, {"coffer-edge", "coffer-auth", "coffer-metadata", "coffer-blob"})
     assert {s["service"] for s in spans} == {"coffer-edge", "coffer-auth", "coffer-metadata", "coffer-blob"}
     assert_linked(spans, parent.split("-")[2])
     names = {s["name"] for s in spans}
     assert "quota.reserve" in names  # the quota transaction
     assert any(n.startswith("storage.") for n in names), names  # the storage write
 
-    trace_id, parent = traceparent()
+    parent = traceparent()
     assert api.get("/api/assets", headers={"traceparent": parent}).status_code == 200
-    spans = receiver.trace(trace_id, {"coffer-edge", "coffer-metadata"})
+    spans = receiver.trace(parent, {"coffer-edge", "coffer-metadata"})
     assert {s["service"] for s in spans} == {"coffer-edge", "coffer-metadata"}  # auth answered from cache
     assert_linked(spans, parent.split("-")[2])
 
-    trace_id, parent = traceparent()
+    parent = traceparent()
     signed = api.get(f"/api/assets/{upload.json()['id']}/url", headers={"traceparent": parent})
-    spans = receiver.trace(trace_id, {"coffer-edge", "coffer-metadata", "coffer-blob"})
+    spans = receiver.trace(parent, {"coffer-edge", "coffer-metadata", "coffer-blob"})
     assert {s["service"] for s in spans} == {"coffer-edge", "coffer-metadata", "coffer-blob"}
     assert_linked(spans, parent.split("-")[2])
 
-    trace_id, parent = traceparent()
+    parent = traceparent()
     assert httpx.get(signed.json()["url"], headers={"traceparent": parent}).content == b"traced"
-    spans = receiver.trace(trace_id, {"coffer-blob"})
+    spans = receiver.trace(parent, {"coffer-blob"})
     assert {s["service"] for s in spans} == {"coffer-blob"}
+
+    # An upload token travels in the query string: no span keeps it.
+    url = api.post("/api/upload-tokens", json={}).json()["url"]
+    parent = traceparent()
+    response = httpx.post(url, files={"file": ("t.txt", b"token")}, headers={"traceparent": parent})
+    assert response.status_code == 201
+    spans = receiver.trace(parent, {"coffer-edge", "coffer-auth", "coffer-metadata", "coffer-blob"})
+    token = url.split("token=", 1)[1]
+    attributes = [v for s in spans for v in s["attributes"].values()]
+    assert any("/api/uploads" in v for v in attributes)  # the URL is recorded, without the token
+    assert not [v for v in attributes if token in v]
     api.close()
 
 
@@ -183,11 +199,22 @@ def test_logs_never_carry_keys_or_signatures(stack, tenant) -> None:
     assert httpx.get(signed).status_code == 200
     assert httpx.get(signed.replace("signature=", "signature=x")).status_code == 403
     unknown_key = "cof_org_" + secrets.token_urlsafe(24)
-    httpx.get(stack.edge_url + "/api/assets", headers={"x-api-key": unknown_key})
-    time.sleep(0.5)
-    logs = "".join(p.read_text() for p in sorted((stack.data_dir.parent / "logs").glob("*.log")))
+    upload_url = tenant.api.post("/api/upload-tokens", json={}).json()["url"]
+    upload_token = upload_url.split("token=", 1)[1]
+    assert httpx.post(upload_url, files={"file": ("t.txt", b"t")}).status_code == 201
+    assert httpx.post(upload_url, files={"file": ("t.txt", b"t")}).status_code == 401
+    last = httpx.get(stack.edge_url + "/api/assets", headers={"x-api-key": unknown_key})
+
+    def read_logs() -> str:
+        return "".join(p.read_text() for p in sorted((stack.data_dir.parent / "logs").glob("*.log")))
+
+    # Poll until the last request's line is written (logs are written after the answer).
+    deadline = time.monotonic() + 10
+    while last.headers["x-request-id"] not in (logs := read_logs()):
+        assert time.monotonic() < deadline, "the last request was never logged"
+        time.sleep(0.05)
     assert '"route": "/api/assets"' in logs  # the logs are there, and they are JSON
-    for secret in (tenant.key, unknown_key, signature, query):
+    for secret in (tenant.key, unknown_key, signature, query, upload_token):
         assert secret not in logs
     access = [json.loads(line) for line in logs.splitlines() if '"logger": "coffer.access"' in line]
     assert access

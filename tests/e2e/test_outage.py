@@ -9,7 +9,7 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from coffer_kit.testing import TcpProxy, assert_error
+from coffer_testkit.testing import TcpProxy, assert_error
 
 pytestmark = pytest.mark.e2e
 

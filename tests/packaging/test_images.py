@@ -1,10 +1,11 @@
-"""Each service installs alone, the way its Dockerfile installs it, and starts.
+"""Each service installs alone, the way the Dockerfile installs it, and starts.
 
-No container engine runs here, so the Dockerfile's builder stage is replayed without one:
-its bind mounts, COPY lines and ``uv sync`` commands run in order in a scratch build
-context, the service's sources are then removed (the runtime stage copies only the
-virtualenv), and the service's command from ``ENTRYPOINT``/``CMD`` is started from that
-virtualenv on loopback until ``/healthz`` answers.
+The Dockerfile's builder stage is replayed here without a container engine: its bind
+mounts, COPY lines and ``uv sync`` commands run in order in a scratch build context (with
+``SERVICE`` set to each service in turn), the service's sources are then removed (the
+runtime stage copies only the virtualenv), and the service's command from
+``ENTRYPOINT``/``CMD`` is started from that virtualenv on loopback until ``/healthz``
+answers. ``make test-images`` (tests/images) builds and runs the real images with podman.
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "Dockerfile"
 SERVICES = ["auth", "metadata", "blob", "edge"]
 PACKAGES = {f"coffer_{s}" for s in SERVICES} | {"coffer_stack"}
 
@@ -42,8 +46,12 @@ HOSTS: dict[str, list[str]] = {
     "blob": ["COFFER_BLOB_HOST", "COFFER_CDN_HOST"],
     "edge": ["COFFER_EDGE_HOST"],
 }
-# The chart's container ports; the images must EXPOSE the same.
-PORTS = {"auth": {8081}, "metadata": {8082}, "blob": {8083, 8090}, "edge": {8080, 9080}}
+# Every workspace member (the root pyproject's globs): one build backend, one version.
+MEMBERS = sorted(
+    str(path.parent.relative_to(ROOT))
+    for pattern in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["uv"]["workspace"]["members"]
+    for path in ROOT.glob(f"{pattern}/pyproject.toml")
+)
 
 
 @dataclass
@@ -102,7 +110,15 @@ def expand(value: str, args: dict[str, str]) -> str:
 
 
 def dockerfile(svc: str) -> Dockerfile:
-    return parse_dockerfile(ROOT / "services" / svc / "Dockerfile")
+    """The Dockerfile as built with ``--build-arg SERVICE=<svc>``: every ``${SERVICE}`` expanded."""
+    df = parse_dockerfile(DOCKERFILE)
+    for stage in df.stages:
+        stage.instructions = [(op, v.replace("${SERVICE}", svc)) for op, v in stage.instructions]
+    return df
+
+
+def builder_workdir(df: Dockerfile) -> str:
+    return [v for op, v in df.stage("builder").instructions if op == "WORKDIR"][-1]
 
 
 def free_port() -> int:
@@ -127,6 +143,7 @@ def test_dockerfile_is_pinned_non_root_and_installs_only_its_service(svc: str) -
     assert "slim" in expand(df.stages[-1].base, df.args)
 
     builder = df.stage("builder")
+    assert ("ARG", "SERVICE") in builder.instructions, "the service is a build argument"
     copies = [v for op, v in builder.instructions if op == "COPY" and not v.startswith("--from")]
     sources = {src for line in copies for src in line.split()[:-1]}
     assert sources == {"pyproject.toml", "uv.lock", "libs/kit", f"services/{svc}"}, sources
@@ -135,7 +152,11 @@ def test_dockerfile_is_pinned_non_root_and_installs_only_its_service(svc: str) -
     assert "--no-install-workspace" in syncs[0]
     for cmd in syncs:
         assert "--frozen" in cmd and "--no-dev" in cmd and f"--package coffer-{svc}" in cmd
-    assert "--no-editable" in syncs[1]
+    # The members are built offline, by uv itself: no build backend is fetched unlocked.
+    assert "--no-editable" in syncs[1] and "--offline" in syncs[1]
+    # buildah (podman build) refuses relative bind-mount targets.
+    for _, target in re.findall(r"--mount=type=bind,source=([^,\s]+),target=([^,\s]+)", syncs[0]):
+        assert target.startswith("/"), target
 
     runtime = df.stages[-1].instructions
     assert ("USER", "10001:10001") in runtime
@@ -143,8 +164,34 @@ def test_dockerfile_is_pinned_non_root_and_installs_only_its_service(svc: str) -
     assert all(
         not v.startswith("--from") or "--from=builder /app/.venv" in v for op, v in runtime if op == "COPY"
     ), "runtime takes only the virtualenv"
-    assert df.last("ENTRYPOINT") == f'["coffer-{svc}"]'
-    assert {int(p) for p in df.last("EXPOSE").split()} == PORTS[svc]
+    assert df.last("ENTRYPOINT") == '["coffer-service"]'
+    assert ("RUN", f"ln -s coffer-{svc} /app/.venv/bin/coffer-service") in builder.instructions
+    env = " ".join(v for op, v in runtime if op == "ENV")
+    for var in HOSTS[svc]:
+        assert f"{var}=0.0.0.0" in env, f"{var} must listen on every interface in a pod"
+
+
+def test_build_backend_is_the_pinned_uv() -> None:
+    """Every member builds with ``uv_build`` in a range holding the Dockerfile's uv, so uv
+    builds it itself (nothing downloaded); another backend would break the offline sync."""
+    uv_image = parse_dockerfile(DOCKERFILE).args["UV_IMAGE"]
+    version = tuple(int(p) for p in uv_image.rsplit(":", 1)[1].split("."))
+    for member in MEMBERS:
+        build = tomllib.loads((ROOT / member / "pyproject.toml").read_text())["build-system"]
+        assert build["build-backend"] == "uv_build", member
+        (requirement,) = build["requires"]
+        bounds = dict(re.findall(r"(>=|<)([\d.]+)", requirement))
+        low = tuple(int(p) for p in bounds[">="].split("."))
+        high = tuple(int(p) for p in bounds["<"].split("."))
+        assert requirement.startswith("uv_build") and low <= version < high, (member, requirement)
+
+
+def test_image_tag_is_every_package_version() -> None:
+    """The chart's default tag (appVersion) names the version of what the images hold."""
+    app_version = yaml.safe_load((ROOT / "charts" / "coffer" / "Chart.yaml").read_text())["appVersion"]
+    for member in MEMBERS:
+        project = tomllib.loads((ROOT / member / "pyproject.toml").read_text())["project"]
+        assert project["version"] == app_version, (member, project["version"], app_version)
 
 
 def test_dockerignore_keeps_local_state_out_of_the_context() -> None:
@@ -168,8 +215,45 @@ def uv() -> list[str]:
     pytest.fail("uv is not installed (make setup installs it)")
 
 
+def replay_copy(value: str, context: Path) -> None:
+    """A ``COPY src… dest`` from the repository into the scratch context."""
+    *sources, dest = value.split()
+    for src in sources:
+        target = context / dest / Path(src).name if dest.endswith("/") else context / dest
+        if (ROOT / src).is_dir():
+            shutil.copytree(
+                ROOT / src,
+                target,
+                ignore=shutil.ignore_patterns("__pycache__", "tests", ".venv", ".coffer"),
+            )
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / src, target)
+
+
+def replay_uv_sync(value: str, context: Path, workdir: str, env: dict[str, str]) -> None:
+    """A ``RUN [--mount=type=bind…] uv sync …``: the bind mounts as copies removed after."""
+    mounted = []
+    for src, target in re.findall(r"--mount=type=bind,source=([^,\s]+),target=([^,\s]+)", value):
+        # An absolute target is a path under the builder's WORKDIR, which the context stands for.
+        in_context = (
+            context / Path(target).relative_to(workdir) if target.startswith("/") else context / target
+        )
+        if not in_context.exists():
+            shutil.copy2(ROOT / src, in_context)
+            mounted.append(in_context)
+    command = shlex.split(value[value.index("uv sync") :])
+    proc = subprocess.run(
+        [*uv(), *command[1:]], cwd=context, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, f"{' '.join(command)}\n{proc.stderr}"
+    for path in mounted:  # a bind mount leaves nothing behind in the layer
+        path.unlink()
+
+
 def replay_builder(svc: str, context: Path, venv: Path) -> None:
-    """Run the builder stage's bind mounts, COPYs and ``uv sync`` lines in ``context``."""
+    """Run the builder stage's bind mounts, COPYs, ``uv sync`` and ``ln -s`` lines in
+    ``context`` (the stage's WORKDIR) and ``venv`` (its /app/.venv)."""
     df = dockerfile(svc)
     env = {
         "PATH": os.environ["PATH"],
@@ -180,42 +264,18 @@ def replay_builder(svc: str, context: Path, venv: Path) -> None:
         "UV_NO_PROGRESS": "1",
     }
     passed = ("UV_CACHE_DIR", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "PIP_INDEX_URL", "SSL_CERT_FILE")
-    for var in passed:
-        if var in os.environ:
-            env[var] = os.environ[var]
+    env |= {var: os.environ[var] for var in passed if var in os.environ}
     for op, value in df.stage("builder").instructions:
         if op == "COPY" and not value.startswith("--from"):
-            *sources, dest = value.split()
-            for src in sources:
-                target = context / dest / Path(src).name if dest.endswith("/") else context / dest
-                if (ROOT / src).is_dir():
-                    shutil.copytree(
-                        ROOT / src,
-                        target,
-                        ignore=shutil.ignore_patterns("__pycache__", "tests", ".venv", ".coffer"),
-                    )
-                else:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(ROOT / src, target)
+            replay_copy(value, context)
         elif op == "RUN" and "uv sync" in value:
-            mounts = re.findall(r"--mount=type=bind,source=([^,\s]+),target=([^,\s]+)", value)
-            mounted = []
-            for src, target in mounts:
-                if not (context / target).exists():
-                    shutil.copy2(ROOT / src, context / target)
-                    mounted.append(context / target)
-            command = shlex.split(value[value.index("uv sync") :])
-            proc = subprocess.run(
-                [*uv(), *command[1:]],
-                cwd=context,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
-            assert proc.returncode == 0, f"{' '.join(command)}\n{proc.stderr}"
-            for path in mounted:  # a bind mount leaves nothing behind in the layer
-                path.unlink()
+            replay_uv_sync(value, context, builder_workdir(df), env)
+        elif op == "RUN" and value.startswith("ln -s "):
+            link_target, link = shlex.split(value)[2:]
+            (venv / Path(link).relative_to("/app/.venv")).symlink_to(link_target)
+        elif op == "RUN":
+            # Only the SERVICE guard may run besides: anything else needs replaying here too.
+            assert value.startswith("case "), f"the replay does not know: RUN {value}"
 
 
 @pytest.fixture(scope="module")
