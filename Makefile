@@ -4,11 +4,19 @@ SHELL := /bin/bash
 
 export UV_PYTHON_DOWNLOADS := never
 export UV_PYTHON := 3.11
+# Machines that set PYTHONDONTWRITEBYTECODE make every process compile every module it
+# imports again: a service start took 3-4 s instead of 1 s, and the test suite starts
+# hundreds of processes. Our runs keep Python's default and cache bytecode (ignored by git).
+unexport PYTHONDONTWRITEBYTECODE
 # uv from PATH, else the one pip installs for the machine's Python 3.11.
 UV = $(shell command -v uv 2>/dev/null || echo python3 -m uv)
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist). Two keep both cores busy: most tests wait on a service, a
+# browser or a database at any moment. Each worker starts its own session stacks and holds its
+# own database connections (PostgreSQL allows 100 here), so more is not better. 0: one process.
+PYTEST_WORKERS ?= 2
 
-.PHONY: help setup run test lint fmt chart bench
+.PHONY: help setup run test test-fast test-images lint typecheck fmt chart bench browser vendor
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -20,19 +28,53 @@ setup: ## Install what is missing: uv (through pip), then the locked Python depe
 run: setup ## Run the embedded default: all four services on this machine (Ctrl-C stops)
 	@.venv/bin/coffer-stack
 
-test: setup ## Run every test (unit, end-to-end over real processes, chart checks)
-	@$(UV) run --frozen --no-sync pytest $(PYTEST_ARGS)
+test: setup browser ## Run every test (unit, end-to-end over real processes, browser, chart checks)
+	@command -v tmux >/dev/null 2>&1 || { echo "installing tmux (the client's terminal test)"; \
+	  apt-get install -y -qq tmux >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq tmux >/dev/null; }; }
+	@$(UV) run --frozen --no-sync pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+
+# The dashboard's browser tests drive Debian's chromium through Playwright's bundled driver;
+# no browser is ever downloaded (never `playwright install`). COFFER_CHROMIUM overrides.
+browser: ## Install Debian's chromium for the browser tests when it is missing (apt, as root)
+	@if [ -z "$$COFFER_CHROMIUM" ] && ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium with apt-get (about 20 s)"; \
+	    (apt-get install -y -qq chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)); \
+	  else echo "chromium is missing: the browser tests will skip (install it: apt-get install chromium)"; fi; \
+	fi
+
+HTMX_VERSION := 2.0.11
+HTMX_SHA384 := 2OatzQy1H+Zd/IIrjr1TcuDGqLXeHhbooAyJY1KdQMKnr4LZ22k31GBLdYKHmVjg
+HTMX_FILE := services/edge/src/coffer_edge/dashboard/static/vendor/htmx-$(HTMX_VERSION).min.js
+
+vendor: ## Re-fetch the dashboard's vendored htmx from npm and check its sha384
+	@tmp=$$(mktemp -d) && cd $$tmp && npm pack --silent htmx.org@$(HTMX_VERSION) >/dev/null && \
+	  tar xzf htmx.org-$(HTMX_VERSION).tgz && \
+	  got=$$(openssl dgst -sha384 -binary package/dist/htmx.min.js | openssl base64 -A) && \
+	  if [ "$$got" != "$(HTMX_SHA384)" ]; then echo "htmx $(HTMX_VERSION): sha384 $$got, expected $(HTMX_SHA384)"; exit 1; fi && \
+	  cp package/dist/htmx.min.js $(CURDIR)/$(HTMX_FILE) && rm -rf $$tmp && echo "$(HTMX_FILE): sha384-$$got"
+
+test-fast: setup ## Run the in-process tests only (each service against a real database; about 1.5 min on 2 cores)
+	@$(UV) run --frozen --no-sync pytest -n $(PYTEST_WORKERS) libs services -m "not e2e" $(PYTEST_ARGS)
+
+test-images: setup ## Build the four images with podman (root) and run them against each other, ~5 min
+	@bash scripts/install-image-tools.sh
+	@$(UV) run --frozen --no-sync pytest -m images tests/images $(PYTEST_ARGS)
 
 chart: setup ## Check the Helm chart: helm lint, helm template, schemas, policies
 	@$(UV) run --frozen --no-sync pytest tests/chart -q
 
-lint: setup ## Lint with ruff
+lint: setup ## Lint with ruff (rules in pyproject.toml), and check the formatting
 	@$(UV) run --frozen --no-sync ruff check .
 	@$(UV) run --frozen --no-sync ruff format --check .
+
+typecheck: setup ## Type-check every service and library with mypy --strict
+	@$(UV) run --frozen --no-sync mypy
 
 fmt: setup ## Format with ruff
 	@$(UV) run --frozen --no-sync ruff check --fix .
 	@$(UV) run --frozen --no-sync ruff format .
 
-bench: setup ## Benchmark Coffer against nginx and FastAPI, ~5 min (BENCH_ARGS=--production: PostgreSQL + S3)
+bench: setup ## Benchmark Coffer against nginx and FastAPI, ~5 min, then the coffer CLI against curl, ~2 min (BENCH_ARGS=--production: PostgreSQL + S3)
 	@$(UV) run --frozen --no-sync python bench/run.py $(BENCH_ARGS)
+	@$(UV) run --frozen --no-sync python bench/cli.py

@@ -69,7 +69,8 @@ app.kubernetes.io/part-of: coffer
 
 {{/*
 Static facts of a component, as JSON: its container ports, the port serving its traffic
-(probed), the port serving /metrics, its arguments and the image it runs.
+(probed; "ready", when set, is probed for readiness instead), the port serving /metrics, its
+arguments and the image it runs.
 */}}
 {{- define "coffer.spec" -}}
 {{- $ctx := .ctx -}}
@@ -81,7 +82,7 @@ Static facts of a component, as JSON: its container ports, the port serving its 
   "auth" (dict "ports" (list (dict "name" "http" "port" 8081)) "serving" "http" "metrics" "http" "args" (list "serve") "image" "auth")
   "metadata" (dict "ports" (list (dict "name" "http" "port" 8082)) "serving" "http" "metrics" "http" "args" (list "serve") "image" "metadata")
   "blob" (dict "ports" $blobPorts "serving" "http" "metrics" "http" "args" (list "serve" "--role" (ternary "api" "all" $apart)) "image" "blob")
-  "cdn" (dict "ports" (list (dict "name" "cdn" "port" 8090) (dict "name" "http" "port" 8083)) "serving" "cdn" "metrics" "http" "args" (list "serve" "--role" "cdn") "image" "blob")
+  "cdn" (dict "ports" (list (dict "name" "cdn" "port" 8090) (dict "name" "http" "port" 8083)) "serving" "cdn" "ready" "http" "metrics" "http" "args" (list "serve" "--role" "cdn") "image" "blob")
 -}}
 {{- toJson (index $specs .component) -}}
 {{- end -}}
@@ -174,4 +175,30 @@ checksum/secret: {{ toJson (list .Values.secrets .Values.database .Values.storag
 {{- $rule := dict "ports" $ports -}}
 {{- with .to -}}{{- $_ := set $rule "to" . -}}{{- end -}}
 {{- toYaml (list $rule) -}}
+{{- end -}}
+
+{{/* COFFER_DASHBOARD_URL: on its own host when hosts.dashboard is set, else under the API. */}}
+{{- define "coffer.dashboardUrl" -}}
+{{- if .Values.hosts.dashboard -}}
+{{- printf "%s://%s/dashboard" .Values.hosts.scheme .Values.hosts.dashboard -}}
+{{- else -}}
+{{- printf "%s/dashboard" (include "coffer.baseUrl" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The public routes: (name, host, paths [(path, type)], service, port). The dashboard's
+paths go to edge's public port like /api; "/" only exactly, for the redirect to it. */}}
+{{- define "coffer.publicRoutes" -}}
+{{- $dash := list (dict "path" "/dashboard" "type" "Prefix") (dict "path" "/" "type" "Exact") -}}
+{{- $apiPaths := list (dict "path" "/api" "type" "Prefix") -}}
+{{- if and .Values.dashboard.enabled (not .Values.hosts.dashboard) -}}
+{{- $apiPaths = concat $apiPaths $dash -}}
+{{- end -}}
+{{- $routes := list
+  (dict "name" "api" "host" .Values.hosts.api "paths" $apiPaths "service" "edge" "port" "http" "portNumber" 8080)
+  (dict "name" "cdn" "host" .Values.hosts.cdn "paths" (list (dict "path" "/" "type" "Prefix")) "service" "cdn" "port" "cdn" "portNumber" 8090) -}}
+{{- if and .Values.dashboard.enabled .Values.hosts.dashboard -}}
+{{- $routes = append $routes (dict "name" "dashboard" "host" .Values.hosts.dashboard "paths" $dash "service" "edge" "port" "http" "portNumber" 8080) -}}
+{{- end -}}
+{{- toJson $routes -}}
 {{- end -}}

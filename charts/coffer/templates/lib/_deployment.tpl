@@ -73,7 +73,8 @@ spec:
           readinessProbe:
             httpGet:
               path: /readyz
-              port: {{ $spec.serving }}
+              {{- /* The CDN host has no public /readyz: its pod's internal listener answers it. */}}
+              port: {{ $spec.ready | default $spec.serving }}
             {{- toYaml $v.probes.readiness | nindent 12 }}
           {{- if gt (int $v.preStopSleepSeconds) 0 }}
           lifecycle:

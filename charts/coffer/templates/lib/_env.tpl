@@ -41,11 +41,11 @@ this component needs, and no others.
 - name: COFFER_BLOB_HOST
   value: "0.0.0.0"
 - name: COFFER_BLOB_PORT
-  value: "8083"
+  value: {{ include "coffer.port" (dict "ctx" $ctx "component" "cdn" "port" "http") | quote }}
 - name: COFFER_CDN_HOST
   value: "0.0.0.0"
 - name: COFFER_CDN_PORT
-  value: "8090"
+  value: {{ include "coffer.port" (dict "ctx" $ctx "component" "cdn" "port" "cdn") | quote }}
 {{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "COFFER_SIGNING_SECRET" "key" "signingSecret") }}
 {{- if eq $ctx.Values.storage.driver "s3" }}
 {{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "AWS_ACCESS_KEY_ID" "key" "s3AccessKeyId" "optional" true) }}
