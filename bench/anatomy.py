@@ -249,7 +249,7 @@ def build(kind: str, upstream: str | None):  # type: ignore[no-untyped-def]
             return StreamingResponse(body(), media_type=meta["contentType"], headers=headers)
 
         def read_all(name: str) -> tuple[bytes, dict[str, str]]:
-            size, meta = stat(name)
+            _size, meta = stat(name)
             return (files / name).read_bytes(), meta
 
         @app.get("/file-one-read/{name}")
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     from load import Wrk
     from servers import ensure_tools
 
-    from coffer_kit.testing import free_port, wait_healthy
+    from coffer_testkit.testing import free_port, wait_healthy
 
     _, wrk_bin = ensure_tools()
     root = Path(tempfile.mkdtemp(prefix="coffer-anatomy-"))

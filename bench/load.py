@@ -113,6 +113,16 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+# Start-up garbage settled, and a few seconds without a request: each service returns its free
+# heap pages once it has been idle for a second (coffer_kit.serve).
+IDLE_SECONDS = 3.0
+
+
+def idle_rss_mib(pids: dict[str, int]) -> dict[str, float]:
+    """VmRSS in MiB of each process, read now: call it after ``IDLE_SECONDS`` without requests."""
+    return {name: rss_bytes(pid) / 2**20 for name, pid in pids.items()}
+
+
 class RssSampler:
     """Samples VmRSS of some processes every few milliseconds; keeps the baseline and the peak."""
 

@@ -31,9 +31,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from load import python_client  # noqa: E402
-from run import BIG, DEFAULT_POSTGRES, REPO, SMALL, Bench, log, multipart_body  # noqa: E402
-from servers import ensure_tools  # noqa: E402
+from load import python_client
+from run import BIG, DEFAULT_POSTGRES, REPO, SMALL, Bench, log, multipart_body
+from servers import ensure_tools
 
 # scenario: (services to sample, what the load is)
 SCENARIOS: dict[str, tuple[list[str], str]] = {

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import platform
 import shutil
@@ -25,16 +26,25 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from load import OthersMeter, RssSampler, Sample, Wrk, python_client  # noqa: E402
-from report import Figure, details, table, write  # noqa: E402
-from seed import seed_assets  # noqa: E402
-from servers import Nginx, Production, ReferenceApp, auth_cli, coffer_stack, ensure_tools  # noqa: E402
+from load import (
+    IDLE_SECONDS,
+    OthersMeter,
+    RssSampler,
+    Sample,
+    Wrk,
+    cpu_seconds,
+    idle_rss_mib,
+    python_client,
+)
+from report import Figure, details, table, write
+from seed import MOVING_ASSETS, Seeded, seed_assets
+from servers import Nginx, Production, ReferenceApp, auth_cli, coffer_stack, ensure_tools
 
 REPO = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024
@@ -43,7 +53,41 @@ SMALL = 4096
 LIST_ASSETS = 100_000
 DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 # Figure groups, for --only.
-GROUPS = ("disk", "upload-big", "upload-small", "download", "cdn-small", "asset-get", "list")
+GROUPS = (
+    "disk",
+    "idle-rss",
+    "upload-big",
+    "upload-small",
+    "upload-token",
+    "download",
+    "cdn-small",
+    "asset-get",
+    "list",
+    "search",
+    "move",
+)
+# Name searches over the seeded names (seed.py): one matching a handful of assets, one
+# matching an eighth of them (every count then reads 12,500 matches).
+SEARCH_RARE = "report-0421"
+SEARCH_COMMON = "holiday"
+T = TypeVar("T")
+
+
+def cpu_ms_per_request(sample: Sample) -> float | None:
+    """Server CPU milliseconds per request: every measured process's cores ÷ the rate."""
+    return 1000 * sum(sample.server_cpu.values()) / sample.rate if sample.rate else None
+
+
+def alongside(run: Callable[..., Sample], extra: Callable[[], T]) -> tuple[Callable[..., Sample], list[T]]:
+    """``run``, then ``extra`` in the same repetition; ``extra``'s results collect in the list."""
+    results: list[T] = []
+
+    def go(seconds: float | None = None) -> Sample:
+        sample = run(seconds)
+        results.append(extra())
+        return sample
+
+    return go, results
 
 
 def log(message: str) -> None:
@@ -138,6 +182,8 @@ class Bench:
         self.figures: list[Figure] = []
         self.key = ""
         self.list_key = ""
+        self.seeded: Seeded | None = None
+        self.through_blob: list[Figure] = []  # with --production, these measure moto's S3 too
 
     # ---- setup ----------------------------------------------------------------------------
 
@@ -168,8 +214,11 @@ class Bench:
         url = (
             extra.get("COFFER_METADATA_DATABASE_URL") or f"sqlite:///{(self.stack.data_dir / 'metadata.db')}"
         )
-        seconds = seed_assets(url, org_id=str(list_org["id"]), count=LIST_ASSETS)
-        log(f"seeded {LIST_ASSETS:,} asset rows into metadata's database in {seconds:.1f}s (fixture)")
+        self.seeded = seed_assets(url, org_id=str(list_org["id"]), count=LIST_ASSETS)
+        log(
+            f"seeded {LIST_ASSETS:,} asset rows into metadata's database in "
+            f"{self.seeded.seconds:.1f}s (fixture)"
+        )
         self.stack.start()
         log(f"Coffer stack up: edge {self.stack.edge_url}, CDN {self.stack.public_cdn_url}")
 
@@ -284,6 +333,7 @@ class Bench:
         }
         up.client = "bench/client.py: httpx, 1 connection, streamed body"
         self.figures += [up, *rss.values()]
+        self.through_blob += [up, rss["blob"]]
         log(f"measuring: {up.name}")
         pids = self.coffer_pids()
         job = {"size": BIG, "count": 1, "concurrency": 1}
@@ -345,14 +395,23 @@ class Bench:
         return last
 
     def small_uploads(self) -> None:
-        fig = Figure(
-            "upload 4 KiB files, 16 concurrent",
+        fig = Figure("upload 4 KiB files, 16 concurrent", "files/s", reference_name="nginx WebDAV PUT")
+        durable = Figure(
+            "upload 4 KiB files, 16 concurrent ÷ the disk's durable single-writer rate",
             "files/s",
-            reference_name="nginx WebDAV PUT",
-            goal="ratio >= 0.2",
+            reference_name="disk: 4 KiB file + fsync, one writer, in the same repetitions",
+            goal="ratio >= 0.5",
+            derived=True,
         )
-        fig.client = "wrk, 16 connections (one new file per request)"
-        self.figures.append(fig)
+        cpu = Figure("4 KiB upload: CPU per upload, all services", "ms", goal="value <= 8", derived=True)
+        fig.client = durable.client = cpu.client = "wrk, 16 connections (one new file per request)"
+        durable.note = (
+            "the rate of the row above ÷ one writer creating 4 KiB files with fsync of file and "
+            "directory (the disk row's measure), 1 s of it after each nginx run"
+        )
+        cpu.note = "CPU (utime + stime) of every Coffer process ÷ uploads completed, per repetition"
+        self.figures += [fig, durable, cpu]
+        self.through_blob += [fig, durable, cpu]
         body = self.root / "wrk" / "small-multipart.bin"
         content_type = multipart_body(body, SMALL)
         raw = self.root / "wrk" / "small.bin"
@@ -375,12 +434,19 @@ class Bench:
             unique_path="/dav/small/",
             headers={"content-type": "application/octet-stream"},
         )
-        self.pair(fig, coffer, nginx, warmup=self.warm(coffer, nginx))
+        data_dir = self.stack.data_dir
+        nginx_then_disk, disk = alongside(nginx, lambda: small_fsync_rate(data_dir, seconds=1.0))
+        runs = self.pair(fig, coffer, nginx_then_disk, warmup=self.warm(coffer, nginx))
+        durable.samples = [c.rate for c, _ in runs]
+        durable.reference_samples = disk
+        cpu.samples = [v for c, _ in runs if (v := cpu_ms_per_request(c)) is not None]
+        durable.error = cpu.error = fig.error
 
     def big_download(self, asset: dict[str, Any]) -> None:
         fig = Figure("download one 100 MiB file", "MB/s", reference_name="nginx static", goal="ratio >= 0.5")
         fig.client = "bench/client.py: one keep-alive socket, 1 MiB reads"
         self.figures.append(fig)
+        self.through_blob.append(fig)
 
         def downloader(url: str, pids: dict[str, list[int]]) -> Callable[..., Sample]:
             def run(seconds: float | None = None) -> Sample:
@@ -403,9 +469,7 @@ class Bench:
         self.pair(fig, coffer, nginx, warmup=self.warm(coffer, nginx))
 
     def small_gets(self, asset: dict[str, Any]) -> None:
-        rate = Figure(
-            "public GET of a 4 KiB file", "req/s", reference_name="nginx static", goal="ratio >= 0.15"
-        )
+        rate = Figure("public GET of a 4 KiB file", "req/s", reference_name="nginx static")
         p99 = Figure(
             "public GET of a 4 KiB file, p99",
             "ms",
@@ -413,25 +477,63 @@ class Bench:
             lower_is_better=True,
             derived=True,
         )
-        rate.client = p99.client = "wrk, 32 connections"
-        self.figures += [rate, p99]
+        cpu = Figure(
+            "public GET of a 4 KiB file: CPU per request",
+            "ms",
+            reference_name="minimal FastAPI route, in the same repetitions",
+            goal="ratio <= 1.5",
+            derived=True,
+        )
+        rate.client = p99.client = cpu.client = "wrk, 32 connections"
+        cpu.note = (
+            "CPU (utime + stime) of every Coffer process ÷ requests completed, per repetition; the "
+            "minimal route's likewise, a wrk run of it after each nginx run; ratio Coffer ÷ route"
+        )
+        self.figures += [rate, p99, cpu]
+        self.through_blob += [rate, p99, cpu]
         coffer = self.wrk_get(asset["publicUrl"], self.coffer_pids(), 32)
         nginx = self.wrk_get(self.nginx.url + "/static/small.bin", {"nginx": self.nginx.pids()}, 32)
-        self.pair(rate, coffer, nginx, warmup=self.warm(coffer, nginx), also=[(p99, lambda s: s.p99_ms)])
+        minimal = self.wrk_get(
+            f"{self.reference.url}/api/assets/{asset['id']}",
+            {"reference": self.reference.pids()},
+            32,
+            headers=self.headers(),
+        )
+        nginx_then_minimal, minimal_runs = alongside(nginx, minimal)
+        runs = self.pair(
+            rate,
+            coffer,
+            nginx_then_minimal,
+            warmup=self.warm(coffer, nginx, minimal),
+            also=[(p99, lambda s: s.p99_ms)],
+        )
+        cpu.samples = [v for c, _ in runs if (v := cpu_ms_per_request(c)) is not None]
+        cpu.reference_samples = [v for m in minimal_runs if (v := cpu_ms_per_request(m)) is not None]
+        cpu.error = rate.error
 
     def asset_gets(self, asset: dict[str, Any]) -> None:
-        rate = Figure(
-            "GET /api/assets/:id", "req/s", reference_name="minimal FastAPI route", goal="ratio >= 0.5"
-        )
+        rate = Figure("GET /api/assets/:id", "req/s", reference_name="minimal FastAPI route")
         p99 = Figure(
             "GET /api/assets/:id, p99",
             "ms",
             reference_name="minimal FastAPI route",
-            lower_is_better=True,
+            goal="ratio <= 5",
             derived=True,
         )
-        rate.client = p99.client = "wrk, 32 connections, one key (auth answer cached)"
-        self.figures += [rate, p99]
+        cpu = Figure(
+            "GET /api/assets/:id: CPU per request",
+            "ms",
+            reference_name="minimal FastAPI route",
+            goal="ratio <= 5",
+            derived=True,
+        )
+        rate.client = p99.client = cpu.client = "wrk, 32 connections, one key (auth answer cached)"
+        p99.note = "at 32 connections; ratio Coffer ÷ route"
+        cpu.note = (
+            "CPU (utime + stime) of every Coffer process ÷ requests completed, per repetition; the "
+            "route's likewise; ratio Coffer ÷ route"
+        )
+        self.figures += [rate, p99, cpu]
         coffer = self.wrk_get(
             f"{self.stack.edge_url}/api/assets/{asset['id']}", self.coffer_pids(), 32, headers=self.headers()
         )
@@ -441,7 +543,34 @@ class Bench:
             32,
             headers=self.headers(),
         )
-        self.pair(rate, coffer, ref, warmup=self.warm(coffer, ref), also=[(p99, lambda s: s.p99_ms)])
+        self.pair(
+            rate,
+            coffer,
+            ref,
+            warmup=self.warm(coffer, ref),
+            also=[(p99, lambda s: s.p99_ms), (cpu, cpu_ms_per_request)],
+        )
+
+    def idle_rss(self) -> None:
+        """VmRSS of each service after start and one 4 KiB upload, once idle (bench/footprint.py's
+        measure)."""
+        log("measuring: idle RSS")
+        time.sleep(IDLE_SECONDS)
+        rss = idle_rss_mib({name: proc.pid for name, proc in self.stack.processes.items()})
+        client = f"none: VmRSS read after {IDLE_SECONDS:g}s without a request"
+        for name, mib in rss.items():
+            self.figures.append(Figure(f"idle RSS of {name}", "MiB", samples=[mib], client=client))
+        total = Figure(
+            f"idle RSS of the {len(rss)} services, summed",
+            "MiB",
+            samples=[sum(rss.values())],
+            goal="value <= 240",
+            client=client,
+        )
+        total.note = f"after start and one 4 KiB upload, then {IDLE_SECONDS:g}s idle; one reading"
+        if self.production:
+            total.note += "; moto's S3 server is not one of them"
+        self.figures.append(total)
 
     def listing(self) -> None:
         pids = self.coffer_pids()
@@ -449,7 +578,9 @@ class Bench:
         for label, query, connections, goal in (
             ("", "", 1, "value <= 25"),
             (", 16 connections", "", 16, None),
-            (", offset 99,950", "&offset=99950", 1, None),
+            (", offset 99,950", "&offset=99950", 1, "value <= 25"),
+            # The deepest skip since pages past the middle are found from the oldest end.
+            (", offset 49,975", "&offset=49975", 1, None),
         ):
             p50 = Figure(f"GET /api/assets?limit=50 at 100k assets{label}, p50", "ms", derived=True)
             p99 = Figure(
@@ -472,6 +603,196 @@ class Bench:
                 also=[(p50, lambda s: s.p50_ms), (rate, lambda s: s.rate)],
             )
 
+    def search(self) -> None:
+        """Name search over the 100,000 seeded assets, newest first, one client, alternating
+        with the plain first page of the same list (the reference: the same route, no ``q``)."""
+        pids = self.coffer_pids()
+        plain = self.wrk_get(
+            f"{self.stack.edge_url}/api/assets?limit=50", pids, 1, headers=self.headers(self.list_key)
+        )
+        reference = "GET /api/assets?limit=50, no q"
+        for label, q, goal in (
+            ("a rare name", SEARCH_RARE, "value <= 25"),
+            ("a common word", SEARCH_COMMON, None),
+        ):
+            base = f"{self.stack.edge_url}/api/assets?limit=50&q={q}"
+            p50 = Figure(
+                f"search at 100k assets, {label} (q={q}), p50",
+                "ms",
+                reference_name=reference,
+                lower_is_better=True,
+                derived=True,
+            )
+            p99 = Figure(
+                f"search at 100k assets, {label} (q={q}), p99",
+                "ms",
+                reference_name=reference,
+                goal=goal,
+                lower_is_better=True,
+                derived=True,
+            )
+            rate = Figure(f"search at 100k assets, {label} (q={q})", "req/s", reference_name=reference)
+            for f in (p50, p99, rate):
+                f.client = "wrk, 1 connection"
+            p99.note = "page and total of GET /api/assets?limit=50&q=…; one client, so no queueing"
+            self.figures += [p50, p99, rate]
+            run = self.wrk_get(base, pids, 1, headers=self.headers(self.list_key))
+            self.pair(
+                p99,
+                run,
+                plain,
+                warmup=self.warm(run, plain),
+                metric=lambda s: s.p99_ms,
+                also=[(p50, lambda s: s.p50_ms), (rate, lambda s: s.rate)],
+            )
+
+    def timed_loop(
+        self,
+        call: Callable[[], httpx.Response],
+        seconds: float,
+        prepare: Callable[[], None] | None = None,
+    ) -> Sample:
+        """``call`` one after another for ``seconds``: rate, p50 and p99 of the calls alone
+        (``prepare`` runs untimed before each)."""
+        pids = self.coffer_pids()
+        before = {name: cpu_seconds(p) for name, p in pids.items()}
+        own = time.process_time()
+        others = OthersMeter()
+        times: list[float] = []
+        errors = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            if prepare is not None:
+                prepare()
+            t0 = time.perf_counter()
+            response = call()
+            times.append(time.perf_counter() - t0)
+            errors += not response.is_success
+        wall = time.perf_counter() - started
+        after = {name: cpu_seconds(p) for name, p in pids.items()}
+        times.sort()
+        return Sample(
+            len(times) / sum(times),
+            p50_ms=times[len(times) // 2] * 1000,
+            p99_ms=times[min(len(times) - 1, int(len(times) * 0.99))] * 1000,
+            client_cpu=(time.process_time() - own) / wall,
+            server_cpu={name: (after[name] - before[name]) / wall for name in pids},
+            errors=errors,
+            requests=len(times),
+            others_cpu=others.cores(),
+        )
+
+    def folder_move(self) -> None:
+        """PATCH /api/folders/:id moving a folder that holds 10,000 assets, back and forth,
+        alternating with the same moves of an empty folder (the reference)."""
+        assert self.seeded is not None
+        reference = "the same move of an empty folder"
+        p99 = Figure(
+            f"move a folder holding {MOVING_ASSETS:,} assets, p99",
+            "ms",
+            reference_name=reference,
+            goal="value <= 100",
+            lower_is_better=True,
+            derived=True,
+        )
+        p50 = Figure(
+            f"move a folder holding {MOVING_ASSETS:,} assets, p50",
+            "ms",
+            reference_name=reference,
+            lower_is_better=True,
+            derived=True,
+        )
+        rate = Figure(f"move a folder holding {MOVING_ASSETS:,} assets", "moves/s", reference_name=reference)
+        for f in (p99, p50, rate):
+            f.client = "the harness: httpx, 1 keep-alive connection, one move after another"
+        p99.note = "one transaction; the assets keep their folder, so the move touches one row"
+        self.figures += [p99, p50, rate]
+        seeded = self.seeded
+        with httpx.Client(
+            base_url=self.stack.edge_url, headers=self.headers(self.list_key), timeout=30
+        ) as client:
+            empty = client.post("/api/folders", json={"name": "empty", "parentId": seeded.parents[0]})
+            empty.raise_for_status()
+
+            def mover(folder_id: str) -> Callable[..., Sample]:
+                # Both folders start in the first parent: every move changes the parent.
+                parents = itertools.cycle(seeded.parents[::-1])
+
+                def move() -> httpx.Response:
+                    return client.patch(f"/api/folders/{folder_id}", json={"parentId": next(parents)})
+
+                def run(seconds: float | None = None) -> Sample:
+                    return self.timed_loop(move, seconds or self.args.seconds)
+
+                return run
+
+            full, bare = mover(self.seeded.moving_folder), mover(empty.json()["id"])
+            self.pair(
+                p99,
+                full,
+                bare,
+                warmup=self.warm(full, bare),
+                metric=lambda s: s.p99_ms,
+                also=[(p50, lambda s: s.p50_ms), (rate, lambda s: s.rate)],
+            )
+
+    def token_uploads(self) -> None:
+        """A 4 KiB upload with an upload token (minted just before, not timed) beside a keyed one."""
+        rate = Figure(
+            "upload a 4 KiB file with an upload token, one client",
+            "files/s",
+            reference_name="the same upload with the key",
+            goal="ratio >= 0.5",
+        )
+        p50 = Figure(
+            "upload a 4 KiB file with an upload token, p50",
+            "ms",
+            reference_name="the same upload with the key",
+            lower_is_better=True,
+            derived=True,
+        )
+        for f in (rate, p50):
+            f.client = "the harness: httpx, 1 keep-alive connection; minting the token is not timed"
+        rate.note = (
+            "the token costs two calls to auth (resolve, claim) where a key is answered from edge's"
+            " cache; server CPU includes minting"
+        )
+        self.figures += [rate, p50]
+        self.through_blob += [rate, p50]
+        body = os.urandom(SMALL)
+        with httpx.Client(base_url=self.stack.edge_url, timeout=30) as client:
+
+            def keyed() -> httpx.Response:
+                files = {"file": ("small.bin", body, "application/octet-stream")}
+                return client.post("/api/assets", headers=self.headers(), files=files)
+
+            def tokened() -> httpx.Response:
+                return client.post(
+                    tokens.pop(), files={"file": ("small.bin", body, "application/octet-stream")}
+                )
+
+            tokens: list[str] = []
+
+            def mint() -> None:
+                """A browser gets its token from its server before uploading: not timed."""
+                minted = client.post("/api/upload-tokens", headers=self.headers(), json={})
+                minted.raise_for_status()
+                tokens.append(minted.json()["url"])
+
+            def with_tokens(seconds: float | None = None) -> Sample:
+                return self.timed_loop(tokened, seconds or self.args.seconds, prepare=mint)
+
+            def with_key(seconds: float | None = None) -> Sample:
+                return self.timed_loop(keyed, seconds or self.args.seconds)
+
+            self.pair(
+                rate,
+                with_tokens,
+                with_key,
+                warmup=self.warm(with_tokens, with_key),
+                also=[(p50, lambda s: s.p50_ms)],
+            )
+
     def disk(self) -> None:
         fig = Figure("disk: dd 100 MiB, conv=fdatasync (ceiling on upload MB/s)", "MB/s")
         fig.client = "dd, on the data dir's file system"
@@ -485,12 +806,14 @@ class Bench:
         want = self.args.only or set(GROUPS)
         if "disk" in want:
             self.disk()
-        self.warm_auth()
         try:
             small_asset = self.upload_one(SMALL)
         except Exception as exc:  # noqa: BLE001 - the rest of the table is still worth having
             small_asset = None
             log(f"uploads do not work yet: {exc}")
+        if "idle-rss" in want:
+            self.idle_rss()  # before any load: "after start and one upload"
+        self.warm_auth()
         big_asset = None
         if small_asset and want & {"upload-big", "download"}:
             try:
@@ -502,6 +825,8 @@ class Bench:
                         f.error = str(exc)[:300]
         if small_asset and "upload-small" in want:
             self.small_uploads()
+        if small_asset and "upload-token" in want:
+            self.token_uploads()
         if big_asset and "download" in want:
             self.big_download(big_asset)
         if small_asset and "cdn-small" in want:
@@ -520,6 +845,10 @@ class Bench:
                 self.asset_gets_with_key(listing["assets"][0])
         if "list" in want:
             self.listing()
+        if "search" in want:
+            self.search()
+        if "move" in want:
+            self.folder_move()
         for f in self.figures:
             f.finish()
 
@@ -592,6 +921,12 @@ def main(argv: list[str] | None = None) -> int:
         "runtime_seconds": round(time.monotonic() - started),
         "other_jobs_cores": round(others.cores(), 2),
     }
+    if args.production and bench.through_blob:
+        meta["s3"] = (
+            "blob stores in moto's S3 server (one local process, counted in Coffer's CPU as "
+            "`s3 (moto)`), so these figures measure moto's S3 as much as Coffer: "
+            + "; ".join(f.name for f in bench.through_blob)
+        )
     stem = "latest-production" if args.production else "latest"
     if args.only or args.stack_env:
         stem = "experiment" + ("-production" if args.production else "")
@@ -601,6 +936,8 @@ def main(argv: list[str] | None = None) -> int:
     md, js = write(args.out, stem, meta, bench.figures)
     print(f"\nCoffer benchmark, {mode}, {meta['date']}, commit {meta['commit']}")
     print(f"other jobs on the machine used {meta['other_jobs_cores']:.2f} cores on average during the run\n")
+    if meta.get("s3"):
+        print(f"S3: {meta['s3']}\n")
     print(table(bench.figures))
     print()
     print(details(bench.figures))

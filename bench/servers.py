@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coffer_kit.testing import free_port, wait_healthy
 from coffer_stack.stack import Ports, Stack
+from coffer_testkit.testing import free_port, wait_healthy
 
 BENCH = Path(__file__).resolve().parent
 NGINX_CANDIDATES = ("nginx", "/usr/sbin/nginx")
