@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
+import os
+import random
 import socket
 import struct
 import time
@@ -12,8 +15,38 @@ from typing import Any, Literal
 
 import httpx
 
+# Ports handed to servers that bind them later. The kernel's bind(0) draws from its
+# ephemeral range, where the same port can come back to another pytest worker (or to
+# this one) before the server binds it, and a service then dies with "address already
+# in use" while another answers its health check. Instead each process walks its own
+# block below the ephemeral range (32768 and up on Linux), which the kernel never hands
+# out by itself: one block per xdist worker, a random start against other test runs.
+_BLOCK_BASE = 20_000
+_BLOCK_SIZE = 1_500
+_BLOCKS = 8  # 20,000 + 8 × 1,500 = 32,000: the main process and workers gw0..gw6
+
+
+def _block() -> int | None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) + 1 if worker.startswith("gw") and worker[2:].isdigit() else 0
+    return _BLOCK_BASE + index * _BLOCK_SIZE if index < _BLOCKS else None
+
+
+_next_offset = itertools.count(random.randrange(_BLOCK_SIZE))
+
 
 def free_port() -> int:
+    """A loopback port nothing listens on, not handed out before by this process."""
+    block = _block()
+    if block is not None:
+        for _ in range(_BLOCK_SIZE):
+            port = block + next(_next_offset) % _BLOCK_SIZE
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
