@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -72,3 +73,32 @@ class RequestContextMiddleware:
                         "organization_id": scope.get("state", {}).get("organization_id"),
                     },
                 )
+
+
+Headers = list[tuple[bytes, bytes]]
+
+
+class ResponseHeadersMiddleware:
+    """Set headers on every answer to the requests ``headers_for`` picks, errors included
+    (the handlers that write error envelopes know nothing of CORS or caching), replacing
+    any header of the same name the app set. ``headers_for`` returns ``None`` to pass a
+    request through untouched."""
+
+    def __init__(self, app: ASGIApp, headers_for: Callable[[Scope], Headers | None]) -> None:
+        self.app = app
+        self.headers_for = headers_for
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        extra = self.headers_for(scope) if scope["type"] == "http" else None
+        if not extra:
+            await self.app(scope, receive, send)
+            return
+        names = {name for name, _ in extra}
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() not in names]
+                message["headers"] = kept + extra
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

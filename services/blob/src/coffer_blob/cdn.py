@@ -15,14 +15,12 @@ import time
 from collections.abc import AsyncIterator
 from datetime import datetime
 from email.utils import format_datetime, parsedate_to_datetime
-from typing import ClassVar
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from prometheus_client import Counter
 from starlette.concurrency import run_in_threadpool
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coffer_blob import keys, signing
 from coffer_blob.config import Settings
@@ -49,32 +47,12 @@ SMALL_OBJECT_BYTES = 256 * 1024
 _SENT = {access: DOWNLOAD_BYTES.labels(access) for access in ("public", "signed")}
 
 
-class CdnHeadersMiddleware:
-    """Headers every CDN answer carries, errors included, so browsers can read them cross-origin."""
-
-    HEADERS: ClassVar[list[tuple[bytes, bytes]]] = [
-        (b"access-control-allow-origin", b"*"),
-        (b"access-control-expose-headers", b"Content-Range, Content-Disposition, ETag, Accept-Ranges"),
-        (b"x-content-type-options", b"nosniff"),
-    ]
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                names = {name for name, _ in self.HEADERS}
-                message["headers"] = [
-                    (k, v) for k, v in message.get("headers", []) if k.lower() not in names
-                ] + self.HEADERS
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
+# On every CDN answer, errors included, so browsers can read them cross-origin.
+CDN_HEADERS: list[tuple[bytes, bytes]] = [
+    (b"access-control-allow-origin", b"*"),
+    (b"access-control-expose-headers", b"Content-Range, Content-Disposition, ETag, Accept-Ranges"),
+    (b"x-content-type-options", b"nosniff"),
+]
 
 
 @router.api_route("/{key:path}", methods=["GET", "HEAD", "OPTIONS"], include_in_schema=False)

@@ -18,6 +18,7 @@ from coffer_kit.errors import error_response, unavailable
 from coffer_kit.health import ReadinessCheck, health_router
 from coffer_kit.internal_token import require_internal_token
 from coffer_kit.metrics import metrics_router
+from coffer_kit.middleware import ResponseHeadersMiddleware
 from coffer_kit.state import clear_state, install_state, state_of
 
 
@@ -81,5 +82,5 @@ def create_cdn_app(settings: Settings | None = None) -> FastAPI:
     # process's internal listener instead).
     _common(app, ready=False)
     app.include_router(cdn.router)
-    app.add_middleware(cdn.CdnHeadersMiddleware)
+    app.add_middleware(ResponseHeadersMiddleware, headers_for=lambda _scope: cdn.CDN_HEADERS)
     return app

@@ -26,6 +26,7 @@ from coffer_kit.fastpath import fast_route
 from coffer_kit.health import ReadinessCheck, health_router
 from coffer_kit.internal import internal_client
 from coffer_kit.metrics import metrics_router
+from coffer_kit.middleware import ResponseHeadersMiddleware
 from coffer_kit.state import clear_state, install_state, state_of
 
 DESCRIPTION = """Coffer's public API: assets and folders of an organization.
@@ -162,7 +163,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(usage.router)
     app.include_router(uploads.router)
     app.include_router(uploads.json_router)
-    app.add_middleware(uploads.UploadCorsMiddleware)
+    app.add_middleware(ResponseHeadersMiddleware, headers_for=uploads.upload_cors_headers)
     # The dashboard's routes stay out of the OpenAPI document: it describes the public API only.
     dashboard = Dashboard.install(app, settings) if settings.dashboard_enabled else None
     return app

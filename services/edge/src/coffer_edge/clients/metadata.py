@@ -6,17 +6,8 @@ from typing import Any
 from urllib.parse import quote
 
 from coffer_edge.clients.base import ServiceClient
+from coffer_kit import wire
 from coffer_kit.resources import Asset, Folder, FolderWithPath
-from coffer_kit.wire import (
-    Done,
-    Hidden,
-    IntentIn,
-    IntentOut,
-    StoredUsage,
-    SweepCandidates,
-    UploadCommit,
-    UploadTarget,
-)
 
 
 def _seg(value: str) -> str:
@@ -68,24 +59,27 @@ class MetadataClient(ServiceClient):
             request_id=request_id,
         )
 
-    async def delete_folder(self, org_id: str, folder_id: str, *, request_id: str) -> Done:
+    async def delete_folder(self, org_id: str, folder_id: str, *, request_id: str) -> wire.Done:
         return await self.call(
-            Done, "DELETE", f"/internal/v1/orgs/{org_id}/folders/{_seg(folder_id)}", request_id=request_id
+            wire.Done,
+            "DELETE",
+            f"/internal/v1/orgs/{org_id}/folders/{_seg(folder_id)}",
+            request_id=request_id,
         )
 
     # Assets
-    async def register_intent(self, org_id: str, asset_id: str, *, request_id: str) -> IntentOut:
-        body = IntentIn(asset_id=asset_id).model_dump(by_alias=True)
+    async def register_intent(self, org_id: str, asset_id: str, *, request_id: str) -> wire.IntentOut:
+        body = wire.IntentIn(asset_id=asset_id).model_dump(by_alias=True)
         return await self.call(
-            IntentOut, "POST", f"/internal/v1/orgs/{org_id}/intents", json=body, request_id=request_id
+            wire.IntentOut, "POST", f"/internal/v1/orgs/{org_id}/intents", json=body, request_id=request_id
         )
 
-    async def abandon_intent(self, org_id: str, asset_id: str, *, request_id: str) -> Done:
+    async def abandon_intent(self, org_id: str, asset_id: str, *, request_id: str) -> wire.Done:
         return await self.call(
-            Done, "DELETE", f"/internal/v1/orgs/{org_id}/intents/{asset_id}", request_id=request_id
+            wire.Done, "DELETE", f"/internal/v1/orgs/{org_id}/intents/{asset_id}", request_id=request_id
         )
 
-    async def commit_upload(self, org_id: str, asset: UploadCommit, *, request_id: str) -> bytes:
+    async def commit_upload(self, org_id: str, asset: wire.UploadCommit, *, request_id: str) -> bytes:
         """The asset as the public body (metadata writes it as the contract does)."""
         return await self.request(
             "POST",
@@ -96,13 +90,13 @@ class MetadataClient(ServiceClient):
 
     async def check_upload_target(
         self, org_id: str, folder_id: str | None, name: str | None, *, request_id: str
-    ) -> UploadTarget:
+    ) -> wire.UploadTarget:
         """The folder exists and is the organization's, the name is valid (answered normalised)."""
         return await self.call(
-            UploadTarget,
+            wire.UploadTarget,
             "POST",
             f"/internal/v1/orgs/{org_id}/upload-targets",
-            json=UploadTarget(folder_id=folder_id, name=name).model_dump(by_alias=True),
+            json=wire.UploadTarget(folder_id=folder_id, name=name).model_dump(by_alias=True),
             request_id=request_id,
         )
 
@@ -132,7 +126,7 @@ class MetadataClient(ServiceClient):
 
     async def hide_asset(self, org_id: str, asset_id: str, *, request_id: str) -> str:
         hidden = await self.call(
-            Hidden,
+            wire.Hidden,
             "POST",
             f"/internal/v1/orgs/{org_id}/assets/{_seg(asset_id)}/tombstone",
             request_id=request_id,
@@ -140,18 +134,20 @@ class MetadataClient(ServiceClient):
         return hidden.key
 
     async def finish_delete(self, asset_id: str, *, request_id: str | None = None) -> None:
-        await self.call(Done, "DELETE", f"/internal/v1/tombstones/{asset_id}", request_id=request_id)
+        await self.call(wire.Done, "DELETE", f"/internal/v1/tombstones/{asset_id}", request_id=request_id)
 
-    async def usage(self, org_id: str, *, request_id: str) -> StoredUsage:
+    async def usage(self, org_id: str, *, request_id: str) -> wire.StoredUsage:
         """Bytes and assets the organization stores, exact."""
-        return await self.call(StoredUsage, "GET", f"/internal/v1/orgs/{org_id}/usage", request_id=request_id)
+        return await self.call(
+            wire.StoredUsage, "GET", f"/internal/v1/orgs/{org_id}/usage", request_id=request_id
+        )
 
     # Sweeper
     async def sweep_candidates(
         self, *, intent_age: float, tombstone_age: float, limit: int
-    ) -> SweepCandidates:
+    ) -> wire.SweepCandidates:
         params = {"intentAgeSeconds": intent_age, "tombstoneAgeSeconds": tombstone_age, "limit": limit}
-        return await self.call(SweepCandidates, "POST", "/internal/v1/sweep", params=params)
+        return await self.call(wire.SweepCandidates, "POST", "/internal/v1/sweep", params=params)
 
     async def finish_intent(self, asset_id: str) -> None:
-        await self.call(Done, "DELETE", f"/internal/v1/sweep/intents/{asset_id}")
+        await self.call(wire.Done, "DELETE", f"/internal/v1/sweep/intents/{asset_id}")

@@ -17,7 +17,7 @@ import string
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from coffer_edge.deps import (
     BlobDep,
@@ -155,25 +155,9 @@ _PREFLIGHT = [
 ]
 
 
-class UploadCorsMiddleware:
-    """``Access-Control-Allow-Origin: *`` on every answer of the token upload route, errors
-    included (the handlers that write error envelopes know nothing of CORS), and the preflight
-    headers on ``OPTIONS``."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path") != UPLOADS_PATH:
-            await self.app(scope, receive, send)
-            return
-        extra = _CORS + (_PREFLIGHT if scope.get("method") == "OPTIONS" else [])
-
-        async def send_with_cors(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                names = {name for name, _ in extra}
-                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in names]
-                message["headers"] = headers + extra
-            await send(message)
-
-        await self.app(scope, receive, send_with_cors)
+def upload_cors_headers(scope: Scope) -> list[tuple[bytes, bytes]] | None:
+    """``Access-Control-Allow-Origin: *`` on every answer of the token upload route, and the
+    preflight headers on ``OPTIONS`` (for ``ResponseHeadersMiddleware``)."""
+    if scope.get("path") != UPLOADS_PATH:
+        return None
+    return _CORS + (_PREFLIGHT if scope.get("method") == "OPTIONS" else [])
