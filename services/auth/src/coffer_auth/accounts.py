@@ -34,7 +34,7 @@ from coffer_auth.schemas import (
 from coffer_auth.sessions import Lifetimes
 from coffer_auth.tokens import RESET_ID, RESET_PREFIX, new_token
 from coffer_kit.errors import not_found, unauthorized
-from coffer_kit.ids import USER, new_id
+from coffer_kit.ids import new_id
 from coffer_kit.timeutil import as_utc, utcnow
 
 log = logging.getLogger("coffer.auth")
@@ -118,14 +118,7 @@ async def register(accounts: Accounts, body: RegisterIn, actor: Actor) -> LoginO
     password_hash = await passwords.run_hash(accounts.limiter, body.password)
 
     def create(session: Session) -> LoginOut:
-        now = utcnow()
-        user = User(
-            id=new_id(USER),
-            email=email,
-            password_hash=password_hash,
-            created_at=now,
-            password_changed_at=now,
-        )
+        user = User.new(email=email, password_hash=password_hash)
         session.add(user)
         try:
             session.flush()
@@ -133,15 +126,7 @@ async def register(accounts: Accounts, body: RegisterIn, actor: Actor) -> LoginO
             raise errors.conflict(
                 "email_taken", "An account with this email exists. Sign in instead."
             ) from None
-        audit.record(
-            session,
-            actor.named(id=user.id, label=user.email),
-            "user.registered",
-            organization_id=None,
-            target_type="user",
-            target_id=user.id,
-            target_label=user.email,
-        )
+        audit.record_user(session, actor.named(id=user.id, label=user.email), "user.registered", user)
         row, token = sessions.create(
             session, user_id=user.id, lifetimes=accounts.lifetimes, ip=body.ip, user_agent=body.user_agent
         )
@@ -262,15 +247,8 @@ async def change_password(
             session.add(mine)
         session.flush()
         revoked = sessions.revoke_all(session, user_id=current.id, keep=row.id) if body.revoke_others else 0
-        audit.record(
-            session,
-            actor,
-            "user.password_changed",
-            organization_id=None,
-            target_type="user",
-            target_id=current.id,
-            target_label=current.email,
-            details={"sessionsRevoked": revoked},
+        audit.record_user(
+            session, actor, "user.password_changed", current, details={"sessionsRevoked": revoked}
         )
         return RevokedOut(revoked=revoked)
 
@@ -353,14 +331,11 @@ async def consume_reset(accounts: Accounts, *, token_hash: str, password: str, a
         session.add(current)
         session.flush()
         revoked = sessions.revoke_all(session, user_id=current.id)
-        audit.record(
+        audit.record_user(
             session,
             actor.named(id=current.id, label=current.email),
             "user.password_changed",
-            organization_id=None,
-            target_type="user",
-            target_id=current.id,
-            target_label=current.email,
+            current,
             details={"via": "reset", "sessionsRevoked": revoked},
         )
         return ResetDoneOut(user_id=current.id, email=current.email, revoked_sessions=revoked)

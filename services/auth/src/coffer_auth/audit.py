@@ -9,7 +9,7 @@ from typing import Any, cast
 from sqlalchemy import and_, delete, or_
 from sqlmodel import Session, col, select
 
-from coffer_auth.models import AuditEvent
+from coffer_auth.models import AuditEvent, User
 from coffer_auth.schemas import ActorType, AuditEventOut
 from coffer_kit.errors import invalid
 from coffer_kit.timeutil import as_utc, isoformat, utcnow
@@ -63,6 +63,28 @@ def record(
     session.add(event)
     session.flush()
     return event
+
+
+def record_user(
+    session: Session,
+    actor: Actor,
+    action: str,
+    user: User,
+    *,
+    organization_id: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """``record`` an action whose target is a user (an account event unless ``organization_id``)."""
+    return record(
+        session,
+        actor,
+        action,
+        organization_id=organization_id,
+        target_type="user",
+        target_id=user.id,
+        target_label=user.email,
+        details=details,
+    )
 
 
 def view(event: AuditEvent) -> AuditEventOut:

@@ -180,16 +180,7 @@ def _create_invite(session: Session, settings: Settings, args: argparse.Namespac
 def _revoke_sessions(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     user = _user(session, args.user)
     revoked = sessions.revoke_all(session, user_id=user.id)
-    audit.record(
-        session,
-        OPERATOR,
-        "user.sessions_revoked",
-        organization_id=None,
-        target_type="user",
-        target_id=user.id,
-        target_label=user.email,
-        details={"count": revoked},
-    )
+    audit.record_user(session, OPERATOR, "user.sessions_revoked", user, details={"count": revoked})
     return {"userId": user.id, "revoked": revoked}
 
 

@@ -191,14 +191,11 @@ def revoke_session(session_id: str, caller: CallerDep, session: SessionDep) -> S
     sessions.require_sudo(caller.row, caller.lifetimes)
     if not sessions.revoke(session, user_id=caller.user.id, session_id=session_id):
         raise not_found(f"Session {session_id} does not exist.")
-    audit.record(
+    audit.record_user(
         session,
         caller.actor,
         "user.sessions_revoked",
-        organization_id=None,
-        target_type="user",
-        target_id=caller.user.id,
-        target_label=caller.user.email,
+        caller.user,
         details={"sessionId": session_id, "count": 1},
     )
     return SuccessOut()
@@ -215,14 +212,11 @@ def revoke_other_sessions(
         )
     sessions.require_sudo(caller.row, caller.lifetimes)
     revoked = sessions.revoke_all(session, user_id=caller.user.id, keep=caller.row.id)
-    audit.record(
+    audit.record_user(
         session,
         caller.actor,
         "user.sessions_revoked",
-        organization_id=None,
-        target_type="user",
-        target_id=caller.user.id,
-        target_label=caller.user.email,
+        caller.user,
         details={"count": revoked, "others": True},
     )
     return RevokedOut(revoked=revoked)

@@ -21,6 +21,9 @@ from sqlalchemy import (
 )
 from sqlmodel import Field, SQLModel, col
 
+from coffer_kit.ids import USER, new_id
+from coffer_kit.timeutil import utcnow
+
 
 def _ts(nullable: bool = False, index: bool = False) -> Column:  # type: ignore[type-arg]
     return Column(DateTime(timezone=True), nullable=nullable, index=index)
@@ -49,6 +52,14 @@ class User(SQLModel, table=True):
     failed_logins: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
     last_failed_login_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
     login_blocked_until: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+
+    @classmethod
+    def new(cls, *, email: str, password_hash: str) -> User:
+        """A new account: its password set now."""
+        now = utcnow()
+        return cls(
+            id=new_id(USER), email=email, password_hash=password_hash, created_at=now, password_changed_at=now
+        )
 
 
 class Organization(SQLModel, table=True):

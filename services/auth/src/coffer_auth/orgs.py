@@ -221,15 +221,8 @@ def add_member(session: Session, actor: Actor, *, org_id: str, user_id: str, rol
     m = Membership(organization_id=org_id, user_id=user_id, role=role.value, created_at=utcnow())
     session.add(m)
     session.flush()
-    audit.record(
-        session,
-        actor,
-        "member.added",
-        organization_id=org_id,
-        target_type="user",
-        target_id=user.id,
-        target_label=user.email,
-        details={"role": role.value},
+    audit.record_user(
+        session, actor, "member.added", user, organization_id=org_id, details={"role": role.value}
     )
     return m
 
@@ -246,14 +239,12 @@ def change_role(session: Session, actor: Actor, *, org_id: str, user_id: str, ro
     m.role = role.value
     session.add(m)
     session.flush()
-    audit.record(
+    audit.record_user(
         session,
         actor,
         "member.role_changed",
+        user,
         organization_id=org_id,
-        target_type="user",
-        target_id=user.id,
-        target_label=user.email,
         details={"from": old, "to": role.value},
     )
     return m
@@ -271,13 +262,11 @@ def remove(session: Session, actor: Actor, *, org_id: str, user_id: str) -> None
     session.delete(m)
     session.flush()
     left = actor.type == "user" and actor.id == user_id
-    audit.record(
+    audit.record_user(
         session,
         actor,
         "member.left" if left else "member.removed",
+        user,
         organization_id=org_id,
-        target_type="user",
-        target_id=user.id,
-        target_label=user.email,
         details={"role": m.role},
     )

@@ -13,7 +13,6 @@ from coffer_auth import apikeys, audit, errors, orgs, passwords
 from coffer_auth.audit import OPERATOR, Actor
 from coffer_auth.models import ApiKey, KeyKind, Membership, Organization, Role, User
 from coffer_kit.errors import forbidden, invalid, not_found, organization_required, unauthorized
-from coffer_kit.ids import USER, new_id
 from coffer_kit.timeutil import as_utc, isoformat, utcnow
 from coffer_kit.wire import Principal
 
@@ -40,25 +39,10 @@ def create_user(session: Session, *, email: str, password: str, actor: Actor = O
         raise invalid("The password must be at least 8 characters.", field="password")
     if session.exec(select(User).where(User.email == email)).first() is not None:
         raise errors.conflict("email_taken", f"A user with email {email} already exists.")
-    now = utcnow()
-    user = User(
-        id=new_id(USER),
-        email=email,
-        password_hash=passwords.hash_password(password),
-        created_at=now,
-        password_changed_at=now,
-    )
+    user = User.new(email=email, password_hash=passwords.hash_password(password))
     session.add(user)
     session.flush()
-    audit.record(
-        session,
-        actor,
-        "user.registered",
-        organization_id=None,
-        target_type="user",
-        target_id=user.id,
-        target_label=user.email,
-    )
+    audit.record_user(session, actor, "user.registered", user)
     return user
 
 
