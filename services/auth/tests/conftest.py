@@ -22,7 +22,8 @@ from coffer_auth.migrations import migrate
 from coffer_kit.db import make_engine
 from coffer_kit.internal import INTERNAL_TOKEN_HEADER
 from coffer_testkit.inprocess import truncate_all
-from coffer_testkit.pytest_plugin import new_database_url
+from coffer_testkit.pytest_plugin import migrated_database_url
+from coffer_testkit.testing import app_client
 
 from .support import Api
 
@@ -39,9 +40,7 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="session", params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A migrated database per backend, for the whole session."""
-    url = new_database_url(request, request.param, tmp_path_factory.mktemp("auth"), "auth_unit")
-    migrate(url)
-    return url
+    return migrated_database_url(request, tmp_path_factory, "auth_unit", migrate)
 
 
 @pytest.fixture
@@ -101,19 +100,8 @@ def settings(
 async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(settings)
     token = settings.internal_token.get_secret_value() if settings.internal_token else ""
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app),
-            base_url="http://auth",
-            headers={
-                INTERNAL_TOKEN_HEADER: token,
-                "x-client-ip": "203.0.113.7",
-                "x-client-user-agent": "pytest",
-            },
-        ) as client,
-    ):
-        client.app = app  # type: ignore[attr-defined]
+    headers = {INTERNAL_TOKEN_HEADER: token, "x-client-ip": "203.0.113.7", "x-client-user-agent": "pytest"}
+    async with app_client(app, "http://auth", headers) as client:
         yield client
 
 

@@ -11,6 +11,7 @@ import pytest
 from coffer_blob.config import Settings
 from coffer_blob.main import create_app, create_cdn_app
 from coffer_kit.internal import INTERNAL_TOKEN_HEADER
+from coffer_testkit.testing import app_client
 
 from .support import CDN_URL, SECRET, TOKEN
 
@@ -64,15 +65,7 @@ def s3_settings(tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pyt
 async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """The internal listener, with the internal token already set."""
     app = create_app(settings)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app),
-            base_url="http://blob.internal",
-            headers={INTERNAL_TOKEN_HEADER: TOKEN},
-        ) as client,
-    ):
-        client.app = app  # type: ignore[attr-defined]
+    async with app_client(app, "http://blob.internal", {INTERNAL_TOKEN_HEADER: TOKEN}) as client:
         yield client
 
 
@@ -80,8 +73,5 @@ async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
 async def cdn(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """The CDN listener, addressed by the CDN URL's host."""
     app = create_cdn_app(settings)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=CDN_URL) as client,
-    ):
+    async with app_client(app, CDN_URL) as client:
         yield client

@@ -17,6 +17,7 @@ from coffer_kit.internal import INTERNAL_TOKEN_HEADER
 from coffer_metadata.config import Settings
 from coffer_metadata.main import create_app
 from coffer_metadata.migrations import migrate
+from coffer_testkit.testing import app_client
 
 pytestmark = pytest.mark.anyio
 
@@ -33,11 +34,8 @@ async def metadata(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
         metadata_database_url=url, data_dir=tmp_path, internal_token=SecretStr("t" * 32), cdn_url="http://cdn"
     )
     app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        headers = {INTERNAL_TOKEN_HEADER: "t" * 32}
-        async with httpx.AsyncClient(transport=transport, base_url="http://metadata", headers=headers) as c:
-            yield c
+    async with app_client(app, "http://metadata", {INTERNAL_TOKEN_HEADER: "t" * 32}) as client:
+        yield client
 
 
 def assert_public(raw: bytes, model: type[BaseModel]) -> None:

@@ -17,15 +17,14 @@ from coffer_metadata.config import Settings
 from coffer_metadata.main import create_app
 from coffer_metadata.migrations import migrate
 from coffer_testkit.inprocess import truncate_all
-from coffer_testkit.pytest_plugin import new_database_url
+from coffer_testkit.pytest_plugin import migrated_database_url
+from coffer_testkit.testing import app_client
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A database of each kind, migrated once for the session."""
-    url = new_database_url(request, request.param, tmp_path_factory.mktemp("metadata"), "meta_unit")
-    migrate(url)
-    return url
+    return migrated_database_url(request, tmp_path_factory, "meta_unit", migrate)
 
 
 @pytest.fixture
@@ -53,12 +52,8 @@ async def api(database_url: str, tmp_path: Any) -> AsyncIterator[httpx.AsyncClie
         cdn_url="http://cdn.test",
     )
     app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://metadata", headers={INTERNAL_TOKEN_HEADER: token}
-        ) as client:
-            yield client
+    async with app_client(app, "http://metadata", {INTERNAL_TOKEN_HEADER: token}) as client:
+        yield client
     # The database is the session's: leave it empty for the next test.
     engine = make_engine(database_url)
     truncate_all(engine)

@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import httpx
 import pytest
-from pydantic import SecretStr
 
-from coffer_kit.internal import INTERNAL_TOKEN_HEADER
-from coffer_metadata.config import Settings
-from coffer_metadata.main import create_app
 from coffer_testkit.testing import assert_error
 
 pytestmark = pytest.mark.anyio
@@ -19,54 +12,33 @@ pytestmark = pytest.mark.anyio
 ORG = "org_01JD0000000000000000000000"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def metadata(database_url: str, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    settings = Settings(
-        metadata_database_url=database_url,
-        data_dir=tmp_path,
-        internal_token=SecretStr("t" * 32),
-        cdn_url="http://cdn",
-    )
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        headers = {INTERNAL_TOKEN_HEADER: "t" * 32}
-        async with httpx.AsyncClient(transport=transport, base_url="http://metadata", headers=headers) as c:
-            yield c
-
-
-async def test_an_offset_past_a_64_bit_integer_is_400(metadata: httpx.AsyncClient) -> None:
+async def test_an_offset_past_a_64_bit_integer_is_400(api: httpx.AsyncClient) -> None:
     base = f"/internal/v1/orgs/{ORG}/assets"
     for offset in (2**63, 2**64, 10**40):
-        error = assert_error(await metadata.get(base, params={"offset": offset}), 400, "invalid_request")
+        error = assert_error(await api.get(base, params={"offset": offset}), 400, "invalid_request")
         assert error["details"]["field"] == "offset"
     # The largest one the databases can skip is a valid (empty) page.
-    page = await metadata.get(base, params={"offset": 2**63 - 1})
+    page = await api.get(base, params={"offset": 2**63 - 1})
     assert page.status_code == 200, page.text
     assert page.json()["assets"] == [] and page.json()["offset"] == 2**63 - 1
 
 
 @pytest.mark.parametrize("body", [b'{"name": "x\\ud800y"}', b'{"name": "x", "parentId": "fld_\\ud800"}'])
-async def test_a_lone_surrogate_in_a_folder_is_400(metadata: httpx.AsyncClient, body: bytes) -> None:
-    response = await metadata.post(
+async def test_a_lone_surrogate_in_a_folder_is_400(api: httpx.AsyncClient, body: bytes) -> None:
+    response = await api.post(
         f"/internal/v1/orgs/{ORG}/folders", content=body, headers={"content-type": "application/json"}
     )
     assert_error(response, 400, "invalid_request")
-    assert (await metadata.get(f"/internal/v1/orgs/{ORG}/folders")).json() == {"folders": []}
+    assert (await api.get(f"/internal/v1/orgs/{ORG}/folders")).json() == {"folders": []}
 
 
-async def test_ids_with_a_nul_are_unknown(metadata: httpx.AsyncClient) -> None:
+async def test_ids_with_a_nul_are_unknown(api: httpx.AsyncClient) -> None:
     base = f"/internal/v1/orgs/{ORG}"
     nul = "fld_\x00"
-    assert_error(await metadata.get(f"{base}/folders", params={"parentId": nul}), 404, "not_found")
-    assert_error(await metadata.get(f"{base}/assets", params={"folderId": nul}), 404, "not_found")
-    assert_error(await metadata.get(f"{base}/assets/ast_%00"), 404, "not_found")
-    assert_error(await metadata.delete(f"{base}/folders/fld_%00"), 404, "not_found")
-    assert_error(await metadata.post(f"{base}/assets/ast_%00/tombstone"), 404, "not_found")
-    response = await metadata.post(f"{base}/folders", json={"name": "a", "parentId": nul})
+    assert_error(await api.get(f"{base}/folders", params={"parentId": nul}), 404, "not_found")
+    assert_error(await api.get(f"{base}/assets", params={"folderId": nul}), 404, "not_found")
+    assert_error(await api.get(f"{base}/assets/ast_%00"), 404, "not_found")
+    assert_error(await api.delete(f"{base}/folders/fld_%00"), 404, "not_found")
+    assert_error(await api.post(f"{base}/assets/ast_%00/tombstone"), 404, "not_found")
+    response = await api.post(f"{base}/folders", json={"name": "a", "parentId": nul})
     assert_error(response, 404, "not_found")

@@ -15,7 +15,7 @@ import secrets
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,6 +135,18 @@ def new_database_url(request: pytest.FixtureRequest, backend: str, directory: Pa
     if backend == "sqlite":
         return f"sqlite:///{directory / f'{label}.db'}"
     return str(request.getfixturevalue("fresh_database")(label))
+
+
+def migrated_database_url(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    label: str,
+    migrate: Callable[[str], object],
+) -> str:
+    """A session-wide database on the backend ``request.param`` names, migrated once."""
+    url = new_database_url(request, request.param, tmp_path_factory.mktemp(label), label)
+    migrate(url)
+    return url
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import socket
 import struct
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal
 
 import httpx
@@ -77,6 +77,22 @@ def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, 
     assert isinstance(error["message"], str) and error["message"]
     assert error["requestId"] == response.headers["x-request-id"]
     return error  # type: ignore[no-any-return]
+
+
+@contextlib.asynccontextmanager
+async def app_client(
+    app: Any, base_url: str, headers: dict[str, str] | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client calling ``app`` in process, inside the app's lifespan; ``client.app``
+    is the app, for tests that look at its state."""
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url=base_url, headers=headers
+        ) as client,
+    ):
+        client.app = app  # type: ignore[attr-defined]
+        yield client
 
 
 def pattern_chunks(size: int, chunk: int = 1024 * 1024) -> Iterator[bytes]:
