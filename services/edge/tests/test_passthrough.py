@@ -12,12 +12,11 @@ import pytest
 from pydantic import BaseModel, SecretStr
 
 from coffer_edge.schemas import Asset, AssetList, Folder, FolderList, FolderWithPath
-from coffer_kit.ids import new_id
 from coffer_kit.internal import INTERNAL_TOKEN_HEADER
 from coffer_metadata.config import Settings
 from coffer_metadata.main import create_app
 from coffer_metadata.migrations import migrate
-from coffer_testkit.testing import app_client
+from coffer_testkit.testing import app_client, commit_asset
 
 pytestmark = pytest.mark.anyio
 
@@ -52,22 +51,18 @@ async def test_metadata_reads_are_the_public_bodies(metadata: httpx.AsyncClient)
         folder_ids.append(response.json()["id"])
     asset_ids = []
     for i, name in enumerate([*NAMES, None]):  # None: named after the file
-        asset_id = new_id("ast")
-        assert (await metadata.post(f"{base}/intents", json={"assetId": asset_id})).status_code == 201
-        asset = {
-            "id": asset_id,
-            "key": f'{ORG}/{asset_id}/file "{i}"\\\t\x01.bin',
-            "name": name,
-            "filename": f'file "{i}" \\.bin',
-            "folderId": folder_ids[i % len(NAMES)] if i % 2 else None,
-            "mimeType": "text/plain; charset=utf-8",
-            "size": 10**i,
-            "sha256": "0" * 64,
-            "quotaBytes": 10**9,
-        }
-        response = await metadata.post(f"{base}/assets", json=asset)
+        response = await commit_asset(
+            metadata,
+            ORG,
+            size=10**i,
+            key_name=f'file "{i}"\\\t\x01.bin',
+            name=name,
+            filename=f'file "{i}" \\.bin',
+            folderId=folder_ids[i % len(NAMES)] if i % 2 else None,
+            mimeType="text/plain; charset=utf-8",
+        )
         assert response.status_code == 201, response.text
-        asset_ids.append(asset_id)
+        asset_ids.append(response.json()["id"])
 
     for asset_id in asset_ids:
         response = await metadata.get(f"{base}/assets/{asset_id}")

@@ -11,6 +11,7 @@ from coffer_kit.ids import new_id
 from coffer_kit.names import search_key
 from coffer_metadata.assets import repository
 from coffer_metadata.assets.router import Sort
+from coffer_testkit.testing import commit_asset
 
 pytestmark = pytest.mark.anyio
 
@@ -18,19 +19,7 @@ pytestmark = pytest.mark.anyio
 async def make_asset(
     api: httpx.AsyncClient, org: str, name: str, size: int = 1, folder: str | None = None
 ) -> Any:
-    asset_id = new_id("ast")
-    assert (await api.post(f"/internal/v1/orgs/{org}/intents", json={"assetId": asset_id})).status_code == 201
-    body = {
-        "id": asset_id,
-        "key": f"{org}/{asset_id}/file.bin",
-        "name": name,
-        "folderId": folder,
-        "mimeType": "application/octet-stream",
-        "size": size,
-        "sha256": "b" * 64,
-        "quotaBytes": 10**12,
-    }
-    response = await api.post(f"/internal/v1/orgs/{org}/assets", json=body)
+    response = await commit_asset(api, org, size=size, name=name, folderId=folder, sha256="b" * 64)
     assert response.status_code == 201, response.text
     return response.json()
 

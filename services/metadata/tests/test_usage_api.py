@@ -6,23 +6,13 @@ import httpx
 import pytest
 
 from coffer_kit.ids import new_id
+from coffer_testkit.testing import commit_asset
 
 pytestmark = pytest.mark.anyio
 
 
 async def upload(api: httpx.AsyncClient, org: str, size: int, quota: int = 10**9) -> httpx.Response:
-    asset_id = new_id("ast")
-    assert (await api.post(f"/internal/v1/orgs/{org}/intents", json={"assetId": asset_id})).status_code == 201
-    body = {
-        "id": asset_id,
-        "key": f"{org}/{asset_id}/f.bin",
-        "filename": "f.bin",
-        "mimeType": "application/octet-stream",
-        "size": size,
-        "sha256": "a" * 64,
-        "quotaBytes": quota,
-    }
-    return await api.post(f"/internal/v1/orgs/{org}/assets", json=body)
+    return await commit_asset(api, org, size=size, quota=quota)
 
 
 async def test_usage_is_the_sum_of_live_sizes(api: httpx.AsyncClient) -> None:

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import httpx
 
+from coffer_kit.ids import ASSET, new_id
+
 # Ports handed to servers that bind them later. The kernel's bind(0) draws from its
 # ephemeral range, where the same port can come back to another pytest worker (or to
 # this one) before the server binds it, and a service then dies with "address already
@@ -93,6 +95,33 @@ async def app_client(
     ):
         client.app = app  # type: ignore[attr-defined]
         yield client
+
+
+async def commit_asset(
+    metadata: httpx.AsyncClient,
+    org: str,
+    *,
+    size: int = 1,
+    quota: int = 10**12,
+    key_name: str = "file.bin",
+    **fields: Any,
+) -> httpx.Response:
+    """An upload's two metadata calls, as edge makes them: the intent, then the commit.
+    ``fields`` add to or replace the commit body (camelCase)."""
+    asset_id = new_id(ASSET)
+    intent = await metadata.post(f"/internal/v1/orgs/{org}/intents", json={"assetId": asset_id})
+    assert intent.status_code == 201, intent.text
+    body = {
+        "id": asset_id,
+        "key": f"{org}/{asset_id}/{key_name}",
+        "filename": key_name,
+        "mimeType": "application/octet-stream",
+        "size": size,
+        "sha256": "a" * 64,
+        "quotaBytes": quota,
+        **fields,
+    }
+    return await metadata.post(f"/internal/v1/orgs/{org}/assets", json=body)
 
 
 def pattern_chunks(size: int, chunk: int = 1024 * 1024) -> Iterator[bytes]:
