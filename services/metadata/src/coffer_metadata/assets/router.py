@@ -35,7 +35,7 @@ from coffer_kit.wire import (
 )
 from coffer_metadata.assets import repository, service
 from coffer_metadata.deps import DatabaseDep, SessionDep, SettingsDep, database_of, get_settings
-from coffer_metadata.folders.service import UNSET, require_folder
+from coffer_metadata.folders.service import UNSET, check_folder
 from coffer_metadata.names import default_name
 
 Sort = repository.Sort
@@ -132,7 +132,7 @@ def check_target(org_id: str, body: UploadTarget, session: SessionDep) -> Upload
     organization's, the name is valid. Answers the name normalised."""
     folder_id = body.folder_id or None
     if folder_id is not None:
-        require_folder(session, org_id=org_id, folder_id=folder_id)
+        check_folder(session, org_id=org_id, folder_id=folder_id)
     name = normalize_name(body.name) if body.name is not None else None
     return UploadTarget(folder_id=folder_id, name=name)
 

@@ -18,7 +18,7 @@ from coffer_kit.tracing import tracer
 from coffer_kit.urls import asset_prefix, public_url
 from coffer_kit.wire import StaleIntent, StaleTombstone, StoredUsage, SweepCandidates
 from coffer_metadata.assets import repository
-from coffer_metadata.folders.service import Unset, require_folder
+from coffer_metadata.folders.service import Unset, check_folder
 from coffer_metadata.models import Asset
 
 QUOTA_REJECTIONS = Counter(
@@ -89,7 +89,7 @@ def commit_upload(
         raise invalid("The key does not belong to this asset.", field="key")
     name = normalize_name(name)
     if folder_id is not None:
-        require_folder(session, org_id=org_id, folder_id=folder_id)
+        check_folder(session, org_id=org_id, folder_id=folder_id)
     with tracer.start_as_current_span("quota.reserve"):
         reserved = repository.reserve(session, org_id=org_id, size=size, quota_bytes=quota_bytes)
     if not reserved:
@@ -146,7 +146,7 @@ def list_views(
     folder = folder_id or None
     repository.one_snapshot(session)
     if folder is not None:
-        require_folder(session, org_id=org_id, folder_id=folder)
+        check_folder(session, org_id=org_id, folder_id=folder)
     if q is not None and not could_be_in_a_name(q):
         # No name holds a control character (and PostgreSQL could not even compare a NUL).
         return {"assets": [], "total": 0, "limit": limit, "offset": offset}
@@ -201,7 +201,7 @@ def update(
     new_name = normalize_name(name) if name is not None else asset.name
     new_folder = folder_id if not isinstance(folder_id, Unset) else asset.folder_id
     if new_folder is not None and new_folder != asset.folder_id:
-        require_folder(session, org_id=org_id, folder_id=new_folder)
+        check_folder(session, org_id=org_id, folder_id=new_folder)
     if (new_name, new_folder) != (asset.name, asset.folder_id):
         asset.name, asset.name_key = new_name, search_key(new_name)
         asset.folder_id, asset.updated_at = new_folder, utcnow()

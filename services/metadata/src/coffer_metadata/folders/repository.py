@@ -15,6 +15,20 @@ from coffer_metadata.models import Asset, Folder
 MAX_DEPTH = 10_000
 
 
+_folders = Folder.__table__  # type: ignore[attr-defined]
+# Built once: an upload into a folder asks this inside its commit, where an ORM query and
+# the Folder it loads cost more than the rest of the commit's statements together.
+_EXISTS = sa_select(sa.literal(1)).where(
+    _folders.c.organization_id == sa.bindparam("p_org"), _folders.c.id == sa.bindparam("p_id")
+)
+
+
+def exists(session: Session, *, org_id: str, folder_id: str) -> bool:
+    """Whether the organization has the folder ``folder_id``."""
+    params = {"p_org": org_id, "p_id": folder_id}
+    return session.connection().execute(_EXISTS, params).first() is not None
+
+
 def owner_of(session: Session, folder_id: str) -> str | None:
     """The organization a folder belongs to, if it exists: tells 403 from 404, reads nothing else."""
     return session.exec(select(Folder.organization_id).where(Folder.id == folder_id)).first()

@@ -46,6 +46,12 @@ def require_folder(session: Session, *, org_id: str, folder_id: str) -> Folder:
     raise not_found(f"Folder {folder_id} does not exist.")
 
 
+def check_folder(session: Session, *, org_id: str, folder_id: str) -> None:
+    """``require_folder`` without loading the folder: for callers that only need it to exist."""
+    if not (is_folder_id(folder_id) and repository.exists(session, org_id=org_id, folder_id=folder_id)):
+        require_folder(session, org_id=org_id, folder_id=folder_id)
+
+
 def get_with_path(session: Session, *, org_id: str, folder_id: str) -> dict[str, Any]:
     """The folder as the contract writes it, plus ``path``: root folder first, this one last."""
     folder = require_folder(session, org_id=org_id, folder_id=folder_id)
@@ -56,7 +62,7 @@ def get_with_path(session: Session, *, org_id: str, folder_id: str) -> dict[str,
 def list_children(session: Session, *, org_id: str, parent_id: str | None) -> list[Folder]:
     """Children of a folder, or root folders."""
     if parent_id is not None:
-        require_folder(session, org_id=org_id, folder_id=parent_id)
+        check_folder(session, org_id=org_id, folder_id=parent_id)
     return repository.children(session, org_id=org_id, parent_id=parent_id)
 
 
@@ -64,7 +70,7 @@ def create(session: Session, *, org_id: str, name: str, parent_id: str | None) -
     """Create a folder; 409 if a sibling has the same name."""
     name = normalize_name(name)
     if parent_id is not None:
-        require_folder(session, org_id=org_id, folder_id=parent_id)
+        check_folder(session, org_id=org_id, folder_id=parent_id)
 
     def duplicate() -> CofferError:
         return conflict(f"A folder named '{name}' already exists here.")
@@ -106,7 +112,7 @@ def update(
     new_name = normalize_name(name) if name is not None else folder.name
     new_parent = parent_id if not isinstance(parent_id, Unset) else folder.parent_id
     if moving and new_parent is not None:
-        require_folder(session, org_id=org_id, folder_id=new_parent)
+        check_folder(session, org_id=org_id, folder_id=new_parent)
         above = {i for i, _ in repository.ancestry(session, org_id=org_id, folder_id=new_parent)}
         if folder.id in above:
             raise folder_cycle(f"Folder {folder.id} cannot move into itself or one of its subfolders.")
@@ -130,5 +136,5 @@ def update(
 def delete_tree(session: Session, *, org_id: str, folder_id: str) -> None:
     """Delete a folder and its subfolders in this transaction; their assets move to root."""
     repository.lock_tree(session, org_id=org_id)
-    require_folder(session, org_id=org_id, folder_id=folder_id)
+    check_folder(session, org_id=org_id, folder_id=folder_id)
     repository.delete_tree(session, org_id=org_id, folder_id=folder_id)
