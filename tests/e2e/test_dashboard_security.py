@@ -228,13 +228,29 @@ def test_headers_and_no_console_errors_on_every_page(dashboard: Any) -> None:
 def test_outages_and_the_ip_throttle(
     tmp_path_factory: pytest.TempPathFactory, running_stack_factory: Any, dashboard_for: Any, until: Any
 ) -> None:
-    """On a stack of its own: the per-IP limit of 20 posts a minute, then auth, then metadata
-    down -> the 503 page."""
+    """On a stack of its own: the per-IP limit of 20 posts a minute, the per-key limit on the
+    file browser's uploads, then auth, then metadata down -> the 503 page."""
+    root = tmp_path_factory.mktemp("dash-outage")
     with running_stack_factory(
-        tmp_path_factory.mktemp("dash-outage"), COFFER_SWEEP_INTERVAL_SECONDS="0"
+        root, COFFER_SWEEP_INTERVAL_SECONDS="0", COFFER_EDGE_RATE_LIMIT="3/minute"
     ) as s:
         dash = dashboard_for(s)
         page, _, org_id = dash.signup_with_org()
+        # A session is no way around the API's limit: its uploads count against the same
+        # budget, per user. Four files, three at a time: the fourth is refused, and says why.
+        files = []
+        for n in range(4):
+            (root / f"u{n}.txt").write_bytes(b"x" * 100)
+            files.append(str(root / f"u{n}.txt"))
+        page.goto(f"/dashboard/o/{org_id}/files")
+        page.set_input_files("#file-input", files)
+        page.wait_for_function(
+            "() => document.querySelectorAll('#uploads li.done, #uploads li.failed').length >= 4"
+        )
+        texts = page.locator("#uploads .status").all_inner_texts()
+        refused = [t for t in texts if not t.startswith("Uploaded")]
+        assert len(texts) == 4 and len(refused) == 1, texts
+        assert re.fullmatch(r"Too many uploads at once\. Try again in \d+ s\.", refused[0]), texts
         with httpx.Client(base_url=s.edge_url, headers={"sec-fetch-site": "same-origin"}) as plain:
             statuses = [
                 plain.post(

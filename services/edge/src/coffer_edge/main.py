@@ -121,6 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 ),
                 state.metadata,
                 state.blob,
+                state.rate_limiter,
             )
         install_state(app, state)
         sweeper = None

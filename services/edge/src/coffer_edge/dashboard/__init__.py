@@ -66,8 +66,10 @@ class Dashboard:
 
         return cls(settings=settings, renderer=renderer, cookie=cookie_policy(settings))
 
-    def state(self, accounts: AccountsClient, metadata: MetadataClient, blob: BlobClient) -> DashboardState:
-        """The dashboard's share of edge's state, with the clients the lifespan opened."""
+    def state(
+        self, accounts: AccountsClient, metadata: MetadataClient, blob: BlobClient, rate_limiter: RateLimiter
+    ) -> DashboardState:
+        """The dashboard's share of edge's state, with the clients and API limiter the lifespan made."""
         return DashboardState(
             settings=self.settings,
             renderer=self.renderer,
@@ -76,4 +78,5 @@ class Dashboard:
             accounts=accounts,
             metadata=metadata,
             blob=blob,
+            rate_limiter=rate_limiter,
         )

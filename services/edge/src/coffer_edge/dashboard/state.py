@@ -62,6 +62,9 @@ class DashboardState:
     renderer: Renderer
     cookie: CookiePolicy
     ip_limiter: RateLimiter
+    # The API's per-key limiter (COFFER_EDGE_RATE_LIMIT): the file browser's uploads count
+    # against the same budget, one per user, so a session is no way around the API's limit.
+    rate_limiter: RateLimiter
     accounts: AccountsClient
     metadata: MetadataClient
     blob: BlobClient

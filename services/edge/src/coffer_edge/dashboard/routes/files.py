@@ -478,6 +478,8 @@ def _upload_message(exc: CofferError) -> str:
         return "The folder no longer exists."
     if exc.status == 503:
         return "Coffer is temporarily unavailable. Try again in a moment."
+    if exc.code == "rate_limited":
+        return f"Too many uploads at once. Try again in {(exc.headers or {}).get('Retry-After', '1')} s."
     return exc.message
 
 
@@ -497,6 +499,7 @@ async def upload(request: Request, visit: OrgVisitDep, folder: str = "") -> Resp
     rid = _rid(visit)
     state = state_of(request)
     try:
+        await state.rate_limiter.check(f"user:{visit.current.user.id}")
         if folder_id:
             await state.metadata.check_upload_target(visit.org.id, folder_id, None, request_id=rid)
         scope = UploadScope(
