@@ -41,15 +41,16 @@ from coffer_kit.accounts_wire import (  # re-exported: auth's modules import the
 )
 
 # Audit actions edge may record through POST /orgs/{org}/audit (the file browser's).
-EDGE_AUDIT_ACTIONS = (
+EdgeAuditAction = Literal[
     "folder.created",
+    "folder.renamed",
+    "folder.moved",
     "folder.deleted",
     "asset.uploaded",
+    "asset.renamed",
+    "asset.moved",
     "asset.deleted",
     "signed_url.created",
-)
-EdgeAuditAction = Literal[
-    "folder.created", "folder.deleted", "asset.uploaded", "asset.deleted", "signed_url.created"
 ]
 
 

@@ -213,6 +213,24 @@ def test_folder_refusals_and_the_delete_summary(browser: Browser) -> None:
     assert "folder.deleted" in audit
 
 
+def test_renames_and_moves_are_audited(browser: Browser) -> None:
+    a = folder_of(browser.post(f"{browser.files}/folders", {"name": "Drafts"}))
+    b = folder_of(browser.post(f"{browser.files}/folders", {"name": "Archive"}))
+    assert browser.post(f"{browser.files}/folders/{a}/rename", {"name": "Final"}).status_code == 303
+    assert browser.post(f"{browser.files}/folders/{a}/move", {"parent": b}).status_code == 303
+    asset = browser.upload_xhr(b"r" * 10, "before.txt").json()["asset"]
+    page = f"{browser.files}/{asset['id']}"
+    assert browser.post(f"{page}/rename", {"name": "after.txt"}).status_code == 303
+    assert browser.post(f"{page}/move", {"parent": b}).status_code == 303
+    # A refused rename changes nothing and records nothing.
+    assert browser.post(f"{page}/rename", {"name": "a/b"}).status_code == 400
+
+    audit = browser.http.get(f"/dashboard/o/{browser.org_id}/audit").text
+    for action in ("folder.renamed", "folder.moved", "asset.renamed", "asset.moved"):
+        assert audit.count(action) == 1, action
+    assert "Final" in audit and "after.txt" in audit
+
+
 def test_signed_urls_and_another_orgs_asset(browser: Browser, stack: Any) -> None:
     asset = browser.upload_xhr(b"signed bytes", "s.txt").json()["asset"]
     page = f"{browser.files}/{asset['id']}"

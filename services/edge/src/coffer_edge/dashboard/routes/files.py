@@ -310,7 +310,7 @@ async def rename_folder(request: Request, visit: OrgVisitDep, folder_id: str) ->
     _check_id(folder_id, "fld_")
     name = field(form, "name", limit=2048)
     try:
-        await metadata_of(request).update_folder(
+        answer = await metadata_of(request).update_folder(
             visit.org.id, folder_id, {"name": name}, request_id=_rid(visit)
         )
     except CofferError as exc:
@@ -318,6 +318,8 @@ async def rename_folder(request: Request, visit: OrgVisitDep, folder_id: str) ->
         if message is None:
             raise
         return await _files_page(visit, folder_id=folder_id, status=exc.status, error=message)
+    folder = Folder.model_validate_json(answer)
+    await _audit(visit, "folder.renamed", "folder", folder.id, folder.name)
     return redirect(_files_url(visit.org.id, folder_id))
 
 
@@ -364,7 +366,7 @@ async def move_folder(request: Request, visit: OrgVisitDep, folder_id: str) -> R
     _check_id(folder_id, "fld_")
     target = _destination(field(form, "parent", limit=128))
     try:
-        await metadata_of(request).update_folder(
+        answer = await metadata_of(request).update_folder(
             visit.org.id, folder_id, {"parentId": target}, request_id=_rid(visit)
         )
     except CofferError as exc:
@@ -374,6 +376,8 @@ async def move_folder(request: Request, visit: OrgVisitDep, folder_id: str) -> R
         return await _move_page(
             visit, folder=await _folder(visit, folder_id), status=exc.status, error=message
         )
+    folder = Folder.model_validate_json(answer)
+    await _audit(visit, "folder.moved", "folder", folder.id, folder.name, parentId=target)
     return redirect(_files_url(visit.org.id, folder_id))
 
 
@@ -659,13 +663,15 @@ async def rename_asset(request: Request, visit: OrgVisitDep, asset_id: str) -> R
     asset = await _asset(visit, asset_id)
     name = field(form, "name", limit=2048)
     try:
-        await metadata_of(request).update_asset(
+        answer = await metadata_of(request).update_asset(
             visit.org.id, asset.id, {"name": name}, request_id=_rid(visit)
         )
     except CofferError as exc:
         if exc.status != 400:
             raise
         return await _asset_page(visit, asset, status=400, error=exc.message)
+    renamed = Asset.model_validate_json(answer)
+    await _audit(visit, "asset.renamed", "asset", asset.id, renamed.name, previousName=asset.name)
     return redirect(f"{PREFIX}/o/{visit.org.id}/files/{asset.id}?done=renamed")
 
 
@@ -682,6 +688,7 @@ async def move_asset(request: Request, visit: OrgVisitDep, asset_id: str) -> Res
     await metadata_of(request).update_asset(
         visit.org.id, asset.id, {"folderId": target}, request_id=_rid(visit)
     )
+    await _audit(visit, "asset.moved", "asset", asset.id, asset.name, folderId=target)
     return redirect(f"{PREFIX}/o/{visit.org.id}/files/{asset.id}?done=moved")
 
 
