@@ -404,6 +404,16 @@ def test_given_values_reach_the_secret_and_config(render: Callable[..., Docs]) -
     assert "postgresql" not in str(config), "no secret in the ConfigMap"
 
 
+def test_installs_sharing_a_redis_get_their_own_counter_prefix(render: Callable[..., Docs]) -> None:
+    def prefix(*args: str) -> str:
+        docs = render("--set", "redis.enabled=true", "--set", "redis.url=redis://r:6379/0", *args)
+        (c,) = named(docs, "Deployment", "coffer-edge")["spec"]["template"]["spec"]["containers"]
+        return str(env_of(c)["COFFER_REDIS_KEY_PREFIX"]["value"])
+
+    assert prefix() == "coffer.coffer"  # NAMESPACE.FULLNAME: helm template --namespace coffer, release coffer
+    assert prefix("--set", "redis.keyPrefix=staging") == "staging"
+
+
 def test_otel_settings_pass_through(production: Docs) -> None:
     config = named(production, "ConfigMap", "coffer-config")["data"]
     assert config["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.observability:4318"

@@ -90,6 +90,7 @@ def test_default_and_production_render_what_they_should(
         "image.tag=latest",
         "storage.driver=gcs",
         "expose.type=loadbalancer",
+        "redis.keyPrefix=two words",
     ],
 )
 def test_schema_rejects_typos_and_bad_values(helm_run: Callable[..., Any], bad: str) -> None:

@@ -37,3 +37,16 @@ async def test_an_unreachable_redis_lets_requests_through() -> None:
     limiter = RateLimiter("1/minute", "redis://127.0.0.1:1/0")
     for _ in range(3):
         await limiter.check("key_x")
+
+
+async def test_installs_sharing_a_redis_keep_their_own_counters(redis_url: str) -> None:
+    staging = RateLimiter("2/minute", redis_url, key_prefix=f"staging-{secrets.token_hex(4)}")
+    production = RateLimiter("2/minute", redis_url, key_prefix=f"production-{secrets.token_hex(4)}")
+    key = f"key_{secrets.token_hex(8)}"
+    for _ in range(2):
+        await staging.check(key)
+    with pytest.raises(CofferError):
+        await staging.check(key)
+    # The same key id in the other install still has its whole budget.
+    for _ in range(2):
+        await production.check(key)

@@ -24,6 +24,8 @@ this component needs, and no others.
   value: {{ include "coffer.internalUrl" (dict "ctx" $ctx "component" "blob") | quote }}
 {{- if $ctx.Values.redis.enabled }}
 {{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "COFFER_REDIS_URL" "key" "redisUrl") }}
+- name: COFFER_REDIS_KEY_PREFIX
+  value: {{ $ctx.Values.redis.keyPrefix | default (printf "%s.%s" $ctx.Release.Namespace (include "coffer.fullname" $ctx)) | quote }}
 {{- end }}
 {{- if $ctx.Values.sweeper.cronJob.enabled }}
 # The CronJob sweeps; edge's background loop stays off.

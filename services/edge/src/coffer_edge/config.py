@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from coffer_kit import ports
 from coffer_kit.settings import BaseServiceSettings
@@ -28,6 +28,11 @@ class Settings(BaseServiceSettings):
     edge_rate_limit: str = "100/second"
     # Shared rate-limit counters for several edges; in-process counters when unset.
     redis_url: str | None = None
+    # Every rate-limit counter's key starts with this, so installs sharing one Redis never
+    # share counters (the chart sets its release's name).
+    redis_key_prefix: str = Field(
+        default="coffer", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$"
+    )
     # The sweeper: how often it runs (0 = never, in this process), and when intents and
     # tombstones count as stale. An intent must outlive the slowest upload.
     sweep_interval_seconds: float = 60.0

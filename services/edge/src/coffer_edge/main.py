@@ -109,7 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ),
             metadata=MetadataClient(metadata_http),
             blob=BlobClient(blob_http),
-            rate_limiter=RateLimiter(settings.edge_rate_limit, settings.redis_url),
+            rate_limiter=RateLimiter(settings.edge_rate_limit, settings.redis_url, settings.redis_key_prefix),
             upload_tokens=UploadTokenClient(auth_http),
         )
         if dashboard is not None:

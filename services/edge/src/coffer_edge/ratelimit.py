@@ -18,10 +18,12 @@ log = logging.getLogger("coffer.edge.ratelimit")
 class RateLimiter:
     """One fixed window per API key; shared across edges through Redis when configured."""
 
-    def __init__(self, limit: str, redis_url: str | None) -> None:
+    def __init__(self, limit: str, redis_url: str | None, key_prefix: str = "coffer") -> None:
         self.item = parse(limit)
-        uri = "async+" + redis_url if redis_url else "async+memory://"
-        self.storage = storage_from_string(uri)
+        if redis_url:
+            self.storage = storage_from_string("async+" + redis_url, key_prefix=key_prefix)
+        else:
+            self.storage = storage_from_string("async+memory://")
         self.limiter = FixedWindowRateLimiter(self.storage)
 
     async def check(self, key_id: str) -> None:

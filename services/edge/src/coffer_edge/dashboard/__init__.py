@@ -74,7 +74,9 @@ class Dashboard:
             settings=self.settings,
             renderer=self.renderer,
             cookie=self.cookie,
-            ip_limiter=RateLimiter(self.settings.dashboard_ip_limit, self.settings.redis_url),
+            ip_limiter=RateLimiter(
+                self.settings.dashboard_ip_limit, self.settings.redis_url, self.settings.redis_key_prefix
+            ),
             accounts=accounts,
             metadata=metadata,
             blob=blob,
