@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.progress import TaskID
+    from rich.progress import ProgressColumn, TaskID
 
 Update = Callable[[int, "int | None"], None]
 Finish = Callable[[bool], None]
@@ -22,6 +22,30 @@ def transfers(console: Callable[[], Console], *, enabled: bool, total_bytes: int
     if not enabled:
         return Bars()
     return Transfers(console(), enabled=True, total_bytes=total_bytes, files=files)
+
+
+def human(n: float) -> str:
+    """A size in binary units, as the bars and the listings write them: 512 B, 3.9 MiB."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _speed_column() -> ProgressColumn:
+    """The rate in the same binary units as the sizes beside it (rich's own column writes
+    "kB/s" next to "MiB")."""
+    from rich.progress import ProgressColumn, Task
+    from rich.text import Text
+
+    class BinarySpeedColumn(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text("?" if speed is None else f"{human(speed)}/s", style="progress.data.speed")
+
+    return BinarySpeedColumn()
 
 
 def _ignore(*_: object) -> None:
@@ -54,7 +78,6 @@ class Transfers(Bars):
             Progress,
             TextColumn,
             TimeRemainingColumn,
-            TransferSpeedColumn,
         )
 
         self.enabled = enabled and console.is_terminal
@@ -65,7 +88,7 @@ class Transfers(Bars):
             TextColumn("{task.description}", justify="left"),
             BarColumn(bar_width=30),
             DownloadColumn(binary_units=True),
-            TransferSpeedColumn(),
+            _speed_column(),
             TimeRemainingColumn(),
             console=console,
             transient=False,

@@ -18,7 +18,7 @@ import typer
 
 from coffer_client import errors, profiles
 from coffer_client._options import CHUNK, RetryPolicy
-from coffer_client._progress import transfers
+from coffer_client._progress import human, transfers
 from coffer_client.paths import join_path, split_path
 
 # The SDK (httpx, pydantic, tenacity) and rich load when a command needs them, not at start:
@@ -200,15 +200,6 @@ def dump(value: Any) -> None:
     print(json.dumps(plain(value), ensure_ascii=False))
 
 
-def human(n: int | float) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
-
-
 def usage_error(message: str) -> NoReturn:
     raise typer.BadParameter(message)
 
@@ -364,7 +355,8 @@ def report(
                 )
         total = sum(o.asset.size for o in done if o.asset)
         seconds = time.monotonic() - started
-        err().print(f"uploaded {len(done)} file(s), {human(total)} in {seconds:.1f} s")
+        rate = f" ({human(total / seconds)}/s)" if seconds > 0 else ""
+        err().print(f"uploaded {len(done)} file(s), {human(total)} in {seconds:.1f} s{rate}")
     for o in failed:
         assert o.error
         print(f"coffer: {o.job.path}: {o.error.message.splitlines()[0]} [{o.error.code}]", file=sys.stderr)
