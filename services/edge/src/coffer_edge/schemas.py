@@ -181,56 +181,23 @@ class UploadToken(BaseModel):
     expiresIn: int
 
 
-TOKEN_UPLOAD_BODY: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["file"],
-                    "properties": {
-                        "file": {
-                            "type": "string",
-                            "format": "binary",
-                            "description": "The file, at most the token's maxBytes.",
-                        },
-                        "name": {
-                            "type": "string",
-                            "description": "Asset name, unless the token fixes it; default: the file name.",
-                            **UPLOAD_NAME_SCHEMA,
-                        },
-                    },
-                }
-            }
-        },
+def _multipart_body(file: str, name: str, **more: dict[str, Any]) -> dict[str, Any]:
+    """An upload's ``openapi_extra``: a multipart body with ``file``, ``name`` and ``more`` fields."""
+    properties = {
+        "file": {"type": "string", "format": "binary", "description": file},
+        "name": {"type": "string", "description": name, **UPLOAD_NAME_SCHEMA},
+        **more,
     }
-}
+    schema = {"type": "object", "required": ["file"], "properties": properties}
+    return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
 
 
-UPLOAD_BODY: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["file"],
-                    "properties": {
-                        "file": {
-                            "type": "string",
-                            "format": "binary",
-                            "description": "The file, at most 100 MiB.",
-                        },
-                        "name": {
-                            "type": "string",
-                            "description": "Asset name; defaults to the file name. " + NAME_RULES,
-                            **UPLOAD_NAME_SCHEMA,
-                        },
-                        "folderId": {"type": "string", "description": "Folder id; omitted or empty = root."},
-                    },
-                }
-            }
-        },
-    }
-}
+TOKEN_UPLOAD_BODY = _multipart_body(
+    "The file, at most the token's maxBytes.",
+    "Asset name, unless the token fixes it; default: the file name.",
+)
+UPLOAD_BODY = _multipart_body(
+    "The file, at most 100 MiB.",
+    "Asset name; defaults to the file name. " + NAME_RULES,
+    folderId={"type": "string", "description": "Folder id; omitted or empty = root."},
+)
