@@ -7,6 +7,8 @@ import re
 import time
 from collections.abc import Callable
 
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coffer_kit.ids import REQUEST, new_id
@@ -73,6 +75,15 @@ class RequestContextMiddleware:
                         "organization_id": scope.get("state", {}).get("organization_id"),
                     },
                 )
+
+
+def inside_request_context(app: Starlette, layers: list[Middleware]) -> None:
+    """Put ``layers`` (outermost first) just inside the request-id and access-log middleware,
+    which is outside every other layer: they see each request with its id, and are counted
+    and logged like the app. Before the app serves its first request."""
+    classes: list[object] = [middleware.cls for middleware in app.user_middleware]
+    context = classes.index(RequestContextMiddleware)
+    app.user_middleware[context + 1 : context + 1] = layers
 
 
 Headers = list[tuple[bytes, bytes]]

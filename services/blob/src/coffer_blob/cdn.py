@@ -10,6 +10,7 @@ without looking the key up: downloads need no credentials, so there is nothing t
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import AsyncIterator
@@ -19,15 +20,19 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
+from fastapi.routing import APIRoute
 from prometheus_client import Counter
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import QueryParams
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from coffer_blob import keys, signing
 from coffer_blob.config import Settings
-from coffer_blob.deps import blob_state
+from coffer_blob.deps import BlobState, blob_state
 from coffer_blob.observe import DOWNLOAD_BYTES
 from coffer_blob.storage import ObjectInfo, Reader
-from coffer_kit.errors import forbidden, not_found, precondition_failed, range_not_satisfiable
+from coffer_kit.errors import CofferError, forbidden, not_found, precondition_failed, range_not_satisfiable
+from coffer_kit.state import state_of
 
 router = APIRouter()
 
@@ -67,7 +72,7 @@ async def download(request: Request) -> Response:
         return Response(status_code=204, headers=_PREFLIGHT)
     if not keys.is_valid_key(key):
         raise not_found("No such object.")
-    cache, access = _access(request, key, state.settings)
+    cache, access = _access(request.query_params, key, state.settings)
 
     if storage.inline_read_bytes:
         # On the event loop: a page-cache read of a few KiB costs less than a worker-thread
@@ -106,9 +111,8 @@ async def download(request: Request) -> Response:
     return StreamingResponse(_chunks(reader, _SENT[access]), status_code=status, headers=headers)
 
 
-def _access(request: Request, key: str, settings: Settings) -> tuple[str, str]:
+def _access(query: QueryParams, key: str, settings: Settings) -> tuple[str, str]:
     """(Cache-Control, access label): public, or signed once the signature checks out (else 403)."""
-    query = request.query_params
     if "expires" not in query and "signature" not in query:
         return PUBLIC_CACHE, "public"
     expires, sent = query.getlist("expires"), query.getlist("signature")
@@ -121,6 +125,73 @@ def _access(request: Request, key: str, settings: Settings) -> tuple[str, str]:
     if refusal:
         raise forbidden(refusal)
     return f"private, max-age={max(0, int(int(expires[0]) - now))}", "signed"
+
+
+# A request carrying any of these is left to the declared route (conditional or range).
+_CONDITIONAL = frozenset(
+    (b"range", b"if-range", b"if-match", b"if-none-match", b"if-modified-since", b"if-unmodified-since")
+)
+_ROUTE = next(route for route in router.routes if isinstance(route, APIRoute))
+
+
+class FastDownloads:
+    """The plain download, a GET of a small object with no range or condition, public or
+    signed, answered without FastAPI (issue 16: CPU per CDN request).
+
+    It sits inside the request-id, access-log and CDN-headers middleware, so those see the
+    request as before (``scope["route"]`` is the declared route), and answers with the same
+    functions as :func:`download`. Everything else goes to the app: other methods, conditional
+    and range requests, objects past the driver's inline read, and any refusal or failure
+    (bad key, bad signature, no such object, storage down), which the declared route then
+    answers in the contract's envelope. Nothing is sent before the answer is whole, so
+    handing a request over is always possible.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("root_path"):
+            try:
+                answer = self._answer(scope)
+            except Exception:  # noqa: BLE001 - the declared route meets it again, answers and logs it
+                answer = None
+            if answer is not None:
+                headers, body = answer
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _answer(scope: Scope) -> tuple[list[tuple[bytes, bytes]], bytes] | None:
+        """(headers, body) of the 200, or None to leave the request to the app."""
+        key = scope["path"][1:]
+        if any(name in _CONDITIONAL for name, _ in scope["headers"]) or not keys.is_valid_key(key):
+            return None
+        state = state_of(scope["app"], BlobState)
+        storage = state.storage
+        if not storage.inline_read_bytes:
+            return None
+        query = scope["query_string"]
+        try:
+            cache, access = (
+                _access(QueryParams(query), key, state.settings) if query else (PUBLIC_CACHE, "public")
+            )
+        except CofferError:
+            return None
+        found = storage.read_small(key, storage.inline_read_bytes)
+        if found is None:
+            return None
+        info, body = found
+        if body is None:
+            return None
+        headers = _representation_headers(info, cache)
+        headers["content-length"] = str(len(body))
+        scope["route"], scope["path_params"] = _ROUTE, {"key": key}
+        _SENT[access].inc(len(body))
+        raw = [(name.encode(), value.encode("latin-1")) for name, value in headers.items()]
+        return raw + CDN_HEADERS, body
 
 
 def _chosen_range(request: Request, info: ObjectInfo, headers: dict[str, str]) -> tuple[int, int, int]:
@@ -165,6 +236,7 @@ def _representation_headers(info: ObjectInfo, cache: str) -> dict[str, str]:
     return headers
 
 
+@functools.lru_cache(maxsize=4096)  # objects are immutable: a few dates serve many downloads
 def _http_date(value: datetime) -> str:
     return format_datetime(value, usegmt=True)
 

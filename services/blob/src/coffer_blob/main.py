@@ -8,6 +8,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 
 from coffer_blob import cdn, internal, uploads
 from coffer_blob.config import Settings
@@ -18,8 +19,9 @@ from coffer_kit.errors import error_response, unavailable
 from coffer_kit.health import ReadinessCheck, health_router
 from coffer_kit.internal_token import require_internal_token
 from coffer_kit.metrics import metrics_router
-from coffer_kit.middleware import ResponseHeadersMiddleware
+from coffer_kit.middleware import ResponseHeadersMiddleware, inside_request_context
 from coffer_kit.state import clear_state, install_state, state_of
+from coffer_kit.tracing import tracing_enabled
 
 
 def _lifespan(settings: Settings) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
@@ -82,5 +84,11 @@ def create_cdn_app(settings: Settings | None = None) -> FastAPI:
     # process's internal listener instead).
     _common(app, ready=False)
     app.include_router(cdn.router)
-    app.add_middleware(ResponseHeadersMiddleware, headers_for=lambda _scope: cdn.CDN_HEADERS)
+    # Just inside the request id and access log: the CDN headers, on every answer, errors
+    # included, and ahead of them the fast downloads (which set those headers themselves);
+    # traced requests take the declared route, as fast routes do.
+    layers = [Middleware(ResponseHeadersMiddleware, headers_for=lambda _scope: cdn.CDN_HEADERS)]
+    if not tracing_enabled():
+        layers.insert(0, Middleware(cdn.FastDownloads))
+    inside_request_context(app, layers)
     return app

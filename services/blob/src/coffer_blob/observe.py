@@ -8,8 +8,8 @@ the operation; anyio copies the request's context there, so they join the reques
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
+from types import TracebackType
 
 from opentelemetry import trace
 from prometheus_client import Counter, Histogram
@@ -44,20 +44,37 @@ def _timer(driver: str, operation: str, outcome: str) -> Histogram:
     return timer
 
 
-@contextmanager
-def _operation(driver: str, operation: str, *, span: bool = True) -> Iterator[None]:
-    started = time.perf_counter()
-    outcome = "error"
-    try:
+class _operation:
+    """Time one driver call into its histogram (outcome ok or error) and, with tracing on,
+    wrap it in a span. A class rather than a generator: it runs on every download."""
+
+    __slots__ = ("driver", "operation", "span", "started")
+
+    def __init__(self, driver: str, operation: str, *, span: bool = True) -> None:
+        self.driver = driver
+        self.operation = operation
         # Without a tracer provider the span would be a no-op that still costs a context switch.
-        if span and tracing_enabled():
-            with tracer.start_as_current_span(f"storage.{operation}", attributes={"storage.driver": driver}):
-                yield
-        else:
-            yield
-        outcome = "ok"
-    finally:
-        _timer(driver, operation, outcome).observe(time.perf_counter() - started)
+        self.span: AbstractContextManager[object] | None = (
+            tracer.start_as_current_span(f"storage.{operation}", attributes={"storage.driver": driver})
+            if span and tracing_enabled()
+            else None
+        )
+        self.started = 0.0
+
+    def __enter__(self) -> None:
+        self.started = time.perf_counter()
+        if self.span is not None:
+            self.span.__enter__()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if self.span is not None:
+                self.span.__exit__(kind, error, tb)
+        finally:
+            outcome = "ok" if kind is None else "error"
+            _timer(self.driver, self.operation, outcome).observe(time.perf_counter() - self.started)
 
 
 class InstrumentedStorage:

@@ -127,13 +127,18 @@ def _read_fd(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
+_SIDECAR_READ = 64 * 1024
+
+
 def _read_sidecar(path: str) -> dict[str, Any]:
     """A sidecar's JSON, read in plain syscalls (no buffered file object)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        chunks = []
-        while chunk := os.read(fd, 4096):
-            chunks.append(chunk)
+        # A short read of a regular file is its end: one read for any sidecar (a few hundred
+        # bytes), not a second one to find the end.
+        chunks = [os.read(fd, _SIDECAR_READ)]
+        while len(chunks[-1]) == _SIDECAR_READ:
+            chunks.append(os.read(fd, _SIDECAR_READ))
     finally:
         os.close(fd)
     meta = json.loads(b"".join(chunks))
