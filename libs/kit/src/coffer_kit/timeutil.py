@@ -15,5 +15,6 @@ def as_utc(value: datetime) -> datetime:
 
 
 def isoformat(value: datetime) -> str:
-    """``2026-11-22T10:15:30.123Z``."""
-    return as_utc(value).strftime("%Y-%m-%dT%H:%M:%S.") + f"{as_utc(value).microsecond // 1000:03d}Z"
+    """``2026-11-22T10:15:30.123Z`` (microseconds truncated). Every timestamp of every answer
+    passes here: datetime's own C formatter, not strftime and a second conversion."""
+    return as_utc(value).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
