@@ -3,13 +3,17 @@ point_read (coffer_kit.db) reads on the event loop, handing a locked read to a t
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import sqlite3
 import threading
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from fastapi import APIRouter, FastAPI, Header, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import REGISTRY
@@ -18,9 +22,10 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 
 from coffer_kit.app import base_app
-from coffer_kit.db import Database, point_read
+from coffer_kit.db import Database, PointQuery, point_read
 from coffer_kit.errors import forbidden, not_found
 from coffer_kit.fastpath import FastRoutes, fast_route
+from coffer_testkit.pytest_plugin import new_database_url
 
 
 @pytest.fixture
@@ -150,3 +155,93 @@ async def test_a_point_read_that_meets_a_lock_runs_again_in_a_thread(database: D
 async def test_without_a_loop_reader_a_point_read_takes_a_thread(database: Database) -> None:
     value, thread = await point_read(Database(database.engine), _read)
     assert value == "one" and thread != threading.current_thread().name
+
+
+_things = sa.Table(
+    "things",
+    sa.MetaData(),
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("made_at", sa.DateTime),
+    sa.Column("size", sa.BigInteger),
+    sa.Column("note", sa.String, nullable=True),
+)
+THING = PointQuery(sa.select(_things).where(_things.c.id == sa.bindparam("thing_id")))
+
+
+def _things_database(url: str) -> Database:
+    database = Database.open(url)
+    _things.metadata.create_all(database.engine)
+    with database.engine.begin() as connection:
+        connection.execute(
+            _things.insert(),
+            [
+                {"id": "a", "made_at": datetime(2026, 11, 24, 4, 5, 6, 789000), "size": 2**40, "note": "ünï"},
+                {"id": "b", "made_at": datetime(2026, 1, 1), "size": 0, "note": None},
+            ],
+        )
+    return database
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def things(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    database = _things_database(new_database_url(request, request.param, tmp_path, "things"))
+    yield database
+    database.close()
+
+
+@pytest.mark.anyio
+async def test_a_point_query_answers_what_sqlalchemy_answers(things: Database) -> None:
+    for thing_id in ("a", "b", "nothing"):
+        with things.engine.connect() as connection:
+            expected = connection.execute(THING.statement, {"thing_id": thing_id}).first()
+        got = await THING.first(things, {"thing_id": thing_id})
+        assert (got is None) == (expected is None)
+        if expected is not None:
+            assert tuple(got) == tuple(expected) and got._fields == tuple(expected._fields)
+            assert isinstance(got.made_at, datetime)
+        # Straight on sqlite3 on the event loop (its own row type); through SQLAlchemy otherwise.
+        on_the_loop = things.engine.dialect.name == "sqlite"
+        assert got is None or isinstance(got, THING.row) == on_the_loop
+
+
+@pytest.mark.anyio
+async def test_a_point_query_sees_every_commit_and_holds_no_snapshot(tmp_path: Path) -> None:
+    database = _things_database(f"sqlite:///{tmp_path / 'things.db'}")
+    try:
+        assert (await THING.first(database, {"thing_id": "b"})).size == 0
+        with database.engine.begin() as connection:
+            connection.execute(_things.update().where(_things.c.id == "b").values(size=7))
+            connection.execute(_things.delete().where(_things.c.id == "a"))
+        assert (await THING.first(database, {"thing_id": "b"})).size == 7
+        assert await THING.first(database, {"thing_id": "a"}) is None
+        # No read left open on the loop's connection: a checkpoint can truncate the whole WAL.
+        with database.engine.connect() as connection:
+            busy, _, _ = connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
+        assert busy == 0
+    finally:
+        database.close()
+
+
+@pytest.mark.anyio
+async def test_a_point_query_that_meets_a_lock_waits_in_a_thread(tmp_path: Path) -> None:
+    path = tmp_path / "things.db"
+    database = _things_database(f"sqlite:///{path}")
+    database.engine.dispose()  # no connection open: another process can take the file whole
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+        holder.execute("BEGIN EXCLUSIVE")  # no other connection can read now, WAL or not
+        task = asyncio.create_task(THING.first(database, {"thing_id": "a"}))
+        # Refused at once on the loop, the read waits in a worker thread on a pooled connection.
+        while database.engine.pool.checkedout() == 0:  # type: ignore[attr-defined]
+            assert not task.done(), task
+            await asyncio.sleep(0.01)
+        holder.execute("ROLLBACK")
+        holder.close()
+        row = await task
+        assert row.id == "a" and not isinstance(row, THING.row)
+        # The lock gone, the next read is the loop's again.
+        assert isinstance(await THING.first(database, {"thing_id": "a"}), THING.row)
+    finally:
+        holder.close()
+        database.close()

@@ -11,6 +11,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Row
 from sqlmodel import Session, col, delete, select
 
+from coffer_kit.db import Database, PointQuery
 from coffer_metadata.models import Asset, Tombstone, UploadIntent, Usage
 
 
@@ -33,8 +34,8 @@ _VIEW = sa.select(
     _assets.c.sha256,
     _assets.c.updated_at,
 )
-_GET_ROW = _VIEW.where(
-    _assets.c.organization_id == sa.bindparam("org_id"), _assets.c.id == sa.bindparam("asset_id")
+_GET_ROW = PointQuery(
+    _VIEW.where(_assets.c.organization_id == sa.bindparam("org_id"), _assets.c.id == sa.bindparam("asset_id"))
 )
 _OWNER = sa.select(_assets.c.organization_id).where(_assets.c.id == sa.bindparam("asset_id"))
 
@@ -118,9 +119,9 @@ def owner(connection: Connection, asset_id: str) -> str | None:
     return connection.execute(_OWNER, {"asset_id": asset_id}).scalar()
 
 
-def get_row(connection: Connection, *, org_id: str, asset_id: str) -> Row | None:  # type: ignore[type-arg]
-    """The asset's public fields, if the organization has it."""
-    return connection.execute(_GET_ROW, {"org_id": org_id, "asset_id": asset_id}).first()
+async def get_row(database: Database, *, org_id: str, asset_id: str) -> Any | None:
+    """The asset's public fields, if the organization has it (the hot read of the asset GET)."""
+    return await _GET_ROW.first(database, {"org_id": org_id, "asset_id": asset_id})
 
 
 def one_snapshot(session: Session) -> None:

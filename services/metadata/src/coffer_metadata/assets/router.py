@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from coffer_kit.db import point_read, run_read
+from coffer_kit.db import run_read
 from coffer_kit.errors import invalid
 from coffer_kit.internal_token import require_internal_token
 from coffer_kit.limits import (
@@ -78,7 +78,7 @@ async def commit_upload(
 
 
 # The two hot reads, answered without re-encoding: a page in one worker-thread trip, one asset
-# by key on the event loop with SQLite (coffer_kit.db.point_read).
+# by key on the event loop with SQLite (coffer_kit.db.PointQuery).
 @router.get("/orgs/{org_id}/assets")
 async def list_assets(
     org_id: str,
@@ -106,8 +106,9 @@ async def list_assets(
 
 @router.get("/orgs/{org_id}/assets/{asset_id}")
 async def get_asset(org_id: str, asset_id: str, database: DatabaseDep, settings: SettingsDep) -> JSONResponse:
-    one = functools.partial(service.get_view, org_id=org_id, asset_id=asset_id, cdn_url=settings.cdn_url)
-    return JSONResponse(await point_read(database, one))
+    return JSONResponse(
+        await service.read_view(database, org_id=org_id, asset_id=asset_id, cdn_url=settings.cdn_url)
+    )
 
 
 async def get_asset_fast(request: Request) -> JSONResponse:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -10,6 +11,7 @@ from prometheus_client import Counter
 from sqlalchemy.engine import Connection, Row
 from sqlmodel import Session
 
+from coffer_kit.db import Database, point_read
 from coffer_kit.errors import CofferError, conflict, forbidden, invalid, not_found, quota_exceeded
 from coffer_kit.ids import is_asset_id
 from coffer_kit.names import could_be_in_a_name, normalize_name, search_key
@@ -50,17 +52,13 @@ def _missing(connection: Connection, asset_id: str) -> CofferError:
     return not_found(f"Asset {asset_id} does not exist.")
 
 
-def get_view(connection: Connection, *, org_id: str, asset_id: str, cdn_url: str) -> dict[str, Any]:
-    """The organization's asset as the contract writes it; 403 or 404 otherwise.
-
-    On a bare connection (coffer_kit.db.point_read): an ORM session around one Core
-    statement cost more than the statement.
-    """
+async def read_view(database: Database, *, org_id: str, asset_id: str, cdn_url: str) -> dict[str, Any]:
+    """The organization's asset as the contract writes it; 403 or 404 otherwise."""
     if not is_asset_id(asset_id):
         raise not_found(f"Asset {asset_id!r} does not exist.")
-    row = repository.get_row(connection, org_id=org_id, asset_id=asset_id)
+    row = await repository.get_row(database, org_id=org_id, asset_id=asset_id)
     if row is None:
-        raise _missing(connection, asset_id)
+        raise await point_read(database, functools.partial(_missing, asset_id=asset_id))
     return view(row, cdn_url)
 
 
