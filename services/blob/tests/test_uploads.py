@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from coffer_blob import uploads
+from coffer_blob.multipart import ParseFailedException, parse_boundary
 from coffer_blob.storage import StorageUnavailable
 from coffer_blob.storage import fs as fs_module
 from coffer_kit.urls import MAX_FILE_BYTES
@@ -407,3 +408,28 @@ async def test_an_endless_preamble_is_400(api: httpx.AsyncClient, blob_dir: Path
     body = b"x" * (uploads.MAX_PREAMBLE_BYTES + 1024) + file_part(b"hello", filename="a.txt") + END
     assert_error(await post(api, body), 400, "invalid_request")
     assert objects(blob_dir) == []
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        MULTIPART,
+        f'multipart/form-data; boundary="{BOUNDARY}"',
+        f"Multipart/Form-Data;boundary={BOUNDARY};charset=utf-8",
+        'multipart/form-data; charset="utf-8"; boundary="a b:c"',
+        "multipart/form-data; boundary=x ",
+    ],
+)
+def test_the_boundary_is_the_one_streaming_form_data_reads(content_type: str) -> None:
+    from streaming_form_data.parser import parse_content_boundary
+
+    assert parse_boundary(content_type) == parse_content_boundary({"content-type": content_type})
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["multipart/form-data", "multipart/form-data; boundary=", "multipart/mixed; boundary=x", ""],
+)
+def test_no_boundary_no_parse(content_type: str) -> None:
+    with pytest.raises(ParseFailedException):
+        parse_boundary(content_type)

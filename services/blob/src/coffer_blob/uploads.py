@@ -31,7 +31,7 @@ from starlette.requests import ClientDisconnect
 
 from coffer_blob import keys
 from coffer_blob.deps import StorageDep
-from coffer_blob.multipart import BaseTarget, BoundaryParser, ParseFailedException, parse_content_boundary
+from coffer_blob.multipart import BaseTarget, BoundaryParser, ParseFailedException, parse_boundary
 from coffer_blob.storage import ObjectInfo, Storage, StorageUnavailable, Writer
 from coffer_kit.errors import CofferError, file_too_large, invalid, unsupported_media_type
 from coffer_kit.limits import MAX_FILE_BYTES
@@ -187,7 +187,7 @@ class _Upload:
         self.org_id = org_id
         self.asset_id = asset_id
         try:
-            boundary = parse_content_boundary({"content-type": content_type})
+            boundary = parse_boundary(content_type)
             self.parser = BoundaryParser(boundary)
         except ParseFailedException:
             raise invalid("The multipart boundary is missing or invalid.", field="content-type") from None
