@@ -45,6 +45,15 @@ async def get_thing(thing_id: str, x_key: str | None = Header(default=None)) -> 
     return JSONResponse({"id": thing_id})
 
 
+@router.post("/{thing_id}")
+async def post_thing(thing_id: str, request: Request) -> Response:
+    return JSONResponse({"id": thing_id, "got": (await request.body()).decode()}, status_code=201)
+
+
+async def post_thing_fast(request: Request) -> Response:
+    return await post_thing(request.path_params["thing_id"], request)
+
+
 @router.delete("/{thing_id}")
 async def delete_thing(thing_id: str) -> dict[str, str]:
     return {"deleted": thing_id}
@@ -59,6 +68,7 @@ def _app(*, fast: bool) -> FastAPI:
     app.include_router(router)
     if fast:
         fast_route(app, router, "/things/{thing_id}", get_thing_fast)
+        fast_route(app, router, "/things/{thing_id}", post_thing_fast, method="POST")
     return app
 
 
@@ -70,6 +80,8 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     ("HEAD", "/things/a", {"x-key": "open"}),
     ("DELETE", "/things/a", {}),
     ("PUT", "/things/a", {}),
+    ("POST", "/things/a", {}),
+    ("POST", "/things/a/", {}),
 ]
 
 
@@ -78,7 +90,12 @@ async def _answers(app: FastAPI) -> list[tuple[int, list[tuple[str, str]], bytes
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
         for method, path, headers in CASES:
-            response = await client.request(method, path, headers={**headers, "x-request-id": "req-1"})
+            response = await client.request(
+                method,
+                path,
+                headers={**headers, "x-request-id": "req-1"},
+                content=b"body" * (method == "POST"),
+            )
             answers.append((response.status_code, list(response.headers.items()), response.content))
     return answers
 
@@ -86,7 +103,11 @@ async def _answers(app: FastAPI) -> list[tuple[int, list[tuple[str, str]], bytes
 @pytest.mark.anyio
 async def test_a_fast_route_answers_as_the_declared_route() -> None:
     fast = _app(fast=True)
-    assert any(m.cls is FastRoutes for m in fast.user_middleware)
+    (layer,) = [m for m in fast.user_middleware if m.cls is FastRoutes]
+    assert [(method, route.path) for method, route, _ in layer.kwargs["fast_routes"]] == [
+        ("GET", "/things/{thing_id}"),
+        ("POST", "/things/{thing_id}"),
+    ]
     assert await _answers(fast) == await _answers(_app(fast=False))
 
 

@@ -161,6 +161,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(assets.router)
     app.include_router(assets.json_router)
     fast_route(app, assets.router, "/api/assets/{asset_id}", assets.get_asset_fast)
+    fast_route(app, assets.router, "/api/assets", assets.upload_asset_fast, method="POST")
     app.include_router(usage.router)
     app.include_router(uploads.router)
     app.include_router(uploads.json_router)

@@ -162,6 +162,15 @@ async def upload_asset(
     return await upload_response(request, scope, metadata, blob, rid)
 
 
+async def upload_asset_fast(request: Request) -> Response:
+    """``upload_asset`` with its dependencies resolved by hand, for coffer_kit.fastpath (as
+    ``get_asset_fast``): the upload is the other hot route."""
+    headers = request.headers
+    principal = await authenticate(request, headers.get("x-api-key"), headers.get("x-organization-id"))
+    state = edge_state(request)
+    return await upload_asset(request, principal, state.metadata, state.blob, request_id_of(request) or "")  # type: ignore[no-any-return]
+
+
 async def upload_response(
     request: Request, scope: UploadScope, metadata: MetadataClient, blob: BlobClient, rid: str
 ) -> Response:
