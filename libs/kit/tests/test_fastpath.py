@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from fastapi import APIRouter, FastAPI, Header, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import REGISTRY
+from pydantic import BaseModel, Field
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
@@ -24,7 +25,7 @@ from sqlalchemy.exc import OperationalError
 from coffer_kit.app import base_app
 from coffer_kit.db import Database, PointQuery, point_read
 from coffer_kit.errors import forbidden, not_found
-from coffer_kit.fastpath import FastRoutes, fast_route
+from coffer_kit.fastpath import FastRoutes, fast_route, json_body
 from coffer_testkit.pytest_plugin import new_database_url
 
 
@@ -45,13 +46,18 @@ async def get_thing(thing_id: str, x_key: str | None = Header(default=None)) -> 
     return JSONResponse({"id": thing_id})
 
 
+class ThingIn(BaseModel):
+    name: str = Field(min_length=1)
+    size: int = 0
+
+
 @router.post("/{thing_id}")
-async def post_thing(thing_id: str, request: Request) -> Response:
-    return JSONResponse({"id": thing_id, "got": (await request.body()).decode()}, status_code=201)
+async def post_thing(thing_id: str, body: ThingIn) -> Response:
+    return JSONResponse({"id": thing_id, "name": body.name, "size": body.size}, status_code=201)
 
 
 async def post_thing_fast(request: Request) -> Response:
-    return await post_thing(request.path_params["thing_id"], request)
+    return await post_thing(request.path_params["thing_id"], await json_body(request, ThingIn))
 
 
 @router.delete("/{thing_id}")
@@ -80,9 +86,12 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     ("HEAD", "/things/a", {"x-key": "open"}),
     ("DELETE", "/things/a", {}),
     ("PUT", "/things/a", {}),
-    ("POST", "/things/a", {}),
-    ("POST", "/things/a/", {}),
 ]
+# A body FastAPI would take, then bodies it refuses (bad JSON, a field missing, too short, of
+# the wrong type, none at all); each must be refused alike, with the same envelope.
+POSTS = ['{"name": "x", "size": 2}', '{"name": "x"', "{}", '{"name": ""}', '{"name": "x", "size": "two"}', ""]
+CASES += [("POST", "/things/a", {"content-type": "application/json", "body": body}) for body in POSTS]
+CASES += [("POST", "/things/a/", {"content-type": "application/json", "body": POSTS[0]})]
 
 
 async def _answers(app: FastAPI) -> list[tuple[int, list[tuple[str, str]], bytes]]:
@@ -90,12 +99,9 @@ async def _answers(app: FastAPI) -> list[tuple[int, list[tuple[str, str]], bytes
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
         for method, path, headers in CASES:
-            response = await client.request(
-                method,
-                path,
-                headers={**headers, "x-request-id": "req-1"},
-                content=b"body" * (method == "POST"),
-            )
+            sent = {**headers, "x-request-id": "req-1"}
+            body = sent.pop("body", "").encode()
+            response = await client.request(method, path, headers=sent, content=body)
             answers.append((response.status_code, list(response.headers.items()), response.content))
     return answers
 

@@ -178,15 +178,17 @@ async def _on_coffer_error(request: Request, exc: CofferError) -> JSONResponse:
     return error_response(request, exc)
 
 
-async def _on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-    errors = exc.errors()
+def validation_error(errors: Sequence[Any]) -> CofferError:
+    """The contract's 400 for a request FastAPI (or pydantic, with the same locations) refused."""
     first = errors[0] if errors else {"loc": ("body",), "msg": "Invalid request."}
     if first.get("type") == "json_invalid":
-        err = invalid("The request body is not valid JSON.", field="body")
-    else:
-        field = _field_of(first.get("loc", ("body",)))
-        err = invalid(f"Invalid value for '{field}': {first.get('msg', 'invalid')}.", field=field)
-    return error_response(request, err)
+        return invalid("The request body is not valid JSON.", field="body")
+    field = _field_of(first.get("loc", ("body",)))
+    return invalid(f"Invalid value for '{field}': {first.get('msg', 'invalid')}.", field=field)
+
+
+async def _on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    return error_response(request, validation_error(exc.errors()))
 
 
 async def _on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coffer_kit.db import run_read
 from coffer_kit.errors import invalid
+from coffer_kit.fastpath import json_body
 from coffer_kit.internal_token import require_internal_token
 from coffer_kit.limits import (
     MAX_NAME_CHARS,
@@ -51,6 +52,14 @@ async def register_intent(org_id: str, body: IntentIn, database: DatabaseDep) ->
     return IntentOut(prefix=asset_prefix(org_id, body.asset_id))
 
 
+async def register_intent_fast(request: Request) -> JSONResponse:
+    """``register_intent`` for coffer_kit.fastpath: the upload's first write, once per upload."""
+    await require_internal_token(request)
+    body = await json_body(request, IntentIn)
+    out = await register_intent(request.path_params["org_id"], body, await database_of(request))
+    return JSONResponse(out.model_dump(mode="json", by_alias=True), status_code=201)
+
+
 @router.delete("/orgs/{org_id}/intents/{asset_id}")
 async def abandon_intent(org_id: str, asset_id: str, database: DatabaseDep) -> Done:
     await database.write(functools.partial(service.abandon_upload, org_id=org_id, asset_id=asset_id))
@@ -75,6 +84,15 @@ async def commit_upload(
         cdn_url=settings.cdn_url,
     )
     return JSONResponse(await database.write(commit), status_code=201)
+
+
+async def commit_upload_fast(request: Request) -> JSONResponse:
+    """``commit_upload`` for coffer_kit.fastpath: the upload's second write."""
+    await require_internal_token(request)
+    body = await json_body(request, UploadCommit)
+    return await commit_upload(
+        request.path_params["org_id"], body, await get_settings(request), await database_of(request)
+    )
 
 
 # The two hot reads, answered without re-encoding: a page in one worker-thread trip, one asset
