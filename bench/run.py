@@ -582,17 +582,15 @@ class Bench:
             # The deepest skip since pages past the middle are found from the oldest end.
             (", offset 49,975", "&offset=49975", 1, None),
         ):
-            p50 = Figure(f"GET /api/assets?limit=50 at 100k assets{label}, p50", "ms", derived=True)
-            p99 = Figure(
-                f"GET /api/assets?limit=50 at 100k assets{label}, p99", "ms", goal=goal, derived=True
+            p50, p99, rate = self.latency_figures(
+                f"GET /api/assets?limit=50 at 100k assets{label}",
+                "req/s",
+                f"wrk, {connections} connection{'s' if connections > 1 else ''}",
+                goal=goal,
             )
-            rate = Figure(f"GET /api/assets?limit=50 at 100k assets{label}", "req/s")
-            for f in (p50, p99, rate):
-                f.client = f"wrk, {connections} connection{'s' if connections > 1 else ''}"
             p99.note = (
                 "" if connections > 1 else "one client, so the latency is the service's own, not queueing"
             )
-            self.figures += [p50, p99, rate]
             run = self.wrk_get(base + query, pids, connections, headers=self.headers(self.list_key))
             self.pair(
                 p99,
@@ -602,6 +600,27 @@ class Bench:
                 metric=lambda s: s.p99_ms,
                 also=[(p50, lambda s: s.p50_ms), (rate, lambda s: s.rate)],
             )
+
+    def latency_figures(
+        self, name: str, rate_unit: str, client: str, *, reference: str | None = None, goal: str | None = None
+    ) -> tuple[Figure, Figure, Figure]:
+        """The p50, p99 (which carries ``goal``) and rate figures of one load, added to the table."""
+        p50, p99 = (
+            Figure(
+                f"{name}, {q}",
+                "ms",
+                reference_name=reference,
+                goal=goal if q == "p99" else None,
+                lower_is_better=True,
+                derived=True,
+            )
+            for q in ("p50", "p99")
+        )
+        rate = Figure(name, rate_unit, reference_name=reference)
+        for f in (p50, p99, rate):
+            f.client = client
+        self.figures += [p50, p99, rate]
+        return p50, p99, rate
 
     def search(self) -> None:
         """Name search over the 100,000 seeded assets, newest first, one client, alternating
@@ -616,26 +635,14 @@ class Bench:
             ("a common word", SEARCH_COMMON, None),
         ):
             base = f"{self.stack.edge_url}/api/assets?limit=50&q={q}"
-            p50 = Figure(
-                f"search at 100k assets, {label} (q={q}), p50",
-                "ms",
-                reference_name=reference,
-                lower_is_better=True,
-                derived=True,
-            )
-            p99 = Figure(
-                f"search at 100k assets, {label} (q={q}), p99",
-                "ms",
-                reference_name=reference,
+            p50, p99, rate = self.latency_figures(
+                f"search at 100k assets, {label} (q={q})",
+                "req/s",
+                "wrk, 1 connection",
+                reference=reference,
                 goal=goal,
-                lower_is_better=True,
-                derived=True,
             )
-            rate = Figure(f"search at 100k assets, {label} (q={q})", "req/s", reference_name=reference)
-            for f in (p50, p99, rate):
-                f.client = "wrk, 1 connection"
             p99.note = "page and total of GET /api/assets?limit=50&q=…; one client, so no queueing"
-            self.figures += [p50, p99, rate]
             run = self.wrk_get(base, pids, 1, headers=self.headers(self.list_key))
             self.pair(
                 p99,
@@ -687,26 +694,14 @@ class Bench:
         alternating with the same moves of an empty folder (the reference)."""
         assert self.seeded is not None
         reference = "the same move of an empty folder"
-        p99 = Figure(
-            f"move a folder holding {MOVING_ASSETS:,} assets, p99",
-            "ms",
-            reference_name=reference,
+        p50, p99, rate = self.latency_figures(
+            f"move a folder holding {MOVING_ASSETS:,} assets",
+            "moves/s",
+            "the harness: httpx, 1 keep-alive connection, one move after another",
+            reference=reference,
             goal="value <= 100",
-            lower_is_better=True,
-            derived=True,
         )
-        p50 = Figure(
-            f"move a folder holding {MOVING_ASSETS:,} assets, p50",
-            "ms",
-            reference_name=reference,
-            lower_is_better=True,
-            derived=True,
-        )
-        rate = Figure(f"move a folder holding {MOVING_ASSETS:,} assets", "moves/s", reference_name=reference)
-        for f in (p99, p50, rate):
-            f.client = "the harness: httpx, 1 keep-alive connection, one move after another"
         p99.note = "one transaction; the assets keep their folder, so the move touches one row"
-        self.figures += [p99, p50, rate]
         seeded = self.seeded
         with httpx.Client(
             base_url=self.stack.edge_url, headers=self.headers(self.list_key), timeout=30
