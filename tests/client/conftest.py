@@ -112,19 +112,21 @@ class Cli:
         r = CliRunner().invoke(app, list(argv), env={**self.env, **env}, input=input, catch_exceptions=False)
         return Run(r.exit_code, r.stdout, r.stderr)
 
-    def proc(self, *argv: str, timeout: float = 120, **env: str) -> Run:
-        """As a real program, the way a person or a script runs it."""
+    def proc(self, *argv: str, timeout: float = 120, stdout: int | None = None, **env: str) -> Run:
+        """As a real program, the way a person or a script runs it; ``stdout``: a file descriptor
+        to write to instead of a captured pipe (``Run.stdout`` is then empty)."""
         exe = shutil.which("coffer", path=str(Path(sys.executable).parent))
         assert exe, "the coffer command is not installed in this environment"
         r = subprocess.run(
             [exe, *argv],
             env={**os.environ, **self.env, **env},
-            capture_output=True,
+            stdout=subprocess.PIPE if stdout is None else stdout,
+            stderr=subprocess.PIPE,
             text=True,
             timeout=timeout,
             stdin=subprocess.DEVNULL,
         )
-        return Run(r.returncode, r.stdout, r.stderr)
+        return Run(r.returncode, r.stdout or "", r.stderr)
 
 
 @pytest.fixture

@@ -185,6 +185,22 @@ def test_upload_ls_download_url_mv_rm(cli: Any, sdk: Coffer, tmp_path: Path) -> 
     assert cli("rm", a_id).exit_code == 3
 
 
+def test_a_reader_that_leaves_early_ends_the_command_quietly(cli: Any, sdk: Coffer, tmp_path: Path) -> None:
+    """``coffer ls | head -1``: once the reader has gone, the command stops with exit 1 and no
+    message, as ``ls`` would (it used to print "coffer: Broken pipe")."""
+    f = tmp_path / "f.bin"
+    f.write_bytes(os.urandom(1 << 20))
+    sdk.upload(f)
+    for argv in (["ls"], ["usage"], ["download", "/f.bin", "-o", "-", "-q"]):
+        read, write = os.pipe()
+        os.close(read)  # the reader is gone before the first line is written
+        try:
+            r = cli.proc(*argv, stdout=write)
+        finally:
+            os.close(write)
+        assert (r.exit_code, r.stderr) == (1, ""), argv
+
+
 def test_usage(cli: Any, tmp_path: Path, tenant: Any) -> None:
     f = tmp_path / "f.bin"
     f.write_bytes(b"x" * 2048)

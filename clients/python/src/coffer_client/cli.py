@@ -66,6 +66,8 @@ def handled(fn: F) -> F:
             return fn(*args, **kwargs)
         except errors.CofferError as exc:
             fail(exc, bool(kwargs.get("as_json")))
+        except BrokenPipeError:
+            reader_gone()
         except OSError as exc:  # a local file: unreadable, a directory in the way, a full disk
             local = errors.CofferError(
                 f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "), code="local"
@@ -73,6 +75,14 @@ def handled(fn: F) -> F:
             fail(local, bool(kwargs.get("as_json")))
 
     return run  # type: ignore[return-value]
+
+
+def reader_gone() -> NoReturn:
+    """Whoever read stdout has gone (``coffer ls | head``): stop without a word, as ``ls`` does,
+    rather than report a broken pipe. Exit 1: what was asked was not all printed. stdout now
+    points at /dev/null, so nothing written later (Python's own flush at exit) fails again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    raise typer.Exit(FAILURE)
 
 
 def fail(exc: errors.CofferError, as_json: bool) -> NoReturn:
@@ -143,17 +153,33 @@ def show_version(value: bool) -> None:
 def root(
     ctx: typer.Context,
     profile: Annotated[
-        str, typer.Option("--profile", "-P", envvar="COFFER_PROFILE", help="Profile from `coffer configure`.")
+        str,
+        typer.Option(
+            "--profile",
+            "-P",
+            envvar="COFFER_PROFILE",
+            metavar="NAME",
+            help="Profile from `coffer configure`.",
+        ),
     ] = profiles.DEFAULT,
     url: Annotated[
-        str | None, typer.Option("--url", help="Service URL (else COFFER_URL, else the profile).")
+        str | None,
+        typer.Option("--url", metavar="URL", help="Service URL (else COFFER_URL, else the profile)."),
     ] = None,
     org: Annotated[
-        str | None, typer.Option("--org", help="Organization id, for a user key in several organizations.")
+        str | None,
+        typer.Option(
+            "--org", metavar="ORG_ID", help="Organization id, for a user key in several organizations."
+        ),
     ] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per network operation.")] = 60.0,
+    timeout: Annotated[
+        float, typer.Option("--timeout", metavar="SECONDS", help="Seconds per network operation.")
+    ] = 60.0,
     retries: Annotated[
-        int, typer.Option("--retries", min=0, max=20, help="Retries on 429, 503, safe connection failures.")
+        int,
+        typer.Option(
+            "--retries", min=0, max=20, metavar="N", help="Retries on 429, 503, safe connection failures."
+        ),
     ] = 4,
     version: Annotated[  # noqa: ARG001 - handled by its callback
         bool,
@@ -170,7 +196,9 @@ def root(
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars and no messages.")]
-JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, help="Files transferred at once.")]
+JobsOpt = Annotated[
+    int, typer.Option("--jobs", "-j", min=1, max=64, metavar="N", help="Files transferred at once.")
+]
 
 
 def out() -> Console:
@@ -211,7 +239,7 @@ def usage_error(message: str) -> NoReturn:
 @handled
 def ls(
     ctx: typer.Context,
-    folder: Annotated[str, typer.Argument(help="Folder path.")] = "/",
+    folder: Annotated[str, typer.Argument(metavar="FOLDER_PATH", help="Folder path.")] = "/",
     as_json: JsonOpt = False,
 ) -> None:
     """List a folder: its folders, then its assets, with sizes and dates."""
@@ -244,7 +272,7 @@ def ls(
 @handled
 def mkdir(
     ctx: typer.Context,
-    path: Annotated[str, typer.Argument(help="Folder path to create.")],
+    path: Annotated[str, typer.Argument(metavar="FOLDER_PATH", help="Folder path to create.")],
     parents: Annotated[
         bool, typer.Option("--parents", "-p", help="Create missing parents; no error if it exists.")
     ] = False,
@@ -265,7 +293,7 @@ def mkdir(
 @handled
 def rmdir(
     ctx: typer.Context,
-    path: Annotated[str, typer.Argument(help="Folder path.")],
+    path: Annotated[str, typer.Argument(metavar="FOLDER_PATH", help="Folder path.")],
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -386,8 +414,13 @@ def ensure_folders(
 @handled
 def upload(
     ctx: typer.Context,
-    paths: Annotated[list[Path], typer.Argument(help="Files, or directories with -r.", exists=True)],
-    to: Annotated[str, typer.Option("--to", "-t", help="Destination folder path (it must exist).")] = "/",
+    paths: Annotated[
+        list[Path], typer.Argument(metavar="PATH", help="Files, or directories with -r.", exists=True)
+    ],
+    to: Annotated[
+        str,
+        typer.Option("--to", "-t", metavar="FOLDER_PATH", help="Destination folder path (it must exist)."),
+    ] = "/",
     recursive: Annotated[
         bool, typer.Option("--recursive", "-r", help="Upload directories, recreating their folders.")
     ] = False,
@@ -425,9 +458,10 @@ def upload(
 @handled
 def download(
     ctx: typer.Context,
-    asset: Annotated[str, typer.Argument(help="Asset id or /folder/path/name.")],
+    asset: Annotated[str, typer.Argument(metavar="ASSET", help="Asset id or /folder/path/name.")],
     output: Annotated[
-        str | None, typer.Option("--output", "-o", help="File or directory to write; - for stdout.")
+        str | None,
+        typer.Option("--output", "-o", metavar="PATH", help="File or directory to write; - for stdout."),
     ] = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -471,9 +505,10 @@ def parse_duration(text: str) -> int:
 @handled
 def url(
     ctx: typer.Context,
-    asset: Annotated[str, typer.Argument(help="Asset id or /folder/path/name.")],
+    asset: Annotated[str, typer.Argument(metavar="ASSET", help="Asset id or /folder/path/name.")],
     expires: Annotated[
-        str, typer.Option("--expires", "-e", help="Validity: 3600, 10m, 2h, 7d (at most 7d).")
+        str,
+        typer.Option("--expires", "-e", metavar="DURATION", help="Validity: 3600, 10m, 2h, 7d (at most 7d)."),
     ] = "1h",
     public: Annotated[bool, typer.Option("--public", help="The permanent public URL instead.")] = False,
     as_json: JsonOpt = False,
@@ -497,8 +532,10 @@ def url(
 @handled
 def mv(
     ctx: typer.Context,
-    source: Annotated[str, typer.Argument(help="Asset (id or path) or folder path.")],
-    dest: Annotated[str, typer.Argument(help="An existing folder to move into, or a new path (rename).")],
+    source: Annotated[str, typer.Argument(metavar="SOURCE", help="Asset (id or path) or folder path.")],
+    dest: Annotated[
+        str, typer.Argument(metavar="DEST", help="An existing folder to move into, or a new path (rename).")
+    ],
     as_json: JsonOpt = False,
 ) -> None:
     """Rename or move an asset or a folder."""
@@ -544,7 +581,7 @@ def mv(
 @handled
 def rm(
     ctx: typer.Context,
-    assets: Annotated[list[str], typer.Argument(help="Asset ids or /folder/path/name.")],
+    assets: Annotated[list[str], typer.Argument(metavar="ASSET", help="Asset ids or /folder/path/name.")],
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -603,8 +640,10 @@ def remote_tree(c: Coffer, root: Folder | None) -> tuple[dict[str, list[Asset]],
 @handled
 def sync(
     ctx: typer.Context,
-    local_dir: Annotated[Path, typer.Argument(help="Local directory.", exists=True, file_okay=False)],
-    folder: Annotated[str, typer.Argument(help="Folder path (created if missing).")],
+    local_dir: Annotated[
+        Path, typer.Argument(metavar="LOCAL_DIR", help="Local directory.", exists=True, file_okay=False)
+    ],
+    folder: Annotated[str, typer.Argument(metavar="FOLDER_PATH", help="Folder path (created if missing).")],
     dry_run: Annotated[
         bool, typer.Option("--dry-run", "-n", help="Say what would change; change nothing.")
     ] = False,
@@ -613,7 +652,7 @@ def sync(
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Upload what is missing or changed (by sha256) from LOCAL_DIR into FOLDER."""
+    """Upload what is missing or changed (by sha256) from LOCAL_DIR into FOLDER_PATH."""
     started = time.monotonic()
     c = state(ctx).client(jobs)
     try:
@@ -734,7 +773,9 @@ def usage(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 @handled
 def configure(
     ctx: typer.Context,
-    profile: Annotated[str | None, typer.Option("--profile", "-P", help="Profile name.")] = None,
+    profile: Annotated[
+        str | None, typer.Option("--profile", "-P", metavar="NAME", help="Profile name.")
+    ] = None,
 ) -> None:
     """Ask for the service URL and an API key (hidden) and store them in a profile (0600)."""
     name = profile or state(ctx).profile
