@@ -246,6 +246,8 @@ def test_sync(cli: Any, sdk: Coffer, tmp_path: Path) -> None:
     assert len(first["uploaded"]) == 3 and first["unchanged"] == 0
     second = json.loads(cli("sync", str(local), "/backup", "--json").stdout)
     assert second["uploaded"] == [] and second["unchanged"] == 3  # by sha256: nothing to send again
+    again = cli("sync", str(local), "/backup")  # what a person reads
+    assert (again.stdout, again.stderr) == ("", "nothing to upload; 3 unchanged, 0 remote item(s) deleted\n")
 
     (local / "one.txt").write_text("changed")
     (local / "sub" / "three.txt").unlink()
@@ -258,8 +260,8 @@ def test_sync(cli: Any, sdk: Coffer, tmp_path: Path) -> None:
 
     r = cli("sync", str(local), "/backup", "--delete", "--dry-run")
     assert "three.txt" in r.stdout
-    fourth = json.loads(cli("sync", str(local), "/backup", "--delete", "--json").stdout)
-    assert len(fourth["deleted"]) == 1 and fourth["uploaded"] == []
+    r = cli("sync", str(local), "/backup", "--delete")
+    assert r.stderr == "nothing to upload; 2 unchanged, 1 remote item(s) deleted\n"
     sub = sdk.resolve_folder("/backup/sub")
     assert sub is not None and [a.name for a in sdk.list_assets(sub.id)] == ["two.txt"]
 

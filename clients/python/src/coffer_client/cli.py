@@ -359,8 +359,16 @@ def run_uploads(
 
 
 def report(
-    outcomes: list[Outcome], *, as_json: bool, quiet: bool, started: float, extra: dict[str, Any]
+    outcomes: list[Outcome],
+    *,
+    as_json: bool,
+    quiet: bool,
+    started: float,
+    extra: dict[str, Any],
+    also: str = "",
 ) -> None:
+    """What was uploaded: the JSON document, or a line per file (up to 50) on stdout and one
+    summary on stderr, ``also`` appended to it; then each failure, and the exit code."""
     done = [o for o in outcomes if o.asset]
     failed = [o for o in outcomes if o.error]
     if as_json:
@@ -381,10 +389,14 @@ def report(
                 console.print(
                     f"{escape(join_path(o.job.folder, o.asset.name))}\t{human(o.asset.size)}\t{o.asset.id}"
                 )
-        total = sum(o.asset.size for o in done if o.asset)
-        seconds = time.monotonic() - started
-        rate = f" ({human(total / seconds)}/s)" if seconds > 0 else ""
-        err().print(f"uploaded {len(done)} file(s), {human(total)} in {seconds:.1f} s{rate}")
+        if outcomes:
+            total = sum(o.asset.size for o in done if o.asset)
+            seconds = time.monotonic() - started
+            rate = f" ({human(total / seconds)}/s)" if seconds > 0 else ""
+            summary = f"uploaded {len(done)} file(s), {human(total)} in {seconds:.1f} s{rate}"
+        else:
+            summary = "nothing to upload"
+        err().print(summary + also)
     for o in failed:
         assert o.error
         print(f"coffer: {o.job.path}: {o.error.message.splitlines()[0]} [{o.error.code}]", file=sys.stderr)
@@ -676,10 +688,9 @@ def sync(
         for gone in plan.stale_folders:
             c.delete_folder(gone.id)
             deleted.append(gone.id)
-    if not as_json and not quiet:
-        err().print(f"{plan.unchanged} unchanged, {len(deleted)} remote item(s) deleted")
     extra = {"unchanged": plan.unchanged, "deleted": deleted}
-    report(outcomes, as_json=as_json, quiet=quiet, started=started, extra=extra)
+    also = f"; {plan.unchanged} unchanged, {len(deleted)} remote item(s) deleted"
+    report(outcomes, as_json=as_json, quiet=quiet, started=started, extra=extra, also=also)
 
 
 @dataclass
