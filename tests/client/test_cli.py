@@ -207,7 +207,8 @@ def test_usage(cli: Any, tmp_path: Path, tenant: Any) -> None:
     cli("upload", str(f), "-q")
     u = json.loads(cli("usage", "--json").stdout)
     assert (u["usedBytes"], u["assetCount"], u["organizationId"]) == (2048, 1, tenant.org_id)
-    assert "2.0 KiB of" in cli("usage").stdout
+    line = cli("usage").stdout
+    assert line.startswith("2.0 KiB of") and line.endswith(", 1 asset\n"), line
 
 
 def test_recursive_upload_of_200_files_eight_at_once(cli: Any, sdk: Coffer, tmp_path: Path) -> None:
@@ -247,7 +248,7 @@ def test_sync(cli: Any, sdk: Coffer, tmp_path: Path) -> None:
     second = json.loads(cli("sync", str(local), "/backup", "--json").stdout)
     assert second["uploaded"] == [] and second["unchanged"] == 3  # by sha256: nothing to send again
     again = cli("sync", str(local), "/backup")  # what a person reads
-    assert (again.stdout, again.stderr) == ("", "nothing to upload; 3 unchanged, 0 remote item(s) deleted\n")
+    assert (again.stdout, again.stderr) == ("", "nothing to upload; 3 unchanged, 0 remote items deleted\n")
 
     (local / "one.txt").write_text("changed")
     (local / "sub" / "three.txt").unlink()
@@ -261,7 +262,7 @@ def test_sync(cli: Any, sdk: Coffer, tmp_path: Path) -> None:
     r = cli("sync", str(local), "/backup", "--delete", "--dry-run")
     assert "three.txt" in r.stdout
     r = cli("sync", str(local), "/backup", "--delete")
-    assert r.stderr == "nothing to upload; 2 unchanged, 1 remote item(s) deleted\n"
+    assert r.stderr == "nothing to upload; 2 unchanged, 1 remote item deleted\n"
     sub = sdk.resolve_folder("/backup/sub")
     assert sub is not None and [a.name for a in sdk.list_assets(sub.id)] == ["two.txt"]
 

@@ -59,9 +59,9 @@ def test_no_bars_when_not_a_terminal_or_quiet(cli: Any, tmp_path: Path) -> None:
     f = tmp_path / "small.bin"
     f.write_bytes(b"x" * 300_000)
     r = cli.proc("upload", str(f))
-    # No bar, only the summary line: "uploaded 1 file(s), 293.0 KiB in 0.1 s (2.1 MiB/s)".
+    # No bar, only the summary line: "uploaded 1 file, 293.0 KiB in 0.1 s (2.1 MiB/s)".
     assert r.exit_code == 0 and "━" not in r.stderr
-    assert re.fullmatch(r"uploaded 1 file\(s\), 293\.0 KiB in \d+\.\d s \([^)]+/s\)\n", r.stderr), r.stderr
+    assert re.fullmatch(r"uploaded 1 file, 293\.0 KiB in \d+\.\d s \([^)]+/s\)\n", r.stderr), r.stderr
     assert "small.bin" in r.stdout
     r = cli.proc("upload", str(f), "-q")
     assert r.exit_code == 0 and r.stdout == "" and r.stderr == ""

@@ -34,6 +34,11 @@ def human(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 file``, ``3 files``, ``1,000 files``."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def _speed_column() -> ProgressColumn:
     """The rate in the same binary units as the sizes beside it (rich's own column writes
     "kB/s" next to "MiB"). While a bar runs: rich's estimate over its recent samples. Once it is

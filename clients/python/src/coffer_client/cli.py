@@ -18,7 +18,7 @@ import typer
 
 from coffer_client import errors, profiles
 from coffer_client._options import CHUNK, RetryPolicy
-from coffer_client._progress import human, transfers
+from coffer_client._progress import counted, human, transfers
 from coffer_client.paths import join_path, split_path
 
 # The SDK (httpx, pydantic, tenacity) and rich load when a command needs them, not at start:
@@ -393,7 +393,7 @@ def report(
             total = sum(o.asset.size for o in done if o.asset)
             seconds = time.monotonic() - started
             rate = f" ({human(total / seconds)}/s)" if seconds > 0 else ""
-            summary = f"uploaded {len(done)} file(s), {human(total)} in {seconds:.1f} s{rate}"
+            summary = f"uploaded {counted(len(done), 'file')}, {human(total)} in {seconds:.1f} s{rate}"
         else:
             summary = "nothing to upload"
         err().print(summary + also)
@@ -689,7 +689,7 @@ def sync(
             c.delete_folder(gone.id)
             deleted.append(gone.id)
     extra = {"unchanged": plan.unchanged, "deleted": deleted}
-    also = f"; {plan.unchanged} unchanged, {len(deleted)} remote item(s) deleted"
+    also = f"; {plan.unchanged:,} unchanged, {counted(len(deleted), 'remote item')} deleted"
     report(outcomes, as_json=as_json, quiet=quiet, started=started, extra=extra, also=also)
 
 
@@ -775,9 +775,8 @@ def usage(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         dump(u)
         return
     share = 100 * u.used_bytes / u.quota_bytes if u.quota_bytes else 0.0
-    out().print(
-        f"{human(u.used_bytes)} of {human(u.quota_bytes)} used ({share:.1f}%), {u.asset_count} asset(s)"
-    )
+    used = f"{human(u.used_bytes)} of {human(u.quota_bytes)} used ({share:.1f}%)"
+    out().print(f"{used}, {counted(u.asset_count, 'asset')}")
 
 
 @app.command()
