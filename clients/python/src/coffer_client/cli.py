@@ -81,7 +81,9 @@ def reader_gone() -> NoReturn:
     """Whoever read stdout has gone (``coffer ls | head``): stop without a word, as ``ls`` does,
     rather than report a broken pipe. Exit 1: what was asked was not all printed. stdout now
     points at /dev/null, so nothing written later (Python's own flush at exit) fails again."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
     raise typer.Exit(FAILURE)
 
 
