@@ -1,0 +1,64 @@
+"""axe-core (Deque's accessibility engine, bundled by axe-playwright-python) on every dashboard
+page, signed out and signed in, on a desktop and on a phone: no violation of any impact (colour
+contrast, labels, names of controls and table columns, landmarks, ...)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def violations(page: Any) -> list[str]:
+    from axe_playwright_python.sync_playwright import Axe
+
+    found = Axe().run(page).response["violations"]
+    return [
+        f"{v['impact']} {v['id']} ({v['help']}): " + "; ".join(" ".join(n["target"]) for n in v["nodes"][:3])
+        for v in found
+    ]
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_every_page_passes_axe(dashboard: Any, width: int) -> None:
+    viewport = {"width": width, "height": 900}
+    guest = dashboard.page(viewport=viewport)
+    found: dict[str, list[str]] = {}
+    for path in ("/dashboard/login", "/dashboard/register", "/dashboard/forgot"):
+        guest.goto(path)
+        found[path] = violations(guest)
+
+    page, _, org_id = dashboard.signup_with_org("axe", "Axe Studio", viewport=viewport)
+    # Something in every table: a key, a folder and a file, an invitation.
+    key = dashboard.create_key(page, org_id, name="ci")
+    with httpx.Client(base_url=dashboard.stack.edge_url + "/api", headers={"x-api-key": key}) as api:
+        assert api.post("/folders", json={"name": "Photos"}).status_code == 201
+        answer = api.post("/assets", files={"file": ("notes.txt", b"shot list\n", "text/plain")})
+        assert answer.status_code == 201, answer.text
+        asset_id = answer.json()["id"]
+    page.goto(f"/dashboard/o/{org_id}/members")
+    page.fill("#invite-email", "grace@example.com")
+    page.click("form[action$='/invitations'] button[type=submit]")
+    page.wait_for_selector("#invite-link")
+
+    base = f"/dashboard/o/{org_id}"
+    for path in (
+        "/dashboard/orgs/new",
+        "/dashboard/orgs",
+        "/dashboard/account",
+        base,
+        f"{base}/files",
+        f"{base}/files/{asset_id}",
+        f"{base}/keys",
+        f"{base}/members",
+        f"{base}/usage",
+        f"{base}/audit",
+        f"{base}/settings",
+    ):
+        answer = page.goto(path)
+        assert answer is not None and answer.status == 200, path
+        found[path] = violations(page)
+    assert not {path: v for path, v in found.items() if v}
