@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,11 @@ def test_upload_ls_download_url_mv_rm(cli: Any, sdk: Coffer, tmp_path: Path) -> 
     assert "a.txt" in r.stdout and "6 B" in r.stdout and a_id in r.stdout
     listing = json.loads(cli("ls", "/docs", "--json").stdout)
     assert [x["name"] for x in listing["assets"]] == ["a.txt", "b.png"]
+    # Dates in the reader's time zone: "JST-9" is POSIX for UTC+9 (no zoneinfo file needed).
+    tokyo = timezone(timedelta(hours=9))
+    created = datetime.fromisoformat(listing["assets"][0]["createdAt"]).astimezone(tokyo)
+    line = f"a.txt\t6 B\t{created:%Y-%m-%d %H:%M}\t{a_id}\n"
+    assert line in cli.proc("ls", "/docs", TZ="JST-9").stdout
 
     dest = tmp_path / "back"
     dest.mkdir()

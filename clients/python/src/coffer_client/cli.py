@@ -252,8 +252,9 @@ def ls(
     if as_json:
         dump({"folders": folders, "assets": assets})
         return
-    rows = [(d.name + "/", "-", d.created_at, d.id) for d in folders]
-    rows += [(a.name, human(a.size), a.created_at, a.id) for a in assets]
+    # Dates in the local time zone, as ls(1) writes them (--json keeps the service's UTC).
+    rows = [(d.name + "/", "-", d.created_at.astimezone(), d.id) for d in folders]
+    rows += [(a.name, human(a.size), a.created_at.astimezone(), a.id) for a in assets]
     console = out()
     if not console.is_terminal:
         # Piped: one tab-separated line per entry, never cut to a terminal's width.
