@@ -114,8 +114,9 @@ def test_folders_by_path(cli: Any, sdk: Coffer) -> None:
 
     # mv a folder: into an existing folder, then renamed in place.
     cli("mkdir", "/archive")
-    assert cli("mv", "/photos/2024", "/archive").exit_code == 0
-    assert sdk.resolve_folder("/archive/2024") is not None
+    r = cli("mv", "/photos/2024", "/archive")
+    moved = sdk.resolve_folder("/archive/2024")
+    assert moved is not None and (r.exit_code, r.stdout.split()) == (0, ["/archive/2024/", moved.id])
     r = cli("mv", "/archive/2024", "/archive/old-2024", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["name"] == "old-2024"
     r = cli("mv", "/archive", "/archive/old-2024")
@@ -174,7 +175,8 @@ def test_upload_ls_download_url_mv_rm(cli: Any, sdk: Coffer, tmp_path: Path) -> 
     assert cli("url", a_id, "--expires", "soon").exit_code == 2
     assert cli("url", a_id, "--expires", "8d").exit_code == 2  # above 7 days: the service's 400
 
-    assert cli("mv", "/docs/a.txt", "/docs/renamed.txt").exit_code == 0
+    r = cli("mv", "/docs/a.txt", "/docs/renamed.txt")
+    assert (r.exit_code, r.stdout.split()) == (0, ["/docs/renamed.txt", a_id])  # where it is now
     assert sdk.get_asset(a_id).name == "renamed.txt"
     assert cli("mv", a_id, "/").exit_code == 0
     assert sdk.get_asset(a_id).folder_id is None

@@ -576,11 +576,11 @@ def mv(
     # DEST an existing folder: move into it under the same name; else its parent, renamed.
     try:
         into: Folder | None = c.resolve_folder(dest)
-        new_name = None
+        new_name, into_path = None, dest
     except errors.NotFound:
-        parts = split_path(dest)
-        into = c.resolve_folder("/".join(parts[:-1]))
-        new_name = parts[-1]
+        *parents, new_name = split_path(dest)
+        into_path = join_path(*parents)
+        into = c.resolve_folder(into_path)
     target_id = into.id if into else None
     if isinstance(thing, Folder):
         result: Asset | Folder = c.update_folder(thing.id, name=new_name, parent_id=target_id)
@@ -588,8 +588,9 @@ def mv(
         result = c.update_asset(thing.id, name=new_name, folder_id=target_id)
     if as_json:
         dump(result)
-    else:
-        out().print(f"{escape(result.name)}\t{result.id}")
+    else:  # where it is now, as ls writes it
+        slash = "/" if isinstance(result, Folder) else ""
+        out().print(f"{escape(join_path(into_path, result.name))}{slash}\t{result.id}")
 
 
 @app.command()
