@@ -277,3 +277,17 @@ def test_pages_of_fifty_and_search_across_folders(browser: Browser) -> None:
     opened = browser.http.get(f"{browser.files}/open", params={"ref": ref})
     assert opened.status_code == 303 and opened.headers["location"].endswith("/files/ast_0123456789ABCDEF")
     assert browser.http.get(f"{browser.files}/open", params={"ref": "nothing"}).status_code == 400
+
+
+def test_counts_read_as_english(browser: Browser) -> None:
+    """One file of one byte: "1 byte", "1 file", "1 asset" on the pages that count them."""
+    made = browser.upload_xhr(b"x", "one.bin")
+    assert made.status_code == 201, made.text
+    asset_id = made.json()["asset"]["id"]
+
+    def text(path: str) -> str:  # the page as read, without its tags
+        return re.sub(r"<[^>]+>", "", browser.http.get(path).text)
+
+    assert "1 byte in 1 file\n" in text(browser.files)
+    assert "(1 byte)" in text(f"{browser.files}/{asset_id}")
+    assert "1 asset, 1 byte." in text(f"/dashboard/o/{browser.org_id}/usage")
