@@ -23,7 +23,7 @@ def violations(page: Any) -> list[str]:
 
 
 @pytest.mark.parametrize("width", [1280, 390])
-def test_every_page_passes_axe(dashboard: Any, width: int) -> None:
+def test_every_page_passes_axe(dashboard: Any, admin_for: Any, width: int) -> None:
     viewport = {"width": width, "height": 900}
     guest = dashboard.page(viewport=viewport)
     found: dict[str, list[str]] = {}
@@ -31,18 +31,27 @@ def test_every_page_passes_axe(dashboard: Any, width: int) -> None:
         guest.goto(path)
         found[path] = violations(guest)
 
-    page, _, org_id = dashboard.signup_with_org("axe", "Axe Studio", viewport=viewport)
+    page, owner, org_id = dashboard.signup_with_org("axe", "Axe Studio", viewport=viewport)
     # Something in every table: a key, a folder and a file, an invitation.
     key = dashboard.create_key(page, org_id, name="ci")
+    found["the new key, shown once"] = violations(page)
     with httpx.Client(base_url=dashboard.stack.edge_url + "/api", headers={"x-api-key": key}) as api:
-        assert api.post("/folders", json={"name": "Photos"}).status_code == 201
+        folder = api.post("/folders", json={"name": "Photos"})
+        assert folder.status_code == 201, folder.text
+        folder_id = folder.json()["id"]
         answer = api.post("/assets", files={"file": ("notes.txt", b"shot list\n", "text/plain")})
         assert answer.status_code == 201, answer.text
         asset_id = answer.json()["id"]
     page.goto(f"/dashboard/o/{org_id}/members")
     page.fill("#invite-email", "grace@example.com")
     page.click("form[action$='/invitations'] button[type=submit]")
-    page.wait_for_selector("#invite-link")
+    invite = page.input_value("#invite-link")
+    found["the invitation link, shown once"] = violations(page)
+    assert guest.goto(invite).status == 200
+    found["an invitation, as its guest sees it"] = violations(guest)
+    reset = admin_for(dashboard.stack)("reset-password", "--email", owner.email)
+    assert guest.goto("/dashboard/reset/" + reset["url"].rsplit("/", 1)[-1]).status == 200
+    found["the operator's reset link"] = violations(guest)
 
     base = f"/dashboard/o/{org_id}"
     for path in (
@@ -52,6 +61,10 @@ def test_every_page_passes_axe(dashboard: Any, width: int) -> None:
         base,
         f"{base}/files",
         f"{base}/files/{asset_id}",
+        f"{base}/files/{asset_id}/move",
+        f"{base}/files/{asset_id}/delete",
+        f"{base}/files/folders/{folder_id}/move",
+        f"{base}/files/folders/{folder_id}/delete",
         f"{base}/keys",
         f"{base}/members",
         f"{base}/usage",
@@ -59,6 +72,6 @@ def test_every_page_passes_axe(dashboard: Any, width: int) -> None:
         f"{base}/settings",
     ):
         answer = page.goto(path)
-        assert answer is not None and answer.status == 200, path
+        assert answer is not None and answer.status == 200 and page.url.endswith(path), (path, page.url)
         found[path] = violations(page)
     assert not {path: v for path, v in found.items() if v}
