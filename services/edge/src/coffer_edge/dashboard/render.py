@@ -88,6 +88,11 @@ def iso(value: datetime | str | None) -> str:
     return value.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+def plural(noun: str, count: int) -> str:
+    """``{{ 'file' | plural(n) }}``: "file" for one, "files" otherwise."""
+    return noun if count == 1 else noun + "s"
+
+
 def binary_size(value: int | None) -> str:
     """Bytes in binary units: 1.5 MiB, 10 GiB, 512 B."""
     if value is None:
@@ -139,6 +144,7 @@ class Renderer:
         env.filters["ago"] = relative_time
         env.filters["iso"] = iso
         env.filters["size"] = binary_size
+        env.filters["plural"] = plural
         env.globals["percent"] = percent
         env.globals["percent_label"] = percent_label
         env.globals["static"] = self.static_url
