@@ -227,3 +227,62 @@ async def test_removed_member_keys_stop_for_that_org(api: Api, engine: Engine) -
     assert r.status_code == 200
     refused = _resolve(engine, key, org["id"])
     assert isinstance(refused, CofferError) and refused.status == 403
+
+
+async def test_an_owner_cannot_take_over_a_members_personal_key(api: Api, engine: Engine) -> None:
+    """Issue 23: an owner of A who rotated a member's personal key was shown a key that acts
+    in the member's other organizations, where the owner is not a member."""
+    owner, member, org = await _team(api)
+    elsewhere = await api.org(member["token"], "Member's own")
+    keys = f"/orgs/{org['id']}/keys"
+    body = {"kind": "user", "name": "laptop"}
+    made = (await api.call("POST", keys, token=member["token"], json=body)).json()
+    key_id = made["apiKey"]["id"]
+
+    # The owner sees the key (it can act in A) but can neither rotate nor delete it.
+    listed = (await api.call("GET", keys, token=owner["token"])).json()["keys"]
+    assert [(k["id"], k["user"]["email"]) for k in listed] == [(key_id, "member@example.com")]
+    r = await api.call("POST", f"{keys}/{key_id}/rotate", token=owner["token"], json={"graceSeconds": 0})
+    assert_error(r, 403, "forbidden")
+    assert "cof_usr_" not in r.text
+    assert_error(await api.call("DELETE", f"{keys}/{key_id}", token=owner["token"]), 403, "forbidden")
+    # Nor from an organization the owner is not in: 404, as for any organization of others.
+    rotate_there = f"/orgs/{elsewhere['id']}/keys/{key_id}/rotate"
+    r = await api.call("POST", rotate_there, token=owner["token"], json={"graceSeconds": 0})
+    assert_error(r, 404, "not_found")
+    principal = _resolve(engine, made["key"], elsewhere["id"])
+    assert isinstance(principal, Principal) and principal.key_id == key_id
+    with Session(engine) as s:
+        assert s.exec(select(AuditEvent).where(AuditEvent.action == "key.rotated")).all() == []
+
+    # Its own user rotates it, from any organization it acts in.
+    r = await api.call("POST", rotate_there, token=member["token"], json={"graceSeconds": 0})
+    assert r.status_code == 201, r.text
+    assert r.json()["apiKey"]["user"]["email"] == "member@example.com"
+    assert r.json()["apiKey"]["organizationId"] == org["id"]
+
+
+async def test_each_organization_lists_the_keys_that_act_in_it_with_their_use_there(
+    api: Api, engine: Engine
+) -> None:
+    owner, member, org = await _team(api)
+    elsewhere = await api.org(member["token"], "Member's own")
+    made = (
+        await api.call("POST", f"/orgs/{org['id']}/keys", token=member["token"], json={"kind": "user"})
+    ).json()
+    key_id, key_hash = made["apiKey"]["id"], hashlib.sha256(made["key"].encode()).hexdigest()
+    with Session(engine) as s:
+        used = service.resolve_principal(s, key_hash=key_hash, organization_id=elsewhere["id"]).last_used_at
+        service.touch_key(s, key_id=key_id, organization_id=elsewhere["id"], last_used_at=used)
+        s.commit()
+
+    async def last_used(org_id: str, token: str) -> list[Any]:
+        r = await api.call("GET", f"/orgs/{org_id}/keys", token=token)
+        return [(k["id"], k["lastUsedAt"]) for k in r.json()["keys"]]
+
+    # Made in A, used only in B: B's page (the member owns B) shows the use, A's does not.
+    [(listed, when)] = await last_used(elsewhere["id"], member["token"])
+    assert listed == key_id and when is not None
+    assert await last_used(org["id"], owner["token"]) == [(key_id, None)]
+    with Session(engine) as s:
+        assert service.resolve_principal(s, key_hash=key_hash, organization_id=org["id"]).last_used_at is None

@@ -13,7 +13,7 @@ from sqlmodel import Session, col, select
 from coffer_auth import audit
 from coffer_auth.audit import Actor
 from coffer_auth.keys import display_prefix, generate_key, hash_key
-from coffer_auth.models import ApiKey, KeyKind, Membership, Organization, Role, User
+from coffer_auth.models import ApiKey, KeyKind, KeyUse, Membership, Organization, Role, User
 from coffer_auth.schemas import KeyKindName, KeyOut, UserRef
 from coffer_kit.errors import forbidden, invalid, not_found
 from coffer_kit.ids import KEY, new_id
@@ -61,13 +61,25 @@ def _query() -> Any:
 
 
 def org_keys(session: Session, *, org_id: str, viewer_id: str, viewer_role: str) -> list[KeyOut]:
-    """An organization's keys as a member sees them: every organization key (read-only for
-    members) and the personal keys made in it (owners: everyone's; members: their own)."""
-    query = _query().where(ApiKey.organization_id == org_id)
+    """Every key that can act in an organization, with its last use there: the organization's
+    keys and its members' personal keys, wherever they were made (a personal key acts in every
+    organization of its user). Owners see them all; members the organization keys and their own."""
+    members = select(Membership.user_id).where(Membership.organization_id == org_id)
+    org_key = (col(ApiKey.kind) == KeyKind.organization.value) & (col(ApiKey.organization_id) == org_id)
+    personal = (col(ApiKey.kind) == KeyKind.user.value) & col(ApiKey.user_id).in_(members)
     if viewer_role != Role.owner:
-        mine = col(ApiKey.user_id) == viewer_id
-        query = query.where(or_(col(ApiKey.kind) == KeyKind.organization.value, mine))
-    return [view(*row) for row in session.exec(query)]
+        personal = personal & (col(ApiKey.user_id) == viewer_id)
+    query = (
+        _query()
+        .add_columns(KeyUse.last_used_at)
+        .outerjoin(KeyUse, (col(KeyUse.key_id) == ApiKey.id) & (col(KeyUse.organization_id) == org_id))
+        .where(or_(org_key, personal))
+    )
+    # lastUsedAt on an organization's page is the use made in it.
+    return [
+        view(row, org, owner, creator).model_copy(update={"last_used_at": used_here})
+        for row, org, owner, creator, used_here in session.exec(query)
+    ]
 
 
 def user_keys(session: Session, *, user_id: str) -> list[KeyOut]:
@@ -133,21 +145,36 @@ def create(
 
 
 def get(session: Session, *, org_id: str, key_id: str) -> ApiKey:
+    """A key that can act in the organization: one of its organization keys, or a personal key
+    of one of its members; anything else is 404."""
     row = session.get(ApiKey, key_id)
-    if row is None or row.organization_id != org_id:
-        raise not_found(f"Key {key_id} does not exist.")
-    return row
+    if row is not None and row.kind == KeyKind.organization and row.organization_id == org_id:
+        return row
+    if row is not None and row.kind == KeyKind.user:
+        member = session.exec(
+            select(Membership).where(Membership.organization_id == org_id, Membership.user_id == row.user_id)
+        ).first()
+        if member is not None:
+            return row
+    raise not_found(f"Key {key_id} does not exist.")
 
 
 def require_manage(row: ApiKey, *, user_id: str, role: str) -> None:
-    """Owners manage every key of their organization; members only their own personal keys."""
-    if role == Role.owner:
-        return
-    if row.kind == KeyKind.user and row.user_id == user_id:
-        return
-    if row.kind == KeyKind.organization:
+    """Owners manage their organization's keys; a personal key is managed by its own user only.
+
+    A personal key acts in every organization of its user, so an owner of one organization
+    who could rotate it would be handed a key to the others (issue 23). An owner cuts a
+    member's access by removing the member: their personal keys stop acting here."""
+    if row.kind == KeyKind.user:
+        if row.user_id == user_id:
+            return
+        if role == Role.owner:
+            raise forbidden(
+                "A personal key is managed by its own user only; remove the member to cut their access."
+            )
+        raise not_found(f"Key {row.id} does not exist.")  # another member's key: not theirs to see
+    if role != Role.owner:
         raise forbidden("Only an owner can change organization keys.")
-    raise not_found(f"Key {row.id} does not exist.")  # another member's key: not theirs to see
 
 
 def delete(session: Session, actor: Actor, *, row: ApiKey) -> None:
@@ -184,7 +211,7 @@ def rotate(
     if row.expires_at is not None:
         lifetime = max(1, int((as_utc(row.expires_at) - as_utc(row.created_at)).total_seconds()))
     now = utcnow()
-    new, secret = _replacement(session, org=org, old=row, lifetime=lifetime, created_by=created_by, now=now)
+    new, secret = _replacement(session, old=row, lifetime=lifetime, created_by=created_by, now=now)
     old_details = _details(row)
     previous: ApiKey | None
     if grace_seconds == 0:
@@ -219,7 +246,6 @@ def rotate(
 def _replacement(
     session: Session,
     *,
-    org: Organization,
     old: ApiKey,
     lifetime: int | None,
     created_by: str | None,
@@ -232,7 +258,7 @@ def _replacement(
         prefix=display_prefix(secret),
         kind=old.kind,
         name=old.name,
-        organization_id=org.id,
+        organization_id=old.organization_id,
         user_id=old.user_id,
         created_at=now,
         expires_at=now + timedelta(seconds=lifetime) if lifetime else None,

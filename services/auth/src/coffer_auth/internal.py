@@ -34,7 +34,12 @@ def principal(
     # Best effort, in its own short write transaction, so lookups stay read-only and concurrent.
     try:
         with Session(writer(database.engine)) as write:
-            service.touch_key(write, key_id=key_id, last_used_at=resolved.last_used_at)
+            service.touch_key(
+                write,
+                key_id=key_id,
+                organization_id=resolved.principal.organization_id,
+                last_used_at=resolved.last_used_at,
+            )
             write.commit()
     except SQLAlchemyError:
         log.warning("could not record key use", extra={"key_id": key_id})

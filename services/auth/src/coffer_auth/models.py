@@ -114,6 +114,21 @@ class ApiKey(SQLModel, table=True):
     )
 
 
+class KeyUse(SQLModel, table=True):
+    """When a key last acted in an organization: a personal key acts in every organization of
+    its user, so each organization's Keys page shows the use made in it (issue 23)."""
+
+    __tablename__ = "key_uses"
+
+    key_id: str = Field(
+        sa_column=Column(String(40), ForeignKey("api_keys.id", ondelete="CASCADE"), primary_key=True)
+    )
+    organization_id: str = Field(
+        sa_column=Column(String(40), ForeignKey("organizations.id", ondelete="CASCADE"), primary_key=True)
+    )
+    last_used_at: datetime = Field(sa_column=_ts())
+
+
 class DashboardSession(SQLModel, table=True):
     """A signed-in browser. Only the SHA-256 of its cookie value is stored."""
 
@@ -210,7 +225,17 @@ Index(
 # SQLModel adds __table__ to table models at class creation; its stubs do not declare it.
 TABLES = [
     t.__table__  # type: ignore[union-attr]
-    for t in (User, Organization, Membership, ApiKey, DashboardSession, Invitation, PasswordReset, AuditEvent)
+    for t in (
+        User,
+        Organization,
+        Membership,
+        ApiKey,
+        KeyUse,
+        DashboardSession,
+        Invitation,
+        PasswordReset,
+        AuditEvent,
+    )
 ]
 
 

@@ -7,11 +7,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, select
 
 from coffer_auth import apikeys, audit, errors, orgs, passwords
 from coffer_auth.audit import OPERATOR, Actor
-from coffer_auth.models import ApiKey, KeyKind, Membership, Organization, Role, User
+from coffer_auth.models import ApiKey, KeyKind, KeyUse, Membership, Organization, Role, User
 from coffer_kit.errors import forbidden, invalid, not_found, organization_required, unauthorized
 from coffer_kit.timeutil import as_utc, isoformat, utcnow
 from coffer_kit.wire import Principal
@@ -172,12 +173,22 @@ def resolve_principal(session: Session, *, key_hash: str, organization_id: str |
         quota_bytes=org.quota_bytes,
         key_expires_at=isoformat(expires_at) if expires_at else None,
     )
-    return Resolved(principal, as_utc(row.last_used_at) if row.last_used_at else None)
+    use = session.get(KeyUse, (row.id, org.id))
+    return Resolved(principal, as_utc(use.last_used_at) if use else None)
 
 
-def touch_key(session: Session, *, key_id: str, last_used_at: datetime | None) -> None:
-    """Record that a key was used, at most once per LAST_USED_RESOLUTION."""
+def touch_key(session: Session, *, key_id: str, organization_id: str, last_used_at: datetime | None) -> None:
+    """Record that a key acted in an organization, at most once per LAST_USED_RESOLUTION
+    (``last_used_at``: its last use there, as :func:`resolve_principal` read it)."""
     now = utcnow()
     if last_used_at is not None and now - last_used_at < LAST_USED_RESOLUTION:
         return
     session.exec(update(ApiKey).where(col(ApiKey.id) == key_id).values(last_used_at=now))
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = insert(KeyUse).values(key_id=key_id, organization_id=organization_id, last_used_at=now)
+    session.exec(
+        statement.on_conflict_do_update(
+            index_elements=["key_id", "organization_id"], set_={"last_used_at": now}
+        )
+    )
