@@ -26,11 +26,6 @@ class Folder(BaseModel):
         description="ISO 8601 UTC with milliseconds.", examples=["2026-11-22T10:15:30.123Z"]
     )
     updatedAt: str = Field(description="ISO 8601 UTC with milliseconds; changes on rename and move.")
-    visibility: Visibility = Field(
-        default="public",
-        description="`public`: served at `publicUrl`; `private`: only on signed URLs (the CDN answers "
-        "the bare key 404).",
-    )
 
 
 class PathItem(BaseModel):
@@ -71,6 +66,11 @@ class Asset(BaseModel):
     createdAt: str = Field(description="ISO 8601 UTC with milliseconds.")
     sha256: str = Field(description="Lowercase hex SHA-256 of the stored bytes.")
     updatedAt: str = Field(description="ISO 8601 UTC with milliseconds; changes on rename and move.")
+    visibility: Visibility = Field(
+        default="public",
+        description="`public`: served at `publicUrl`; `private`: only on signed URLs (the CDN answers "
+        "the bare key 404).",
+    )
 
 
 class AssetList(BaseModel):

@@ -96,6 +96,10 @@ class OrgIn(Camel):
     name: str = Field(max_length=1024)
 
 
+class DefaultVisibilityIn(Camel):
+    default_visibility: Literal["public", "private"]
+
+
 class RoleIn(Camel):
     role: RoleName
 

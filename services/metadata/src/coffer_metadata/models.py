@@ -85,6 +85,10 @@ class Asset(SQLModel, table=True):
     # The name case-folded (names.search_key): what the name search compares, alike on both
     # databases (SQLite's own lower() folds ASCII only).
     name_key: str = Field(sa_column=Column(Text, nullable=False))
+    # CONTRACT §12: 'public' or 'private' (the store holds it too; see docs/architecture.md).
+    visibility: str = Field(
+        default="public", sa_column=Column(String(16), nullable=False, server_default="public")
+    )
 
 
 class Usage(SQLModel, table=True):

@@ -17,6 +17,7 @@ from coffer_edge.metrics import AUTH_CACHE
 from coffer_kit import accounts_wire as schemas
 from coffer_kit import wire
 from coffer_kit.internal import InternalClient
+from coffer_kit.resources import Visibility
 
 CacheKey = tuple[str, str | None]
 
@@ -34,6 +35,8 @@ class Principal:
     user_id: str | None
     quota_bytes: int
     key_expires_at: float | None  # unix seconds
+    # CONTRACT §12: what uploads that do not say become (cached with the rest, ≤ 5 s).
+    default_visibility: Visibility = "public"
 
 
 class AuthClient(ServiceClient):

@@ -511,6 +511,7 @@ async def upload(request: Request, visit: OrgVisitDep, folder: str = "") -> Resp
             quota_bytes=visit.org.quota_bytes,
             folder_id=folder_id,
             fixed_folder=True,
+            visibility=visit.org.default_visibility,
         )
         asset = await counted_upload(body_request, scope, state.metadata, state.blob, rid)
     except CofferError as exc:
