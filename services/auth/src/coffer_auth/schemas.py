@@ -50,6 +50,7 @@ EdgeAuditAction = Literal[
     "asset.renamed",
     "asset.moved",
     "asset.deleted",
+    "asset.visibility_changed",
     "signed_url.created",
 ]
 

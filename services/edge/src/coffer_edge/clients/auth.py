@@ -256,6 +256,11 @@ class AccountsClient(ServiceClient):
         body = await self._call("PATCH", f"/orgs/{_seg(org_id)}", caller, json={"name": name})
         return schemas.OrgOut.model_validate(body)
 
+    async def set_default_visibility(self, caller: Caller, org_id: str, visibility: str) -> schemas.OrgOut:
+        path = f"/orgs/{_seg(org_id)}/default-visibility"
+        body = await self._call("PUT", path, caller, json={"defaultVisibility": visibility})
+        return schemas.OrgOut.model_validate(body)
+
     async def members(self, caller: Caller, org_id: str) -> list[schemas.MemberOut]:
         body = await self._call("GET", f"/orgs/{_seg(org_id)}/members", caller)
         return schemas.MembersOut.model_validate(body).members
