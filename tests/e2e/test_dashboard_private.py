@@ -40,7 +40,8 @@ def test_the_visibility_switch_and_the_default(dashboard: Any, until: Any) -> No
     assert api.get(f"/assets/{asset['id']}").json()["publicUrl"] is None
     # The preview comes from a signed URL: it still shows.
     page.wait_for_function(
-        "() => { const i = document.querySelector('#preview-image'); return i && i.complete && i.naturalWidth > 0; }"
+        "() => { const i = document.querySelector('#preview-image');"
+        " return i && i.complete && i.naturalWidth > 0; }"
     )
     page.goto(f"/dashboard/o/{org_id}/files")
     assert row.locator("td.visibility").inner_text() == "Private"
