@@ -267,7 +267,7 @@ def search_page(
     """
     column, descending = SORTS[sort]
     order = [_assets.c[column], _assets.c.id]
-    counted = q_key is not None or visibility is not None
+    counted = q_key is not None
     select = _VIEW.add_columns(func.count().over().label("total")) if counted else _VIEW
     statement = (
         select.where(*_filters(session, org_id, folder_id, root_only, q_key, visibility))

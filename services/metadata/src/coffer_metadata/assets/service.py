@@ -182,7 +182,7 @@ def list_views(
             total = matches
         elif q_key is None and visibility is None:
             total = repository.count(session, org_id=org_id, folder_id=folder, root_only=root_only)
-        else:  # a page past the end: count apart
+        else:  # a page past the end, or a visibility without a search: count apart
             total = repository.search_count(
                 session,
                 org_id=org_id,
