@@ -161,3 +161,41 @@ def test_the_organizations_default_and_upload_tokens(stack, admin, tenant) -> No
     opened = tenant.api.post("/api/upload-tokens", json={"visibility": "public"}).json()
     assert httpx.post(opened["url"], files={"file": ("o.txt", DATA)}).json()["visibility"] == "public"
     assert_error(tenant.api.post("/api/upload-tokens", json={"visibility": "hidden"}), 400, "invalid_request")
+
+
+def test_keys_of_members_and_owners_and_of_several_organizations(stack, admin, tenant, new_tenant) -> None:
+    """Any key that acts in the organization may change a file's visibility (as it may rename
+    or delete it): an owner's and a member's personal keys alike; acting in another
+    organization, the same key is refused there (403) and changes nothing here."""
+    asset = upload(tenant)
+    other = new_tenant("Other")
+    keys = {}
+    for role in ("owner", "member"):
+        user = admin(
+            "create-user", "--email", f"{role}-{new_id('usr')[-8:]}@example.com", "--password", new_id("pw")
+        )
+        admin("add-member", "--org", tenant.org_id, "--user", user["id"], "--role", role)
+        admin("add-member", "--org", other.org_id, "--user", user["id"], "--role", "member")
+        keys[role] = admin("create-key", "--org", tenant.org_id, "--user", user["id"])["key"]
+    for role, visibility in (("member", "private"), ("owner", "public"), ("member", "public")):
+        headers = {"x-api-key": keys[role], "x-organization-id": tenant.org_id}
+        with httpx.Client(base_url=stack.edge_url, headers=headers) as api:
+            answer = api.patch(f"/api/assets/{asset['id']}", json={"visibility": visibility})
+            assert (answer.status_code, answer.json()["visibility"]) == (200, visibility), role
+        elsewhere = {"x-api-key": keys[role], "x-organization-id": other.org_id}
+        with httpx.Client(base_url=stack.edge_url, headers=elsewhere) as api:
+            refused = api.patch(f"/api/assets/{asset['id']}", json={"visibility": "private"})
+            assert_error(refused, 403, "forbidden")
+        without = httpx.patch(
+            f"{stack.edge_url}/api/assets/{asset['id']}",
+            json={"visibility": "private"},
+            headers={"x-api-key": keys[role]},
+        )
+        assert_error(without, 400, "organization_required")
+    assert tenant.api.get(f"/api/assets/{asset['id']}").json()["visibility"] == "public"
+    assert httpx.get(asset["publicUrl"]).status_code == 200
+    assert_error(
+        httpx.patch(f"{stack.edge_url}/api/assets/{asset['id']}", json={"visibility": "private"}),
+        401,
+        "unauthorized",
+    )
