@@ -153,7 +153,7 @@ def test_upload_ls_download_url_mv_rm(cli: Any, sdk: Coffer, tmp_path: Path) -> 
     # Dates in the reader's time zone: "JST-9" is POSIX for UTC+9 (no zoneinfo file needed).
     tokyo = timezone(timedelta(hours=9))
     created = datetime.fromisoformat(listing["assets"][0]["createdAt"]).astimezone(tokyo)
-    line = f"a.txt\t6 B\t{created:%Y-%m-%d %H:%M}\t{a_id}\n"
+    line = f"a.txt\t6 B\t{created:%Y-%m-%d %H:%M}\t{a_id}\tpublic\n"
     assert line in cli.proc("ls", "/docs", TZ="JST-9").stdout
 
     dest = tmp_path / "back"

@@ -70,7 +70,12 @@ async def test_upload_with_fields_before_and_after(api: httpx.AsyncClient, blob_
         "sha256": hashlib.sha256(data).hexdigest(),
         "mimeType": "application/pdf",
         "filename": "report.pdf",
-        "fields": {"name": "Quarterly report", "folderId": "fld_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9"},
+        "fields": {
+            "name": "Quarterly report",
+            "folderId": "fld_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9",
+            "visibility": None,
+        },
+        "visibility": "public",
     }
     assert object_path(blob_dir, key).read_bytes() == data
     assert not [p for p in objects(blob_dir) if "%tmp." in p]
@@ -86,7 +91,7 @@ async def test_fields_are_optional_and_unknown_parts_ignored(api: httpx.AsyncCli
     response = await post(api, body)
     assert response.status_code == 201, response.text
     result = response.json()
-    assert result["fields"] == {"name": "", "folderId": None}
+    assert result["fields"] == {"name": "", "folderId": None, "visibility": None}
     assert (result["size"], result["mimeType"]) == (3, "text/plain")
 
 

@@ -38,6 +38,7 @@ def test_section_8_is_in_the_openapi_document(tmp_path: Any) -> None:
         "maxBytes",
         "contentTypes",
         "expiresIn",
+        "visibility",
     }
     params = {p["name"]: p for p in paths["/api/assets"]["get"]["parameters"]}
     assert {"q", "sort"} <= set(params)
@@ -55,3 +56,19 @@ def test_section_8_is_in_the_openapi_document(tmp_path: Any) -> None:
     assert {"413", "415", "401"} <= set(upload["responses"])
     assert "multipart/form-data" in upload["requestBody"]["content"]
     assert [p["name"] for p in upload["parameters"]] == ["token"]
+
+
+def test_section_12_private_assets_is_in_the_openapi_document(tmp_path: Any) -> None:
+    doc = document(tmp_path)
+    paths, schemas = doc["paths"], doc["components"]["schemas"]
+    asset = schemas["Asset"]["properties"]
+    assert asset["visibility"]["enum"] == ["public", "private"]
+    assert {"type": "null"} in asset["publicUrl"]["anyOf"]
+    assert schemas["AssetUpdate"]["properties"]["visibility"]["enum"] == ["public", "private"]
+    assert {"required": ["visibility"]} in schemas["AssetUpdate"]["anyOf"]
+    params = {p["name"]: p for p in paths["/api/assets"]["get"]["parameters"]}
+    assert "visibility" in params
+    form = paths["/api/assets"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    assert form["properties"]["visibility"]["enum"] == ["public", "private"]
+    token = schemas["UploadTokenCreate"]["properties"]["visibility"]
+    assert {"type": "null"} in token["anyOf"]

@@ -2,8 +2,10 @@
 
 It forces a real unhandled exception inside a service: a request whose ``X-Request-Id``
 starts with ``fault-<service>`` raises in that service's innermost middleware, exactly where
-a bug in a route would. edge passes the public request's id to every internal call, so a
-public request reaches the fault through the real internal connection it would use.
+a bug in a route would; ``fault-<service>-<METHOD>-…`` (an upper-case method) only in that
+service's requests of that method, so a test can fail one step of a protocol. edge passes
+the public request's id to every internal call, so a public request reaches the fault
+through the real internal connection it would use.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ class _Fault:
         if scope["type"] == "http":
             for name, value in scope["headers"]:
                 if name == b"x-request-id" and value.startswith(self.prefix):
-                    raise RuntimeError("a fault the test forced")
+                    method = value[len(self.prefix) :].split(b"-")[1:2]
+                    if not method or not method[0].isupper() or method[0].decode() == scope["method"]:
+                        raise RuntimeError("a fault the test forced")
         await self.app(scope, receive, send)
 
 

@@ -149,8 +149,11 @@ class AsyncCoffer:
         sort: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        visibility: str | None = None,
     ) -> AssetPage:
         params = {"folderId": folder_id, "q": q, "sort": sort, "limit": limit, "offset": offset}
+        if visibility is not None:
+            params["visibility"] = visibility
         return parse(AssetPage, await self._request("GET", "/api/assets", params=params))
 
     async def list_assets(
@@ -160,10 +163,13 @@ class AsyncCoffer:
         q: str | None = None,
         sort: str | None = None,
         page_size: int = 100,
+        visibility: str | None = None,
     ) -> AsyncIterator[Asset]:
         offset = 0
         while True:
-            page = await self.assets_page(folder_id, q=q, sort=sort, limit=page_size, offset=offset)
+            page = await self.assets_page(
+                folder_id, q=q, sort=sort, limit=page_size, offset=offset, visibility=visibility
+            )
             for a in page.assets:
                 yield a
             offset += len(page.assets)
@@ -173,8 +179,16 @@ class AsyncCoffer:
     async def get_asset(self, asset_id: str) -> Asset:
         return parse(Asset, await self._request("GET", f"/api/assets/{asset_id}"))
 
-    async def update_asset(self, asset_id: str, *, name: str | None = None, folder_id: Any = UNSET) -> Asset:
-        body = patch_body(name, "folderId", folder_id)
+    async def update_asset(
+        self,
+        asset_id: str,
+        *,
+        name: str | None = None,
+        folder_id: Any = UNSET,
+        visibility: str | None = None,
+    ) -> Asset:
+        """Rename, move and/or make the asset ``"private"`` or ``"public"`` (CONTRACT §12)."""
+        body = patch_body(name, "folderId", folder_id, visibility=visibility)
         return parse(Asset, await self._request("PATCH", f"/api/assets/{asset_id}", json=body))
 
     async def delete_asset(self, asset_id: str) -> None:
@@ -196,10 +210,14 @@ class AsyncCoffer:
         filename: str | None = None,
         content_type: str | None = None,
         progress: ProgressCallback | None = None,
+        visibility: str | None = None,
     ) -> Asset:
+        """``visibility``: ``"public"`` or ``"private"``; None: the organization's default."""
         fields = {"name": name} if name else {}
         if folder_id:
             fields["folderId"] = folder_id
+        if visibility:
+            fields["visibility"] = visibility
         return await self._upload("/api/assets", file, fields, filename, content_type, progress, True)
 
     async def create_upload_token(
@@ -210,6 +228,7 @@ class AsyncCoffer:
         max_bytes: int | None = None,
         content_types: list[str] | None = None,
         expires_in: int | None = None,
+        visibility: str | None = None,
     ) -> UploadToken:
         body = clean_params(
             {
@@ -218,6 +237,7 @@ class AsyncCoffer:
                 "maxBytes": max_bytes,
                 "contentTypes": content_types,
                 "expiresIn": expires_in,
+                "visibility": visibility,
             }
         )
         return parse(UploadToken, await self._request("POST", "/api/upload-tokens", json=body))

@@ -197,12 +197,13 @@ def clean_params(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if v is not None}
 
 
-def patch_body(name: str | None, parent_field: str, parent: object) -> dict[str, Any]:
+def patch_body(name: str | None, parent_field: str, parent: object, **more: Any) -> dict[str, Any]:
     body: dict[str, Any] = {}
     if name is not None:
         body["name"] = name
     if parent is not UNSET:
         body[parent_field] = parent
+    body.update({field: value for field, value in more.items() if value is not None})
     if not body:
         raise ValueError("Nothing to change: give a new name, a new parent, or both.")
     return body

@@ -165,9 +165,12 @@ class Coffer:
         sort: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        visibility: str | None = None,
     ) -> AssetPage:
         """One page. ``folder_id``: None = every asset, ``""`` = root level only, an id = its children."""
         params = {"folderId": folder_id, "q": q, "sort": sort, "limit": limit, "offset": offset}
+        if visibility is not None:
+            params["visibility"] = visibility
         return parse(AssetPage, self._request("GET", "/api/assets", params=params))
 
     def list_assets(
@@ -177,11 +180,14 @@ class Coffer:
         q: str | None = None,
         sort: str | None = None,
         page_size: int = 100,
+        visibility: str | None = None,
     ) -> Iterator[Asset]:
         """Every matching asset, fetched a page at a time as you iterate."""
         offset = 0
         while True:
-            page = self.assets_page(folder_id, q=q, sort=sort, limit=page_size, offset=offset)
+            page = self.assets_page(
+                folder_id, q=q, sort=sort, limit=page_size, offset=offset, visibility=visibility
+            )
             yield from page.assets
             offset += len(page.assets)
             if not page.assets or offset >= page.total:
@@ -190,9 +196,17 @@ class Coffer:
     def get_asset(self, asset_id: str) -> Asset:
         return parse(Asset, self._request("GET", f"/api/assets/{asset_id}"))
 
-    def update_asset(self, asset_id: str, *, name: str | None = None, folder_id: Any = UNSET) -> Asset:
-        """Rename and/or move (``folder_id=None`` moves to the root); key and URLs stay."""
-        body = patch_body(name, "folderId", folder_id)
+    def update_asset(
+        self,
+        asset_id: str,
+        *,
+        name: str | None = None,
+        folder_id: Any = UNSET,
+        visibility: str | None = None,
+    ) -> Asset:
+        """Rename and/or move (``folder_id=None`` moves to the root); key and URLs stay.
+        ``visibility``: ``"private"`` or ``"public"`` (CONTRACT §12)."""
+        body = patch_body(name, "folderId", folder_id, visibility=visibility)
         return parse(Asset, self._request("PATCH", f"/api/assets/{asset_id}", json=body))
 
     def delete_asset(self, asset_id: str) -> None:
@@ -214,12 +228,16 @@ class Coffer:
         filename: str | None = None,
         content_type: str | None = None,
         progress: ProgressCallback | None = None,
+        visibility: str | None = None,
     ) -> Asset:
         """Upload a file from a path or a binary file object, streamed: the client holds about one
-        chunk (1 MiB) at a time whatever the size. ``progress(sent, total)`` follows the bytes."""
+        chunk (1 MiB) at a time whatever the size. ``progress(sent, total)`` follows the bytes.
+        ``visibility``: ``"public"`` or ``"private"``; None: the organization's default."""
         fields = {"name": name} if name else {}
         if folder_id:
             fields["folderId"] = folder_id
+        if visibility:
+            fields["visibility"] = visibility
         return self._upload("/api/assets", file, fields, filename, content_type, progress, authenticated=True)
 
     def create_upload_token(
@@ -230,6 +248,7 @@ class Coffer:
         max_bytes: int | None = None,
         content_types: list[str] | None = None,
         expires_in: int | None = None,
+        visibility: str | None = None,
     ) -> UploadToken:
         """A short-lived, single-use token a browser can upload with, without a key (CONTRACT §8)."""
         body = clean_params(
@@ -239,6 +258,7 @@ class Coffer:
                 "maxBytes": max_bytes,
                 "contentTypes": content_types,
                 "expiresIn": expires_in,
+                "visibility": visibility,
             }
         )
         return parse(UploadToken, self._request("POST", "/api/upload-tokens", json=body))

@@ -244,7 +244,7 @@ def ls(
     folder: Annotated[str, typer.Argument(metavar="FOLDER_PATH", help="Folder path.")] = "/",
     as_json: JsonOpt = False,
 ) -> None:
-    """List a folder: its folders, then its assets, with sizes and dates."""
+    """List a folder: its folders, then its assets, with sizes, dates and visibility."""
     c = state(ctx).client()
     f = c.resolve_folder(folder)
     folders = c.list_folders(f.id if f else None)
@@ -253,21 +253,28 @@ def ls(
         dump({"folders": folders, "assets": assets})
         return
     # Dates in the local time zone, as ls(1) writes them (--json keeps the service's UTC).
-    rows = [(d.name + "/", "-", d.created_at.astimezone(), d.id) for d in folders]
-    rows += [(a.name, human(a.size), a.created_at.astimezone(), a.id) for a in assets]
+    rows = [(d.name + "/", "-", d.created_at.astimezone(), d.id, "-") for d in folders]
+    rows += [(a.name, human(a.size), a.created_at.astimezone(), a.id, a.visibility) for a in assets]
     console = out()
     if not console.is_terminal:
         # Piped: one tab-separated line per entry, never cut to a terminal's width.
-        for name, size, created, ident in rows:
-            print(f"{name}\t{size}\t{created:%Y-%m-%d %H:%M}\t{ident}")
+        for name, size, created, ident, visibility in rows:
+            print(f"{name}\t{size}\t{created:%Y-%m-%d %H:%M}\t{ident}\t{visibility}")
         return
     from rich.table import Table
 
     t = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
-    for col, just in (("name", "left"), ("size", "right"), ("created", "left"), ("id", "left")):
+    columns = (
+        ("name", "left"),
+        ("size", "right"),
+        ("created", "left"),
+        ("id", "left"),
+        ("visibility", "left"),
+    )
+    for col, just in columns:
         t.add_column(col, justify=just)  # type: ignore[arg-type]
-    for name, size, created, ident in rows:
-        t.add_row(escape(name), size, f"{created:%Y-%m-%d %H:%M}", ident)
+    for name, size, created, ident, visibility in rows:
+        t.add_row(escape(name), size, f"{created:%Y-%m-%d %H:%M}", ident, visibility)
     console.print(t)
 
 
@@ -332,7 +339,13 @@ class Outcome:
 
 
 def run_uploads(
-    c: Coffer, jobs: list[Job], folder_ids: dict[str, str | None], *, parallel: int, show: bool
+    c: Coffer,
+    jobs: list[Job],
+    folder_ids: dict[str, str | None],
+    *,
+    parallel: int,
+    show: bool,
+    visibility: str | None = None,
 ) -> list[Outcome]:
     """Upload every job, ``parallel`` at once, with bars; failures are collected, not raised."""
     total = sum(j.size for j in jobs)
@@ -341,7 +354,13 @@ def run_uploads(
         def one(job: Job) -> Outcome:
             update, finish = bars.file(job.name, job.size)
             try:
-                asset = c.upload(job.path, name=job.name, folder_id=folder_ids[job.folder], progress=update)
+                asset = c.upload(
+                    job.path,
+                    name=job.name,
+                    folder_id=folder_ids[job.folder],
+                    progress=update,
+                    visibility=visibility,
+                )
                 for old in job.replace:
                     c.delete_asset(old)
             except errors.CofferError as exc:
@@ -442,6 +461,13 @@ def upload(
     jobs: JobsOpt = 4,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    private: Annotated[
+        bool | None,
+        typer.Option(
+            "--private/--public",
+            help="Private (signed URLs only) or public; default: the organization's default.",
+        ),
+    ] = None,
 ) -> None:
     """Upload files (or, with -r, directories) into a folder, several at once."""
     started = time.monotonic()
@@ -465,7 +491,8 @@ def upload(
     c = state(ctx).client(jobs)
     base = c.resolve_folder(to)
     ids = ensure_folders(c, base, to, dirs)
-    outcomes = run_uploads(c, todo, ids, parallel=jobs, show=not (quiet or as_json))
+    visibility = None if private is None else "private" if private else "public"
+    outcomes = run_uploads(c, todo, ids, parallel=jobs, show=not (quiet or as_json), visibility=visibility)
     report(outcomes, as_json=as_json, quiet=quiet, started=started, extra={})
 
 
@@ -533,6 +560,11 @@ def url(
     c = state(ctx).client()
     a = c.resolve_asset(asset)
     if public:
+        if a.public_url is None:
+            raise errors.CofferError(
+                f"{a.name} is private: it has no public URL (leave out --public for a signed one).",
+                code="private",
+            )
         result: dict[str, Any] = {"url": a.public_url, "expiresIn": None}
     else:
         signed = c.signed_url(a.id, expires_in=seconds)
@@ -541,6 +573,30 @@ def url(
         dump({**result, "asset": {"id": a.id, "name": a.name}})
     else:
         print(result["url"])
+
+
+@app.command()
+@handled
+def visibility(
+    ctx: typer.Context,
+    asset: Annotated[str, typer.Argument(metavar="ASSET", help="Asset id or /folder/path/name.")],
+    to: Annotated[
+        str | None,
+        typer.Argument(metavar="public|private", help="The new visibility; omitted: show it."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show or change whether an asset is public (its public URL works) or private (signed URLs only)."""
+    if to is not None and to not in ("public", "private"):
+        usage_error(f"{to!r} is neither public nor private")
+    c = state(ctx).client()
+    a = c.resolve_asset(asset)
+    if to is not None:
+        a = c.update_asset(a.id, visibility=to)
+    if as_json:
+        dump(a)
+    else:
+        print(f"{a.visibility}\t{a.id}")
 
 
 @app.command()

@@ -47,10 +47,13 @@ class Asset(Model):
     name: str
     mime_type: str
     size: int
-    public_url: str
+    #: None for a private asset (CONTRACT §12): only signed URLs reach it.
+    public_url: str | None
     created_at: datetime
     sha256: str | None = None
     updated_at: datetime | None = None
+    #: ``"public"`` or ``"private"`` (CONTRACT §12); older services send none: public.
+    visibility: str = "public"
 
 
 class AssetPage(Model):

@@ -48,6 +48,8 @@ class OrgOut(Camel):
     quota_bytes: int
     created_at: Timestamp
     member_count: int
+    # CONTRACT §12: what uploads that do not say become.
+    default_visibility: Literal["public", "private"] = "public"
 
 
 class SessionOut(Camel):

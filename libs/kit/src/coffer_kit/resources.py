@@ -6,9 +6,15 @@ metadata writes its answers with them, so a body crosses both services unchanged
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from coffer_kit.names import NAME_RULES, NAME_SCHEMA
+
+# CONTRACT §12: who may fetch an asset's bytes without a key.
+Visibility = Literal["public", "private"]
+VISIBILITIES: tuple[Visibility, ...] = ("public", "private")
 
 
 class Folder(BaseModel):
@@ -54,10 +60,17 @@ class Asset(BaseModel):
     name: str
     mimeType: str
     size: int = Field(description="Bytes, counted by the server.")
-    publicUrl: str = Field(description="Public CDN URL; no key needed.")
+    publicUrl: str | None = Field(
+        description="Public CDN URL, no key needed; null for a private asset (use a signed URL)."
+    )
     createdAt: str = Field(description="ISO 8601 UTC with milliseconds.")
     sha256: str = Field(description="Lowercase hex SHA-256 of the stored bytes.")
     updatedAt: str = Field(description="ISO 8601 UTC with milliseconds; changes on rename and move.")
+    visibility: Visibility = Field(
+        default="public",
+        description="`public`: served at `publicUrl`; `private`: only on signed URLs (the CDN answers "
+        "the bare key 404).",
+    )
 
 
 class AssetList(BaseModel):

@@ -16,6 +16,7 @@ from pydantic.alias_generators import to_camel
 
 from coffer_kit.ids import ASSET_ID_PATTERN
 from coffer_kit.limits import EXPIRES_IN_MAX, EXPIRES_IN_MIN, MAX_FILE_BYTES
+from coffer_kit.resources import Visibility
 
 
 class WireModel(BaseModel):
@@ -41,6 +42,8 @@ class Principal(WireModel):
     quota_bytes: int
     # ISO 8601; None for a key without expiry.
     key_expires_at: str | None
+    # CONTRACT §12: what an upload that does not say becomes.
+    default_visibility: Visibility = "public"
 
 
 # metadata: upload intents, commits, deletes, the sweeper
@@ -69,6 +72,8 @@ class UploadCommit(WireModel):
     size: int = Field(ge=0)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     quota_bytes: int = Field(ge=0)
+    # As blob stored the object (the store is made private before the row exists).
+    visibility: Visibility = "public"
 
 
 class Hidden(WireModel):
@@ -120,6 +125,7 @@ class UploadFields(WireModel):
 
     name: str | None = None
     folder_id: str | None = None
+    visibility: str | None = None
 
 
 class Stored(WireModel):
@@ -132,6 +138,18 @@ class Stored(WireModel):
     # As sent (NFC), for the asset's default name; "file" when the part named none.
     filename: str
     fields: UploadFields
+    visibility: Visibility = "public"
+
+
+class VisibilityIn(WireModel):
+    """blob: make an object private or public (CONTRACT §12)."""
+
+    visibility: Visibility
+
+
+class VisibilityOut(WireModel):
+    key: str
+    visibility: Visibility
 
 
 class Deleted(WireModel):
@@ -167,6 +185,8 @@ class UploadTokenIn(WireModel):
         default=None, max_length=100
     )
     expires_in: StrictInt = Field(ge=1, le=UPLOAD_TOKEN_MAX_EXPIRES_IN)
+    # None: the organization's default when the upload comes.
+    visibility: Visibility | None = None
 
 
 class UploadTokenCreated(WireModel):
@@ -185,6 +205,9 @@ class UploadGrant(WireModel):
     max_bytes: int
     content_types: list[str] | None
     expires_at: str
+    # The token's visibility (None: the organization's default, below).
+    visibility: Visibility | None = None
+    default_visibility: Visibility = "public"
 
 
 class TokenClaim(WireModel):

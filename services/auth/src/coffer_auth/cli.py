@@ -39,6 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--org", required=True)
     p.add_argument("--quota-bytes", type=int, required=True)
 
+    p = sub.add_parser(
+        "set-default-visibility", help="make an organization's uploads public or private unless they say"
+    )
+    p.add_argument("--org", required=True)
+    p.add_argument("--visibility", choices=["public", "private"], required=True)
+
     p = sub.add_parser("create-user", help="create a user")
     p.add_argument("--email", required=True)
     p.add_argument("--password", required=True)
@@ -107,6 +113,13 @@ def _create_org(session: Session, settings: Settings, args: argparse.Namespace) 
 def _set_quota(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     org = service.set_quota(session, org_id=args.org, quota_bytes=args.quota_bytes)
     return {"id": org.id, "name": org.name, "quotaBytes": org.quota_bytes}
+
+
+def _set_default_visibility(
+    session: Session, _settings: Settings, args: argparse.Namespace
+) -> dict[str, Any]:
+    org = service.set_default_visibility(session, org_id=args.org, visibility=args.visibility)
+    return {"id": org.id, "name": org.name, "defaultVisibility": org.default_visibility}
 
 
 def _create_user(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
@@ -203,6 +216,7 @@ def _list_keys(session: Session, _settings: Settings, args: argparse.Namespace) 
 _COMMANDS: dict[str, Callable[[Session, Settings, argparse.Namespace], dict[str, Any]]] = {
     "create-org": _create_org,
     "set-quota": _set_quota,
+    "set-default-visibility": _set_default_visibility,
     "create-user": _create_user,
     "add-member": _add_member,
     "set-role": _set_role,

@@ -28,6 +28,7 @@ from coffer_auth.schemas import (
     AuditIn,
     AuditPageOut,
     CurrentOut,
+    DefaultVisibilityIn,
     InvitationCreatedOut,
     InvitationIn,
     InvitationPreviewOut,
@@ -278,6 +279,17 @@ def rename_org(org_id: str, body: OrgIn, caller: CallerDep, session: SessionDep)
     org, m = orgs.membership(session, org_id=org_id, user_id=caller.user.id)
     orgs.require_owner(m)
     orgs.rename(session, caller.actor, org=org, name=body.name)
+    return orgs.view(session, org, m.role)
+
+
+@router.put("/orgs/{org_id}/default-visibility", response_model=OrgOut)
+def set_default_visibility(
+    org_id: str, body: DefaultVisibilityIn, caller: CallerDep, session: SessionDep
+) -> OrgOut:
+    """What uploads that do not say become (CONTRACT §12): owners only."""
+    org, m = orgs.membership(session, org_id=org_id, user_id=caller.user.id)
+    orgs.require_owner(m)
+    orgs.set_default_visibility(session, caller.actor, org=org, visibility=body.default_visibility)
     return orgs.view(session, org, m.role)
 
 

@@ -69,6 +69,11 @@ class Organization(SQLModel, table=True):
     name: str = Field(max_length=255)
     quota_bytes: int = Field(sa_column=Column(BigInteger, nullable=False))
     created_at: datetime = Field(sa_column=_ts())
+    # CONTRACT §12: 'public' or 'private', for uploads that do not say (owners and the
+    # operator change it).
+    default_visibility: str = Field(
+        default="public", sa_column=Column(String(16), nullable=False, server_default="public")
+    )
 
 
 class Membership(SQLModel, table=True):

@@ -14,6 +14,7 @@ from coffer_auth.models import Membership, Organization, Role, User
 from coffer_auth.schemas import MemberOut, OrgOut, RoleName
 from coffer_kit.errors import invalid, not_found
 from coffer_kit.ids import ORG, new_id
+from coffer_kit.resources import VISIBILITIES, Visibility
 from coffer_kit.timeutil import utcnow
 
 
@@ -77,6 +78,7 @@ def view(session: Session, org: Organization, role: str) -> OrgOut:
         quota_bytes=org.quota_bytes,
         created_at=org.created_at,
         member_count=_member_count(session, org.id),
+        default_visibility=cast(Visibility, org.default_visibility),
     )
 
 
@@ -106,6 +108,7 @@ def orgs_of(session: Session, *, user_id: str) -> list[OrgOut]:
             quota_bytes=org.quota_bytes,
             created_at=org.created_at,
             member_count=int(n),
+            default_visibility=cast(Visibility, org.default_visibility),
         )
         for org, role, n in rows
     ]
@@ -154,6 +157,31 @@ def rename(session: Session, actor: Actor, *, org: Organization, name: str) -> O
             target_id=org.id,
             target_label=new,
             details={"from": old, "to": new},
+        )
+    return org
+
+
+def set_default_visibility(
+    session: Session, actor: Actor, *, org: Organization, visibility: str
+) -> Organization:
+    """What uploads that do not say become (CONTRACT §12); audited. Assets already stored
+    keep theirs."""
+    if visibility not in VISIBILITIES:
+        raise invalid("defaultVisibility is 'public' or 'private'.", field="defaultVisibility")
+    old = org.default_visibility
+    if visibility != old:
+        org.default_visibility = visibility
+        session.add(org)
+        session.flush()
+        audit.record(
+            session,
+            actor,
+            "org.default_visibility_changed",
+            organization_id=org.id,
+            target_type="organization",
+            target_id=org.id,
+            target_label=org.name,
+            details={"from": old, "to": visibility},
         )
     return org
 

@@ -50,6 +50,7 @@ EdgeAuditAction = Literal[
     "asset.renamed",
     "asset.moved",
     "asset.deleted",
+    "asset.visibility_changed",
     "signed_url.created",
 ]
 
@@ -94,6 +95,10 @@ class PasswordChangeIn(Camel):
 
 class OrgIn(Camel):
     name: str = Field(max_length=1024)
+
+
+class DefaultVisibilityIn(Camel):
+    default_visibility: Literal["public", "private"]
 
 
 class RoleIn(Camel):

@@ -26,6 +26,16 @@ def create_org(session: Session, *, name: str, quota_bytes: int, actor: Actor = 
     return orgs.create(session, actor, name=name, quota_bytes=quota_bytes, owner_id=None)
 
 
+def set_default_visibility(
+    session: Session, *, org_id: str, visibility: str, actor: Actor = OPERATOR
+) -> Organization:
+    """Change what an organization's uploads become when they do not say (CONTRACT §12)."""
+    org = session.get(Organization, org_id)
+    if org is None:
+        raise not_found(f"Organization {org_id} does not exist.")
+    return orgs.set_default_visibility(session, actor, org=org, visibility=visibility)
+
+
 def set_quota(session: Session, *, org_id: str, quota_bytes: int, actor: Actor = OPERATOR) -> Organization:
     """Change an organization's quota."""
     return orgs.set_quota(session, actor, org_id=org_id, quota_bytes=quota_bytes)
@@ -172,6 +182,7 @@ def resolve_principal(session: Session, *, key_hash: str, organization_id: str |
         user_id=row.user_id,
         quota_bytes=org.quota_bytes,
         key_expires_at=isoformat(expires_at) if expires_at else None,
+        default_visibility=org.default_visibility,
     )
     use = session.get(KeyUse, (row.id, org.id))
     return Resolved(principal, as_utc(use.last_used_at) if use else None)

@@ -55,6 +55,9 @@ class UploadToken(SQLModel, table=True):
         default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
     )
     asset_id: str | None = SQLField(default=None, max_length=40)
+    # CONTRACT §12: 'public' or 'private', fixed for the upload; NULL: the organization's
+    # default when the upload comes.
+    visibility: str | None = SQLField(default=None, max_length=16)
 
 
 TABLES = [UploadToken.__table__]  # type: ignore[attr-defined]
@@ -71,6 +74,7 @@ def create(
     max_bytes: int,
     content_types: list[str] | None,
     expires_in: int,
+    visibility: str | None = None,
 ) -> UploadToken:
     """Store a new token's hash and scope."""
     if session.get(Organization, org_id) is None:
@@ -92,6 +96,7 @@ def create(
         content_types=json.dumps(content_types) if content_types is not None else None,
         created_at=now,
         expires_at=now + timedelta(seconds=expires_in),
+        visibility=visibility,
     )
     session.add(row)
     session.flush()
@@ -119,6 +124,8 @@ def resolve(session: Session, *, token_hash: str) -> UploadGrant:
         max_bytes=row.max_bytes,
         content_types=json.loads(row.content_types) if row.content_types is not None else None,
         expires_at=isoformat(row.expires_at),
+        visibility=row.visibility,
+        default_visibility=org.default_visibility,
     )
 
 
@@ -163,6 +170,7 @@ def create_token(org_id: str, body: UploadTokenIn, session: SessionDep) -> Uploa
         max_bytes=body.max_bytes,
         content_types=body.content_types,
         expires_in=body.expires_in,
+        visibility=body.visibility,
     )
     return UploadTokenCreated(id=row.id, expires_at=isoformat(row.expires_at))
 

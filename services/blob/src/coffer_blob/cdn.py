@@ -3,7 +3,11 @@
 Conditional and range requests follow RFC 9110 §13–14: ``If-Match`` and
 ``If-Unmodified-Since`` (412), ``If-None-Match`` (weak comparison, ``*``) and
 ``If-Modified-Since`` (304), then a single ``Range`` (206, or 416) unless ``If-Range``
-names another representation. Several ranges get the whole object (200), as does ``HEAD``
+names another representation. A private object (CONTRACT §12) is served on a valid signed
+URL only; without one its key answers 404, exactly as a key that does not exist. Its
+visibility comes with the read the CDN makes anyway (the sidecar, the S3 metadata), so a
+change shows on the next request, with no call to another service. Several ranges get the
+whole object (200), as does ``HEAD``
 (range handling is defined for GET only). ``OPTIONS`` answers a CORS preflight (204)
 without looking the key up: downloads need no credentials, so there is nothing to protect.
 """
@@ -36,7 +40,14 @@ from coffer_kit.state import state_of
 
 router = APIRouter()
 
-PUBLIC_CACHE = "public, max-age=31536000, immutable"
+
+@functools.lru_cache(maxsize=4)
+def public_cache(max_age: int) -> str:
+    """Cache-Control of a public answer (COFFER_CDN_PUBLIC_MAX_AGE; keys never change content)."""
+    return f"public, max-age={max_age}, immutable"
+
+
+PUBLIC_CACHE = public_cache(31_536_000)  # the default
 _PREFLIGHT = {
     "access-control-allow-methods": "GET, HEAD, OPTIONS",
     "access-control-allow-headers": "Range, If-Range, If-None-Match, If-Modified-Since, If-Match, "
@@ -80,9 +91,7 @@ async def download(request: Request) -> Response:
         found = storage.read_small(key, storage.inline_read_bytes)
     else:
         found = await run_in_threadpool(storage.read_small, key, SMALL_OBJECT_BYTES)
-    if found is None:
-        raise not_found("No such object.")
-    info, body = found
+    info, body = _servable(found, access)
     headers = _representation_headers(info, cache)
 
     precondition = _preconditions(request, info)
@@ -111,10 +120,18 @@ async def download(request: Request) -> Response:
     return StreamingResponse(_chunks(reader, _SENT[access]), status_code=status, headers=headers)
 
 
+def _servable(found: tuple[ObjectInfo, bytes | None] | None, access: str) -> tuple[ObjectInfo, bytes | None]:
+    """What was read, if this request may have it: a private object without a valid signature
+    answers exactly as a key that does not exist."""
+    if found is None or (found[0].private and access == "public"):
+        raise not_found("No such object.")
+    return found
+
+
 def _access(query: QueryParams, key: str, settings: Settings) -> tuple[str, str]:
     """(Cache-Control, access label): public, or signed once the signature checks out (else 403)."""
     if "expires" not in query and "signature" not in query:
-        return PUBLIC_CACHE, "public"
+        return public_cache(settings.cdn_public_max_age), "public"
     expires, sent = query.getlist("expires"), query.getlist("signature")
     if len(expires) != 1 or len(sent) != 1:
         raise forbidden("A signed URL carries exactly one 'expires' and one 'signature'.")
@@ -176,7 +193,9 @@ class FastDownloads:
         query = scope["query_string"]
         try:
             cache, access = (
-                _access(QueryParams(query), key, state.settings) if query else (PUBLIC_CACHE, "public")
+                _access(QueryParams(query), key, state.settings)
+                if query
+                else (public_cache(state.settings.cdn_public_max_age), "public")
             )
         except CofferError:
             return None
@@ -184,7 +203,7 @@ class FastDownloads:
         if found is None:
             return None
         info, body = found
-        if body is None:
+        if body is None or (info.private and access == "public"):
             return None
         headers = _representation_headers(info, cache)
         headers["content-length"] = str(len(body))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 
 from coffer_kit import ports
 from coffer_kit.settings import BaseServiceSettings, local_secret
@@ -16,6 +16,9 @@ class Settings(BaseServiceSettings):
     blob_port: int = ports.BLOB
     cdn_host: str = "127.0.0.1"
     cdn_port: int = ports.CDN
+    # Cache lifetime of public CDN answers (CONTRACT §6, §12): a shared cache may keep what it
+    # fetched this long after the asset is deleted or made private.
+    cdn_public_max_age: int = Field(default=31_536_000, ge=0, le=31_536_000)
     # HMAC secret for signed CDN URLs; only blob knows it.
     signing_secret: SecretStr | None = None
     storage: Literal["fs", "s3"] = "fs"

@@ -1,4 +1,4 @@
-"""blob's internal API besides uploads: deleting objects and prefixes, signing CDN URLs."""
+"""blob's internal API besides uploads: deleting objects and prefixes, visibility, signing CDN URLs."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from starlette.concurrency import run_in_threadpool
 
 from coffer_blob import keys, signing
 from coffer_blob.deps import SettingsDep, StorageDep
-from coffer_kit.errors import invalid
+from coffer_kit.errors import invalid, not_found
 from coffer_kit.urls import asset_prefix, public_url
-from coffer_kit.wire import Deleted, SignIn, SignOut
+from coffer_kit.wire import Deleted, SignIn, SignOut, VisibilityIn, VisibilityOut
 
 router = APIRouter(prefix="/internal/v1")
 
@@ -24,6 +24,19 @@ async def delete_object(key: str, storage: StorageDep) -> Deleted:
         raise invalid("Not a storage key.", field="key")
     await run_in_threadpool(storage.delete, key)
     return Deleted()
+
+
+@router.put("/visibility/{key:path}")
+async def set_visibility(key: str, body: VisibilityIn, storage: StorageDep) -> VisibilityOut:
+    """Make an object private or public (CONTRACT §12); the CDN sees it on its next read.
+
+    edge orders this against metadata's commit so that a crash never leaves a private asset
+    public: the store first when making private, metadata first when making public."""
+    if not keys.is_valid_key(key):
+        raise invalid("Not a storage key.", field="key")
+    if not await run_in_threadpool(storage.set_private, key, body.visibility == "private"):
+        raise not_found("No such object.")
+    return VisibilityOut(key=key, visibility=body.visibility)
 
 
 @router.delete("/prefixes/{org_id}/{asset_id}")

@@ -105,6 +105,10 @@ class InstrumentedStorage:
         with _operation(self.name, "delete"):
             self.inner.delete(key)
 
+    def set_private(self, key: str, private: bool) -> bool:
+        with _operation(self.name, "set_private"):
+            return self.inner.set_private(key, private)
+
     def delete_prefix(self, prefix: str) -> None:
         with _operation(self.name, "delete_prefix"):
             self.inner.delete_prefix(prefix)
@@ -128,9 +132,9 @@ class _InstrumentedWriter:
         with _operation(self.driver, "write", span=False):
             self.inner.write(chunk)
 
-    def commit(self, *, content_type: str, sha256: str) -> ObjectInfo:
+    def commit(self, *, content_type: str, sha256: str, private: bool = False) -> ObjectInfo:
         with _operation(self.driver, "commit"):
-            return self.inner.commit(content_type=content_type, sha256=sha256)
+            return self.inner.commit(content_type=content_type, sha256=sha256, private=private)
 
     def abort(self) -> None:
         with _operation(self.driver, "abort"):

@@ -1,8 +1,11 @@
 """``POST /internal/v1/uploads/{org}/{asset}``: a multipart stream, parsed and stored as it arrives.
 
 edge forwards the client's raw ``multipart/form-data`` body. The ``file`` part goes to the
-storage driver in batches of about 1 MiB, counted on the way; ``name`` and ``folderId`` are
-small fields returned to edge; other parts are read and ignored. The object is committed
+storage driver in batches of about 1 MiB, counted on the way; ``name``, ``folderId`` and
+``visibility`` are small fields returned to edge; other parts are read and ignored. The
+object is stored with its visibility (CONTRACT §12): the ``visibility`` field, else the
+``visibility`` query parameter (edge's default for the organization); with ``fixed=true``
+(an upload token that fixed it) the query parameter alone. The object is committed
 only after the whole body has been parsed, so any refusal or failure leaves nothing in
 storage.
 
@@ -21,11 +24,12 @@ import hashlib
 import logging
 import unicodedata
 from collections.abc import AsyncIterator
+from typing import Annotated
 
 import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
@@ -35,12 +39,13 @@ from coffer_blob.multipart import BaseTarget, BoundaryParser, ParseFailedExcepti
 from coffer_blob.storage import ObjectInfo, Storage, StorageUnavailable, Writer
 from coffer_kit.errors import CofferError, file_too_large, invalid, unsupported_media_type
 from coffer_kit.limits import MAX_FILE_BYTES
+from coffer_kit.resources import VISIBILITIES, Visibility
 from coffer_kit.wire import Stored, UploadFields
 
 log = logging.getLogger("coffer.blob.uploads")
 router = APIRouter(prefix="/internal/v1")
 
-FIELDS = ("name", "folderId")
+FIELDS = ("name", "folderId", "visibility")
 MAX_FIELD_BYTES = 16 * 1024
 # A preamble before the first boundary is skipped, up to this much.
 MAX_PREAMBLE_BYTES = 64 * 1024
@@ -182,8 +187,18 @@ class _Preamble:
 class _Upload:
     """One upload in progress: the parser, its targets, and the storage writer."""
 
-    def __init__(self, storage: Storage, org_id: str, asset_id: str, content_type: str) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        org_id: str,
+        asset_id: str,
+        content_type: str,
+        visibility: Visibility = "public",
+        fixed: bool = False,
+    ) -> None:
         self.storage = storage
+        self.visibility: Visibility = visibility
+        self.fixed_visibility = fixed
         self.org_id = org_id
         self.asset_id = asset_id
         try:
@@ -254,6 +269,10 @@ class _Upload:
         if self.file.starts == 0:
             raise invalid("The 'file' part is missing.", field="file")
         fields = UploadFields.model_validate({name: self._field_value(name) for name in FIELDS})
+        if fields.visibility and not self.fixed_visibility:  # (an empty field: as if absent)
+            if fields.visibility not in VISIBILITIES:
+                raise invalid("'visibility' is 'public' or 'private'.", field="visibility")
+            self.visibility = "private" if fields.visibility == "private" else "public"
         mime_type = keys.choose_mime_type(
             self.file.multipart_content_type, keys.sanitize_filename(self.filename)
         )
@@ -267,6 +286,7 @@ class _Upload:
             # As sent (NFC), for edge's default asset name; "file" when the part named none.
             filename=self.filename or keys.FALLBACK_FILENAME,
             fields=fields,
+            visibility=self.visibility,
         )
 
     async def _receive(self, chunk: bytes) -> None:
@@ -337,7 +357,10 @@ class _Upload:
         self._write(data)
         assert self.writer is not None
         sha256 = self.sha256.hexdigest()
-        return self.writer.commit(content_type=content_type, sha256=sha256), sha256
+        info = self.writer.commit(
+            content_type=content_type, sha256=sha256, private=self.visibility == "private"
+        )
+        return info, sha256
 
     async def _abort(self) -> None:
         if self.writer is None or self.committed:
@@ -362,14 +385,21 @@ async def _drain(stream: AsyncIterator[bytes]) -> None:
 
 
 @router.post("/uploads/{org_id}/{asset_id}", status_code=201)
-async def upload(org_id: str, asset_id: str, request: Request, storage: StorageDep) -> Stored:
+async def upload(
+    org_id: str,
+    asset_id: str,
+    request: Request,
+    storage: StorageDep,
+    visibility: Annotated[Visibility, Query()] = "public",
+    fixed: Annotated[bool, Query()] = False,
+) -> Stored:
     """Store the ``file`` part of a multipart body under ``{org_id}/{asset_id}/{filename}``."""
     if not keys.valid_ids(org_id, asset_id):
         raise invalid("Not an organization id and asset id.", field="path")
     content_type = request.headers.get("content-type", "")
     if keys.media_type(content_type) != "multipart/form-data":
         raise unsupported_media_type("The upload must be multipart/form-data.")
-    upload = _Upload(storage, org_id, asset_id, content_type)
+    upload = _Upload(storage, org_id, asset_id, content_type, visibility, fixed)
     try:
         return await upload.run(request.stream())
     except ClientDisconnect:

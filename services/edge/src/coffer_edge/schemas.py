@@ -10,7 +10,15 @@ from pydantic.json_schema import SkipJsonSchema
 
 from coffer_kit.limits import EXPIRES_IN_MAX, EXPIRES_IN_MIN, MAX_FILE_BYTES, PAGE_LIMIT_MAX, PAGE_OFFSET_MAX
 from coffer_kit.names import NAME_RULES, NAME_SCHEMA, UPLOAD_NAME_SCHEMA
-from coffer_kit.resources import Asset, AssetList, Folder, FolderCreate, FolderList, FolderWithPath
+from coffer_kit.resources import (
+    Asset,
+    AssetList,
+    Folder,
+    FolderCreate,
+    FolderList,
+    FolderWithPath,
+    Visibility,
+)
 
 __all__ = [
     "TOKEN_UPLOAD_BODY",
@@ -88,10 +96,13 @@ class FolderUpdate(BaseModel):
 
 
 class AssetUpdate(BaseModel):
-    """At least one of the two; ``folderId`` null moves the asset to the root."""
+    """At least one of the three; ``folderId`` null moves the asset to the root."""
 
     model_config = ConfigDict(
-        extra="ignore", json_schema_extra={"anyOf": [{"required": ["name"]}, {"required": ["folderId"]}]}
+        extra="ignore",
+        json_schema_extra={
+            "anyOf": [{"required": ["name"]}, {"required": ["folderId"]}, {"required": ["visibility"]}]
+        },
     )
 
     # Optional, not nullable: null is refused (400), so the document does not offer it.
@@ -99,9 +110,14 @@ class AssetUpdate(BaseModel):
         default=None, description="The new name. " + NAME_RULES, json_schema_extra=NAME_SCHEMA
     )
     folderId: str | None = Field(default=None, description="The new folder; null = root.")
+    visibility: Visibility | SkipJsonSchema[None] = Field(
+        default=None,
+        description="`private`: `publicUrl` becomes null and the CDN answers the bare key 404 "
+        "(signed URLs keep working); `public`: back. Takes effect at the CDN within 5 seconds.",
+    )
 
     def changes(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("name", "folderId") if k in self.model_fields_set}
+        return {k: getattr(self, k) for k in ("name", "folderId", "visibility") if k in self.model_fields_set}
 
 
 AssetSort = Literal["-createdAt", "createdAt", "name", "-name", "size", "-size"]
@@ -169,6 +185,11 @@ class UploadTokenCreate(BaseModel):
         description="Media types accepted, `*` wildcards allowed (`image/*`); omitted = any.",
     )
     expiresIn: int = Field(default=600, ge=1, le=86_400, strict=True, description="Validity in seconds.")
+    visibility: Visibility | None = Field(
+        default=None,
+        description="The uploaded asset's visibility, fixed (the form cannot change it); omitted or "
+        "null = the organization's `defaultVisibility` at upload time.",
+    )
 
     def content_types(self) -> list[str] | None:
         return [t.lower() for t in self.contentTypes] if self.contentTypes is not None else None
@@ -200,4 +221,9 @@ UPLOAD_BODY = _multipart_body(
     "The file, at most 100 MiB.",
     "Asset name; defaults to the file name. " + NAME_RULES,
     folderId={"type": "string", "description": "Folder id; omitted or empty = root."},
+    visibility={
+        "type": "string",
+        "enum": ["public", "private"],
+        "description": "`public` or `private`; omitted or empty = the organization's `defaultVisibility`.",
+    },
 )

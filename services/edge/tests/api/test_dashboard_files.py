@@ -30,6 +30,7 @@ class Browser:
     http: httpx.Client
     org_id: str
     csrf: str
+    email: str = ""
 
     @property
     def files(self) -> str:
@@ -88,7 +89,7 @@ def sign_up(edge_url: str, org_name: str = "Files") -> Browser:
     assert csrf
     made = http.post("/dashboard/orgs/new", data={"csrf_token": csrf.group(1), "name": org_name})
     assert made.status_code == 303, made.text
-    return Browser(http, made.headers["location"].rsplit("/", 1)[1], csrf.group(1))
+    return Browser(http, made.headers["location"].rsplit("/", 1)[1], csrf.group(1), email)
 
 
 @pytest.fixture
@@ -291,3 +292,48 @@ def test_counts_read_as_english(browser: Browser) -> None:
     assert "1 byte in 1 file\n" in text(browser.files)
     assert "(1 byte)" in text(f"{browser.files}/{asset_id}")
     assert "1 asset, 1 byte." in text(f"/dashboard/o/{browser.org_id}/usage")
+
+
+def test_visibility_switch_default_and_who_may(browser: Browser, stack: Any, admin: Any) -> None:
+    """CONTRACT §12 in the dashboard: the file page's switch (members too), the organization's
+    default in Settings (owners only), their audit events, and another organization's asset."""
+    asset = browser.upload_xhr(b"v" * 10, "v.txt").json()["asset"]
+    page = f"{browser.files}/{asset['id']}"
+    made = browser.post(f"{page}/visibility", {"visibility": "private"})
+    assert (made.status_code, made.headers["location"]) == (303, f"{page}?done=private")
+    shown = browser.http.get(page).text
+    assert 'id="asset-visibility">Private<' in shown and 'id="public-url"' not in shown
+    deadline = time.monotonic() + 5
+    while httpx.get(asset["publicUrl"]).status_code != 404:
+        assert time.monotonic() < deadline, "the CDN still serves the file 5 s after the switch"
+        time.sleep(0.05)
+    assert 'class="visibility nowrap">Private<' in browser.http.get(browser.files).text
+    assert browser.post(f"{page}/visibility", {"visibility": "private"}).status_code == 303  # no change
+    assert browser.post(f"{page}/visibility", {"visibility": "hidden"}).status_code == 400
+    audit = browser.http.get(f"/dashboard/o/{browser.org_id}/audit").text
+    assert audit.count("asset.visibility_changed") == 1
+
+    settings = f"/dashboard/o/{browser.org_id}/settings"
+    other = sign_up(stack.edge_url, "Elsewhere")
+    try:
+        assert (
+            other.post(f"{other.files}/{asset['id']}/visibility", {"visibility": "public"}).status_code == 404
+        )
+        admin("add-member", "--org", browser.org_id, "--user", other.email, "--role", "member")
+        # A member may switch a file but not the organization's default.
+        as_member = other.post(f"{page}/visibility", {"visibility": "public"})
+        assert as_member.status_code == 303, as_member.text
+        assert other.post(f"{settings}/default-visibility", {"visibility": "private"}).status_code == 403
+        member_view = other.http.get(settings).text
+        assert 'id="default-visibility-value">public<' in member_view
+        assert "save-default-visibility" not in member_view
+    finally:
+        other.http.close()
+
+    assert browser.post(f"{settings}/default-visibility", {"visibility": "secret"}).status_code == 400
+    changed = browser.post(f"{settings}/default-visibility", {"visibility": "private"})
+    assert changed.status_code == 303, changed.text
+    assert "New uploads are now private" in browser.http.get(changed.headers["location"]).text
+    later = browser.upload_xhr(b"later", "later.txt").json()["asset"]
+    assert (later["visibility"], later["publicUrl"]) == ("private", None)
+    assert "org.default_visibility_changed" in browser.http.get(f"/dashboard/o/{browser.org_id}/audit").text

@@ -54,6 +54,9 @@ class Asset(SQLModel, table=True):
         # Serve the list orderings: all assets, and assets of one folder (root = NULL), newest first.
         Index("ix_assets_org_created", "organization_id", "created_at", "id"),
         Index("ix_assets_org_folder_created", "organization_id", "folder_id", "created_at", "id"),
+        # GET /api/assets?visibility= (CONTRACT §12): the page and its count, newest first,
+        # from the index alone (migration 0004_asset_visibility; docs/api.md has the figures).
+        Index("ix_assets_org_visibility_created", "organization_id", "visibility", "created_at", "id"),
         # Name search (CONTRACT §8: case-insensitive substring). On SQLite, counting the matches
         # of an organization reads this index alone instead of every row: 14 ms instead of 35 ms
         # at 100,000 assets (docs/api.md).
@@ -85,6 +88,10 @@ class Asset(SQLModel, table=True):
     # The name case-folded (names.search_key): what the name search compares, alike on both
     # databases (SQLite's own lower() folds ASCII only).
     name_key: str = Field(sa_column=Column(Text, nullable=False))
+    # CONTRACT §12: 'public' or 'private' (the store holds it too; see docs/architecture.md).
+    visibility: str = Field(
+        default="public", sa_column=Column(String(16), nullable=False, server_default="public")
+    )
 
 
 class Usage(SQLModel, table=True):

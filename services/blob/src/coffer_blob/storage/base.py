@@ -31,6 +31,10 @@ class ObjectInfo:
     sha256: str  # hex; also the object's strong ETag
     content_type: str
     last_modified: datetime  # timezone-aware UTC, whole seconds
+    # CONTRACT §12: a private object is served on signed URLs only. Kept with the object
+    # itself (fs: its sidecar; s3: its metadata), so the CDN learns it from the read it
+    # makes anyway, with no call to another service.
+    private: bool = False
 
 
 class Writer(Protocol):
@@ -38,7 +42,7 @@ class Writer(Protocol):
 
     def write(self, chunk: bytes) -> None: ...
 
-    def commit(self, *, content_type: str, sha256: str) -> ObjectInfo:
+    def commit(self, *, content_type: str, sha256: str, private: bool = False) -> ObjectInfo:
         """Publish the object atomically and durably; afterwards it is readable under the key."""
         ...
 
@@ -83,6 +87,11 @@ class Storage(Protocol):
 
     def delete(self, key: str) -> None:
         """Delete the object under ``key``; deleting a missing object is not an error."""
+        ...
+
+    def set_private(self, key: str, private: bool) -> bool:
+        """Make the committed object under ``key`` private or public, atomically and durably
+        (the next read sees it); False if there is no such object."""
         ...
 
     def delete_prefix(self, prefix: str) -> None:

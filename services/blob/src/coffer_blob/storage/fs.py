@@ -8,7 +8,9 @@ own (a directory is one more fsync). In a bucket, for each object:
 
 - ``<asset>.<h>``: the object's bytes, ``<h>`` being the first 32 hex digits of the SHA-256
   of the filename (so names stay short, whatever the filename);
-- ``<asset>%meta.<h>``: its sidecar: the filename, content type and checksum, as JSON;
+- ``<asset>%meta.<h>``: its sidecar: the filename, content type and checksum, as JSON, and
+  ``"private": true`` for a private object (CONTRACT §12; replaced whole, temp file then
+  rename, when the visibility changes);
 - ``<asset>%tmp.<random>``: writes in progress.
 
 Everything stored for an asset is named ``<asset>.…`` or ``<asset>%…`` in its bucket (asset
@@ -366,7 +368,39 @@ class FsStorage:
             sha256=meta["sha256"],
             content_type=meta["contentType"],
             last_modified=datetime.fromtimestamp(int(st.st_mtime), UTC),
+            private=meta.get("private") is True,
         )
+
+    def set_private(self, key: str, private: bool) -> bool:
+        place = self._place(key)
+        temp = place.temp_prefix + secrets.token_hex(12)
+        try:
+            try:
+                meta = _read_sidecar(place.sidecar)
+            except (FileNotFoundError, NotADirectoryError):
+                return False
+            if meta.get("name") != place.filename or not os.path.exists(place.data):
+                return False
+            if (meta.get("private") is True) == private:
+                return True
+            meta.pop("private", None)
+            if private:
+                meta["private"] = True
+            with open(temp, "xb") as fh:
+                fh.write(json.dumps(meta).encode())
+                _write_durably(fh)
+            os.replace(temp, place.sidecar)
+            _fsync_dir(place.directory)
+            if not os.path.exists(place.data):
+                # Deleted meanwhile (data first, then the sidecar): leave no sidecar behind.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(place.sidecar)
+                return False
+            return True
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise StorageUnavailable(f"cannot change the visibility of {key}: {exc}") from exc
 
     def _delete_in_bucket(self, org: str, asset: str) -> None:
         bucket = self._bucket(org, asset)
@@ -416,7 +450,7 @@ class _FsWriter:
         except OSError as exc:
             raise StorageUnavailable(f"cannot write {self.key}: {exc}") from exc
 
-    def commit(self, *, content_type: str, sha256: str) -> ObjectInfo:
+    def commit(self, *, content_type: str, sha256: str, private: bool = False) -> ObjectInfo:
         assert self._fh is not None, "commit after commit or abort"
         place = self.place
         try:
@@ -424,6 +458,8 @@ class _FsWriter:
             self._fh.close()
             self._fh = None
             meta: dict[str, Any] = {"name": place.filename, "contentType": content_type, "sha256": sha256}
+            if private:
+                meta["private"] = True
             self._meta_tmp = place.temp_prefix + secrets.token_hex(12)
             with open(self._meta_tmp, "xb") as fh:
                 fh.write(json.dumps(meta).encode())
@@ -445,6 +481,7 @@ class _FsWriter:
             sha256=sha256,
             content_type=content_type,
             last_modified=datetime.fromtimestamp(int(st.st_mtime), UTC),
+            private=private,
         )
 
     def abort(self) -> None:

@@ -9,6 +9,11 @@ Writes mirror the filesystem driver's temp-then-publish:
   with a server-side ``CopyObject`` that sets the content type and the SHA-256 (known only
   once the last byte is in), then deletes the temp object.
 
+A private object (CONTRACT §12) carries ``x-amz-meta-visibility: private``; changing the
+visibility copies the object onto itself with the new metadata (``CopyObject``,
+``MetadataDirective=REPLACE``: atomic, and S3 reads are strongly consistent), conditional
+on the ETag it read, so a concurrent rewrite is never undone.
+
 So the real key only ever holds a complete object with its metadata, and a failure at any
 step aborts the multipart upload and deletes the temp object: no object, no dangling
 upload. What a crash leaves is under the asset's prefix, which ``delete_prefix`` (edge's
@@ -41,6 +46,8 @@ log = logging.getLogger("coffer.blob.s3")
 
 PART_SIZE = 8 * 1024 * 1024  # S3's minimum is 5 MiB (except the last part)
 _RESERVED = "%"
+# User metadata of a private object (CONTRACT §12): x-amz-meta-visibility: private.
+VISIBILITY, PRIVATE = "visibility", "private"
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchUpload"}
 # One boto3 session per process: it caches the service model, so each client is cheap to make.
 _SESSION: boto3.session.Session | None = None
@@ -121,7 +128,37 @@ class S3Storage:
             sha256=sha256,
             content_type=head.get("ContentType") or "application/octet-stream",
             last_modified=head["LastModified"].astimezone(UTC).replace(microsecond=0),
+            private=head.get("Metadata", {}).get(VISIBILITY) == PRIVATE,
         )
+
+    def set_private(self, key: str, private: bool) -> bool:
+        _check_key(key)
+        try:
+            head = self._call(key, "head_object", Key=key)
+        except ClientError:
+            return False
+        metadata = dict(head.get("Metadata", {}))
+        if not metadata.get("sha256"):
+            return False
+        if (metadata.get(VISIBILITY) == PRIVATE) == private:
+            return True
+        metadata.pop(VISIBILITY, None)
+        if private:
+            metadata[VISIBILITY] = PRIVATE
+        try:
+            self._call(
+                key,
+                "copy_object",
+                Key=key,
+                CopySource={"Bucket": self.bucket, "Key": key},
+                CopySourceIfMatch=head["ETag"],
+                MetadataDirective="REPLACE",
+                ContentType=head.get("ContentType") or "application/octet-stream",
+                Metadata=metadata,
+            )
+        except ClientError:
+            return False  # deleted meanwhile
+        return True
 
     def open_reader(self, key: str, start: int = 0, end: int | None = None) -> _S3Reader | None:
         _check_key(key)
@@ -230,10 +267,12 @@ class _S3Writer:
             # Parts need not be equal: send what is buffered (a little over PART_SIZE).
             self._upload_part(self._take())
 
-    def commit(self, *, content_type: str, sha256: str) -> ObjectInfo:
+    def commit(self, *, content_type: str, sha256: str, private: bool = False) -> ObjectInfo:
         assert not self._done, "commit after commit or abort"
         s3 = self.storage
         metadata = {"sha256": sha256}
+        if private:
+            metadata[VISIBILITY] = PRIVATE
         try:
             if self._upload_id is None:
                 body = self._take()

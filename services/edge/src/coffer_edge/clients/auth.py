@@ -17,6 +17,7 @@ from coffer_edge.metrics import AUTH_CACHE
 from coffer_kit import accounts_wire as schemas
 from coffer_kit import wire
 from coffer_kit.internal import InternalClient
+from coffer_kit.resources import Visibility
 
 CacheKey = tuple[str, str | None]
 
@@ -34,6 +35,8 @@ class Principal:
     user_id: str | None
     quota_bytes: int
     key_expires_at: float | None  # unix seconds
+    # CONTRACT §12: what uploads that do not say become (cached with the rest, ≤ 5 s).
+    default_visibility: Visibility = "public"
 
 
 class AuthClient(ServiceClient):
@@ -251,6 +254,11 @@ class AccountsClient(ServiceClient):
 
     async def rename_org(self, caller: Caller, org_id: str, name: str) -> schemas.OrgOut:
         body = await self._call("PATCH", f"/orgs/{_seg(org_id)}", caller, json={"name": name})
+        return schemas.OrgOut.model_validate(body)
+
+    async def set_default_visibility(self, caller: Caller, org_id: str, visibility: str) -> schemas.OrgOut:
+        path = f"/orgs/{_seg(org_id)}/default-visibility"
+        body = await self._call("PUT", path, caller, json={"defaultVisibility": visibility})
         return schemas.OrgOut.model_validate(body)
 
     async def members(self, caller: Caller, org_id: str) -> list[schemas.MemberOut]:

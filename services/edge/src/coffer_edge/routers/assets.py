@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fnmatch
 import logging
 import time
@@ -47,6 +48,7 @@ from coffer_kit.limits import (
     PAGE_LIMIT_DEFAULT,
     PAGE_OFFSET_DEFAULT,
 )
+from coffer_kit.resources import Visibility
 from coffer_kit.wire import Stored, UploadCommit
 
 log = logging.getLogger("coffer.edge.assets")
@@ -144,6 +146,12 @@ class UploadScope:
     # a commit that was definitely refused.
     claim: Callable[[str], Awaitable[None]] | None = None
     release: Callable[[str], Awaitable[None]] | None = None
+    # CONTRACT §12: what the asset becomes unless the form's ``visibility`` field says; with
+    # ``fixed_visibility`` (an upload token's) whatever the form says. Tus (§9, not built
+    # yet): its ``visibility`` metadata entry goes here (``fixed_visibility=True``), since its
+    # bytes carry no form; blob stores the object with it before metadata commits the row.
+    visibility: Visibility = "public"
+    fixed_visibility: bool = False
 
 
 def media_type_allowed(mime_type: str, allowed: tuple[str, ...]) -> bool:
@@ -158,7 +166,11 @@ async def upload_asset(
     request: Request, principal: PrincipalDep, metadata: MetadataDep, blob: BlobDep, rid: RequestIdDep
 ) -> Any:
     """Upload a file (multipart/form-data: `file`, optional `name` and `folderId`)."""
-    scope = UploadScope(organization_id=principal.organization_id, quota_bytes=principal.quota_bytes)
+    scope = UploadScope(
+        organization_id=principal.organization_id,
+        quota_bytes=principal.quota_bytes,
+        visibility=principal.default_visibility,
+    )
     return await upload_response(request, scope, metadata, blob, rid)
 
 
@@ -221,14 +233,22 @@ def _outside_scope(stored: Stored, scope: UploadScope) -> CofferError | None:
 
 
 async def _relay(
-    body: _CappedBody, blob: BlobClient, org: str, asset_id: str, content_type: str, rid: str
+    body: _CappedBody, blob: BlobClient, scope: UploadScope, asset_id: str, content_type: str, rid: str
 ) -> Any:
     """Stream the body to blob; 503 if blob stops taking it (``_CappedBody``'s write timeout)."""
     try:
         async with asyncio.timeout(None) as deadline:
             body.deadline = deadline
             try:
-                return await blob.upload(org, asset_id, body.__aiter__(), content_type, request_id=rid)
+                return await blob.upload(
+                    scope.organization_id,
+                    asset_id,
+                    body.__aiter__(),
+                    content_type,
+                    request_id=rid,
+                    visibility=scope.visibility,
+                    fixed=scope.fixed_visibility,
+                )
             finally:
                 body.deadline = None  # the body may be finalised after the timeout is left
     except TimeoutError:
@@ -256,7 +276,9 @@ async def _upload(
 
     body = _CappedBody(request, edge_state(request).settings.edge_blob_write_timeout_seconds, scope.max_bytes)
     try:
-        stored = await _relay(body, blob, org, asset_id, content_type, rid)
+        # blob stores the object with its visibility, before metadata has a row: a private
+        # asset is never public at the CDN, even for a moment.
+        stored = await _relay(body, blob, scope, asset_id, content_type, rid)
     except (CofferError, ClientDisconnect):
         await discard()
         if body.too_large:
@@ -280,6 +302,7 @@ async def _upload(
         size=stored.size,
         sha256=stored.sha256,
         quota_bytes=scope.quota_bytes,
+        visibility=stored.visibility,
     )
     if scope.claim is not None:
         try:
@@ -323,9 +346,14 @@ async def list_assets(
     sort: Annotated[
         AssetSort, Query(description="Order; ties by id in the same direction. Default `-createdAt`.")
     ] = "-createdAt",
+    visibility: Annotated[
+        Visibility | None, Query(description="Only `public` or only `private` assets; omitted: both.")
+    ] = None,
 ) -> Response:
     """List assets (newest first by default), with the total that match; search by name."""
     params: dict[str, Any] = {"limit": limit, "offset": offset, "sort": sort}
+    if visibility is not None:
+        params["visibility"] = visibility
     if folder_id is not None:
         params["folderId"] = folder_id
     if q is not None:
@@ -354,14 +382,50 @@ async def get_asset_fast(request: Request) -> Response:
 
 @json_router.patch("/{asset_id}", response_model=AssetOut, responses=errors(404, 415))
 async def update_asset(
-    asset_id: str, body: AssetUpdate, principal: PrincipalDep, metadata: MetadataDep, rid: RequestIdDep
+    asset_id: str,
+    body: AssetUpdate,
+    principal: PrincipalDep,
+    metadata: MetadataDep,
+    blob: BlobDep,
+    rid: RequestIdDep,
 ) -> Response:
-    """Rename and/or move an asset; its key, publicUrl and signed URLs do not change."""
+    """Rename, move and/or change the visibility of an asset; its key and signed URLs do not
+    change (a private asset's publicUrl is null)."""
     changes = body.changes()
     if not changes:
-        raise invalid("Send 'name', 'folderId' or both.", field="body")
-    asset = await metadata.update_asset(principal.organization_id, asset_id, changes, request_id=rid)
+        raise invalid("Send 'name', 'folderId' or 'visibility'.", field="body")
+    asset = await update_stored_asset(principal.organization_id, asset_id, changes, metadata, blob, rid)
     return Response(asset, media_type="application/json")
+
+
+async def update_stored_asset(
+    org_id: str, asset_id: str, changes: dict[str, Any], metadata: MetadataClient, blob: BlobClient, rid: str
+) -> bytes:
+    """Rename, move and/or change the visibility (CONTRACT §12), as the public body.
+
+    The store and metadata change in the order that never leaves a private asset public,
+    whatever fails or crashes in between: to private, the store first (the CDN refuses the
+    key at once), then metadata; to public, metadata first, then the store. A failure in
+    between leaves the asset less reachable than metadata says, never more, and sending the
+    same change again finishes it.
+    """
+    visibility = changes.get("visibility")
+    if visibility is None:
+        return await metadata.update_asset(org_id, asset_id, changes, request_id=rid)
+    if visibility == "private":
+        before = await metadata.get_asset(org_id, asset_id, request_id=rid)  # 404 / 403 first
+        await blob.set_visibility(before.key, "private", request_id=rid)
+        try:
+            return await metadata.update_asset(org_id, asset_id, changes, request_id=rid)
+        except CofferError as exc:
+            if 400 <= exc.status < 500 and before.visibility == "public":
+                # Definitely refused (a bad name, a missing folder): as it was.
+                with contextlib.suppress(CofferError):
+                    await blob.set_visibility(before.key, "public", request_id=rid)
+            raise
+    body = await metadata.update_asset(org_id, asset_id, changes, request_id=rid)
+    await blob.set_visibility(AssetOut.model_validate_json(body).key, "public", request_id=rid)
+    return body
 
 
 @router.delete("/{asset_id}", response_model=Success, responses=errors(404))

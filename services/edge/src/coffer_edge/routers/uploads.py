@@ -80,6 +80,7 @@ async def create_upload_token(
             max_bytes=body.maxBytes,
             content_types=body.content_types(),
             expires_in=body.expiresIn,
+            visibility=body.visibility,
         ),
         request_id=rid,
     )
@@ -134,6 +135,9 @@ async def upload_with_token(
         fixed_folder=True,
         claim=claim,
         release=release,
+        # The token's, else the organization's default now; never the (untrusted) form's.
+        visibility=grant.visibility or grant.default_visibility,
+        fixed_visibility=True,
     )
     return await upload_response(request, scope, metadata, blob, rid)
 

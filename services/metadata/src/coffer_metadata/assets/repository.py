@@ -33,6 +33,7 @@ _VIEW = sa.select(
     _assets.c.created_at,
     _assets.c.sha256,
     _assets.c.updated_at,
+    _assets.c.visibility,
 )
 _GET_ROW = PointQuery(
     _VIEW.where(_assets.c.organization_id == sa.bindparam("org_id"), _assets.c.id == sa.bindparam("asset_id"))
@@ -215,7 +216,12 @@ def _fts_phrase(q_key: str) -> str:
 
 
 def _filters(
-    session: Session, org_id: str, folder_id: str | None, root_only: bool, q_key: str | None
+    session: Session,
+    org_id: str,
+    folder_id: str | None,
+    root_only: bool,
+    q_key: str | None,
+    visibility: str | None = None,
 ) -> list[sa.ColumnElement[bool]]:
     sqlite_search = q_key is not None and session.get_bind().dialect.name == "sqlite"
     where: list[sa.ColumnElement[bool]] = [_assets.c.organization_id == org_id]
@@ -225,6 +231,8 @@ def _filters(
         where.append(_assets.c.folder_id.is_(None))
     elif folder_id is not None:
         where.append(_assets.c.folder_id == folder_id)
+    if visibility is not None:
+        where.append(_assets.c.visibility == visibility)
     if q_key is not None:
         pattern = _like_pattern(q_key)
         if not sqlite_search:
@@ -248,6 +256,7 @@ def search_page(
     sort: Sort,
     limit: int,
     offset: int,
+    visibility: str | None = None,
 ) -> tuple[list[Row], int | None]:  # type: ignore[type-arg]
     """A page in any of the SORTS order, optionally only names containing ``q_key``, and then
     the number of matches (None without ``q_key`` or when the page is empty: ask ``count``
@@ -258,22 +267,31 @@ def search_page(
     """
     column, descending = SORTS[sort]
     order = [_assets.c[column], _assets.c.id]
-    select = _VIEW.add_columns(func.count().over().label("total")) if q_key is not None else _VIEW
+    counted = q_key is not None
+    select = _VIEW.add_columns(func.count().over().label("total")) if counted else _VIEW
     statement = (
-        select.where(*_filters(session, org_id, folder_id, root_only, q_key))
+        select.where(*_filters(session, org_id, folder_id, root_only, q_key, visibility))
         .order_by(*(c.desc() if descending else c.asc() for c in order))
         .limit(limit)
         .offset(offset)
     )
     rows = list(session.connection().execute(statement))
-    return rows, (int(rows[0].total) if rows and q_key is not None else None)
+    return rows, (int(rows[0].total) if rows and counted else None)
 
 
-def search_count(session: Session, *, org_id: str, folder_id: str | None, root_only: bool, q_key: str) -> int:
+def search_count(
+    session: Session,
+    *,
+    org_id: str,
+    folder_id: str | None,
+    root_only: bool,
+    q_key: str | None,
+    visibility: str | None = None,
+) -> int:
     statement = (
         sa.select(func.count())
         .select_from(_assets)
-        .where(*_filters(session, org_id, folder_id, root_only, q_key))
+        .where(*_filters(session, org_id, folder_id, root_only, q_key, visibility))
     )
     return int(session.connection().execute(statement).scalar() or 0)
 

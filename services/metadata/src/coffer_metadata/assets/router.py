@@ -22,7 +22,7 @@ from coffer_kit.limits import (
     PAGE_OFFSET_MAX,
 )
 from coffer_kit.names import normalize_name
-from coffer_kit.resources import Asset
+from coffer_kit.resources import Asset, Visibility
 from coffer_kit.urls import asset_prefix
 from coffer_kit.wire import (
     Done,
@@ -81,6 +81,7 @@ async def commit_upload(
         size=body.size,
         sha256=body.sha256,
         quota_bytes=body.quota_bytes,
+        visibility=body.visibility,
         cdn_url=settings.cdn_url,
     )
     return JSONResponse(await database.write(commit), status_code=201)
@@ -108,6 +109,7 @@ async def list_assets(
     folder_id: Annotated[str | None, Query(alias="folderId")] = None,
     q: Annotated[str | None, Query(min_length=1, max_length=MAX_NAME_CHARS)] = None,
     sort: Annotated[Sort, Query()] = repository.DEFAULT_SORT,
+    visibility: Annotated[Visibility | None, Query()] = None,
 ) -> JSONResponse:
     page = functools.partial(
         service.list_views,
@@ -118,6 +120,7 @@ async def list_assets(
         cdn_url=settings.cdn_url,
         q=q,
         sort=sort,
+        visibility=visibility,
     )
     return JSONResponse(await run_read(database.engine, page))
 
@@ -161,6 +164,7 @@ class AssetPatch(BaseModel):
 
     name: str | None = None
     folder_id: str | None = Field(default=None, alias="folderId")
+    visibility: Visibility | None = None
 
 
 @router.patch("/orgs/{org_id}/assets/{asset_id}")
@@ -170,14 +174,17 @@ def update_asset(
     sent = body.model_fields_set
     if "name" in sent and body.name is None:
         raise invalid("'name' must be a string.", field="name")
-    if not sent & {"name", "folder_id"}:
-        raise invalid("Send 'name', 'folderId' or both.", field="body")
+    if "visibility" in sent and body.visibility is None:
+        raise invalid("'visibility' is 'public' or 'private'.", field="visibility")
+    if not sent & {"name", "folder_id", "visibility"}:
+        raise invalid("Send 'name', 'folderId' or 'visibility'.", field="body")
     asset = service.update(
         session,
         org_id=org_id,
         asset_id=asset_id,
         name=body.name,
         folder_id=(body.folder_id or None) if "folder_id" in sent else UNSET,
+        visibility=body.visibility,
     )
     return Asset.model_validate(service.view(asset, settings.cdn_url))
 

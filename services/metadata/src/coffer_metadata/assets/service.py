@@ -38,10 +38,12 @@ def view(asset: Asset | Row | SimpleNamespace, cdn_url: str) -> dict[str, Any]: 
         "name": asset.name,
         "mimeType": asset.mime_type,
         "size": asset.size,
-        "publicUrl": public_url(cdn_url, asset.key),
+        # CONTRACT §12: a private asset has no public URL.
+        "publicUrl": public_url(cdn_url, asset.key) if asset.visibility != "private" else None,
         "createdAt": isoformat(asset.created_at),
         "sha256": asset.sha256,
         "updatedAt": isoformat(asset.updated_at),
+        "visibility": asset.visibility,
     }
 
 
@@ -81,6 +83,7 @@ def commit_upload(
     size: int,
     sha256: str,
     quota_bytes: int,
+    visibility: str = "public",
 ) -> dict[str, Any]:
     """Step 3: check the folder, reserve quota, insert the asset, consume the intent — one transaction."""
     if not key.startswith(asset_prefix(org_id, asset_id)):
@@ -110,6 +113,7 @@ def commit_upload(
         "created_at": now,
         "updated_at": now,
         "name_key": search_key(name),
+        "visibility": visibility,
     }
     repository.add_asset(session, asset)
     return asset
@@ -135,10 +139,12 @@ def list_views(
     cdn_url: str,
     q: str | None = None,
     sort: repository.Sort = repository.DEFAULT_SORT,
+    visibility: str | None = None,
 ) -> dict[str, Any]:
     """A page of assets and the total that match, as the contract writes them.
 
-    ``folder_id`` "" means root level only; ``q`` keeps names containing it (any case).
+    ``folder_id`` "" means root level only; ``q`` keeps names containing it (any case);
+    ``visibility`` keeps only public or only private assets.
     """
     root_only = folder_id == ""
     folder = folder_id or None
@@ -148,7 +154,7 @@ def list_views(
     if q is not None and not could_be_in_a_name(q):
         # No name holds a control character (and PostgreSQL could not even compare a NUL).
         return {"assets": [], "total": 0, "limit": limit, "offset": offset}
-    if q is None and sort == repository.DEFAULT_SORT:
+    if q is None and sort == repository.DEFAULT_SORT and visibility is None:
         total = repository.count(session, org_id=org_id, folder_id=folder, root_only=root_only)
         items = repository.page(
             session,
@@ -170,14 +176,20 @@ def list_views(
             sort=sort,
             limit=limit,
             offset=offset,
+            visibility=visibility,
         )
         if matches is not None:
             total = matches
-        elif q_key is None:
+        elif q_key is None and visibility is None:
             total = repository.count(session, org_id=org_id, folder_id=folder, root_only=root_only)
-        else:  # a page past the end: count apart
+        else:  # a page past the end, or a visibility without a search: count apart
             total = repository.search_count(
-                session, org_id=org_id, folder_id=folder, root_only=root_only, q_key=q_key
+                session,
+                org_id=org_id,
+                folder_id=folder,
+                root_only=root_only,
+                q_key=q_key,
+                visibility=visibility,
             )
     return {"assets": [view(a, cdn_url) for a in items], "total": total, "limit": limit, "offset": offset}
 
@@ -189,8 +201,10 @@ def update(
     asset_id: str,
     name: str | None,
     folder_id: str | Unset | None,
+    visibility: str | None = None,
 ) -> Asset:
-    """Rename and/or move an asset in this transaction; its key and URLs never change."""
+    """Rename, move and/or change the visibility of an asset in this transaction; its key and
+    signed URLs never change (a private asset has no public URL)."""
     if not is_asset_id(asset_id):
         raise not_found(f"Asset {asset_id!r} does not exist.")
     asset = repository.get(session, org_id=org_id, asset_id=asset_id)
@@ -200,9 +214,11 @@ def update(
     new_folder = folder_id if not isinstance(folder_id, Unset) else asset.folder_id
     if new_folder is not None and new_folder != asset.folder_id:
         check_folder(session, org_id=org_id, folder_id=new_folder)
-    if (new_name, new_folder) != (asset.name, asset.folder_id):
+    new_visibility = visibility or asset.visibility
+    if (new_name, new_folder, new_visibility) != (asset.name, asset.folder_id, asset.visibility):
         asset.name, asset.name_key = new_name, search_key(new_name)
         asset.folder_id, asset.updated_at = new_folder, utcnow()
+        asset.visibility = new_visibility
         session.add(asset)
         session.flush()
     return asset

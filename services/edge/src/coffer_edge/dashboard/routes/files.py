@@ -35,7 +35,7 @@ from coffer_edge.dashboard.web import (
     redirect,
     state_of,
 )
-from coffer_edge.routers.assets import UploadScope, counted_upload, delete_stored_asset
+from coffer_edge.routers.assets import UploadScope, counted_upload, delete_stored_asset, update_stored_asset
 from coffer_kit.errors import CofferError, invalid, not_found
 from coffer_kit.limits import MAX_FILE_BYTES
 from coffer_kit.resources import Asset, AssetList, Folder, FolderList, FolderWithPath
@@ -511,6 +511,7 @@ async def upload(request: Request, visit: OrgVisitDep, folder: str = "") -> Resp
             quota_bytes=visit.org.quota_bytes,
             folder_id=folder_id,
             fixed_folder=True,
+            visibility=visit.org.default_visibility,
         )
         asset = await counted_upload(body_request, scope, state.metadata, state.blob, rid)
     except CofferError as exc:
@@ -614,7 +615,12 @@ async def _asset_page(
 
 @router.get("/o/{org_id}/files/{asset_id}")
 async def asset_page(visit: OrgVisitDep, asset_id: str, done: str = "") -> Response:
-    notice = {"renamed": "The file was renamed.", "moved": "The file was moved."}.get(done)
+    notice = {
+        "renamed": "The file was renamed.",
+        "moved": "The file was moved.",
+        "private": "The file is private: only signed URLs reach it now.",
+        "public": "The file is public: anyone with its public URL can read it.",
+    }.get(done)
     return await _asset_page(visit, await _asset(visit, asset_id), notice=notice)
 
 
@@ -673,6 +679,23 @@ async def rename_asset(request: Request, visit: OrgVisitDep, asset_id: str) -> R
     renamed = Asset.model_validate_json(answer)
     await _audit(visit, "asset.renamed", "asset", asset.id, renamed.name, previousName=asset.name)
     return redirect(f"{PREFIX}/o/{visit.org.id}/files/{asset.id}?done=renamed")
+
+
+@router.post("/o/{org_id}/files/{asset_id}/visibility")
+async def change_visibility(request: Request, visit: OrgVisitDep, asset_id: str) -> Response:
+    """CONTRACT §12: make the file private or public, as PATCH /api/assets/:id does."""
+    form = await posted(request, visit)
+    asset = await _asset(visit, asset_id)
+    visibility = field(form, "visibility", limit=16)
+    if visibility not in ("public", "private"):
+        return await _asset_page(visit, asset, status=400, error="Choose public or private.")
+    state = state_of(request)
+    await update_stored_asset(
+        visit.org.id, asset.id, {"visibility": visibility}, state.metadata, state.blob, _rid(visit)
+    )
+    if visibility != asset.visibility:
+        await _audit(visit, "asset.visibility_changed", "asset", asset.id, asset.name, visibility=visibility)
+    return redirect(f"{PREFIX}/o/{visit.org.id}/files/{asset.id}?done={visibility}")
 
 
 @router.get("/o/{org_id}/files/{asset_id}/move")

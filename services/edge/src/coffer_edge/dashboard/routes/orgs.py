@@ -126,8 +126,12 @@ async def usage(visit: OrgVisitDep) -> Response:
 
 
 @router.get("/o/{org_id}/settings")
-async def settings_page(visit: OrgVisitDep, renamed: str | None = None) -> Response:
+async def settings_page(
+    visit: OrgVisitDep, renamed: str | None = None, visibility: str | None = None
+) -> Response:
     notice = "The organization was renamed." if renamed else None
+    if visibility in ("public", "private"):
+        notice = f"New uploads are now {visibility} unless they say otherwise."
     return render(
         visit, "settings.html", title="Settings", section="settings", name=visit.org.name, notice=notice
     )
@@ -155,6 +159,31 @@ async def rename(request: Request, visit: OrgVisitDep) -> Response:
     assert visit.caller.session_hash is not None
     accounts.forget(visit.caller.session_hash)
     return redirect(f"{PREFIX}/o/{visit.org.id}/settings?renamed=1")
+
+
+@router.post("/o/{org_id}/settings/default-visibility")
+async def set_default_visibility(request: Request, visit: OrgVisitDep) -> Response:
+    """CONTRACT §12: what uploads that do not say become (owners; auth refuses members)."""
+    form = await posted(request, visit)
+    visibility = field(form, "visibility", limit=16)
+    accounts = accounts_of(request)
+    try:
+        await accounts.set_default_visibility(visit.caller, visit.org.id, visibility)
+    except CofferError as exc:
+        if exc.status == 400:
+            return render(
+                visit,
+                "settings.html",
+                400,
+                title="Settings",
+                section="settings",
+                name=visit.org.name,
+                error="Choose public or private.",
+            )
+        raise
+    assert visit.caller.session_hash is not None
+    accounts.forget(visit.caller.session_hash)
+    return redirect(f"{PREFIX}/o/{visit.org.id}/settings?visibility={visibility}")
 
 
 # Audit log ------------------------------------------------------------------------------
