@@ -1,7 +1,7 @@
 """when each key last acted in each organization
 
-Revision ID: 0004_key_uses
-Revises: 0003
+Revision ID: 0005_key_uses
+Revises: 0004_org_default_visibility
 Create Date: 2026-11-24 22:30:00.000000
 """
 
@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0004_key_uses"
-down_revision: str | None = "0003"
+revision: str = "0005_key_uses"
+down_revision: str | None = "0004_org_default_visibility"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
