@@ -16,7 +16,7 @@ from coffer_kit.db import writer
 from coffer_kit.timeutil import utcnow
 from coffer_testkit.testing import assert_error
 
-from .support import Api, strong_password
+from .support import Api, age_session, strong_password
 
 pytestmark = pytest.mark.anyio
 
@@ -220,3 +220,24 @@ async def test_production_never_logs_links(api: Api, caplog: pytest.LogCaptureFi
 async def test_production_without_a_signup_mode_is_closed(api: Api) -> None:
     r = await api.call("POST", "/users", json={"email": "a@example.com", "password": strong_password()})
     assert_error(r, 403, "signup_closed")
+
+
+async def test_an_owners_invitation_and_a_new_link_need_the_reauth_window(api: Api, engine: Engine) -> None:
+    """Issue 23: inviting an owner and renewing a link skipped the password prompt that minting
+    a key asks for, though each hands out a live link (an owner's: the whole organization)."""
+    owner = await api.register(email="owner@example.com")
+    org = await api.org(owner["token"])
+    base = f"/orgs/{org['id']}/invitations"
+    made = await api.call("POST", base, token=owner["token"], json={"email": "m@example.com"})
+    assert made.status_code == 201, made.text
+    age_session(engine, owner["session"]["id"], authenticated_at=timedelta(hours=2, seconds=1))
+
+    as_owner = {"email": "o@example.com", "role": "owner"}
+    assert_error(await api.call("POST", base, token=owner["token"], json=as_owner), 403, "reauth_required")
+    renew = f"{base}/{made.json()['invitation']['id']}/renew"
+    assert_error(await api.call("POST", renew, token=owner["token"]), 403, "reauth_required")
+    # A member's invitation still needs no password; nothing was made by the refusals.
+    r = await api.call("POST", base, token=owner["token"], json={"email": "n@example.com"})
+    assert r.status_code == 201, r.text
+    listed = (await api.call("GET", base, token=owner["token"])).json()["invitations"]
+    assert sorted(i["email"] for i in listed) == ["m@example.com", "n@example.com"]

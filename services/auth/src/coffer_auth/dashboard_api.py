@@ -331,6 +331,8 @@ def invite(
 ) -> InvitationCreatedOut:
     org, m = orgs.membership(session, org_id=org_id, user_id=caller.user.id)
     orgs.require_owner(m)
+    if body.role == Role.owner:  # an owner's link hands out everything: as minting a key does
+        sessions.require_sudo(caller.row, caller.lifetimes)
     inv, token = invitations.create(
         session,
         caller.actor,
@@ -359,6 +361,7 @@ def renew_invitation(
 ) -> InvitationCreatedOut:
     org, m = orgs.membership(session, org_id=org_id, user_id=caller.user.id)
     orgs.require_owner(m)
+    sessions.require_sudo(caller.row, caller.lifetimes)  # a new live link, like a new invitation
     inv, token = invitations.renew(
         session,
         caller.actor,

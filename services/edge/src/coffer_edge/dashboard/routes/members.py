@@ -83,31 +83,40 @@ async def invite(request: Request, visit: OrgVisitDep) -> Response:
     role = field(form, "role", limit=16) or "member"
     if role not in ("owner", "member"):
         return await _members_page(visit, status=400, error="Choose owner or member.", invite_email=email)
-    try:
-        created = await accounts_of(request).invite(visit.caller, visit.org.id, email=email, role=role)
-    except CofferError as exc:
-        message = _refused(exc)
-        if message is None:
-            raise
-        if exc.code == "invitation_pending":
-            message = "This email already has a pending invitation: use \u201cNew link\u201d below."
-        elif exc.code == "already_member":
-            message = "This person is already a member."
-        return await _members_page(visit, status=exc.status, error=message, invite_email=email)
-    return _invite_page(visit, created)
+
+    async def action(v: Visit) -> Response:
+        try:
+            created = await accounts_of(request).invite(v.caller, v.org.id, email=email, role=role)
+        except CofferError as exc:
+            message = _refused(exc)
+            if message is None:
+                raise
+            if exc.code == "invitation_pending":
+                message = "This email already has a pending invitation: use \u201cNew link\u201d below."
+            elif exc.code == "already_member":
+                message = "This person is already a member."
+            return await _members_page(v, status=exc.status, error=message, invite_email=email)
+        return _invite_page(v, created)
+
+    # Inviting an owner asks for the password, as minting a key does.
+    return await with_sudo(visit, form, action)
 
 
 @router.post("/o/{org_id}/invitations/{invitation_id}/renew")
 async def renew(request: Request, visit: OrgVisitDep, invitation_id: str) -> Response:
-    await posted(request, visit)
-    try:
-        created = await accounts_of(request).renew_invitation(visit.caller, visit.org.id, invitation_id)
-    except CofferError as exc:
-        message = _refused(exc)
-        if message is None:
-            raise
-        return await _members_page(visit, status=exc.status, error=message)
-    return _invite_page(visit, created)
+    form = await posted(request, visit)
+
+    async def action(v: Visit) -> Response:
+        try:
+            created = await accounts_of(request).renew_invitation(v.caller, v.org.id, invitation_id)
+        except CofferError as exc:
+            message = _refused(exc)
+            if message is None:
+                raise
+            return await _members_page(v, status=exc.status, error=message)
+        return _invite_page(v, created)
+
+    return await with_sudo(visit, form, action)
 
 
 @router.post("/o/{org_id}/invitations/{invitation_id}/revoke")
