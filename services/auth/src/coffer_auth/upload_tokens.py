@@ -19,7 +19,7 @@ from sqlmodel import Field as SQLField
 from sqlmodel import Session, SQLModel, col, select
 
 from coffer_auth.deps import SessionDep
-from coffer_auth.models import Organization
+from coffer_auth.models import ApiKey, KeyKind, Membership, Organization
 from coffer_kit.errors import not_found, unauthorized
 from coffer_kit.ids import new_id
 from coffer_kit.internal_token import require_internal_token
@@ -41,7 +41,8 @@ class UploadToken(SQLModel, table=True):
             String(40), ForeignKey("organizations.id", ondelete="CASCADE"), nullable=False, index=True
         )
     )
-    # The API key that minted it (for the audit trail; deleting the key does not revoke it).
+    # The API key that minted it: the token lives only while that key does (and, for a
+    # personal key, while its user is a member of the organization).
     key_id: str | None = SQLField(default=None, max_length=40)
     folder_id: str | None = SQLField(default=None, max_length=40)
     name: str | None = SQLField(default=None, max_length=1024)
@@ -112,6 +113,8 @@ def resolve(session: Session, *, token_hash: str) -> UploadGrant:
         raise unauthorized("The upload token has expired.")
     if row.used_at is not None:
         raise unauthorized("The upload token was used already.")
+    if row.key_id is not None and not _minter_acts(session, key_id=row.key_id, org_id=row.organization_id):
+        raise unauthorized("The upload token's key was deleted or its user left the organization.")
     org = session.get(Organization, row.organization_id)
     if org is None:
         raise unauthorized("The upload token's organization no longer exists.")
@@ -127,6 +130,29 @@ def resolve(session: Session, *, token_hash: str) -> UploadGrant:
         visibility=row.visibility,
         default_visibility=org.default_visibility,
     )
+
+
+def _minter_acts(session: Session, *, key_id: str, org_id: str) -> bool:
+    """Whether the key that minted a token could still act in its organization (issue 23:
+    tokens outlived a deleted key, or a member removed, by up to their 24 h)."""
+    key = session.get(ApiKey, key_id)
+    if key is None or (key.expires_at is not None and as_utc(key.expires_at) <= utcnow()):
+        return False
+    if key.kind == KeyKind.organization:
+        return key.organization_id == org_id
+    member = session.exec(
+        select(Membership).where(Membership.organization_id == org_id, Membership.user_id == key.user_id)
+    ).first()
+    return member is not None
+
+
+def revoke(session: Session, *, org_id: str, token_id: str) -> None:
+    """Delete a token of the organization (used or not); 404 for any other."""
+    row = session.get(UploadToken, token_id)
+    if row is None or row.organization_id != org_id:
+        raise not_found(f"Upload token {token_id} does not exist.")
+    session.delete(row)
+    session.flush()
 
 
 def claim(session: Session, *, token_id: str, asset_id: str) -> None:
@@ -173,6 +199,12 @@ def create_token(org_id: str, body: UploadTokenIn, session: SessionDep) -> Uploa
         visibility=body.visibility,
     )
     return UploadTokenCreated(id=row.id, expires_at=isoformat(row.expires_at))
+
+
+@router.delete("/orgs/{org_id}/upload-tokens/{token_id}")
+def revoke_token(org_id: str, token_id: str, session: SessionDep) -> Done:
+    revoke(session, org_id=org_id, token_id=token_id)
+    return Done()
 
 
 @router.get("/upload-tokens/grant")

@@ -196,6 +196,7 @@ class UploadTokenCreate(BaseModel):
 
 
 class UploadToken(BaseModel):
+    id: str = Field(description="`upt_…`: revoke the token with `DELETE /api/upload-tokens/{id}`.")
     token: str = Field(description="`cof_upl_…`: single use; shown once, stored only hashed.")
     url: str = Field(description="Where the browser posts the file (multipart, no key headers).")
     expiresAt: str = Field(description="ISO 8601 UTC with milliseconds.")

@@ -12,6 +12,7 @@ import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from secrets import token_urlsafe
 from typing import Any
 
 import httpx
@@ -318,3 +319,37 @@ def test_a_token_upload_counts_against_the_quota_like_a_keyed_one(new_tenant) ->
     # Refused, so not spent: it stores a file that fits, exactly up to the quota.
     assert post_with_token(token["url"], b"t" * 40 * KIB).status_code == 201
     assert usage(tenant.api)["usedBytes"] == 100 * KIB == sum(a["size"] for a in live(tenant.api))
+
+
+def test_an_upload_token_dies_with_its_key_or_its_minter(new_tenant, admin, stack) -> None:
+    """Issue 23: a token outlived the key that minted it, and a member removed, by up to 24 h."""
+    tenant = new_tenant("Minters")
+    key = admin("create-key", "--org", tenant.org_id, "--name", "server")
+    api = httpx.Client(base_url=stack.edge_url, headers={"x-api-key": key["key"]}, timeout=60)
+    token = mint(api, expiresIn=86_400)
+    admin("delete-key", key["id"])
+    assert_error(post_with_token(token["url"], b"late"), 401, "unauthorized")
+
+    email = f"m{new_id('usr')[-6:].lower()}@example.com"
+    user = admin("create-user", "--email", email, "--password", token_urlsafe(18))
+    admin("add-member", "--org", tenant.org_id, "--user", user["id"])
+    personal = admin("create-key", "--org", tenant.org_id, "--user", user["id"])
+    api = httpx.Client(base_url=stack.edge_url, headers={"x-api-key": personal["key"]}, timeout=60)
+    token = mint(api, expiresIn=86_400)
+    admin("remove-member", "--org", tenant.org_id, "--user", user["id"])
+    assert_error(post_with_token(token["url"], b"late"), 401, "unauthorized")
+    assert live(tenant.api) == []
+
+
+def test_an_upload_token_is_revoked_by_its_organization_only(tenant, new_tenant) -> None:
+    token = mint(tenant.api)
+    assert token["id"].startswith("upt_")
+    other = new_tenant("Other")
+    assert_error(other.api.delete(f"/api/upload-tokens/{token['id']}"), 404, "not_found")
+    path = f"/api/upload-tokens/{token['id']}"
+    assert_error(httpx.delete(tenant.api.base_url.join(path)), 401, "unauthorized")
+    assert post_with_token(mint(tenant.api)["url"], b"still works").status_code == 201
+    revoked = tenant.api.delete(f"/api/upload-tokens/{token['id']}")
+    assert revoked.status_code == 200 and revoked.json() == {"success": True}
+    assert_error(post_with_token(token["url"], b"too late"), 401, "unauthorized")
+    assert_error(tenant.api.delete(f"/api/upload-tokens/{token['id']}"), 404, "not_found")

@@ -19,6 +19,12 @@ class UploadTokenClient(ServiceClient):
             request_id=request_id,
         )
 
+    async def revoke(self, org_id: str, token_id: str, *, request_id: str) -> None:
+        """Delete one of the organization's tokens; 404 for any other."""
+        await self.call(
+            Done, "DELETE", f"/internal/v1/orgs/{org_id}/upload-tokens/{token_id}", request_id=request_id
+        )
+
     async def grant(self, token_hash: str, *, request_id: str) -> UploadGrant:
         """The grant of a live token; 401 for an unknown, expired or used one. Never cached:
         a token is good for one upload only."""

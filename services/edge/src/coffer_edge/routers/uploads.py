@@ -16,7 +16,7 @@ import secrets
 import string
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from starlette.types import Scope
 
 from coffer_edge.deps import (
@@ -30,7 +30,7 @@ from coffer_edge.deps import (
 )
 from coffer_edge.routers.assets import UploadScope, upload_response
 from coffer_edge.routers.folders import JSONRoute
-from coffer_edge.schemas import TOKEN_UPLOAD_BODY, UploadToken, UploadTokenCreate, errors
+from coffer_edge.schemas import TOKEN_UPLOAD_BODY, Success, UploadToken, UploadTokenCreate, errors
 from coffer_edge.schemas import Asset as AssetOut
 from coffer_kit.errors import CofferError
 from coffer_kit.wire import UploadTokenIn
@@ -85,11 +85,24 @@ async def create_upload_token(
         request_id=rid,
     )
     return {
+        "id": created.id,
         "token": token,
         "url": f"{settings.base_url}{UPLOADS_PATH}?token={token}",
         "expiresAt": created.expires_at,
         "expiresIn": body.expiresIn,
     }
+
+
+@router.delete("/api/upload-tokens/{token_id}", response_model=Success, responses=errors(404))
+async def revoke_upload_token(
+    token_id: Annotated[str, Path(max_length=64)],
+    principal: PrincipalDep,
+    tokens: UploadTokensDep,
+    rid: RequestIdDep,
+) -> Any:
+    """Revoke an upload token before it is used (the minting organization's keys; others 404)."""
+    await tokens.revoke(principal.organization_id, token_id, request_id=rid)
+    return {"success": True}
 
 
 @router.post(
