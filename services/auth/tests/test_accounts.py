@@ -21,7 +21,7 @@ from sqlmodel import Session, select
 from coffer_auth import passwords, sessions
 from coffer_auth.accounts import create_reset
 from coffer_auth.config import Settings
-from coffer_auth.models import AuditEvent, DashboardSession, User
+from coffer_auth.models import AuditEvent, DashboardSession, LoginThrottle, User
 from coffer_kit.db import writer
 from coffer_kit.timeutil import utcnow
 from coffer_testkit.testing import assert_error
@@ -182,55 +182,63 @@ async def test_hashing_runs_at_most_four_at_once(api: Api, monkeypatch: pytest.M
     assert peak == passwords.HASH_CONCURRENCY
 
 
+def _throttles(engine: Engine) -> list[tuple[str, str, int]]:
+    with Session(engine) as s:
+        return [(t.email, t.client, t.failures) for t in s.exec(select(LoginThrottle))]
+
+
 async def test_throttle_after_five_failures_doubles_and_resets(api: Api, engine: Engine) -> None:
     out = await api.register(email="a@example.com")
-    bad = {"email": "a@example.com", "password": "not the password"}
+    bad = {"email": "a@example.com", "password": "not the password", "ip": "192.0.2.7"}
+    good = {**bad, "password": out["password"]}
     for _ in range(5):
         assert_error(await api.call("POST", "/sessions", json=bad), 401, "unauthorized")
-    refused = await api.call(
-        "POST", "/sessions", json={"email": "a@example.com", "password": out["password"]}
-    )
+    refused = await api.call("POST", "/sessions", json=good)
     error = assert_error(refused, 429, "rate_limited")
     assert 25 <= error["details"]["retryAfter"] <= 30
     assert refused.headers["retry-after"] == str(error["details"]["retryAfter"])
     assert error["message"] == f"Too many attempts. Try again in {error['details']['retryAfter']} s."
 
-    def unblock() -> None:
+    def unblock(**values: Any) -> None:
         with Session(writer(engine)) as s:
-            s.exec(update(User).values(login_blocked_until=utcnow()))  # type: ignore[call-overload]
+            s.exec(update(LoginThrottle).values(**values))  # type: ignore[call-overload]
             s.commit()
 
-    unblock()
+    unblock(blocked_until=utcnow())
     assert_error(await api.call("POST", "/sessions", json=bad), 401, "unauthorized")
     doubled = assert_error(await api.call("POST", "/sessions", json=bad), 429, "rate_limited")
     assert 55 <= doubled["details"]["retryAfter"] <= 60
-    with Session(engine) as s:
-        assert s.exec(select(User)).one().failed_logins == 6
+    assert _throttles(engine) == [("a@example.com", "192.0.2.7", 6)]
 
     # Failures older than the window no longer count; a success resets everything.
-    with Session(writer(engine)) as s:
-        s.exec(  # type: ignore[call-overload]
-            update(User).values(
-                login_blocked_until=None, last_failed_login_at=utcnow() - timedelta(minutes=16)
-            )
-        )
-        s.commit()
+    unblock(blocked_until=None, last_failed_at=utcnow() - timedelta(minutes=16))
     assert_error(await api.call("POST", "/sessions", json=bad), 401, "unauthorized")
-    with Session(engine) as s:
-        assert s.exec(select(User)).one().failed_logins == 1
-    ok = await api.call("POST", "/sessions", json={"email": "a@example.com", "password": out["password"]})
+    assert _throttles(engine) == [("a@example.com", "192.0.2.7", 1)]
+    ok = await api.call("POST", "/sessions", json=good)
     assert ok.status_code == 201
-    with Session(engine) as s:
-        user = s.exec(select(User)).one()
-    assert (user.failed_logins, user.login_blocked_until) == (0, None)
+    assert _throttles(engine) == []
+
+
+async def test_a_guesser_never_locks_the_owner_out_nor_learns_which_emails_exist(api: Api) -> None:
+    """Issue 23: twenty wrong passwords an hour from anyone kept a known account refused even
+    with its right password, and unknown emails never reached 429 (an enumeration oracle)."""
+    out = await api.register(email="owner@example.com")
+    answers: dict[str, list[int]] = {}
+    for email in ("owner@example.com", "nobody@example.com"):
+        guess = {"email": email, "password": "guess-123456", "ip": "198.51.100.66"}
+        answers[email] = [(await api.call("POST", "/sessions", json=guess)).status_code for _ in range(20)]
+    # Known or not, the guessing client sees the same answers.
+    assert answers["owner@example.com"] == answers["nobody@example.com"] == [401] * 5 + [429] * 15
+    owner = {"email": "owner@example.com", "password": out["password"], "ip": "203.0.113.5"}
+    assert (await api.call("POST", "/sessions", json=owner)).status_code == 201
+    # The guesser, even with the right password now, waits out its block.
+    guesser = {**owner, "ip": "198.51.100.66"}
+    assert_error(await api.call("POST", "/sessions", json=guesser), 429, "rate_limited")
 
 
 async def test_throttle_is_capped_at_fifteen_minutes(engine: Engine) -> None:
     with Session(writer(engine)) as s:
-        user = User(id="usr_x", email="x@example.com", password_hash="-", created_at=utcnow())
-        s.add(user)
-        s.flush()
-        blocks = [sessions.record_failure(s, user_id="usr_x") for _ in range(12)]
+        blocks = [sessions.record_failure(s, email="X@example.com", client="c") for _ in range(12)]
         s.commit()
     assert blocks[:4] == [None] * 4
     assert blocks[4:9] == [30, 60, 120, 240, 480]

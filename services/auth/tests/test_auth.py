@@ -104,11 +104,13 @@ def test_migration_0002_keeps_existing_rows_and_goes_back(
                 ),
                 {"h": "0" * 64},
             )
-        command.upgrade(cfg, "head")
+        command.upgrade(cfg, "0002")
         with engine.connect() as conn:
             user = conn.execute(text("SELECT failed_logins, login_blocked_until FROM users")).one()
             key = conn.execute(text("SELECT created_by_user_id FROM api_keys")).one()
         assert tuple(user) == (0, None) and tuple(key) == (None,)
+        command.upgrade(cfg, "head")
+        assert "failed_logins" not in {c["name"] for c in inspect(engine).get_columns("users")}
         command.downgrade(cfg, "0001")
         assert "sessions" not in inspect(engine).get_table_names()
         command.upgrade(cfg, "head")

@@ -82,16 +82,18 @@ def _org_names(session: Session, user_id: str) -> list[str]:
     )
 
 
-def _throttle_check(user: User | None) -> None:
-    if user is not None:
-        wait = sessions.retry_after(user, utcnow())
-        if wait is not None:
-            log.info("login refused", extra={"event": "login", "outcome": "throttled", "user_id": user.id})
-            raise errors.throttled(wait)
+async def _throttle_check(accounts: Accounts, *, email: str, client: str) -> None:
+    """429 while this client is blocked for this email, known or not (no enumeration)."""
+    wait = await tx.read(
+        accounts.engine, lambda s: sessions.retry_after(s, email=email, client=client, now=utcnow())
+    )
+    if wait is not None:
+        log.info("login refused", extra={"event": "login", "outcome": "throttled", "client": client})
+        raise errors.throttled(wait)
 
 
-async def _failed(accounts: Accounts, user_id: str) -> None:
-    await tx.write(accounts.engine, lambda s: sessions.record_failure(s, user_id=user_id))
+async def _failed(accounts: Accounts, *, email: str, client: str) -> None:
+    await tx.write(accounts.engine, lambda s: sessions.record_failure(s, email=email, client=client))
 
 
 async def register(accounts: Accounts, body: RegisterIn, actor: Actor) -> LoginOut:
@@ -139,14 +141,14 @@ async def register(accounts: Accounts, body: RegisterIn, actor: Actor) -> LoginO
 
 async def login(accounts: Accounts, body: LoginIn, *, replaces: str | None) -> LoginOut:
     """Check a password and open a new session; ``replaces`` (a session hash) is ended."""
+    client = sessions.client_of(body.ip)
+    await _throttle_check(accounts, email=body.email, client=client)
     user = await tx.read(accounts.engine, lambda s: sessions.user_by_email(s, body.email))
-    _throttle_check(user)
     ok, rehash = await passwords.run_verify(
         accounts.limiter, user.password_hash if user else None, body.password
     )
     if user is None or not ok:
-        if user is not None:
-            await _failed(accounts, user.id)
+        await _failed(accounts, email=body.email, client=client)
         log.info(
             "login failed",
             extra={"event": "login", "outcome": "failed", "user_id": user.id if user else None},
@@ -158,7 +160,7 @@ async def login(accounts: Accounts, body: LoginIn, *, replaces: str | None) -> L
         current = session.get(User, user_id)
         if current is None:  # deleted meanwhile
             raise errors.wrong_credentials()
-        sessions.clear_failures(session, user=current)
+        sessions.clear_failures(session, email=current.email, client=client)
         if rehash is not None:
             current.password_hash = rehash
             session.add(current)
@@ -183,10 +185,11 @@ async def reauth(accounts: Accounts, *, token_hash: str, password: str, actor: A
     row, user = await tx.read(
         accounts.engine, lambda s: sessions.resolve(s, token_hash=token_hash, lifetimes=lifetimes)
     )
-    _throttle_check(user)
+    client = sessions.client_of(actor.ip)
+    await _throttle_check(accounts, email=user.email, client=client)
     ok, rehash = await passwords.run_verify(accounts.limiter, user.password_hash, password)
     if not ok:
-        await _failed(accounts, user.id)
+        await _failed(accounts, email=user.email, client=client)
         raise errors.wrong_password()
 
     def renew(session: Session) -> LoginOut:
@@ -194,7 +197,7 @@ async def reauth(accounts: Accounts, *, token_hash: str, password: str, actor: A
         old = session.get(DashboardSession, row.id)
         if current is None or old is None:
             raise unauthorized("The session has ended. Sign in again.")
-        sessions.clear_failures(session, user=current)
+        sessions.clear_failures(session, email=current.email, client=client)
         if rehash is not None:
             current.password_hash = rehash
             session.add(current)
@@ -224,10 +227,11 @@ async def change_password(
         return row, user, _org_names(session, user.id)
 
     row, user, org_names = await tx.read(accounts.engine, who)
-    _throttle_check(user)
+    client = sessions.client_of(actor.ip)
+    await _throttle_check(accounts, email=user.email, client=client)
     ok, _ = await passwords.run_verify(accounts.limiter, user.password_hash, body.current)
     if not ok:
-        await _failed(accounts, user.id)
+        await _failed(accounts, email=user.email, client=client)
         raise errors.wrong_password()
     passwords.check_strength(body.new, context=[user.email, "coffer", *org_names])
     new_hash = await passwords.run_hash(accounts.limiter, body.new)
@@ -239,7 +243,7 @@ async def change_password(
         now = utcnow()
         current.password_hash = new_hash
         current.password_changed_at = now
-        sessions.clear_failures(session, user=current)
+        sessions.clear_failures(session, email=current.email)
         session.add(current)
         mine = session.get(DashboardSession, row.id)
         if mine is not None:
@@ -326,7 +330,7 @@ async def consume_reset(accounts: Accounts, *, token_hash: str, password: str, a
         reset.used_at = now
         current.password_hash = new_hash
         current.password_changed_at = now
-        sessions.clear_failures(session, user=current)
+        sessions.clear_failures(session, email=current.email)
         session.add(reset)
         session.add(current)
         session.flush()

@@ -48,10 +48,6 @@ class User(SQLModel, table=True):
     created_at: datetime = Field(sa_column=_ts())
     email_verified_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
     password_changed_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
-    # Per-account login throttling (works across replicas without Redis).
-    failed_logins: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
-    last_failed_login_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
-    login_blocked_until: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
 
     @classmethod
     def new(cls, *, email: str, password_hash: str) -> User:
@@ -132,6 +128,20 @@ class KeyUse(SQLModel, table=True):
         sa_column=Column(String(40), ForeignKey("organizations.id", ondelete="CASCADE"), primary_key=True)
     )
     last_used_at: datetime = Field(sa_column=_ts())
+
+
+class LoginThrottle(SQLModel, table=True):
+    """Wrong passwords for one email from one client (issue 23): keyed by both, so a guesser
+    is slowed without locking the account's owner out, and an unknown email is throttled
+    exactly like a known one (no account enumeration). Works across replicas without Redis."""
+
+    __tablename__ = "login_throttles"
+
+    email: str = Field(sa_column=Column(String(320), primary_key=True))
+    client: str = Field(sa_column=Column(String(64), primary_key=True))
+    failures: int = Field(sa_column=Column(Integer, nullable=False))
+    last_failed_at: datetime = Field(sa_column=_ts(index=True))
+    blocked_until: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
 
 
 class DashboardSession(SQLModel, table=True):
@@ -236,6 +246,7 @@ TABLES = [
         Membership,
         ApiKey,
         KeyUse,
+        LoginThrottle,
         DashboardSession,
         Invitation,
         PasswordReset,

@@ -1,5 +1,5 @@
 """Dashboard sessions: creation at sign-in, resolution, lifetimes, re-authentication, revocation,
-and the per-account sign-in throttle."""
+and the sign-in throttle (per email and client)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from sqlmodel import Session, col, select
 
 from coffer_auth import errors
 from coffer_auth.config import Settings
-from coffer_auth.models import DashboardSession, User
+from coffer_auth.models import DashboardSession, LoginThrottle, User
 from coffer_auth.schemas import SessionOut
 from coffer_auth.tokens import SESSION_ID, SESSION_PREFIX, new_csrf_token, new_token
 from coffer_kit.errors import unauthorized
@@ -22,9 +22,10 @@ from coffer_kit.timeutil import as_utc, utcnow
 # Like a key's last_used_at: writing last_seen_at on every page would make each read a write.
 SEEN_RESOLUTION = timedelta(seconds=60)
 
-# Per-account throttle (ASVS 6.3.1 without a malicious lockout): after THROTTLE_AFTER failures
-# within THROTTLE_WINDOW, refuse for FIRST_BLOCK, doubling with each further failure up to
-# MAX_BLOCK; a success resets it.
+# Sign-in throttle (ASVS 6.3.1 without a malicious lockout), per email and client: after
+# THROTTLE_AFTER failures within THROTTLE_WINDOW, that client is refused for FIRST_BLOCK,
+# doubling with each further failure up to MAX_BLOCK; a success resets it. Another client,
+# the account's owner at home, is never refused for someone else's guesses.
 THROTTLE_AFTER = 5
 THROTTLE_WINDOW = timedelta(minutes=15)
 FIRST_BLOCK = timedelta(seconds=30)
@@ -57,41 +58,48 @@ def user_by_email(session: Session, email: str) -> User | None:
 # --- throttling --------------------------------------------------------------------------
 
 
-def retry_after(user: User, now: datetime) -> int | None:
-    """Seconds until the account may try again, or None when it may now."""
-    if user.login_blocked_until is None:
+def client_of(ip: str | None) -> str:
+    """The client a throttle counts against: the address edge saw (through trusted proxies)."""
+    return (ip or "unknown")[:64]
+
+
+def retry_after(session: Session, *, email: str, client: str, now: datetime) -> int | None:
+    """Seconds until this client may try this email again, or None when it may now."""
+    row = session.get(LoginThrottle, (normalize_email(email), client))
+    if row is None or row.blocked_until is None:
         return None
-    left = (as_utc(user.login_blocked_until) - now).total_seconds()
+    left = (as_utc(row.blocked_until) - now).total_seconds()
     return math.ceil(left) if left > 0 else None
 
 
-def record_failure(session: Session, *, user_id: str) -> int | None:
-    """Count a wrong password; answers the block it starts, in seconds, if any."""
-    user = session.exec(select(User).where(User.id == user_id).with_for_update()).first()
-    if user is None:
-        return None
+def record_failure(session: Session, *, email: str, client: str) -> int | None:
+    """Count a wrong password (known email or not); answers the block it starts, in seconds."""
+    key = (normalize_email(email), client)
     now = utcnow()
-    last = as_utc(user.last_failed_login_at) if user.last_failed_login_at else None
-    failures = 0 if last is None or now - last > THROTTLE_WINDOW else user.failed_logins
-    failures += 1
-    user.failed_logins = failures
-    user.last_failed_login_at = now
+    row = session.get(LoginThrottle, key, with_for_update=True)
+    if row is None:
+        row = LoginThrottle(email=key[0], client=client, failures=0, last_failed_at=now)
+        # Old rows go when their email fails again; none outlives the window by much.
+        session.exec(delete(LoginThrottle).where(col(LoginThrottle.last_failed_at) < now - THROTTLE_WINDOW))
+    elif now - as_utc(row.last_failed_at) > THROTTLE_WINDOW:
+        row.failures = 0
+    row.failures += 1
+    row.last_failed_at = now
     block: timedelta | None = None
-    if failures >= THROTTLE_AFTER:
-        block = min(FIRST_BLOCK * 2 ** (failures - THROTTLE_AFTER), MAX_BLOCK)
-        user.login_blocked_until = now + block
-    session.add(user)
+    if row.failures >= THROTTLE_AFTER:
+        block = min(FIRST_BLOCK * 2 ** (row.failures - THROTTLE_AFTER), MAX_BLOCK)
+        row.blocked_until = now + block
+    session.add(row)
     session.flush()
     return math.ceil(block.total_seconds()) if block else None
 
 
-def clear_failures(session: Session, *, user: User) -> None:
-    if user.failed_logins or user.login_blocked_until or user.last_failed_login_at:
-        user.failed_logins = 0
-        user.last_failed_login_at = None
-        user.login_blocked_until = None
-        session.add(user)
-        session.flush()
+def clear_failures(session: Session, *, email: str, client: str | None = None) -> None:
+    """A success clears its client's count; a new password (``client`` None) clears them all."""
+    query = delete(LoginThrottle).where(col(LoginThrottle.email) == normalize_email(email))
+    if client is not None:
+        query = query.where(col(LoginThrottle.client) == client)
+    session.exec(query)
 
 
 # --- sessions ----------------------------------------------------------------------------
