@@ -74,7 +74,7 @@ def make_settings(database_url: str, tmp_path: Path, **overrides: Any) -> Settin
     return Settings(
         data_dir=tmp_path,
         auth_database_url=database_url,
-        internal_token=SecretStr(secrets.token_urlsafe(16)),
+        internal_token=SecretStr(secrets.token_urlsafe(32)),
         base_url="https://coffer.test",
         **overrides,
     )

@@ -485,7 +485,7 @@ def test_signup_mode_defaults(tmp_path: Path, mode: str, signup: str, expected: 
     settings = Settings(
         data_dir=tmp_path,
         mode=mode,
-        internal_token=SecretStr(secrets.token_urlsafe(16)),
+        internal_token=SecretStr(secrets.token_urlsafe(32)),
         dashboard_signup=signup,
     )
     assert settings.signup == expected

@@ -43,6 +43,23 @@ def local_secret(data_dir: Path, name: str) -> SecretStr:
     raise RuntimeError(f"secret file {path} is empty")
 
 
+# A secret shorter than this is refused outside local mode: 32 characters of token_urlsafe
+# are 192 bits; an empty or short one set by mistake must not start a production service.
+MIN_SECRET_LENGTH = 32
+
+
+def checked_secret(value: SecretStr | None, *, name: str, mode: str, data_dir: Path, file: str) -> SecretStr:
+    """A secret setting: generated in local mode when unset or empty; outside it, required and
+    at least MIN_SECRET_LENGTH characters (issue 23: an empty one was accepted)."""
+    if value is not None and value.get_secret_value():
+        if mode != "local" and len(value.get_secret_value()) < MIN_SECRET_LENGTH:
+            raise ValueError(f"{name} must be at least {MIN_SECRET_LENGTH} characters outside local mode")
+        return value
+    if mode != "local":
+        raise ValueError(f"{name} must be set outside local mode")
+    return local_secret(data_dir, file)
+
+
 class BaseServiceSettings(BaseSettings):
     """Settings shared by every service.
 
@@ -67,10 +84,13 @@ class BaseServiceSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _secrets(self) -> BaseServiceSettings:
-        if self.internal_token is None:
-            if self.mode != "local":
-                raise ValueError("COFFER_INTERNAL_TOKEN must be set outside local mode")
-            self.internal_token = local_secret(self.data_dir, "internal_token")
+        self.internal_token = checked_secret(
+            self.internal_token,
+            name="COFFER_INTERNAL_TOKEN",
+            mode=self.mode,
+            data_dir=self.data_dir,
+            file="internal_token",
+        )
         self.base_url = self.base_url.rstrip("/")
         self.cdn_url = self.cdn_url.rstrip("/")
         return self

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 
 from coffer_kit import ports
-from coffer_kit.settings import BaseServiceSettings, local_secret
+from coffer_kit.settings import BaseServiceSettings, checked_secret
 
 
 class Settings(BaseServiceSettings):
@@ -32,10 +32,13 @@ class Settings(BaseServiceSettings):
 
     @model_validator(mode="after")
     def _blob(self) -> Settings:
-        if self.signing_secret is None:
-            if self.mode != "local":
-                raise ValueError("COFFER_SIGNING_SECRET must be set outside local mode")
-            self.signing_secret = local_secret(self.data_dir, "signing_secret")
+        self.signing_secret = checked_secret(
+            self.signing_secret,
+            name="COFFER_SIGNING_SECRET",
+            mode=self.mode,
+            data_dir=self.data_dir,
+            file="signing_secret",
+        )
         if self.blob_dir is None:
             self.blob_dir = self.data_dir / "blobs"
         if self.storage == "s3" and not self.s3_bucket:
