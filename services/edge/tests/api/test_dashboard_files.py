@@ -6,6 +6,9 @@ in tests/e2e/test_dashboard_files.py."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import re
 import secrets
 import time
@@ -230,6 +233,22 @@ def test_renames_and_moves_are_audited(browser: Browser) -> None:
     for action in ("folder.renamed", "folder.moved", "asset.renamed", "asset.moved"):
         assert audit.count(action) == 1, action
     assert "Final" in audit and "after.txt" in audit
+
+
+def test_the_audit_export_never_hands_a_spreadsheet_a_formula(browser: Browser) -> None:
+    """Issue 23: a file named like a formula reached the CSV export as one."""
+    names = ["=SUM(A1,A2)", "+1+1", "-2", "@SUM(A1)", "plain.txt"]
+    for name in names:
+        assert browser.upload_xhr(b"f", name).status_code == 201
+    exported = browser.http.get(f"/dashboard/o/{browser.org_id}/audit/export.csv")
+    assert exported.status_code == 200
+    rows = csv.DictReader(io.StringIO(exported.text))
+    labels = [row["targetLabel"] for row in rows if row["targetType"] == "asset"]
+    assert sorted(labels) == sorted(["'" + n for n in names[:4]] + ["plain.txt"])
+    # JSON Lines keep the names as they are.
+    lines = browser.http.get(f"/dashboard/o/{browser.org_id}/audit/export.jsonl").text.splitlines()
+    events = [json.loads(line) for line in lines]
+    assert sorted(e["targetLabel"] for e in events if e["targetType"] == "asset") == sorted(names)
 
 
 def test_signed_urls_and_another_orgs_asset(browser: Browser, stack: Any) -> None:

@@ -297,10 +297,21 @@ async def audit_export(visit: OrgVisitDep, fmt: str) -> Response:
     )
 
 
+# A spreadsheet runs a cell that starts with one of these as a formula (OWASP "CSV
+# Injection"): a file named "=HYPERLINK(...)" would act when an owner opens the export.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: object) -> object:
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value  # shown as text; the quote is the documented OWASP escape
+    return "" if value is None else value
+
+
 def _line(event: AuditEventOut, fmt: str) -> str:
     data = event.model_dump(mode="json", by_alias=True)
     if fmt == "jsonl":
         return json.dumps(data, separators=(",", ":")) + "\n"
     buffer = io.StringIO()
-    csv.writer(buffer).writerow(["" if data.get(c) is None else data[c] for c in _COLUMNS])
+    csv.writer(buffer).writerow([_cell(data.get(c)) for c in _COLUMNS])
     return buffer.getvalue()
