@@ -3,6 +3,7 @@ and logs that never carry a secret."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import secrets
@@ -156,6 +157,25 @@ def test_one_trace_per_request_across_the_services(traced_stack, admin_for) -> N
     assert any("/api/uploads" in v for v in attributes)  # the URL is recorded, without the token
     assert not [v for v in attributes if token in v]
     api.close()
+
+    # Invitation and reset links carry their token in the path; edge asks auth by its SHA-256,
+    # which auth accepts as the token: no span keeps either (issue 23).
+    admin("create-user", "--email", "reset@example.com", "--password", secrets.token_urlsafe(18))
+    links = [
+        admin("create-invite", "--org", org, "--email", "guest@example.com")["url"],
+        admin("reset-password", "--email", "reset@example.com")["url"],
+    ]
+    for link in links:
+        secret = link.rsplit("/", 1)[1]
+        digest = hashlib.sha256(secret.encode()).hexdigest()
+        path = link.split("/dashboard", 1)[1]
+        parent = traceparent()
+        page = httpx.get(f"{stack.edge_url}/dashboard{path}", headers={"traceparent": parent})
+        assert page.status_code == 200, page.text
+        spans = receiver.trace(parent, {"coffer-edge", "coffer-auth"})
+        attributes = [v for s in spans for v in s["attributes"].values() if isinstance(v, str)]
+        assert any("REDACTED" in v for v in attributes), attributes  # recorded, without the token
+        assert not [v for v in attributes if secret in v or digest in v]
 
 
 LABELLED_ID = re.compile(r'="[^"]*\b(org|ast|fld|key|usr|req)_[0-9A-Z]{20,}')

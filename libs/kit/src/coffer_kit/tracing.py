@@ -56,24 +56,35 @@ def tracing_enabled() -> bool:
 
 # Query parameters that carry a credential (an upload token: POST /api/uploads?token=…).
 _SECRET_PARAMS = re.compile(r"(?i)((?:^|[?&])token=)[^&#]*")
-# The server span attributes that hold the query string, under the old and new conventions.
-_URL_ATTRIBUTES = ("http.url", "http.target", "url.full", "url.query")
+# Path segments that are a credential: the dashboard's invitation and reset links
+# (/dashboard/invite/{token}, /dashboard/reset/{token}), and the SHA-256 of those tokens that
+# edge sends to auth (/invitations/{hash}, /password-resets/{hash}), which auth accepts as the
+# token itself (issue 23: both reached traces).
+_SECRET_SEGMENTS = re.compile(
+    r"(/(?:invite|reset)/|/(?:invitations|password-resets)/(?=[0-9a-fA-F]{64}))[^/?#]+"
+)
+# The span attributes that hold the path or query string, under the old and new conventions.
+_URL_ATTRIBUTES = ("http.url", "http.target", "url.full", "url.path", "url.query")
 
 
-def redact_query(text: str) -> str:
-    """``text`` (a URL or a query string) with the value of every secret parameter replaced."""
-    return _SECRET_PARAMS.sub(r"\1REDACTED", text)
+def redact_url(text: str) -> str:
+    """``text`` (a URL, a path or a query string) with every credential in it replaced."""
+    return _SECRET_SEGMENTS.sub(r"\1REDACTED", _SECRET_PARAMS.sub(r"\1REDACTED", text))
 
 
 def _redact_server_span(span: Any, scope: dict[str, Any]) -> None:
-    """Server request hook: no span keeps a credential sent in the query string."""
-    if span is None or not span.is_recording() or b"token=" not in scope.get("query_string", b"").lower():
+    """Server request hook: no span keeps a credential sent in the query string or the path."""
+    if span is None or not span.is_recording():
+        return
+    if b"token=" not in scope.get("query_string", b"").lower() and not _SECRET_SEGMENTS.search(
+        scope.get("path", "")
+    ):
         return
     attributes = getattr(span, "attributes", None) or {}
     for name in _URL_ATTRIBUTES:
         value = attributes.get(name)
         if isinstance(value, str):
-            span.set_attribute(name, redact_query(value))
+            span.set_attribute(name, redact_url(value))
 
 
 def instrument_app(app: Any) -> None:
