@@ -16,6 +16,7 @@ KEY = "key"
 FOLDER = "fld"
 ASSET = "ast"
 REQUEST = "req"
+UPLOAD_TOKEN = "upt"
 
 # What follows the prefix: the ULID's canonical text form.
 _ULID = "[0-9A-Z]{26}"
@@ -29,6 +30,7 @@ def id_pattern(prefix: str) -> str:
 ORG_ID_PATTERN = id_pattern(ORG)
 ASSET_ID_PATTERN = id_pattern(ASSET)
 FOLDER_ID_PATTERN = id_pattern(FOLDER)
+UPLOAD_TOKEN_ID_PATTERN = id_pattern(UPLOAD_TOKEN)
 _ORG_ID = re.compile(ORG_ID_PATTERN)
 _ASSET_ID = re.compile(ASSET_ID_PATTERN)
 _FOLDER_ID = re.compile(FOLDER_ID_PATTERN)

@@ -21,7 +21,7 @@ from sqlmodel import Session, SQLModel, col, select
 from coffer_auth.deps import SessionDep
 from coffer_auth.models import ApiKey, KeyKind, Membership, Organization
 from coffer_kit.errors import not_found, unauthorized
-from coffer_kit.ids import new_id
+from coffer_kit.ids import UPLOAD_TOKEN, new_id
 from coffer_kit.internal_token import require_internal_token
 from coffer_kit.timeutil import as_utc, isoformat, utcnow
 from coffer_kit.wire import Done, TokenClaim, UploadGrant, UploadTokenCreated, UploadTokenIn
@@ -87,7 +87,7 @@ def create(
         )
     )
     row = UploadToken(
-        id=new_id("upt"),
+        id=new_id(UPLOAD_TOKEN),
         token_hash=token_hash,
         organization_id=org_id,
         key_id=key_id,

@@ -164,6 +164,17 @@ class SignedUrl(BaseModel):
 _MEDIA_RANGE = r"^(\*|[A-Za-z0-9!#$&^_.+*-]+/[A-Za-z0-9!#$&^_.+*-]+)$"
 
 
+def _json_integer(value: object) -> object:
+    """JSON Schema's integer: 600 and 600.0 alike (schemathesis sends both); a string is not one."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# Strict (no "60"), but an integral number written with a fraction is the same integer.
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+
+
 class UploadTokenCreate(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -175,7 +186,7 @@ class UploadTokenCreate(BaseModel):
         description="Fixes the asset's name; else the file's name. " + NAME_RULES,
         json_schema_extra=NAME_SCHEMA,
     )
-    maxBytes: int = Field(
+    maxBytes: JsonInt = Field(
         default=MAX_FILE_BYTES, ge=1, le=MAX_FILE_BYTES, strict=True, description="Largest file accepted."
     )
     contentTypes: list[Annotated[str, Field(pattern=_MEDIA_RANGE, max_length=255)]] | None = Field(
@@ -184,7 +195,7 @@ class UploadTokenCreate(BaseModel):
         max_length=100,
         description="Media types accepted, `*` wildcards allowed (`image/*`); omitted = any.",
     )
-    expiresIn: int = Field(default=600, ge=1, le=86_400, strict=True, description="Validity in seconds.")
+    expiresIn: JsonInt = Field(default=600, ge=1, le=86_400, strict=True, description="Validity in seconds.")
     visibility: Visibility | None = Field(
         default=None,
         description="The uploaded asset's visibility, fixed (the form cannot change it); omitted or "

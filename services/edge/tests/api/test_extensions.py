@@ -353,3 +353,12 @@ def test_an_upload_token_is_revoked_by_its_organization_only(tenant, new_tenant)
     assert revoked.status_code == 200 and revoked.json() == {"success": True}
     assert_error(post_with_token(token["url"], b"too late"), 401, "unauthorized")
     assert_error(tenant.api.delete(f"/api/upload-tokens/{token['id']}"), 404, "not_found")
+    assert_error(tenant.api.delete("/api/upload-tokens/not-an-id"), 400, "invalid_request")
+
+
+def test_upload_token_numbers_are_json_integers(tenant) -> None:
+    """An integral number written with a fraction is the integer JSON Schema says it is
+    (schemathesis found 1949.0 refused); strings and fractions are still refused."""
+    assert mint(tenant.api, maxBytes=1949.0, expiresIn=60.0)["expiresIn"] == 60
+    for bad in ({"maxBytes": 1.5}, {"expiresIn": "60"}, {"maxBytes": True}):
+        assert_error(tenant.api.post("/api/upload-tokens", json=bad), 400, "invalid_request")

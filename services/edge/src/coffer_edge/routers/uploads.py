@@ -33,6 +33,7 @@ from coffer_edge.routers.folders import JSONRoute
 from coffer_edge.schemas import TOKEN_UPLOAD_BODY, Success, UploadToken, UploadTokenCreate, errors
 from coffer_edge.schemas import Asset as AssetOut
 from coffer_kit.errors import CofferError
+from coffer_kit.ids import UPLOAD_TOKEN_ID_PATTERN
 from coffer_kit.wire import UploadTokenIn
 
 UPLOADS_PATH = "/api/uploads"
@@ -95,7 +96,7 @@ async def create_upload_token(
 
 @router.delete("/api/upload-tokens/{token_id}", response_model=Success, responses=errors(404))
 async def revoke_upload_token(
-    token_id: Annotated[str, Path(max_length=64)],
+    token_id: Annotated[str, Path(pattern=UPLOAD_TOKEN_ID_PATTERN)],
     principal: PrincipalDep,
     tokens: UploadTokensDep,
     rid: RequestIdDep,
