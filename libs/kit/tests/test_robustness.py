@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import re
 import socket
 import time
 from urllib.parse import urlsplit
@@ -16,6 +17,7 @@ import pytest
 from fastapi import Request
 
 from coffer_kit.app import base_app
+from coffer_kit.guard import BodyLimits
 from coffer_kit.health import health_router
 from coffer_kit.protocol import MAX_HEAD_BYTES
 from coffer_testkit.testing import serving
@@ -27,7 +29,10 @@ def anyio_backend() -> str:
 
 
 def _app():  # type: ignore[no-untyped-def]
-    app = base_app("coffer-test")
+    # POST /things streams its body (up to 8 MiB), as an upload route does.
+    app = base_app(
+        "coffer-test", body_limits=BodyLimits(streamed=(("POST", re.compile("/things"), 8 * 1024 * 1024),))
+    )
 
     @app.get("/boom")
     async def boom() -> None:

@@ -8,7 +8,7 @@ from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 
 from coffer_kit.errors import install_error_handlers
-from coffer_kit.guard import JsonTextMiddleware, UnhandledErrorMiddleware
+from coffer_kit.guard import BodyGuardMiddleware, BodyLimits, UnhandledErrorMiddleware
 from coffer_kit.middleware import RequestContextMiddleware
 from coffer_kit.settings import BaseServiceSettings
 from coffer_kit.tracing import instrument_app, setup_tracing, tracing_enabled
@@ -20,10 +20,13 @@ if TYPE_CHECKING:  # edge and blob own no database: they never import SQLAlchemy
 _NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 
 
-def base_app(title: str, service: str | None = None, **kwargs: Any) -> FastAPI:
-    """A FastAPI app with the error envelope, request ids, metrics, logs and traces installed.
+def base_app(
+    title: str, service: str | None = None, *, body_limits: BodyLimits | None = None, **kwargs: Any
+) -> FastAPI:
+    """A FastAPI app with the error envelope, request ids, body bounds, metrics, logs and traces.
 
-    ``service`` names the process in metrics and traces (default: the title without "coffer-").
+    ``service`` names the process in metrics and traces (default: the title without "coffer-");
+    ``body_limits`` bounds request bodies (default: 64 KiB, JSON 32 deep, nothing streamed).
     """
     service = service or title.removeprefix("coffer-")
     setup_tracing(service)
@@ -35,7 +38,7 @@ def base_app(title: str, service: str | None = None, **kwargs: Any) -> FastAPI:
     # Innermost first: the guard (500 envelope, 405's Allow) answers inside the request-id
     # middleware, so its 500 carries the request id and is counted and logged like any other.
     app.add_middleware(UnhandledErrorMiddleware)
-    app.add_middleware(JsonTextMiddleware)
+    app.add_middleware(BodyGuardMiddleware, limits=body_limits)
     app.add_middleware(RequestContextMiddleware, service=service)
     instrument_app(app)
     return app
@@ -67,7 +70,13 @@ def database_service_app(service: str, database_url: str, settings: BaseServiceS
     def engine() -> Engine:
         return state_of(app, DatabaseState).database.engine
 
-    app = base_app(f"coffer-{service}", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = base_app(
+        f"coffer-{service}",
+        lifespan=lifespan,
+        body_limits=settings.body_limits(),
+        docs_url=None,
+        redoc_url=None,
+    )
     app.include_router(health_router({"database": database_check(engine)}))
     app.include_router(metrics_router())
     return app

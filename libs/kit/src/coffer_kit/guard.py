@@ -1,5 +1,5 @@
-"""Pure ASGI guards every service shares: no exception closes a keep-alive connection, and a
-405 names every method its path allows.
+"""Pure ASGI guards every service shares: no exception closes a keep-alive connection, a
+405 names every method its path allows, and every request body is bounded before any route.
 
 Starlette's own last-resort handler (``ServerErrorMiddleware``) answers a 500 and then
 re-raises, and uvicorn closes a connection whose application raised. A client that pools
@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import logging
 import re
+from dataclasses import dataclass
 
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from coffer_kit.errors import envelope
+from coffer_kit.errors import envelope, file_too_large
 
 log = logging.getLogger("coffer.errors")
 
@@ -95,16 +96,46 @@ def _allowed_methods(scope: Scope) -> list[str]:
 
 # A JSON string escape of a UTF-16 surrogate: the only way a JSON text can carry one.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+# JSON strings (escapes included), so the brackets inside them are not counted as nesting.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKETS = bytes(range(256)).translate(None, b"[]{}")  # every byte but the four brackets
+_METHODS_WITHOUT_BODY = ("GET", "HEAD", "OPTIONS", "DELETE")
+
+
+@dataclass(frozen=True, slots=True)
+class BodyLimits:
+    """The bounds on request bodies, checked before any route (so before authentication).
+
+    ``body_bytes``: any body not streamed, read whole by its route (JSON, forms); refused
+    from ``Content-Length`` or while counting. ``json_depth``: nesting of a JSON body.
+    ``streamed``: (method, path pattern, limit) of the routes that stream their body
+    (uploads): refused here from ``Content-Length`` only; the route counts what arrives.
+    """
+
+    body_bytes: int = 64 * 1024
+    json_depth: int = 32
+    streamed: tuple[tuple[str, re.Pattern[str], int], ...] = ()
+
+    def streamed_limit(self, scope: Scope) -> int | None:
+        for method, pattern, limit in self.streamed:
+            if scope["method"] == method and pattern.fullmatch(scope["path"]):
+                return limit
+        return None
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value  # type: ignore[no-any-return]
+    return None
 
 
 def _is_json(scope: Scope) -> bool:
-    for name, value in scope["headers"]:
-        if name == b"content-type":
-            media: bytes = value.split(b";", 1)[0].strip().lower()
-            return media == b"application/json" or (
-                media.startswith(b"application/") and media.endswith(b"+json")
-            )
-    return False
+    value = _header(scope, b"content-type")
+    if value is None:
+        return False
+    media = value.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
 
 
 def _lone_surrogate(text: str) -> bool:
@@ -115,54 +146,81 @@ def _lone_surrogate(text: str) -> bool:
     return False
 
 
-class JsonTextMiddleware:
-    """A JSON body whose strings are not valid Unicode (a lone surrogate escape such as
-    ``"\\ud800"``, RFC 8259 §8.2) is refused with 400, before any route sees it.
+def json_too_deep(body: bytes, limit: int) -> bool:
+    """Whether a JSON text nests arrays and objects deeper than ``limit`` (strings skipped).
+    Python's parser recurses: 10,000 levels raised RecursionError, a 500 (issue 23)."""
+    depth = 0
+    for byte in _JSON_STRING.sub(b'""', body).translate(None, _BRACKETS):
+        if byte in b"[{":
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
 
-    Python's ``json`` decodes such an escape into a string that cannot be encoded, which then
-    failed deep inside a service (a database driver, a log line) as a 500. Every JSON body
-    is read whole by its route anyway; this holds it once more only to look for the escape,
-    and parses it only if one is there (pairs, as emoji are written, are fine).
+
+async def _refuse(
+    scope: Scope, send: Send, status: int, code: str, message: str, field: str | None = "body"
+) -> None:
+    request_id = scope.get("state", {}).get("request_id")
+    details = {"field": field} if field else None
+    payload = json.dumps(envelope(code, message, request_id, details), separators=(",", ":")).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                # The rest of an oversized body is not read: the connection cannot be reused.
+                *([(b"connection", b"close")] if status == 413 else []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+class BodyGuardMiddleware:
+    """Every request body bounded before any route sees it (issue 23: 30 MiB of JSON sent
+    without a key grew edge by 890 MiB; 10,000-deep JSON was a 500).
+
+    A body a route streams (an upload) is refused here only from ``Content-Length``; any
+    other body is read here up to its bound (refused with 413 past it, from
+    ``Content-Length`` or while counting), then, when it is JSON, refused with 400 if it
+    nests too deep or holds a string that is not valid Unicode (a lone surrogate escape such
+    as ``"\\ud800"``, RFC 8259 §8.2, which failed deep inside a service as a 500), and
+    handed to the route as it arrived.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, limits: BodyLimits | None = None) -> None:
         self.app = app
+        self.limits = limits or BodyLimits()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS") or not _is_json(scope):
+        if scope["type"] != "http" or scope["method"] in _METHODS_WITHOUT_BODY:
             await self.app(scope, receive, send)
             return
-        messages: list[Message] = []
-        chunks: list[bytes] = []
-        while True:
-            message = await receive()
-            messages.append(message)
-            if message["type"] != "http.request":
-                break
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        if _SURROGATE_ESCAPE.search(body) and _holds_lone_surrogate(body):
-            request_id = scope.get("state", {}).get("request_id")
-            error = envelope(
-                "invalid_request",
-                "The JSON body holds a string that is not valid Unicode (a lone surrogate).",
-                request_id,
-                {"field": "body"},
-            )
-            payload = json.dumps(error).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 400,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(payload)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": payload})
+        streamed = self.limits.streamed_limit(scope)
+        limit = streamed if streamed is not None else self.limits.body_bytes
+        declared = _header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            if streamed is None:
+                await _refuse(scope, send, 413, "body_too_large", _too_large(limit))
+            else:  # an upload: the contract's code for a file over 100 MiB
+                error = file_too_large()
+                await _refuse(scope, send, error.status, error.code, error.message, field=None)
+            return
+        if streamed is not None:
+            await self.app(scope, receive, send)
+            return
+        messages = await _read_at_most(receive, limit)
+        if messages is None:
+            await _refuse(scope, send, 413, "body_too_large", _too_large(limit))
+            return
+        problem = self._json_problem(scope, messages)
+        if problem is not None:
+            await _refuse(scope, send, 400, "invalid_request", problem)
             return
         pending = iter(messages)
 
@@ -171,6 +229,36 @@ class JsonTextMiddleware:
             return message if message is not None else await receive()
 
         await self.app(scope, replay, send)
+
+    def _json_problem(self, scope: Scope, messages: list[Message]) -> str | None:
+        if not _is_json(scope):
+            return None
+        body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
+        if json_too_deep(body, self.limits.json_depth):
+            return f"The JSON body nests deeper than {self.limits.json_depth} levels."
+        if _SURROGATE_ESCAPE.search(body) and _holds_lone_surrogate(body):
+            return "The JSON body holds a string that is not valid Unicode (a lone surrogate)."
+        return None
+
+
+async def _read_at_most(receive: Receive, limit: int) -> list[Message] | None:
+    """The request's messages, or None once its body passes ``limit`` bytes."""
+    messages: list[Message] = []
+    size = 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            return messages
+        size += len(message.get("body", b""))
+        if size > limit:
+            return None
+        if not message.get("more_body", False):
+            return messages
+
+
+def _too_large(limit: int) -> str:
+    return f"The request body is larger than {limit:,} bytes."
 
 
 def _holds_lone_surrogate(body: bytes) -> bool:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 # Files larger than this are refused with 413 file_too_large.
 MAX_FILE_BYTES = 100 * 1024 * 1024
+# Room for the multipart framing and the small form fields around a file of the maximum size.
+MULTIPART_OVERHEAD = 1024 * 1024
+# The largest upload request body (a file of the maximum size in its multipart form).
+MAX_UPLOAD_BODY_BYTES = MAX_FILE_BYTES + MULTIPART_OVERHEAD
 
 # GET /api/assets: page size and offset.
 PAGE_LIMIT_DEFAULT = 50

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import Literal
@@ -11,6 +12,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from coffer_kit import ports
+from coffer_kit.guard import BodyLimits
 
 
 def local_secret(data_dir: Path, name: str) -> SecretStr:
@@ -81,6 +83,11 @@ class BaseServiceSettings(BaseSettings):
     # Pooled database connections per process (auth, metadata). The default matches the thread
     # pool (see coffer_kit.db.POOL_SIZE); lower it when many replicas share one PostgreSQL.
     database_pool_size: int = Field(default=40, ge=1, le=1000)
+    # Request bodies that are not streamed (JSON, forms) are refused past this size (413)
+    # before any route or authentication; uploads have the file bound instead (issue 23).
+    max_body_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    # JSON bodies nesting arrays and objects deeper than this are refused (400).
+    max_json_depth: int = Field(default=32, ge=2, le=1000)
 
     @model_validator(mode="after")
     def _secrets(self) -> BaseServiceSettings:
@@ -94,6 +101,15 @@ class BaseServiceSettings(BaseSettings):
         self.base_url = self.base_url.rstrip("/")
         self.cdn_url = self.cdn_url.rstrip("/")
         return self
+
+    def body_limits(self, *streamed: tuple[str, str, int]) -> BodyLimits:
+        """The bounds on this service's request bodies; ``streamed``: (method, path regex,
+        limit) of the routes that stream their body (uploads)."""
+        return BodyLimits(
+            body_bytes=self.max_body_bytes,
+            json_depth=self.max_json_depth,
+            streamed=tuple((method, re.compile(path), limit) for method, path, limit in streamed),
+        )
 
     def internal_secret(self) -> str:
         """The internal token's value (the validator has set it by now)."""

@@ -18,6 +18,7 @@ from coffer_kit.app import base_app
 from coffer_kit.errors import error_response, unavailable
 from coffer_kit.health import ReadinessCheck, health_router
 from coffer_kit.internal_token import require_internal_token
+from coffer_kit.limits import MAX_UPLOAD_BODY_BYTES
 from coffer_kit.metrics import metrics_router
 from coffer_kit.middleware import ResponseHeadersMiddleware, inside_request_context
 from coffer_kit.state import clear_state, install_state, state_of
@@ -58,7 +59,15 @@ def create_app(settings: Settings | None = None, *, api: bool = True) -> FastAPI
     """The internal listener: blob's internal API (unless ``api`` is off), health, metrics."""
     settings = settings or Settings()
     app = base_app(
-        "coffer-blob", lifespan=_lifespan(settings), docs_url=None, redoc_url=None, openapi_url=None
+        "coffer-blob",
+        lifespan=_lifespan(settings),
+        # Uploads stream their body (the multipart parser counts the file); others are small.
+        body_limits=settings.body_limits(
+            ("POST", r"/internal/v1/uploads/[^/]+/[^/]+", MAX_UPLOAD_BODY_BYTES)
+        ),
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
     _common(app)
     app.include_router(metrics_router())
@@ -76,6 +85,7 @@ def create_cdn_app(settings: Settings | None = None) -> FastAPI:
         "coffer-cdn",
         service="cdn",
         lifespan=_lifespan(settings),
+        body_limits=settings.body_limits(),
         docs_url=None,
         redoc_url=None,
         openapi_url=None,

@@ -25,6 +25,7 @@ from coffer_kit.app import base_app
 from coffer_kit.fastpath import fast_route
 from coffer_kit.health import ReadinessCheck, health_router
 from coffer_kit.internal import internal_client
+from coffer_kit.limits import MAX_UPLOAD_BODY_BYTES
 from coffer_kit.metrics import metrics_router
 from coffer_kit.middleware import ResponseHeadersMiddleware
 from coffer_kit.state import clear_state, install_state, state_of
@@ -154,6 +155,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url="/api/docs",
         redoc_url=None,
         generate_unique_id_function=operation_id,
+        # The uploads stream their body (counted by the route); every other body is read whole.
+        body_limits=settings.body_limits(
+            ("POST", r"/api/assets", MAX_UPLOAD_BODY_BYTES),
+            ("POST", r"/api/uploads", MAX_UPLOAD_BODY_BYTES),
+            ("POST", r"/dashboard/o/[^/]+/files/upload", MAX_UPLOAD_BODY_BYTES),
+        ),
     )
     _tidy_document(app)
     app.include_router(health_router(_dependency_checks(app)))

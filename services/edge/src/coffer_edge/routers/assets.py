@@ -45,6 +45,7 @@ from coffer_kit.ids import ASSET, new_id
 from coffer_kit.limits import (
     EXPIRES_IN_DEFAULT,
     MAX_FILE_BYTES,
+    MULTIPART_OVERHEAD,
     PAGE_LIMIT_DEFAULT,
     PAGE_OFFSET_DEFAULT,
 )
@@ -55,10 +56,6 @@ log = logging.getLogger("coffer.edge.assets")
 router = APIRouter(prefix="/api/assets", tags=["assets"])
 # Routes with a JSON body: the media type is checked before the body is parsed.
 json_router = APIRouter(prefix="/api/assets", tags=["assets"], route_class=JSONRoute)
-
-# Room for the multipart framing and the small form fields around a file of the maximum size.
-MULTIPART_OVERHEAD = 1024 * 1024
-MAX_BODY_BYTES = MAX_FILE_BYTES + MULTIPART_OVERHEAD
 
 
 class _CappedBody:
