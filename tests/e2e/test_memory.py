@@ -3,45 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-import threading
-import time
 
 import httpx
 import pytest
 
 from coffer_kit.urls import MAX_FILE_BYTES
-from coffer_testkit.testing import multipart_stream, pattern_chunks, rss_bytes
+from coffer_testkit.testing import PeakRss, multipart_stream, pattern_chunks
 
 pytestmark = pytest.mark.e2e
 MIB = 1024 * 1024
-
-
-class PeakRss:
-    """Samples the RSS of some processes from /proc in a background thread."""
-
-    def __init__(self, pids: dict[str, int]) -> None:
-        self.pids = pids
-        self.baseline = {name: rss_bytes(pid) for name, pid in pids.items()}
-        self.peak = dict(self.baseline)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for name, pid in self.pids.items():
-                self.peak[name] = max(self.peak[name], rss_bytes(pid))
-            time.sleep(0.01)
-
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def growth(self) -> dict[str, float]:
-        return {name: (self.peak[name] - self.baseline[name]) / MIB for name in self.pids}
 
 
 def test_rss_of_edge_and_blob_grows_less_than_32_mib(stack, tenant) -> None:

@@ -8,6 +8,7 @@ import os
 import random
 import socket
 import struct
+import threading
 import time
 import zlib
 from collections.abc import AsyncIterator, Iterator
@@ -294,3 +295,31 @@ def serving(app: Any, *, lifespan: Literal["auto", "on", "off"] = "on") -> Itera
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+class PeakRss:
+    """Samples the RSS of some processes from /proc in a background thread."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.baseline = {name: rss_bytes(pid) for name, pid in pids.items()}
+        self.peak = dict(self.baseline)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for name, pid in self.pids.items():
+                self.peak[name] = max(self.peak[name], rss_bytes(pid))
+            time.sleep(0.01)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def growth(self) -> dict[str, float]:
+        return {name: (self.peak[name] - self.baseline[name]) / (1024 * 1024) for name in self.pids}
