@@ -3,6 +3,8 @@ bound costs the process almost nothing, whoever sends it, with or without a key.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -51,3 +53,47 @@ def test_json_nested_10000_deep_is_a_400_not_a_500(tenant) -> None:
     assert error["message"] == "The JSON body nests deeper than 32 levels."
     # Nothing was made, and the key still works.
     assert tenant.api.get("/api/folders").json() == {"folders": []}
+
+
+def test_a_100_mib_part_header_costs_blob_nothing_and_the_cdn_keeps_serving(stack, tenant) -> None:
+    """Issue 23: blob buffered a 100 MiB part header (200 MiB, 12-51 s of CPU on the loop that
+    also serves the CDN); an upload token could repeat it, failed uploads never spend one."""
+    small = tenant.api.post("/api/assets", files={"file": ("s.bin", b"s" * 4096)}).json()
+    httpx.get(small["publicUrl"])  # warm
+    boundary = "bombX7MA4YWxkTrZu0gW"
+
+    def bomb() -> Iterator[bytes]:
+        yield f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="'.encode()
+        for _ in range(100):
+            yield b"a" * MIB
+        yield f'"\r\n\r\nx\r\n--{boundary}--\r\n'.encode()
+
+    timings: list[float] = []
+    stop = threading.Event()
+
+    def download() -> None:
+        with httpx.Client(timeout=10) as cdn:
+            while not stop.is_set():
+                started = time.perf_counter()
+                assert cdn.get(small["publicUrl"]).status_code == 200
+                timings.append(time.perf_counter() - started)
+
+    with PeakRss({"blob": stack.processes["blob"].pid}) as rss:
+        reader = threading.Thread(target=download)
+        reader.start()
+        try:
+            answer = tenant.api.post(
+                "/api/assets",
+                content=bomb(),
+                headers={"content-type": f"multipart/form-data; boundary={boundary}"},
+                timeout=120,
+            )
+        finally:
+            stop.set()
+            reader.join()
+    error = assert_error(answer, 400, "invalid_request")
+    assert "header is longer than 16384 bytes" in error["message"]
+    assert rss.growth()["blob"] < 16, rss.growth()
+    timings.sort()
+    assert len(timings) >= 5 and timings[int(len(timings) * 0.99)] < 0.05, timings[-5:]
+    assert tenant.api.get("/api/assets").json()["total"] == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from coffer_blob import uploads
 from coffer_blob.multipart import ParseFailedException, parse_boundary
 from coffer_blob.storage import StorageUnavailable
 from coffer_blob.storage import fs as fs_module
+from coffer_kit.errors import CofferError
 from coffer_kit.urls import MAX_FILE_BYTES
 from coffer_testkit.testing import assert_error, pattern_chunks, rss_bytes
 
@@ -438,3 +440,56 @@ def test_the_boundary_is_the_one_streaming_form_data_reads(content_type: str) ->
 def test_no_boundary_no_parse(content_type: str) -> None:
     with pytest.raises(ParseFailedException):
         parse_boundary(content_type)
+
+
+def _heads_of(body: bytes, size: int) -> int:
+    """The parts _PartHeads counts in ``body`` fed in pieces of ``size`` bytes."""
+    heads = uploads._PartHeads(BOUNDARY.encode())
+    # The parser gets the body from its first boundary on, as _Preamble hands it over.
+    for at in range(0, len(body), size):
+        heads.feed(body[at : at + size])
+    return heads.parts
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 31, 4096])
+def test_part_heads_are_found_whatever_the_pieces(size: int) -> None:
+    tricky = file_part(b"\r\n\r\n--not-the-boundary\r\n")
+    body = form(field("name", "n"), tricky, field("x", "")) + b"epilogue"
+    assert _heads_of(body, size) == 3
+
+
+@pytest.mark.parametrize("size", [1, 1000, 1 << 20])
+def test_a_part_head_longer_than_the_bound_is_refused_as_it_arrives(size: int) -> None:
+    at_bound = file_head(filename="a" * (uploads.MAX_PART_HEAD_BYTES - len(file_head(filename=""))))
+    assert len(at_bound) - len(f"--{BOUNDARY}\r\n") - 4 <= uploads.MAX_PART_HEAD_BYTES
+    assert _heads_of(form(at_bound + b"x\r\n"), size) == 1
+    endless = file_head(filename="a" * (4 * uploads.MAX_PART_HEAD_BYTES))
+    with pytest.raises(CofferError, match="header is longer than 16384 bytes"):
+        _heads_of(endless, size)
+
+
+def test_more_parts_than_the_bound_are_refused() -> None:
+    assert _heads_of(form(*[field(f"f{i}", "") for i in range(uploads.MAX_PARTS)]), 100) == uploads.MAX_PARTS
+    with pytest.raises(CofferError, match="more than 64 parts"):
+        _heads_of(form(*[field(f"f{i}", "") for i in range(uploads.MAX_PARTS + 1)]), 100)
+
+
+async def test_a_100_mib_part_header_is_refused_early_in_bounded_memory(
+    api: httpx.AsyncClient, blob_dir: Path
+) -> None:
+    """Issue 23: the parser buffered a 100 MiB header whole (200 MiB, 12-51 s of CPU)."""
+    sent = 0
+
+    async def bomb() -> AsyncIterator[bytes]:
+        nonlocal sent
+        yield f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="'.encode()
+        for _ in range(100):
+            sent += MIB
+            yield b"a" * MIB
+        yield b'"\r\n\r\nx\r\n' + END
+
+    started = time.monotonic()
+    error = assert_error(await post(api, bomb()), 400, "invalid_request")
+    assert "header is longer than 16384 bytes" in error["message"]
+    assert time.monotonic() - started < 10
+    assert objects(blob_dir) == []
