@@ -3,6 +3,7 @@ bound costs the process almost nothing, whoever sends it, with or without a key.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -97,3 +98,30 @@ def test_a_100_mib_part_header_costs_blob_nothing_and_the_cdn_keeps_serving(stac
     timings.sort()
     assert len(timings) >= 5 and timings[int(len(timings) * 0.99)] < 0.05, timings[-5:]
     assert tenant.api.get("/api/assets").json()["total"] == 1
+
+
+def test_a_thousand_made_up_keys_from_one_address_meet_429s(own_stack_with, admin_for) -> None:
+    """Issue 23: failed authentications were never limited; each made-up key cost a lookup."""
+    # Its own Redis prefix: counters outlive a stack.
+    stack = own_stack_with(
+        COFFER_EDGE_AUTH_FAILURE_LIMIT="30/minute", COFFER_REDIS_KEY_PREFIX=f"bounds-{secrets.token_hex(4)}"
+    )
+    admin = admin_for(stack)
+    org = admin("create-org", "--name", "Bystander")["id"]
+    good = admin("create-key", "--org", org)["key"]
+    statuses = []
+    with httpx.Client(base_url=stack.edge_url, timeout=30) as client:
+        for _ in range(1000):
+            made_up = "cof_org_" + secrets.token_urlsafe(24)
+            statuses.append(client.get("/api/folders", headers={"x-api-key": made_up}).status_code)
+        # Even a key that works is refused from this address now: answering it would tell a
+        # guesser which of its guesses is right.
+        refused = client.get("/api/folders", headers={"x-api-key": good})
+    assert statuses[:30] == [401] * 30 and set(statuses[30:]) == {429}, statuses[:40]
+    # Another address is not affected.
+    other = httpx.Client(base_url=stack.edge_url, transport=httpx.HTTPTransport(local_address="127.0.0.2"))
+    with other:
+        assert other.get("/api/folders", headers={"x-api-key": good}).status_code == 200
+    error = assert_error(refused, 429, "rate_limited")
+    assert error["message"].startswith("Too many failed authentications from this address")
+    assert 1 <= int(refused.headers["retry-after"]) <= 60

@@ -32,11 +32,25 @@ async def test_a_key_gets_its_budget_then_429_with_retry_after(limiter: RateLimi
     await limiter.check(second)  # another key of the same organization has its own budget
 
 
-async def test_an_unreachable_redis_lets_requests_through() -> None:
-    # Nothing listens on port 1: a limiter outage must not take the API down.
-    limiter = RateLimiter("1/minute", "redis://127.0.0.1:1/0")
-    for _ in range(3):
+async def test_an_unreachable_redis_counts_in_process_instead() -> None:
+    """Nothing listens on port 1: the API stays up and the limit still holds, per edge (issue 23:
+    every request went through while Redis was down)."""
+    limiter = RateLimiter("2/minute", "redis://127.0.0.1:1/0")
+    for _ in range(2):
         await limiter.check("key_x")
+    with pytest.raises(CofferError) as refused:
+        await limiter.check("key_x")
+    assert refused.value.status == 429
+
+
+async def test_failures_are_counted_apart_from_the_check(limiter: RateLimiter) -> None:
+    client = f"auth-failures:{secrets.token_hex(4)}"
+    for _ in range(5):
+        await limiter.refuse_if_spent(client, "Too many failures")  # checking counts nothing
+        await limiter.count(client)
+    with pytest.raises(CofferError) as refused:
+        await limiter.refuse_if_spent(client, "Too many failures")
+    assert refused.value.message.startswith("Too many failures (limit 5 per 1 minute)")
 
 
 async def test_installs_sharing_a_redis_keep_their_own_counters(redis_url: str) -> None:

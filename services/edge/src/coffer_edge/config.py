@@ -26,6 +26,11 @@ class Settings(BaseServiceSettings):
     edge_blob_write_timeout_seconds: float = 30.0
     # Requests per API key, in the ``limits`` notation ("100/second", "6000/minute").
     edge_rate_limit: str = "100/second"
+    # Failed authentications (unknown, deleted or expired keys) per client address; past it
+    # the address gets 429 without auth being asked (issue 23).
+    edge_auth_failure_limit: str = "30/minute"
+    # How long edge remembers that auth refused a key (401), asking auth nothing meanwhile.
+    edge_auth_negative_cache_seconds: float = Field(default=2.0, ge=0, le=5)
     # Shared rate-limit counters for several edges; in-process counters when unset.
     redis_url: str | None = None
     # Every rate-limit counter's key starts with this, so installs sharing one Redis never

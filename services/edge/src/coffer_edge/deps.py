@@ -17,7 +17,7 @@ from coffer_edge.clients.upload_tokens import UploadTokenClient
 from coffer_edge.config import Settings
 from coffer_edge.dashboard.state import DashboardState
 from coffer_edge.ratelimit import RateLimiter
-from coffer_kit.errors import request_id_of, unauthorized
+from coffer_kit.errors import CofferError, request_id_of, unauthorized
 from coffer_kit.state import ServiceState, from_state, request_state
 
 # Distinct scheme names: both default to "APIKeyHeader", and the document kept only one.
@@ -41,6 +41,8 @@ class EdgeState(ServiceState[Settings]):
     metadata: MetadataClient
     blob: BlobClient
     rate_limiter: RateLimiter
+    # Failed authentications per client address.
+    auth_failures: RateLimiter
     upload_tokens: UploadTokenClient
     # The web dashboard's share; None in an API-only install (COFFER_DASHBOARD_ENABLED=false).
     dashboard: DashboardState | None = None
@@ -58,11 +60,20 @@ async def authenticate(
     """Resolve ``x-api-key`` (and ``x-organization-id``) to a principal, or refuse per §2."""
     if not api_key or not api_key.strip():
         raise unauthorized("Missing API key: send it in the x-api-key header.")
-    key_hash = hashlib.sha256(api_key.strip().encode("utf-8")).hexdigest()
     state = edge_state(request)
-    principal = await state.auth.principal(
-        key_hash, (organization_id or "").strip() or None, request_id=request_id_of(request)
-    )
+    # A client that keeps sending keys auth refuses is stopped here, before any lookup; its
+    # address is the one uvicorn took from X-Forwarded-For of COFFER_TRUSTED_PROXIES.
+    client = "auth-failures:" + (request.client.host if request.client else "unknown")
+    await state.auth_failures.refuse_if_spent(client, "Too many failed authentications from this address")
+    key_hash = hashlib.sha256(api_key.strip().encode("utf-8")).hexdigest()
+    try:
+        principal = await state.auth.principal(
+            key_hash, (organization_id or "").strip() or None, request_id=request_id_of(request)
+        )
+    except CofferError as exc:
+        if exc.status == 401:
+            await state.auth_failures.count(client)
+        raise
     # For the access log line (coffer_kit.middleware).
     request.state.organization_id = principal.organization_id
     await state.rate_limiter.check(principal.key_id)

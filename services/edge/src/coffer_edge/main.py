@@ -107,10 +107,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 auth_http,
                 cache_seconds=settings.edge_auth_cache_seconds,
                 cache_size=settings.edge_auth_cache_size,
+                negative_seconds=settings.edge_auth_negative_cache_seconds,
             ),
             metadata=MetadataClient(metadata_http),
             blob=BlobClient(blob_http),
             rate_limiter=RateLimiter(settings.edge_rate_limit, settings.redis_url, settings.redis_key_prefix),
+            auth_failures=RateLimiter(
+                settings.edge_auth_failure_limit, settings.redis_url, settings.redis_key_prefix
+            ),
             upload_tokens=UploadTokenClient(auth_http),
         )
         if dashboard is not None:

@@ -6,9 +6,14 @@ from coffer_kit.metrics import LATENCY_BUCKETS
 
 AUTH_CACHE = Counter(
     "coffer_auth_cache_requests_total",
-    "Principal lookups at edge, by cache result: hit, miss (a call to auth), or shared (a miss"
-    " answered by a call to auth already on its way for the same key).",
+    "Principal lookups at edge, by cache result: hit, miss (a call to auth), shared (a miss"
+    " answered by a call to auth already on its way for the same key), or refused (a key auth"
+    " refused moments ago).",
     ["result"],
+)
+RATE_LIMIT_FALLBACKS = Counter(
+    "coffer_ratelimit_redis_failures_total",
+    "Times Redis could not be reached by the rate limiter, which then counts in process for 5 s.",
 )
 UPLOADS = Counter("coffer_uploads_total", "Uploads finished, by outcome.", ["outcome"])
 UPLOAD_BYTES = Counter("coffer_upload_bytes_total", "Bytes of files stored by successful uploads.")

@@ -10,12 +10,13 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
-from cachetools import TLRUCache
+from cachetools import TLRUCache, TTLCache
 
 from coffer_edge.clients.base import ServiceClient
 from coffer_edge.metrics import AUTH_CACHE
 from coffer_kit import accounts_wire as schemas
 from coffer_kit import wire
+from coffer_kit.errors import CofferError
 from coffer_kit.internal import InternalClient
 from coffer_kit.resources import Visibility
 
@@ -42,9 +43,18 @@ class Principal:
 class AuthClient(ServiceClient):
     service = "auth"
 
-    def __init__(self, http: InternalClient, *, cache_seconds: float, cache_size: int) -> None:
+    def __init__(
+        self, http: InternalClient, *, cache_seconds: float, cache_size: int, negative_seconds: float = 0.0
+    ) -> None:
         super().__init__(http)
         self.cache_seconds = cache_seconds
+        # Keys auth refused (401), not asked again for a moment: a flood of made-up keys costs
+        # auth one lookup per key and interval, not one per request.
+        self._refused: TTLCache[CacheKey, CofferError] | None = (
+            TTLCache(maxsize=cache_size, ttl=negative_seconds, timer=time.monotonic)
+            if negative_seconds > 0
+            else None
+        )
         # Per-entry deadline: never longer than cache_seconds, never past the key's own expiry.
         self._cache: TLRUCache[CacheKey, tuple[Principal, float]] = TLRUCache(
             maxsize=cache_size, ttu=lambda _k, v, _now: v[1], timer=time.monotonic
@@ -61,6 +71,10 @@ class AuthClient(ServiceClient):
         if hit is not None:
             AUTH_CACHE.labels("hit").inc()
             return hit[0]
+        refused = self._refused.get(cache_key) if self._refused is not None else None
+        if refused is not None:
+            AUTH_CACHE.labels("refused").inc()
+            raise CofferError(refused.status, refused.code, refused.message)
         call = self._pending.get(cache_key)
         if call is None or call.done():
             AUTH_CACHE.labels("miss").inc()
@@ -86,9 +100,14 @@ class AuthClient(ServiceClient):
         headers = {"x-key-hash": key_hash}
         if organization_id is not None:
             headers["x-organization-id"] = organization_id
-        body = await self.call(
-            wire.Principal, "GET", "/internal/v1/principal", headers=headers, request_id=request_id
-        )
+        try:
+            body = await self.call(
+                wire.Principal, "GET", "/internal/v1/principal", headers=headers, request_id=request_id
+            )
+        except CofferError as exc:
+            if exc.status == 401 and self._refused is not None:
+                self._refused[cache_key] = exc
+            raise
         expires = body.key_expires_at
         expires_unix = datetime.fromisoformat(expires.replace("Z", "+00:00")).timestamp() if expires else None
         principal = Principal(**body.model_dump(exclude={"key_expires_at"}), key_expires_at=expires_unix)
