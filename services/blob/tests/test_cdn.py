@@ -71,7 +71,7 @@ async def test_public_download(api: httpx.AsyncClient, cdn: httpx.AsyncClient) -
     assert h["x-content-type-options"] == "nosniff"
     assert h["access-control-allow-origin"] == "*"
     assert h["cache-control"] == "public, max-age=31536000, immutable"
-    assert "content-security-policy" not in h
+    assert h["content-security-policy"] == "sandbox"
     assert h["x-request-id"]
 
 
@@ -266,14 +266,18 @@ async def test_active_content_is_sandboxed(
     assert response.headers["x-content-type-options"] == "nosniff"
 
 
-@pytest.mark.parametrize(("filename", "content_type"), [("a.png", "image/png"), ("a.txt", "text/plain")])
-async def test_passive_content_is_not_sandboxed(
-    api: httpx.AsyncClient, cdn: httpx.AsyncClient, filename: str, content_type: str
+@pytest.mark.parametrize(
+    ("filename", "content_type"),
+    [("a.png", "image/png"), ("a.txt", "text/plain"), ("a.pdf", "application/pdf"), ("a.bin", None)],
+)
+async def test_every_type_is_sandboxed(
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient, filename: str, content_type: str | None
 ) -> None:
+    """Issue 23: a PDF (its viewer runs script) rendered unsandboxed on the CDN's origin."""
     path = await public_path(api, filename=filename, content_type=content_type)
-    response = await cdn.get(path)
-    assert response.headers["content-type"] == content_type
-    assert "content-security-policy" not in response.headers
+    for response in (await cdn.get(path), await cdn.get(path + "-missing")):
+        assert response.headers["content-security-policy"] == "sandbox"
+        assert response.headers["x-content-type-options"] == "nosniff"
 
 
 async def test_signed_download(api: httpx.AsyncClient, cdn: httpx.AsyncClient) -> None:

@@ -63,11 +63,14 @@ SMALL_OBJECT_BYTES = 256 * 1024
 _SENT = {access: DOWNLOAD_BYTES.labels(access) for access in ("public", "signed")}
 
 
-# On every CDN answer, errors included, so browsers can read them cross-origin.
+# On every CDN answer, errors included: CORS so browsers can read them cross-origin, and a
+# sandbox for every type (issue 23: it was on HTML, XML and scripts only, and a PDF, whose
+# viewer runs script, rendered on the CDN's origin). An <img> or <video> is not affected.
 CDN_HEADERS: list[tuple[bytes, bytes]] = [
     (b"access-control-allow-origin", b"*"),
     (b"access-control-expose-headers", b"Content-Range, Content-Disposition, ETag, Accept-Ranges"),
     (b"x-content-type-options", b"nosniff"),
+    (b"content-security-policy", b"sandbox"),
 ]
 
 
@@ -250,8 +253,6 @@ def _representation_headers(info: ObjectInfo, cache: str) -> dict[str, str]:
         "content-disposition": "inline; filename*=UTF-8''" + quote(filename, safe=""),
         "cache-control": cache,
     }
-    if keys.is_active_content(info.content_type):
-        headers["content-security-policy"] = "sandbox"
     return headers
 
 

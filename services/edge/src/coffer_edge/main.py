@@ -9,6 +9,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
+from starlette.types import Scope
 
 from coffer_edge.clients.auth import AccountsClient, AuthClient
 from coffer_edge.clients.base import ServiceClient
@@ -176,10 +177,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(usage.router)
     app.include_router(uploads.router)
     app.include_router(uploads.json_router)
-    app.add_middleware(ResponseHeadersMiddleware, headers_for=uploads.upload_cors_headers)
+    app.add_middleware(ResponseHeadersMiddleware, headers_for=api_headers)
     # The dashboard's routes stay out of the OpenAPI document: it describes the public API only.
     dashboard = Dashboard.install(app, settings) if settings.dashboard_enabled else None
     return app
+
+
+# Every /api answer, errors included (issue 23): never kept by a cache (signed URLs and
+# asset data are per key), and never sniffed into another type.
+_API_HEADERS = [(b"cache-control", b"no-store"), (b"x-content-type-options", b"nosniff")]
+
+
+def api_headers(scope: Scope) -> list[tuple[bytes, bytes]] | None:
+    """The headers of every /api answer, with CORS on the token upload route's."""
+    path = scope.get("path", "")
+    if not path.startswith("/api/"):
+        return None
+    return _API_HEADERS + (uploads.upload_cors_headers(scope) or [])
 
 
 def create_internal_app(public: FastAPI) -> FastAPI:
