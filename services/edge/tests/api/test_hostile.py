@@ -53,13 +53,14 @@ def test_hostile_requests_get_a_4xx_in_the_envelope(tenant: Any) -> None:
 def test_every_api_answer_is_no_store_and_nosniff(tenant: Any, anon: Any) -> None:
     """Issue 23: /api answers (signed URLs included) could be kept by a shared cache."""
     asset = tenant.api.post("/api/assets", files={"file": ("a.txt", b"a")}).json()
+    preflight = {"origin": "https://x", "access-control-request-method": "POST"}
     answers = [
         tenant.api.get(f"/api/assets/{asset['id']}"),  # the fast route
         tenant.api.get(f"/api/assets/{asset['id']}/url"),
         tenant.api.get("/api/assets"),
         tenant.api.get("/api/folders/fld_nope"),
         anon.get("/api/folders"),
-        anon.options("/api/uploads", headers={"origin": "https://x", "access-control-request-method": "POST"}),
+        anon.options("/api/uploads", headers=preflight),
     ]
     for answer in answers:
         assert answer.headers["cache-control"] == "no-store", answer.request.url
