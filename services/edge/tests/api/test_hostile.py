@@ -66,3 +66,19 @@ def test_every_api_answer_is_no_store_and_nosniff(tenant: Any, anon: Any) -> Non
         assert answer.headers["cache-control"] == "no-store", answer.request.url
         assert answer.headers["x-content-type-options"] == "nosniff", answer.request.url
     assert answers[-1].headers["access-control-allow-origin"] == "*"  # CORS kept beside them
+
+
+def test_names_that_reorder_what_a_person_sees_are_refused(tenant: Any) -> None:
+    """Issue 23: 'invoice\\u202efdp.exe' is shown as 'invoiceexe.pdf'."""
+    api = tenant.api
+    for bidi in ("\u202e", "\u202a", "\u2067", "\u2069"):
+        name = f"invoice{bidi}fdp.exe"
+        assert_error(api.post("/api/folders", json={"name": name}), 400, "invalid_request")
+        assert_error(api.post("/api/assets", files={"file": (name, b"x")}), 400, "invalid_request")
+        named = api.post("/api/assets", files={"file": ("a", b"x")}, data={"name": name})
+        assert_error(named, 400, "invalid_request")
+    asset = api.post("/api/assets", files={"file": ("a.txt", b"x")}).json()
+    assert_error(api.patch(f"/api/assets/{asset['id']}", json={"name": "a\u202eb"}), 400, "invalid_request")
+    # Right-to-left names, with their direction marks, are fine.
+    assert api.post("/api/folders", json={"name": "\u05e9\u05dc\u05d5\u05dd\u200f"}).status_code == 201
+    assert [a["name"] for a in api.get("/api/assets").json()["assets"]] == ["a.txt"]
