@@ -286,3 +286,12 @@ async def test_each_organization_lists_the_keys_that_act_in_it_with_their_use_th
     assert await last_used(org["id"], owner["token"]) == [(key_id, None)]
     with Session(engine) as s:
         assert service.resolve_principal(s, key_hash=key_hash, organization_id=org["id"]).last_used_at is None
+
+
+async def test_a_key_lives_at_most_ten_years(api: Api) -> None:
+    owner, _, org = await _team(api)
+    keys = f"/orgs/{org['id']}/keys"
+    far = {"kind": "user", "expiresIn": 3650 * 86400 + 1}
+    assert_error(await api.call("POST", keys, token=owner["token"], json=far), 400, "invalid_request")
+    r = await api.call("POST", keys, token=owner["token"], json={**far, "expiresIn": 3650 * 86400})
+    assert r.status_code == 201, r.text

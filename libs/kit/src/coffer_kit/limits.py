@@ -23,3 +23,7 @@ EXPIRES_IN_MAX = 7 * 24 * 3600
 
 # Folder and asset names, in characters after NFC normalisation.
 MAX_NAME_CHARS = 255
+
+# The furthest expiry an API key may have: 10 years (a date past it, such as 9999-12-31, was
+# a 500 when the day after was computed).
+MAX_KEY_LIFETIME_DAYS = 3650

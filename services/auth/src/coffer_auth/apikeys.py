@@ -17,6 +17,7 @@ from coffer_auth.models import ApiKey, KeyKind, KeyUse, Membership, Organization
 from coffer_auth.schemas import KeyKindName, KeyOut, UserRef
 from coffer_kit.errors import forbidden, invalid, not_found
 from coffer_kit.ids import KEY, new_id
+from coffer_kit.limits import MAX_KEY_LIFETIME_DAYS
 from coffer_kit.timeutil import as_utc, isoformat, utcnow
 
 
@@ -102,6 +103,8 @@ def create(
     """A new key and its secret (returned once; only the SHA-256 is kept)."""
     if expires_in is not None and expires_in <= 0:
         raise invalid("The expiry must be in the future (expiresIn > 0).", field="expiresIn")
+    if expires_in is not None and expires_in > MAX_KEY_LIFETIME_DAYS * 86400:
+        raise invalid(f"The expiry must be within {MAX_KEY_LIFETIME_DAYS} days.", field="expiresIn")
     if kind == KeyKind.user:
         if user_id is None:
             raise invalid("A personal key needs its user.", field="user")

@@ -356,3 +356,14 @@ def test_visibility_switch_default_and_who_may(browser: Browser, stack: Any, adm
     later = browser.upload_xhr(b"later", "later.txt").json()["asset"]
     assert (later["visibility"], later["publicUrl"]) == ("private", None)
     assert "org.default_visibility_changed" in browser.http.get(f"/dashboard/o/{browser.org_id}/audit").text
+
+
+def test_a_key_expiring_in_the_year_9999_is_refused_with_a_message(browser: Browser) -> None:
+    """Issue 23: the day after 9999-12-31 overflowed: a 500."""
+    keys = f"/dashboard/o/{browser.org_id}/keys"
+    form = {"form_id": "f", "kind": "user", "name": "far", "expiry": "date", "expiry_date": "9999-12-31"}
+    refused = browser.post(keys, form)
+    assert refused.status_code == 400, refused.text[:500]
+    assert "The expiry date must be within 10 years." in refused.text
+    ten_years = browser.post(keys, {**form, "expiry_date": "2035-01-01"})
+    assert ten_years.status_code == 201, ten_years.text[:500]

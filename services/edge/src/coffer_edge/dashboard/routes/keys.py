@@ -24,6 +24,7 @@ from coffer_edge.dashboard.web import (
 )
 from coffer_kit.accounts_wire import KeyCreatedOut, KeyOut, KeyRotatedOut
 from coffer_kit.errors import CofferError, invalid, not_found
+from coffer_kit.limits import MAX_KEY_LIFETIME_DAYS
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
@@ -61,6 +62,8 @@ def _expires_in(visit: Visit, form: FormData) -> int | None:
             day = date.fromisoformat(raw)
         except ValueError as exc:
             raise invalid("Choose the expiry date (YYYY-MM-DD).") from exc
+        if day > datetime.now(UTC).date() + timedelta(days=MAX_KEY_LIFETIME_DAYS):
+            raise invalid(f"The expiry date must be within {MAX_KEY_LIFETIME_DAYS // 365} years.")
         # The key works through the whole chosen day (UTC).
         end = datetime.combine(day + timedelta(days=1), time(), tzinfo=UTC)
         seconds = int((end - datetime.now(UTC)).total_seconds())
