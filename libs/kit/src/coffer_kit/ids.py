@@ -55,12 +55,12 @@ def new_id(prefix: str) -> str:
 
 
 def is_org_id(value: str) -> bool:
-    return _ORG_ID.match(value) is not None
+    return _ORG_ID.fullmatch(value) is not None  # not match: "$" also matches before a final "\n"
 
 
 def is_asset_id(value: str) -> bool:
-    return _ASSET_ID.match(value) is not None
+    return _ASSET_ID.fullmatch(value) is not None
 
 
 def is_folder_id(value: str) -> bool:
-    return _FOLDER_ID.match(value) is not None
+    return _FOLDER_ID.fullmatch(value) is not None

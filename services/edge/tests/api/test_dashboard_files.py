@@ -367,3 +367,20 @@ def test_a_key_expiring_in_the_year_9999_is_refused_with_a_message(browser: Brow
     assert "The expiry date must be within 10 years." in refused.text
     ten_years = browser.post(keys, {**form, "expiry_date": "2035-01-01"})
     assert ten_years.status_code == 201, ten_years.text[:500]
+
+
+def test_a_line_break_in_a_dashboard_path_is_a_404_not_a_500(browser: Browser, stack: Any) -> None:
+    """Issue 23: a CR/LF after the organization's id reached an internal call's header: a 500."""
+    for tail in ("%0d%0a", "%0a", "%0d%0aX-Injected:%201"):
+        answer = browser.http.get(f"/dashboard/o/{browser.org_id}{tail}")
+        assert answer.status_code == 404, (tail, answer.status_code)
+    # Nor does a line break in the page to return to after signing in reach Location.
+    http = httpx.Client(base_url=stack.edge_url, headers=SAME_ORIGIN, timeout=60)
+    email, password = f"next-{secrets.token_hex(4)}@example.com", "pw-" + secrets.token_urlsafe(16)
+    assert http.post("/dashboard/register", data={"email": email, "password": password}).status_code == 303
+    form = {"email": email, "password": password, "next": "/dashboard/orgs\r\nX-Injected: 1"}
+    signed_in = http.post("/dashboard/login", data=form)
+    assert signed_in.status_code == 303, signed_in.text[:300]
+    assert signed_in.headers["location"] == "/dashboard/orgs" or "\n" not in signed_in.headers["location"]
+    assert "x-injected" not in signed_in.headers
+    http.close()

@@ -24,6 +24,7 @@ from coffer_edge.dashboard.state import DashboardState
 from coffer_edge.deps import edge_state
 from coffer_kit.accounts_wire import CurrentOut, LoginOut, OrgOut
 from coffer_kit.errors import CofferError, not_found
+from coffer_kit.ids import is_org_id
 
 log = logging.getLogger("coffer.edge.dashboard")
 
@@ -106,7 +107,8 @@ async def signed_in(request: Request) -> Visit:
 
 async def in_org(request: Request, org_id: str) -> Visit:
     """The session and the org of the path; 404 when the user is not a member."""
-    if not org_id.startswith("org_") or len(org_id) > 64:
+    # The id's shape, checked before it goes anywhere (a CR/LF in it reached a header: a 500).
+    if not is_org_id(org_id):
         raise not_found("No such organization.")
     return await _visit(request, org_id)
 
@@ -156,6 +158,8 @@ def redirect(url: str) -> RedirectResponse:
 def safe_next(value: str | None) -> str | None:
     """A post-login destination: only a relative path under /dashboard/ (no open redirect)."""
     if not value or not value.startswith(PREFIX + "/") or value.startswith("//") or "\\" in value:
+        return None
+    if any(ord(c) < 0x20 or c == "\x7f" for c in value):  # a CR/LF in Location was a 500
         return None
     parts = urlsplit(value)
     if parts.scheme or parts.netloc:
