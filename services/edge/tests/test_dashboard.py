@@ -24,6 +24,7 @@ from coffer_edge.dashboard.security import content_security_policy, cross_origin
 from coffer_edge.dashboard.state import cookie_policy
 from coffer_edge.dashboard.web import safe_next
 from coffer_edge.main import create_app
+from coffer_kit.ids import new_id
 
 pytestmark = pytest.mark.anyio
 
@@ -158,9 +159,10 @@ async def test_auth_down_gives_the_503_page(client: httpx.AsyncClient) -> None:
 
 
 async def test_signed_out_pages_redirect_to_login_with_next(client: httpx.AsyncClient) -> None:
-    answer = await client.get("/dashboard/o/org_123/keys?x=1")
+    org_id = new_id("org")
+    answer = await client.get(f"/dashboard/o/{org_id}/keys?x=1")
     assert answer.status_code == 303
-    assert answer.headers["location"] == "/dashboard/login?next=/dashboard/o/org_123/keys%3Fx%3D1"
+    assert answer.headers["location"] == f"/dashboard/login?next=/dashboard/o/{org_id}/keys%3Fx%3D1"
 
 
 def test_safe_next_accepts_only_relative_dashboard_paths() -> None:
@@ -170,6 +172,7 @@ def test_safe_next_accepts_only_relative_dashboard_paths() -> None:
         "//evil.example",
         "/api/folders",
         "/dashboard\\x",
+        "/dashboard/orgs\r\nX-Injected: 1",
         "",
         None,
     ):
