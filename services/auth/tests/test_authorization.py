@@ -76,7 +76,8 @@ async def _act(api: Api, team: dict[str, Any], who: str, action: str, whose: str
     if action in ("rotate key", "delete key"):
         path = f"/orgs/{org}/keys/{team['keys'][whose]}"
         if action == "rotate key":
-            return (await api.call("POST", f"{path}/rotate", token=token, json={"graceSeconds": 0})).status_code
+            rotated = await api.call("POST", f"{path}/rotate", token=token, json={"graceSeconds": 0})
+            return rotated.status_code
         return (await api.call("DELETE", path, token=token)).status_code
     if action in ("change role", "remove"):
         path = f"/orgs/{org}/members/{team['users'][whose]}"
