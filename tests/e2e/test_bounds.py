@@ -56,9 +56,13 @@ def test_json_nested_10000_deep_is_a_400_not_a_500(tenant) -> None:
     assert tenant.api.get("/api/folders").json() == {"folders": []}
 
 
-def test_a_100_mib_part_header_costs_blob_nothing_and_the_cdn_keeps_serving(stack, tenant) -> None:
+def test_a_100_mib_part_header_costs_blob_nothing_and_the_cdn_keeps_serving(stack, tenant, backend) -> None:
     """Issue 23: blob buffered a 100 MiB part header (200 MiB, 12-51 s of CPU on the loop that
-    also serves the CDN); an upload token could repeat it, failed uploads never spend one."""
+    also serves the CDN); an upload token could repeat it, failed uploads never spend one.
+
+    The downloads' latency is held to 50 ms on the embedded stack; on the production one each
+    download is also a request to the S3 server here (moto, a Python process on the same two
+    cores), whose own time under the suite's load is not blob's to answer for."""
     small = tenant.api.post("/api/assets", files={"file": ("s.bin", b"s" * 4096)}).json()
     httpx.get(small["publicUrl"])  # warm
     boundary = "bombX7MA4YWxkTrZu0gW"
@@ -96,7 +100,8 @@ def test_a_100_mib_part_header_costs_blob_nothing_and_the_cdn_keeps_serving(stac
     assert "header is longer than 16384 bytes" in error["message"]
     assert rss.growth()["blob"] < 16, rss.growth()
     timings.sort()
-    assert len(timings) >= 5 and timings[int(len(timings) * 0.99)] < 0.05, timings[-5:]
+    bound = 0.05 if backend == "embedded" else 0.25
+    assert len(timings) >= 5 and timings[int(len(timings) * 0.99)] < bound, timings[-5:]
     assert tenant.api.get("/api/assets").json()["total"] == 1
 
 

@@ -296,7 +296,7 @@ async def test_current_with_organization(api: Api) -> None:
     r = await api.call("GET", "/sessions/current", token=a["token"], org=org["id"])
     assert r.status_code == 200
     assert r.json()["organization"]["role"] == "owner"
-    assert r.json()["organization"]["quotaBytes"] == 10 * 1024**3
+    assert r.json()["organization"]["quotaBytes"] == 1024**3  # the self-service quota
     assert r.json()["session"]["lastOrgId"] == org["id"]
     assert_error(
         await api.call("GET", "/sessions/current", token=b["token"], org=org["id"]), 404, "not_found"

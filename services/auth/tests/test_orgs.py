@@ -186,3 +186,15 @@ def test_two_owners_demoting_each_other_at_once_leave_one_owner(engine: Engine) 
             m.role for m in s.exec(select(Membership).where(Membership.organization_id == "org_r"))
         )
     assert roles == ["member", "owner"]
+
+
+@pytest.mark.parametrize("settings_overrides", [{"dashboard_max_owned_orgs": 2}])
+async def test_one_person_owns_a_bounded_number_of_self_service_organizations(api: Api) -> None:
+    """Issue 23: any user could create unlimited organizations, each with 10 GiB."""
+    out = await api.register(email="many@example.com")
+    made = [await api.call("POST", "/orgs", token=out["token"], json={"name": f"O{i}"}) for i in range(3)]
+    assert [m.status_code for m in made] == [201, 201, 409]
+    error = assert_error(made[2], 409, "organization_limit")
+    assert "You own 2 organizations" in error["message"]
+    # Self-service organizations get the self-service quota (1 GiB), not the operator's 10 GiB.
+    assert made[0].json()["quotaBytes"] == 1024**3

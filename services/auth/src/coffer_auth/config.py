@@ -4,19 +4,25 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from coffer_kit import ports
 from coffer_kit.settings import BaseServiceSettings
 
 DEFAULT_QUOTA_BYTES = 10 * 1024**3
+SELF_SERVICE_QUOTA_BYTES = 1024**3
 
 
 class Settings(BaseServiceSettings):
     auth_database_url: str = ""
     auth_host: str = "127.0.0.1"
     auth_port: int = ports.AUTH
+    # Organizations the operator creates (coffer-auth create-org without --quota-bytes).
     auth_default_quota_bytes: int = DEFAULT_QUOTA_BYTES
+    # Organizations a user creates in the dashboard (issue 23: each got 10 GiB, without limit):
+    # their quota, and how many organizations one user may own.
+    auth_self_service_quota_bytes: int = Field(default=SELF_SERVICE_QUOTA_BYTES, ge=0)
+    dashboard_max_owned_orgs: int = Field(default=5, ge=0, le=10_000)
 
     # The dashboard's accounts (shared names: edge reads the same variables).
     dashboard_url: str = ""  # default: {base_url}/dashboard; invite and reset links start here

@@ -257,11 +257,14 @@ async def reset_consume(body: ResetConsumeIn, request: Request, accounts_: Accou
 
 @router.post("/orgs", status_code=201, response_model=OrgOut)
 def create_org(body: OrgIn, settings: SettingsDep, caller: CallerDep, session: SessionDep) -> OrgOut:
+    """A new organization owned by the caller, with the self-service quota; at most
+    ``dashboard_max_owned_orgs`` owned by one user (the operator's have no such bound)."""
+    orgs.require_room_for_another(session, user_id=caller.user.id, limit=settings.dashboard_max_owned_orgs)
     org = orgs.create(
         session,
         caller.actor,
         name=body.name,
-        quota_bytes=settings.auth_default_quota_bytes,
+        quota_bytes=settings.auth_self_service_quota_bytes,
         owner_id=caller.user.id,
     )
     sessions.touch(session, row=caller.row, last_org_id=org.id)

@@ -114,6 +114,21 @@ def orgs_of(session: Session, *, user_id: str) -> list[OrgOut]:
     ]
 
 
+def require_room_for_another(session: Session, *, user_id: str, limit: int) -> None:
+    """409 ``organization_limit`` when the user already owns ``limit`` organizations."""
+    owned = session.exec(
+        select(func.count())
+        .select_from(Membership)
+        .where(Membership.user_id == user_id, Membership.role == Role.owner.value)
+    ).one()
+    if owned >= limit:
+        raise errors.conflict(
+            "organization_limit",
+            f"You own {owned} organizations, the most one person may create here; "
+            "the operator can make more.",
+        )
+
+
 def create(
     session: Session, actor: Actor, *, name: str, quota_bytes: int, owner_id: str | None
 ) -> Organization:

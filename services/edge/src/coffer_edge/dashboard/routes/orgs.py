@@ -71,11 +71,11 @@ async def new_org(request: Request, visit: VisitDep) -> Response:
     try:
         org = await accounts.create_org(visit.caller, name)
     except CofferError as exc:
-        if exc.status == 400:
+        if exc.status in (400, 409):  # a bad name; the most organizations one person may own
             return render(
                 visit,
                 "org_new.html",
-                400,
+                exc.status,
                 title="New organization",
                 name=name,
                 error=exc.message,
