@@ -144,3 +144,9 @@ async def test_a_405_allows_every_method_of_the_path(app: Any) -> None:
         response = await client.post("/api/assets/ast_1")
         assert_error(response, 405, "method_not_allowed")
         assert response.headers["allow"] == "GET, PATCH, DELETE"
+
+
+async def test_no_third_party_script_page_is_served(app: Any) -> None:
+    """Issue 23: /api/docs loaded Swagger UI's script from a CDN onto the dashboard's origin."""
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as client:
+        assert (await client.get("/api/docs")).status_code == 404

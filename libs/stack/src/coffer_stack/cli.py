@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"""
 Coffer is running (data in {data_dir}).
-  API:  {stack.base_url or stack.edge_url}/api   (docs: {stack.edge_url}/api/docs)
+  API:  {stack.base_url or stack.edge_url}/api   (OpenAPI: {stack.edge_url}/api/openapi.json)
   CDN:  {stack.public_cdn_url}
 
 Create a first organization and key (in another terminal):

@@ -157,7 +157,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=DESCRIPTION,
         lifespan=lifespan,
         openapi_url="/api/openapi.json",
-        docs_url="/api/docs",
+        # No Swagger UI page: it loads its script from a third-party CDN onto the origin where the
+        # dashboard's session cookie lives (issue 23). The document is served for any viewer.
+        docs_url=None,
         redoc_url=None,
         generate_unique_id_function=operation_id,
         # The uploads stream their body (counted by the route); every other body is read whole.
