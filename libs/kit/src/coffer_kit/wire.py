@@ -117,6 +117,13 @@ class Done(WireModel):
     success: bool = True
 
 
+class SubtreeCounts(WireModel):
+    """Folders below a folder, and assets in it and below (what deleting it touches)."""
+
+    folders: int
+    assets: int
+
+
 # blob: uploads, deletes, signing
 
 

@@ -37,6 +37,15 @@ class MetadataClient(ServiceClient):
         body = await self.get_folder_body(org_id, folder_id, request_id=request_id)
         return FolderWithPath.model_validate_json(body)
 
+    async def subtree_counts(self, org_id: str, folder_id: str, *, request_id: str) -> wire.SubtreeCounts:
+        """Folders below a folder, and assets in it and below, in one call."""
+        return await self.call(
+            wire.SubtreeCounts,
+            "GET",
+            f"/internal/v1/orgs/{org_id}/folders/{_seg(folder_id)}/subtree",
+            request_id=request_id,
+        )
+
     async def create_folder(
         self, org_id: str, name: str, parent_id: str | None, *, request_id: str
     ) -> Folder:

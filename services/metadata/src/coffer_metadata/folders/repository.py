@@ -98,8 +98,8 @@ def lock_tree(session: Session, *, org_id: str) -> None:
         session.connection().execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
 
 
-def delete_tree(session: Session, *, org_id: str, folder_id: str) -> None:
-    """Delete a folder and all its descendants; their assets move to root."""
+def _tree_ids(org_id: str, folder_id: str) -> sa.Select[tuple[str]]:
+    """The ids of a folder and all its descendants (one recursive query)."""
     tree = (
         sa_select(col(Folder.id))
         .where(col(Folder.organization_id) == org_id, col(Folder.id) == folder_id)
@@ -110,7 +110,24 @@ def delete_tree(session: Session, *, org_id: str, folder_id: str) -> None:
             col(Folder.organization_id) == org_id, col(Folder.parent_id) == tree.c.id
         )
     )
-    ids = sa_select(tree.c.id)
+    return sa_select(tree.c.id)
+
+
+def subtree_counts(session: Session, *, org_id: str, folder_id: str) -> tuple[int, int]:
+    """(folders below the folder, assets in it and below): what deleting it touches."""
+    ids = _tree_ids(org_id, folder_id)
+    folders = session.execute(sa_select(sa.func.count()).select_from(ids.subquery())).scalar_one()
+    assets = session.execute(
+        sa_select(sa.func.count())
+        .select_from(Asset)
+        .where(col(Asset.organization_id) == org_id, col(Asset.folder_id).in_(ids))
+    ).scalar_one()
+    return max(0, int(folders) - 1), int(assets)
+
+
+def delete_tree(session: Session, *, org_id: str, folder_id: str) -> None:
+    """Delete a folder and all its descendants; their assets move to root."""
+    ids = _tree_ids(org_id, folder_id)
     session.exec(
         update(Asset)
         .where(col(Asset.organization_id) == org_id, col(Asset.folder_id).in_(ids))

@@ -12,9 +12,9 @@ from sqlmodel import Session
 from coffer_kit.db import run_read
 from coffer_kit.errors import invalid
 from coffer_kit.resources import Folder, FolderCreate
-from coffer_kit.wire import Done
+from coffer_kit.wire import Done, SubtreeCounts
 from coffer_metadata.deps import DatabaseDep, SessionDep
-from coffer_metadata.folders import service
+from coffer_metadata.folders import repository, service
 
 router = APIRouter(prefix="/internal/v1/orgs/{org_id}/folders")
 
@@ -36,6 +36,19 @@ async def get_folder(org_id: str, folder_id: str, database: DatabaseDep) -> JSON
         return service.get_with_path(session, org_id=org_id, folder_id=folder_id)
 
     return JSONResponse(await run_read(database.engine, one))
+
+
+@router.get("/{folder_id}/subtree")
+async def subtree(org_id: str, folder_id: str, database: DatabaseDep) -> SubtreeCounts:
+    """What deleting the folder touches, counted in the database (the dashboard's delete page
+    made two calls per folder of the subtree for it)."""
+
+    def count(session: Session) -> SubtreeCounts:
+        service.require_folder(session, org_id=org_id, folder_id=folder_id)
+        folders, assets = repository.subtree_counts(session, org_id=org_id, folder_id=folder_id)
+        return SubtreeCounts(folders=folders, assets=assets)
+
+    return await run_read(database.engine, count)
 
 
 @router.post("", status_code=201)

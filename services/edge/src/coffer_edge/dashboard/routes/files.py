@@ -164,23 +164,6 @@ async def _tree(
     return ordered, truncated or seen > limit
 
 
-async def _subtree_counts(visit: Visit, folder_id: str) -> tuple[int, int]:
-    """Subfolders under a folder, and assets in it and in them (what a delete affects)."""
-    entries, _ = await _tree(visit, folder_id, limit=100_000)
-    gate = asyncio.Semaphore(_LOOKUPS)
-    metadata = metadata_of(visit.request)
-
-    async def count(fid: str) -> int:
-        async with gate:
-            body = await metadata.list_assets(
-                visit.org.id, {"folderId": fid, "limit": 1}, request_id=_rid(visit)
-            )
-        return AssetList.model_validate_json(body).total
-
-    totals = await asyncio.gather(*(count(fid) for fid in [folder_id, *(e.folder.id for e in entries)]))
-    return len(entries), sum(totals)
-
-
 # The folder page --------------------------------------------------------------------------
 
 
@@ -384,7 +367,8 @@ async def move_folder(request: Request, visit: OrgVisitDep, folder_id: str) -> R
 @router.get("/o/{org_id}/files/folders/{folder_id}/delete")
 async def delete_folder_page(visit: OrgVisitDep, folder_id: str) -> Response:
     folder = await _folder(visit, folder_id)
-    subfolders, assets = await _subtree_counts(visit, folder_id)
+    counts = await metadata_of(visit.request).subtree_counts(visit.org.id, folder_id, request_id=_rid(visit))
+    subfolders, assets = counts.folders, counts.assets
     return render(
         visit,
         "folder_delete.html",
