@@ -121,6 +121,26 @@ def unsupported_media_type(message: str) -> CofferError:
     return CofferError(415, "unsupported_media_type", message)
 
 
+def invalid_transform(message: str, *, field: str | None = None) -> CofferError:
+    """400 ``invalid_transform``: a bad image transform parameter, or free parameters on a public URL."""
+    return CofferError(400, "invalid_transform", message, details={"field": field} if field else None)
+
+
+def not_an_image(message: str = "The asset is not an image that can be transformed.") -> CofferError:
+    """415 ``not_an_image``: a transform of a source that is not JPEG, PNG, WebP, AVIF, GIF or TIFF."""
+    return CofferError(415, "not_an_image", message)
+
+
+def image_too_large(*, pixels: int, limit: int) -> CofferError:
+    """422 ``image_too_large``: the source's header claims more pixels than the transform limit."""
+    return CofferError(
+        422,
+        "image_too_large",
+        f"The image has {pixels} pixels; transforms accept at most {limit}.",
+        details={"pixels": pixels, "limitPixels": limit},
+    )
+
+
 def range_not_satisfiable(size: int) -> CofferError:
     """416 ``range_not_satisfiable`` (CDN), with the object's size in Content-Range."""
     return CofferError(
