@@ -160,7 +160,7 @@ def test_one_trace_per_request_across_the_services(traced_stack, admin_for) -> N
 
     # Invitation and reset links carry their token in the path; edge asks auth by its SHA-256,
     # which auth accepts as the token: no span keeps either (issue 23).
-    admin("create-user", "--email", "reset@example.com", "--password", secrets.token_urlsafe(18))
+    admin("create-user", "--email", "reset@example.com", "--password", "pw-" + secrets.token_urlsafe(18))
     links = [
         admin("create-invite", "--org", org, "--email", "guest@example.com")["url"],
         admin("reset-password", "--email", "reset@example.com")["url"],

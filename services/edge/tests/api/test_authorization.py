@@ -122,7 +122,7 @@ def world(stack: Any, admin: Any) -> Any:
             "--email",
             f"{new_id('u')[-8:].lower()}@example.com",
             "--password",
-            secrets.token_urlsafe(18),
+            "pw-" + secrets.token_urlsafe(18),  # never "-…", which argparse takes for an option
         )
         for org in orgs:
             admin("add-member", "--org", org, "--user", user["id"], "--role", role)
