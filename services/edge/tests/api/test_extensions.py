@@ -331,7 +331,7 @@ def test_an_upload_token_dies_with_its_key_or_its_minter(new_tenant, admin, stac
     assert_error(post_with_token(token["url"], b"late"), 401, "unauthorized")
 
     email = f"m{new_id('usr')[-6:].lower()}@example.com"
-    user = admin("create-user", "--email", email, "--password", "pw-" + token_urlsafe(18))  # never "-…": argparse
+    user = admin("create-user", "--email", email, "--password", "pw-" + token_urlsafe(18))
     admin("add-member", "--org", tenant.org_id, "--user", user["id"])
     personal = admin("create-key", "--org", tenant.org_id, "--user", user["id"])
     api = httpx.Client(base_url=stack.edge_url, headers={"x-api-key": personal["key"]}, timeout=60)
