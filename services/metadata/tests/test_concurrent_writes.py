@@ -46,7 +46,7 @@ def test_writers_beyond_the_thread_pool_all_commit_promptly(tmp_path) -> None:
         ],
         env=env,
     )
-    org = new_id("org")
+    orgs = [new_id("org"), new_id("org")]
     try:
         base = f"http://127.0.0.1:{port}"
         wait_healthy(base + "/healthz", timeout=60)
@@ -57,11 +57,12 @@ def test_writers_beyond_the_thread_pool_all_commit_promptly(tmp_path) -> None:
                 base_url=base, headers={INTERNAL_TOKEN_HEADER: token}, limits=limits, timeout=20
             ) as client:
 
-                async def register() -> int:
+                async def register(org: str) -> int:
                     body = {"assetId": new_id("ast")}
                     return (await client.post(f"/internal/v1/orgs/{org}/intents", json=body)).status_code
 
-                return await asyncio.gather(*(register() for _ in range(WRITERS)))
+                # Two organizations: each stays under its cap of uploads in flight (64).
+                return await asyncio.gather(*(register(orgs[i % 2]) for i in range(WRITERS)))
 
         # A client timeout (20 s, under the busy timeout) fails the test if writers stall.
         assert asyncio.run(burst()) == [201] * WRITERS

@@ -106,12 +106,16 @@ def file_too_large(limit: int = MAX_FILE_BYTES) -> CofferError:
     )
 
 
-def quota_exceeded(*, size: int, used_bytes: int, quota_bytes: int) -> CofferError:
-    """413 ``quota_exceeded``, with the figures the contract puts in ``details``."""
+def quota_exceeded(*, size: int, used_bytes: int, quota_bytes: int, in_flight_bytes: int = 0) -> CofferError:
+    """413 ``quota_exceeded``, with the figures the contract puts in ``details``; ``in_flight_bytes``
+    are held by uploads in progress (counted against the quota until they finish)."""
+    held = ""
+    if in_flight_bytes:
+        held = f" Uploads in progress hold {in_flight_bytes} more bytes until they finish."
     return CofferError(
         413,
         "quota_exceeded",
-        f"Storing {size} bytes would exceed the organization's quota.",
+        f"Storing {size} bytes would exceed the organization's quota.{held}",
         details={"usedBytes": used_bytes, "quotaBytes": quota_bytes, "requestedBytes": size},
     )
 

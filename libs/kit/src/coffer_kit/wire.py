@@ -51,6 +51,12 @@ class Principal(WireModel):
 
 class IntentIn(WireModel):
     asset_id: str = Field(pattern=ASSET_ID_PATTERN)
+    # The most the upload can store, held against the quota while it streams, and the least it
+    # can (refused at once if even that would not fit). quota_bytes None: no check before the
+    # commit, as an edge from before the reservation asks.
+    reserve_bytes: int = Field(default=0, ge=0)
+    least_bytes: int = Field(default=0, ge=0)
+    quota_bytes: int | None = Field(default=None, ge=0)
 
 
 class IntentOut(WireModel):

@@ -1,11 +1,21 @@
-"""Quotas: 413 quota_exceeded with its details, and space released by deletes (in process)."""
+"""Quotas: 413 quota_exceeded with its details, space released by deletes, and uploads in flight
+holding their size (in process)."""
 
 from __future__ import annotations
 
+import json
+import secrets
+import socket
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from coffer_kit.ids import new_id
 from coffer_testkit.api import upload_zeros, used_bytes
 from coffer_testkit.testing import assert_error
 
 KIB = 1024
+MIB = 1024 * KIB
 
 
 def test_upload_past_the_quota_is_413_with_details(new_tenant) -> None:
@@ -24,3 +34,73 @@ def test_deleting_releases_space(new_tenant) -> None:
     assert_error(upload_zeros(tenant.api, 80 * KIB), 413, "quota_exceeded")
     assert tenant.api.delete(f"/api/assets/{first['id']}").status_code == 200
     assert upload_zeros(tenant.api, 80 * KIB).status_code == 201
+
+
+class _HeldUpload:
+    """An upload whose headers and first bytes are sent and whose rest waits: an upload in flight."""
+
+    def __init__(self, stack: Any, key: str, size: int) -> None:
+        boundary = "held" + secrets.token_hex(8)
+        self.head = (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="held.bin"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        self.tail = f"\r\n--{boundary}--\r\n".encode()
+        self.size = size
+        length = len(self.head) + size + len(self.tail)
+        self.sock = socket.create_connection(("127.0.0.1", urlsplit(stack.edge_url).port))
+        self.sock.settimeout(30)
+        self.sock.sendall(
+            f"POST /api/assets HTTP/1.1\r\nHost: edge\r\nx-api-key: {key}\r\n"
+            f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
+            f"Content-Length: {length}\r\n\r\n".encode()
+            + self.head
+        )
+
+    def answer(self) -> tuple[int, dict[str, Any]]:
+        """The status and JSON body of the answer (read until the connection has all of it)."""
+        data = b""
+        while b"\r\n\r\n" not in data or len(data.partition(b"\r\n\r\n")[2]) < _length(data):
+            chunk = self.sock.recv(65536)
+            assert chunk, data
+            data += chunk
+        self.sock.close()
+        return int(data.split(b" ", 2)[1]), json.loads(data.partition(b"\r\n\r\n")[2])
+
+    def finish(self) -> tuple[int, dict[str, Any]]:
+        self.sock.sendall(b"\0" * self.size + self.tail)
+        return self.answer()
+
+
+def _length(data: bytes) -> int:
+    head = data.partition(b"\r\n\r\n")[0].decode().lower()
+    return int(head.split("content-length:", 1)[1].split("\r\n", 1)[0])
+
+
+def test_an_upload_that_cannot_fit_is_refused_before_its_bytes_are_sent(stack, new_tenant) -> None:
+    """Issue 23: the quota is checked from Content-Length at the intent, not after 8 MiB streamed."""
+    tenant = new_tenant(quota_bytes=1 * MIB)
+    held = _HeldUpload(stack, tenant.key, 8 * MIB)
+    status, body = held.answer()  # nothing but the headers and the part's head was sent
+    assert (status, body["error"]["code"]) == (413, "quota_exceeded")
+    assert body["error"]["details"]["requestedBytes"] >= 8 * MIB
+    assert used_bytes(tenant.api) == 0
+
+
+def test_uploads_in_flight_hold_their_size_against_the_quota(stack, new_tenant) -> None:
+    tenant = new_tenant(quota_bytes=3 * MIB)
+    first = _HeldUpload(stack, tenant.key, 2 * MIB)
+    # The held 2 MiB leave room for less than the 2.5 MiB this body carries at least. Until edge
+    # has registered the first upload, the probe streams and fails at the commit (unknown
+    # folder) without storing anything.
+    probe = {"file": ("p.bin", b"\0" * (5 * MIB // 2)), "folderId": (None, new_id("fld"))}
+    deadline = time.monotonic() + 30
+    while (refused := tenant.api.post("/api/assets", files=probe)).status_code == 404:
+        assert time.monotonic() < deadline, f"the first upload never held its size: {first.answer()}"
+    error = assert_error(refused, 413, "quota_exceeded")
+    assert "Uploads in progress hold" in error["message"]
+    status, asset = first.finish()
+    assert (status, asset["size"]) == (201, 2 * MIB)
+    # Once stored, only the stored size counts: exactly the rest of the quota fits.
+    assert upload_zeros(tenant.api, 1 * MIB).status_code == 201
+    assert used_bytes(tenant.api) == 3 * MIB

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from coffer_kit import ports
 from coffer_kit.settings import BaseServiceSettings
@@ -12,6 +12,9 @@ class Settings(BaseServiceSettings):
     metadata_database_url: str = ""
     metadata_host: str = "127.0.0.1"
     metadata_port: int = ports.METADATA
+    # Uploads one organization may have in flight at once (COFFER_METADATA_MAX_UPLOADS_IN_FLIGHT):
+    # past it, a new upload is refused with 429 before any byte streams.
+    metadata_max_uploads_in_flight: int = Field(default=64, ge=1)
 
     @model_validator(mode="after")
     def _database(self) -> Settings:

@@ -108,6 +108,8 @@ class UploadIntent(SQLModel, table=True):
     """An upload in flight: its bytes may exist without a row; the sweeper deletes stale ones."""
 
     __tablename__ = "upload_intents"
+    # An organization's uploads in flight, counted and summed at each new intent.
+    __table_args__ = (Index("ix_upload_intents_org", "organization_id"),)
 
     asset_id: str = Field(primary_key=True, max_length=40)
     organization_id: str = Field(max_length=40)
@@ -115,6 +117,9 @@ class UploadIntent(SQLModel, table=True):
     created_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False, index=True))
     # Set by the sweeper before it deletes the bytes; an upload whose intent is swept cannot commit.
     swept: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
+    # The most the upload can store (its Content-Length, or the upload bound): held against the
+    # quota while the bytes stream, so uploads in flight can never overrun it together.
+    reserved_bytes: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
 
 
 class Tombstone(SQLModel, table=True):

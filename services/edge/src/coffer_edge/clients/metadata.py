@@ -77,8 +77,16 @@ class MetadataClient(ServiceClient):
         )
 
     # Assets
-    async def register_intent(self, org_id: str, asset_id: str, *, request_id: str) -> wire.IntentOut:
-        body = wire.IntentIn(asset_id=asset_id).model_dump(by_alias=True)
+    async def register_intent(
+        self, org_id: str, asset_id: str, *, size: tuple[int, int], quota_bytes: int, request_id: str
+    ) -> wire.IntentOut:
+        """Step 1 of an upload, whose file holds (least, most) bytes: the most is held against
+        the quota while it streams; refused at once if even the least would not fit."""
+        least, most = size
+        intent = wire.IntentIn(
+            asset_id=asset_id, reserve_bytes=most, least_bytes=least, quota_bytes=quota_bytes
+        )
+        body = intent.model_dump(by_alias=True)
         return await self.call(
             wire.IntentOut, "POST", f"/internal/v1/orgs/{org_id}/intents", json=body, request_id=request_id
         )

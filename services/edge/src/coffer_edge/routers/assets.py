@@ -113,16 +113,29 @@ def _require_multipart(request: Request) -> str:
     return content_type
 
 
-def _check_length(request: Request, max_file_bytes: int = MAX_FILE_BYTES) -> None:
+def _file_size_bounds(
+    request: Request, content_type: str, max_file_bytes: int = MAX_FILE_BYTES
+) -> tuple[int, int]:
+    """(least, most) bytes the upload's file can have, from its Content-Length: the quota holds
+    the most while the bytes stream, and refuses at once if even the least would not fit.
+
+    The file part is at most the body less the multipart stream's opening and closing
+    delimiters (``--B\r\n``, ``\r\n--B--``), capped by the upload's bound, and at least the
+    body less the framing and form fields a body may carry beside it (``MULTIPART_OVERHEAD``).
+    A body without a Content-Length (chunked) may carry anything up to the bound. A
+    Content-Length far above the bound is refused here, before anything else."""
     declared = request.headers.get("content-length")
     if declared is None:
-        return
+        return 0, max_file_bytes
     try:
         length = int(declared)
     except ValueError:
         raise invalid("Content-Length is not a number.") from None
     if length > max_file_bytes + MULTIPART_OVERHEAD:
         raise file_too_large(max_file_bytes)
+    boundary = content_type.partition("boundary=")[2].split(";", 1)[0].strip().strip('"')
+    most = max(0, min(length - 2 * len(boundary) - 10, max_file_bytes))
+    return min(max(0, length - MULTIPART_OVERHEAD), most), most
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,10 +271,10 @@ async def _upload(
     """The upload protocol (docs/architecture.md): intent, stream to blob, commit in metadata, or
     clean up. Answers the asset as the public body, and its size."""
     content_type = _require_multipart(request)
-    _check_length(request, scope.max_bytes)
+    size = _file_size_bounds(request, content_type, scope.max_bytes)
     org = scope.organization_id
     asset_id = new_id(ASSET)
-    await metadata.register_intent(org, asset_id, request_id=rid)
+    await metadata.register_intent(org, asset_id, size=size, quota_bytes=scope.quota_bytes, request_id=rid)
 
     async def discard() -> None:
         """Delete what blob may hold, then the intent; whatever fails is left to the sweeper."""

@@ -336,6 +336,12 @@ _CONSUME_INTENT = sa.delete(_intents).where(
     _intents.c.swept.is_(False),
 )
 _NEW_ASSET = sa.insert(_assets)
+_LOCK_USAGE = (
+    sa.select(_usage.c.used_bytes).where(_usage.c.organization_id == sa.bindparam("p_org")).with_for_update()
+)
+_IN_FLIGHT = sa.select(func.count(), func.coalesce(func.sum(_intents.c.reserved_bytes), 0)).where(
+    _intents.c.organization_id == sa.bindparam("p_org"), _intents.c.swept.is_(False)
+)
 
 
 def _dialect(session: Session) -> str:
@@ -361,7 +367,28 @@ def release(session: Session, *, org_id: str, size: int) -> None:
     )
 
 
-def add_intent(session: Session, *, org_id: str, asset_id: str, key_prefix: str, now: datetime) -> bool:
+def lock_usage(session: Session, *, org_id: str) -> int:
+    """The organization's stored bytes, its usage row locked to the end of the transaction.
+
+    Every new intent of the organization takes this lock first (on SQLite, the single writer
+    is the lock), so what ``uploads_in_flight`` reads next cannot change under it."""
+    conn = session.connection()
+    used = conn.execute(_LOCK_USAGE, {"p_org": org_id}).scalar()
+    if used is None:
+        ensure_usage_row(session, org_id=org_id)
+        used = conn.execute(_LOCK_USAGE, {"p_org": org_id}).scalar()
+    return int(used or 0)
+
+
+def uploads_in_flight(session: Session, *, org_id: str) -> tuple[int, int]:
+    """(uploads, bytes reserved) of the organization's live intents."""
+    count, reserved = session.connection().execute(_IN_FLIGHT, {"p_org": org_id}).one()
+    return int(count), int(reserved)
+
+
+def add_intent(
+    session: Session, *, org_id: str, asset_id: str, key_prefix: str, now: datetime, reserved_bytes: int = 0
+) -> bool:
     """Record an upload intent; False if one with this asset id exists already."""
     values = {
         "asset_id": asset_id,
@@ -369,6 +396,7 @@ def add_intent(session: Session, *, org_id: str, asset_id: str, key_prefix: str,
         "key": key_prefix,
         "created_at": now,
         "swept": False,
+        "reserved_bytes": reserved_bytes,
     }
     return bool(session.connection().execute(_NEW_INTENT[_dialect(session)], values).rowcount == 1)
 

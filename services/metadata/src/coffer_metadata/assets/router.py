@@ -47,8 +47,19 @@ router = APIRouter(prefix="/internal/v1")
 # The upload's two writes go through the group commit (``Database.write``): concurrent
 # uploads share a transaction and its fsync, and each costs one worker-thread trip.
 @router.post("/orgs/{org_id}/intents", status_code=201)
-async def register_intent(org_id: str, body: IntentIn, database: DatabaseDep) -> IntentOut:
-    await database.write(functools.partial(service.register_intent, org_id=org_id, asset_id=body.asset_id))
+async def register_intent(
+    org_id: str, body: IntentIn, settings: SettingsDep, database: DatabaseDep
+) -> IntentOut:
+    intent = functools.partial(
+        service.register_intent,
+        org_id=org_id,
+        asset_id=body.asset_id,
+        max_in_flight=settings.metadata_max_uploads_in_flight,
+        reserve_bytes=body.reserve_bytes,
+        least_bytes=body.least_bytes,
+        quota_bytes=body.quota_bytes,
+    )
+    await database.write(intent)
     return IntentOut(prefix=asset_prefix(org_id, body.asset_id))
 
 
@@ -56,7 +67,9 @@ async def register_intent_fast(request: Request) -> JSONResponse:
     """``register_intent`` for coffer_kit.fastpath: the upload's first write, once per upload."""
     await require_internal_token(request)
     body = await json_body(request, IntentIn)
-    out = await register_intent(request.path_params["org_id"], body, await database_of(request))
+    out = await register_intent(
+        request.path_params["org_id"], body, await get_settings(request), await database_of(request)
+    )
     return JSONResponse(out.model_dump(mode="json", by_alias=True), status_code=201)
 
 

@@ -12,7 +12,15 @@ from sqlalchemy.engine import Connection, Row
 from sqlmodel import Session
 
 from coffer_kit.db import Database, point_read
-from coffer_kit.errors import CofferError, conflict, forbidden, invalid, not_found, quota_exceeded
+from coffer_kit.errors import (
+    CofferError,
+    conflict,
+    forbidden,
+    invalid,
+    not_found,
+    quota_exceeded,
+    rate_limited,
+)
 from coffer_kit.ids import is_asset_id
 from coffer_kit.names import could_be_in_a_name, normalize_name, search_key
 from coffer_kit.timeutil import isoformat, utcnow
@@ -64,10 +72,43 @@ async def read_view(database: Database, *, org_id: str, asset_id: str, cdn_url: 
     return view(row, cdn_url)
 
 
-def register_intent(session: Session, *, org_id: str, asset_id: str) -> None:
-    """Step 1 of an upload: remember that bytes may soon exist under the asset's prefix."""
+def register_intent(
+    session: Session,
+    *,
+    org_id: str,
+    asset_id: str,
+    max_in_flight: int,
+    reserve_bytes: int = 0,
+    least_bytes: int = 0,
+    quota_bytes: int | None = None,
+) -> None:
+    """Step 1 of an upload: remember that bytes may soon exist under the asset's prefix.
+
+    Before any byte streams, the upload holds ``reserve_bytes`` (the most it can store) against
+    the quota beside the organization's other uploads in flight, whose number is capped. It is
+    refused when even ``least_bytes`` (the least its body can carry) would not fit: an
+    organization near its quota, or one opening uploads by the thousand, is refused here rather
+    than after its bytes have cost disk and bandwidth. The commit checks the stored size, so
+    the quota stays exact and a file that fits is never refused for its framing."""
+    used = repository.lock_usage(session, org_id=org_id)
+    uploads, reserved = repository.uploads_in_flight(session, org_id=org_id)
+    if uploads >= max_in_flight:
+        raise rate_limited(
+            f"The organization has {uploads} uploads in progress, the most it may have at once; "
+            "retry when one has finished.",
+            retry_after=1,
+        )
+    if quota_bytes is not None and used + reserved + least_bytes > quota_bytes:
+        QUOTA_REJECTIONS.inc()
+        raise quota_exceeded(
+            size=reserve_bytes, used_bytes=used, quota_bytes=quota_bytes, in_flight_bytes=reserved
+        )
     prefix = asset_prefix(org_id, asset_id)
-    if not repository.add_intent(session, org_id=org_id, asset_id=asset_id, key_prefix=prefix, now=utcnow()):
+    now = utcnow()
+    added = repository.add_intent(
+        session, org_id=org_id, asset_id=asset_id, key_prefix=prefix, now=now, reserved_bytes=reserve_bytes
+    )
+    if not added:
         raise conflict(f"An upload for {asset_id} is already registered.")
 
 
