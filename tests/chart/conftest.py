@@ -107,6 +107,10 @@ def render(helm_run: HelmRun) -> Callable[..., Docs]:
                 "coffer",
                 "--kube-version",
                 KUBE_VERSION,
+                # Production mode needs it said (test_render.py checks the refusal); a
+                # scenario's own values come after and win.
+                "--set",
+                "dashboard.trustedProxies=10.0.0.0/8",
                 *args,
             )
             assert proc.returncode == 0, proc.stderr

@@ -22,10 +22,29 @@ KUBE_VERSION = "1.30.0"
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "HTTPRoute"}
 
 
-@pytest.mark.parametrize("values", [[], ["-f", str(PRODUCTION)]], ids=["default", "production"])
+# The one value the defaults leave to the operator in production mode.
+REQUIRED = ["--set", "dashboard.trustedProxies=none"]
+
+
+@pytest.mark.parametrize("values", [REQUIRED, ["-f", str(PRODUCTION)]], ids=["default", "production"])
 def test_helm_lint(helm_run: Callable[..., Any], values: list[str]) -> None:
     proc = helm_run("lint", "--strict", "--kube-version", KUBE_VERSION, str(CHART), *values)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_production_mode_needs_the_trusted_proxies_said(helm_run: Callable[..., Any]) -> None:
+    """Issue 23: without them, every client behind the ingress shares its address in the
+    sign-in throttle; the chart refuses, as edge does, unless they are named or waived."""
+    proc = helm_run("template", "coffer", str(CHART))
+    assert proc.returncode != 0
+    assert "dashboard.trustedProxies must be set in production mode" in proc.stderr, proc.stderr
+    for value, rendered in (("none", "none"), ("10.244.0.0/16", "10.244.0.0/16")):
+        proc = helm_run("template", "coffer", str(CHART), "--set", f"dashboard.trustedProxies={value}")
+        assert proc.returncode == 0, proc.stderr
+        assert f'COFFER_TRUSTED_PROXIES: "{rendered}"' in proc.stdout
+    # An API-only install, or local mode, has nothing to throttle by address this way.
+    for switch in ("dashboard.enabled=false", "config.mode=local"):
+        assert helm_run("template", "coffer", str(CHART), "--set", switch).returncode == 0, switch
 
 
 def test_every_manifest_matches_the_kubernetes_schema(scenario: Docs) -> None:
@@ -94,7 +113,7 @@ def test_default_and_production_render_what_they_should(
     ],
 )
 def test_schema_rejects_typos_and_bad_values(helm_run: Callable[..., Any], bad: str) -> None:
-    proc = helm_run("template", "coffer", str(CHART), "--set", bad)
+    proc = helm_run("template", "coffer", str(CHART), *REQUIRED, "--set", bad)
     assert proc.returncode != 0, f"--set {bad} was accepted"
     assert "schema" in proc.stderr.lower() or "at '/" in proc.stderr, proc.stderr
 

@@ -136,6 +136,8 @@ def stack(
         "COFFER_CDN_URL": url["cdn"],
         # Production mode wants the sign-up mode said out loud (auth and edge refuse to start).
         "COFFER_DASHBOARD_SIGNUP": "invite",
+        # And who may name the client in X-Forwarded-For: here, nobody (no proxy in front).
+        "COFFER_TRUSTED_PROXIES": "none",
     }
     own = {
         "auth": {"COFFER_AUTH_DATABASE_URL": fresh_database("images_auth")},

@@ -197,8 +197,18 @@ def test_production_refuses_an_insecure_or_unconfigured_dashboard(tmp_path: Path
     for unset in ({}, {"dashboard_signup": ""}):
         with pytest.raises(ValidationError, match="COFFER_DASHBOARD_SIGNUP"):
             _settings(tmp_path, base_url="https://coffer.example", **base, **unset)
-    ok = _settings(tmp_path, base_url="https://coffer.example", dashboard_signup="invite", **base)
+    # Issue 23: the proxies whose X-Forwarded-For names the client, or "none", said out loud.
+    signup = {"dashboard_signup": "invite"}
+    for unset in ({}, {"trusted_proxies": ""}):
+        with pytest.raises(ValidationError, match="COFFER_TRUSTED_PROXIES must be set"):
+            _settings(tmp_path, base_url="https://coffer.example", **base, **signup, **unset)
+    waived = _settings(tmp_path, base_url="https://coffer.example", trusted_proxies="none", **base, **signup)
+    assert waived.forwarded_allow_ips is None
+    ok = _settings(
+        tmp_path, base_url="https://coffer.example", trusted_proxies="10.0.0.0/8", **base, **signup
+    )
     assert ok.dashboard_url == "https://coffer.example/dashboard"
+    assert ok.forwarded_allow_ips == "10.0.0.0/8"
     api_only = _settings(tmp_path, base_url="http://coffer.example", dashboard_enabled=False, **base)
     assert not api_only.dashboard_enabled
 

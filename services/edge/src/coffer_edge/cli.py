@@ -57,9 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     from coffer_kit.serve import Listener, serve
 
     configure_logging("edge", settings.log_level, settings.log_format)
-    if settings.trusted_proxies:
+    if settings.forwarded_allow_ips:
         # uvicorn takes the client address from X-Forwarded-For only from these peers.
-        os.environ["FORWARDED_ALLOW_IPS"] = settings.trusted_proxies
+        os.environ["FORWARDED_ALLOW_IPS"] = settings.forwarded_allow_ips
     public = create_app(settings)
     serve(
         [

@@ -55,6 +55,9 @@ class Settings(BaseServiceSettings):
     dashboard_ip_limit: str = "20/minute"
     # Proxies whose X-Forwarded-For names the client (uvicorn's --forwarded-allow-ips): a
     # comma-separated list of addresses or networks, "*" for any. Unset: loopback only.
+    # Production mode with the dashboard needs it said: the proxies, or "none" when clients
+    # reach edge directly (without it, every client behind an ingress shares one address in
+    # the sign-in throttle and the failed-authentication limit).
     trusted_proxies: str | None = None
     # Tests only: one more key expiry choice, in seconds (e.g. 60), to watch a key expire.
     dashboard_extra_key_expiry_seconds: int | None = None
@@ -81,7 +84,19 @@ class Settings(BaseServiceSettings):
                 raise ValueError(
                     "COFFER_DASHBOARD_SIGNUP (open, invite or closed) must be set in production mode"
                 )
+            if not self.trusted_proxies:
+                raise ValueError(
+                    "COFFER_TRUSTED_PROXIES must be set in production mode: the addresses or networks "
+                    "of the proxies in front of edge (the ingress controller), whose X-Forwarded-For "
+                    "names the client, or 'none' when clients reach edge directly; otherwise every "
+                    "client behind the proxy shares its address in the sign-in throttle"
+                )
         return self
+
+    @property
+    def forwarded_allow_ips(self) -> str | None:
+        """uvicorn's --forwarded-allow-ips: the trusted proxies, None for loopback only."""
+        return None if self.trusted_proxies in (None, "", "none") else self.trusted_proxies
 
     @property
     def signup(self) -> str:
