@@ -126,8 +126,13 @@ def test_folder_upload_preview_urls_and_deletes(dashboard: Any, tmp_path: Path, 
     assert row_of(page, "big.bin").count() == 1  # now at the root
     assert api.get("/assets", params={"folderId": ""}).json()["total"] == 1
 
-    page.goto(f"/dashboard/o/{org_id}/audit")
-    log = page.inner_text("main")
+    # Changes to files reach the audit log through metadata's events, a moment after.
+    def audit_log() -> str:
+        page.goto(f"/dashboard/o/{org_id}/audit")
+        return page.inner_text("main")
+
+    until(lambda: "folder.deleted" in audit_log())
+    log = audit_log()
     for action in (
         "folder.created",
         "asset.uploaded",

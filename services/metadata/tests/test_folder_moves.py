@@ -11,6 +11,7 @@ from sqlmodel import Session, select
 from coffer_kit.db import writer
 from coffer_kit.errors import CofferError
 from coffer_kit.ids import new_id
+from coffer_kit.wire import SYSTEM
 from coffer_metadata.folders import service
 from coffer_metadata.models import Folder
 
@@ -33,7 +34,8 @@ def assert_a_forest(engine: Engine, org: str) -> None:
 def test_racing_moves_never_make_a_cycle(engine: Engine) -> None:
     org = new_id("org")
     with Session(writer(engine)) as s:
-        ids = [service.create(s, org_id=org, name=f"f{i}", parent_id=None).id for i in range(12)]
+        made = [service.create(s, org_id=org, name=f"f{i}", parent_id=None, actor=SYSTEM) for i in range(12)]
+        ids = [f.id for f in made]
         s.commit()
     rng = random.Random(14)
     # Pairs in both directions, so that many moves would close a cycle if two passed together.
@@ -45,7 +47,8 @@ def test_racing_moves_never_make_a_cycle(engine: Engine) -> None:
         folder_id, parent_id = pair
         try:
             with Session(writer(engine)) as s:
-                service.update(s, org_id=org, folder_id=folder_id, name=None, parent_id=parent_id)
+                move = {"folder_id": folder_id, "name": None, "parent_id": parent_id}
+                service.update(s, org_id=org, actor=SYSTEM, **move)
                 s.commit()
             outcomes.append("moved")
         except CofferError as exc:

@@ -17,7 +17,7 @@ Timestamp = Annotated[datetime, PlainSerializer(isoformat, return_type=str)]
 RoleName = Literal["owner", "member"]
 KeyKindName = Literal["organization", "user"]
 InvitationStatus = Literal["pending", "expired", "accepted", "revoked"]
-ActorType = Literal["user", "operator", "key", "system"]
+ActorType = Literal["user", "operator", "key", "token", "system"]
 
 
 class Camel(BaseModel):

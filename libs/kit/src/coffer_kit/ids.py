@@ -17,6 +17,7 @@ FOLDER = "fld"
 ASSET = "ast"
 REQUEST = "req"
 UPLOAD_TOKEN = "upt"
+EVENT = "evt"
 
 # What follows the prefix: the ULID's canonical text form.
 _ULID = "[0-9A-Z]{26}"

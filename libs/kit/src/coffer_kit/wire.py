@@ -9,7 +9,7 @@ in :mod:`coffer_kit.resources` and edge passes the bytes through unparsed
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from pydantic.alias_generators import to_camel
@@ -44,6 +44,32 @@ class Principal(WireModel):
     key_expires_at: str | None
     # CONTRACT §12: what an upload that does not say becomes.
     default_visibility: Visibility = "public"
+
+
+# Who makes a change (edge tells metadata with every call that changes something; metadata
+# writes it into the change's event, which feeds the audit log and webhooks).
+
+ACTOR_HEADER = "coffer-actor"
+
+
+ActorType = Literal["key", "user", "token", "system"]
+
+
+class Actor(WireModel):
+    """The caller behind a change: a key (``id`` the key, ``user_id`` its user if personal), a
+    dashboard user (``id`` the user), an upload token (``id`` the token, ``key_id`` its key)."""
+
+    type: ActorType = "system"
+    id: str | None = Field(default=None, max_length=64)
+    user_id: str | None = Field(default=None, max_length=64)
+    key_id: str | None = Field(default=None, max_length=64)
+    label: str | None = Field(default=None, max_length=320)
+    ip: str | None = Field(default=None, max_length=64)
+    user_agent: str | None = Field(default=None, max_length=255)
+    request_id: str | None = Field(default=None, max_length=128)
+
+
+SYSTEM = Actor()
 
 
 # metadata: upload intents, commits, deletes, the sweeper

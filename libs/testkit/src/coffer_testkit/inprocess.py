@@ -59,12 +59,21 @@ class InProcessStack:
     def url(self, service: str) -> str:
         return f"http://{self.host}:{self.ports[service]}"
 
+    def _engine(self, url: str) -> Engine:
+        if url not in self._engines:
+            self._engines[url] = create_engine(url)
+        return self._engines[url]
+
     def truncate(self) -> None:
         """Empty every table of both databases (between tests), keeping the schema."""
         for url in (self.auth_database_url, self.metadata_database_url):
-            if url not in self._engines:
-                self._engines[url] = create_engine(url)
-            truncate_all(self._engines[url])
+            truncate_all(self._engine(url))
+
+    def metadata_scalar(self, sql: str, **params: Any) -> Any:
+        """One value from metadata's database: for a test that waits for a state no API shows
+        (an upload in flight), never for what it asserts."""
+        with self._engine(self.metadata_database_url).connect() as connection:
+            return connection.execute(text(sql), params).scalar()
 
     def close(self) -> None:
         for engine in self._engines.values():

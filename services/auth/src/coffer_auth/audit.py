@@ -9,7 +9,7 @@ from typing import Any, cast
 from sqlalchemy import and_, delete, or_
 from sqlmodel import Session, col, select
 
-from coffer_auth.models import AuditEvent, User
+from coffer_auth.models import ApiKey, AuditEvent, User
 from coffer_auth.schemas import ActorType, AuditEventOut
 from coffer_kit.errors import invalid
 from coffer_kit.timeutil import as_utc, isoformat, utcnow
@@ -164,3 +164,83 @@ def sweep(session: Session, *, retention_days: int) -> int:
     cutoff = utcnow() - timedelta(days=retention_days)
     result = session.execute(delete(AuditEvent).where(col(AuditEvent.created_at) < cutoff))
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def _change_actions(event: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:
+    """The audit actions (and details) of one change: an update is one action per field."""
+    kind, _, verb = event["type"].partition(".")
+    data = event["data"]
+    if verb == "created":
+        if kind == "asset":
+            fields = ("size", "folderId", "visibility")
+            return [("asset.uploaded", {f: data.get(f) for f in fields})]
+        return [("folder.created", {"parentId": data.get("parentId")})]
+    if verb == "deleted":
+        return [(f"{kind}.deleted", None)]
+    actions: list[tuple[str, dict[str, Any] | None]] = []
+    for field, before in event["changes"].items():
+        if field == "name":
+            actions.append((f"{kind}.renamed", {"previousName": before}))
+        elif field in ("folderId", "parentId"):
+            actions.append((f"{kind}.moved", {field: data.get(field)}))
+        elif field == "visibility":
+            actions.append(("asset.visibility_changed", {"visibility": data.get("visibility")}))
+    return actions
+
+
+def _change_actor(session: Session, actor: dict[str, Any], keys: dict[str, str]) -> Actor:
+    """The audit actor of a change, as edge named it, with a key's name from this database."""
+    kind = actor.get("type") or "system"
+    label = actor.get("label")
+    if kind == "key" and actor.get("id"):
+        if actor["id"] not in keys:
+            key = session.get(ApiKey, actor["id"])
+            keys[actor["id"]] = key.name if key is not None else actor["id"]
+        label = keys[actor["id"]]
+    elif kind == "token":
+        label = "upload token"
+    return Actor(
+        type=kind,
+        id=actor.get("id"),
+        label=label or kind,
+        ip=actor.get("ip"),
+        user_agent=actor.get("user_agent"),
+        request_id=actor.get("request_id"),
+    )
+
+
+def record_changes(session: Session, changes: list[dict[str, Any]]) -> int:
+    """Record metadata's change events (coffer_metadata.events) in their organizations' logs,
+    skipping those already recorded; answers how many were new."""
+    ids = [c["id"] for c in changes]
+    seen = set(session.exec(select(AuditEvent.source_id).where(col(AuditEvent.source_id).in_(ids))))
+    keys: dict[str, str] = {}
+    new = 0
+    for change in changes:
+        if change["id"] in seen:
+            continue
+        seen.add(change["id"])
+        actor = _change_actor(session, change["actor"], keys)
+        kind = change["type"].partition(".")[0]
+        for index, (action, details) in enumerate(_change_actions(change)):
+            event = AuditEvent(
+                organization_id=change["organization_id"],
+                actor_type=actor.type,
+                actor_id=actor.id,
+                actor_label=actor.label,
+                action=action,
+                target_type=kind,
+                target_id=change["data"].get("id"),
+                target_label=(change["data"].get("name") or "")[:1024] or None,
+                ip=actor.ip,
+                user_agent=actor.user_agent,
+                request_id=actor.request_id,
+                details=details,
+                created_at=as_utc(change["created_at"]),
+                # An update of several fields is several actions: the first carries the source.
+                source_id=change["id"] if index == 0 else None,
+            )
+            session.add(event)
+        new += 1
+    session.flush()
+    return new

@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("create-key", help="create an organization key, or a user key with --user")
     p.add_argument("--org", required=True)
-    p.add_argument("--user", default=None)
+    p.add_argument("--user", default=None, help="user id or email: a personal key of that user")
     p.add_argument("--name", default="")
     p.add_argument("--expires-in", type=int, default=None, metavar="SECONDS")
 
@@ -198,8 +198,9 @@ def _revoke_sessions(session: Session, _settings: Settings, args: argparse.Names
 
 
 def _create_key(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    user_id = _user(session, args.user).id if args.user else None
     row, secret = service.create_key(
-        session, org_id=args.org, user_id=args.user, name=args.name, expires_in=args.expires_in
+        session, org_id=args.org, user_id=user_id, name=args.name, expires_in=args.expires_in
     )
     return {"key": secret, **service.key_view(row)}
 

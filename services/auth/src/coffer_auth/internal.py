@@ -1,19 +1,21 @@
-"""Internal API: the one question edge asks on every request."""
+"""Internal API: the one question edge asks on every request, and the audit of file changes."""
 
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from datetime import datetime
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header
+from pydantic import Field
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from coffer_auth import service
+from coffer_auth import audit, service
 from coffer_auth.deps import DatabaseDep, SessionDep
 from coffer_kit.db import writer
 from coffer_kit.internal_token import require_internal_token
-from coffer_kit.wire import Principal
+from coffer_kit.wire import Actor, Done, Principal, WireModel
 
 log = logging.getLogger("coffer.auth")
 router = APIRouter(prefix="/internal/v1", dependencies=[Depends(require_internal_token)])
@@ -44,3 +46,27 @@ def principal(
     except SQLAlchemyError:
         log.warning("could not record key use", extra={"key_id": key_id})
     return resolved.principal
+
+
+class ChangeEvent(WireModel):
+    """A change to a file or folder, from metadata's outbox (coffer_metadata.events)."""
+
+    id: str = Field(max_length=40)
+    organization_id: str = Field(max_length=40)
+    type: str = Field(max_length=32)
+    created_at: datetime
+    data: dict[str, Any]
+    changes: dict[str, Any] = Field(default_factory=dict)
+    actor: Actor
+
+
+class ChangeEventsIn(WireModel):
+    events: list[ChangeEvent] = Field(max_length=500)
+
+
+@router.post("/audit/changes")
+def record_changes(body: ChangeEventsIn, session: SessionDep) -> Done:
+    """Record changes to files and folders in their organizations' audit logs (edge relays
+    them from metadata); an event already recorded is skipped, so relaying twice is harmless."""
+    audit.record_changes(session, [e.model_dump() for e in body.events])
+    return Done()

@@ -228,6 +228,9 @@ class AuditEvent(SQLModel, table=True):
     request_id: str | None = Field(default=None, max_length=128)
     details: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     created_at: datetime = Field(sa_column=_ts(index=True))
+    # The metadata event this one records (a change to a file or folder, relayed by edge):
+    # unique, so relaying an event twice records it once.
+    source_id: str | None = Field(default=None, sa_column=Column(String(40), nullable=True, unique=True))
 
 
 # The audit page reads one organization's newest events first.

@@ -43,6 +43,9 @@ class Settings(BaseServiceSettings):
     sweep_interval_seconds: float = 60.0
     sweep_intent_age_seconds: float = 3600.0
     sweep_tombstone_age_seconds: float = 60.0
+    # The audit relay (coffer_edge.audit_relay): it runs after each change this edge makes and
+    # at least this often (for other edges' changes and retries); 0 = not in this process.
+    edge_audit_relay_interval_seconds: float = Field(default=5.0, ge=0)
 
     # The dashboard (docs/dashboard.md). Off: an API-only install, no /dashboard routes.
     dashboard_enabled: bool = True

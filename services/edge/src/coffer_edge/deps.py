@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader
 
+from coffer_edge.actor import act_as
 from coffer_edge.clients.auth import AuthClient, Principal
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
@@ -77,6 +78,7 @@ async def authenticate(
     # For the access log line (coffer_kit.middleware).
     request.state.organization_id = principal.organization_id
     await state.rate_limiter.check(principal.key_id)
+    act_as(request, "key", principal.key_id, user_id=principal.user_id)
     return principal
 
 

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from starlette.types import Scope
 
+from coffer_edge.audit_relay import AuditRelay
 from coffer_edge.clients.auth import AccountsClient, AuthClient
 from coffer_edge.clients.base import ServiceClient
 from coffer_edge.clients.blob import BlobClient
@@ -130,6 +131,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 state.rate_limiter,
             )
         install_state(app, state)
+        tasks = []
+        if (every := settings.edge_audit_relay_interval_seconds) > 0:
+            relay = AuditRelay(state.metadata, state.auth, interval=every)
+            state.metadata.on_change = relay.changed
+            tasks.append(asyncio.create_task(relay.run()))
         sweeper = None
         if settings.sweep_interval_seconds > 0:
             sweeper = asyncio.create_task(
@@ -147,6 +153,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             clear_state(app)
             if sweeper is not None:
                 sweeper.cancel()
+            for task in tasks:
+                task.cancel()
             for http in (auth_http, metadata_http, blob_http):
                 await http.close()
 

@@ -10,7 +10,6 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from coffer_kit.ids import new_id
 from coffer_testkit.api import upload_zeros, used_bytes
 from coffer_testkit.testing import assert_error
 
@@ -90,14 +89,12 @@ def test_an_upload_that_cannot_fit_is_refused_before_its_bytes_are_sent(stack, n
 def test_uploads_in_flight_hold_their_size_against_the_quota(stack, new_tenant) -> None:
     tenant = new_tenant(quota_bytes=3 * MIB)
     first = _HeldUpload(stack, tenant.key, 2 * MIB)
-    # The held 2 MiB leave room for less than the 2.5 MiB this body carries at least. Until edge
-    # has registered the first upload, the probe streams and fails at the commit (unknown
-    # folder) without storing anything.
-    probe = {"file": ("p.bin", b"\0" * (5 * MIB // 2)), "folderId": (None, new_id("fld"))}
+    in_flight = "SELECT count(*) FROM upload_intents WHERE organization_id = :o"
     deadline = time.monotonic() + 30
-    while (refused := tenant.api.post("/api/assets", files=probe)).status_code == 404:
-        assert time.monotonic() < deadline, f"the first upload never held its size: {first.answer()}"
-    error = assert_error(refused, 413, "quota_exceeded")
+    while stack.metadata_scalar(in_flight, o=tenant.org_id) != 1:
+        assert time.monotonic() < deadline, "edge never registered the first upload"
+    # The held 2 MiB leave room for less than the 2.5 MiB this body carries at least.
+    error = assert_error(upload_zeros(tenant.api, 5 * MIB // 2), 413, "quota_exceeded")
     assert "Uploads in progress hold" in error["message"]
     status, asset = first.finish()
     assert (status, asset["size"]) == (201, 2 * MIB)

@@ -16,6 +16,7 @@ from coffer_metadata.assets import repository
 from coffer_metadata.assets.router import commit_upload_fast, get_asset_fast, register_intent_fast
 from coffer_metadata.assets.router import router as assets_router
 from coffer_metadata.config import Settings
+from coffer_metadata.events import router as events_router
 from coffer_metadata.folders.router import router as folders_router
 
 
@@ -41,6 +42,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     internal = [Depends(require_internal_token)]
     app.include_router(folders_router, dependencies=internal)
     app.include_router(assets_router, dependencies=internal)
+    app.include_router(events_router, dependencies=internal)
     fast_route(app, assets_router, "/internal/v1/orgs/{org_id}/assets/{asset_id}", get_asset_fast)
     # The upload's two writes: per request, FastAPI's routing and solver cost more than the SQL.
     fast_route(app, assets_router, "/internal/v1/orgs/{org_id}/intents", register_intent_fast, method="POST")

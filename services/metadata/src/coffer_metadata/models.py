@@ -1,4 +1,5 @@
-"""Metadata tables: folders, assets, per-organization usage, upload intents, delete tombstones."""
+"""Metadata tables: folders, assets, per-organization usage, upload intents, delete tombstones, and
+the outbox of changes (events)."""
 
 from __future__ import annotations
 
@@ -133,6 +134,33 @@ class Tombstone(SQLModel, table=True):
     created_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False, index=True))
 
 
+class Event(SQLModel, table=True):
+    """A change to a folder or an asset, written in the transaction that makes it (the outbox):
+    a rolled-back change has no event, a committed one always has. It feeds the organization's
+    audit log (edge relays it to auth) and, later, its webhooks (issue 25)."""
+
+    __tablename__ = "events"
+    __table_args__ = (
+        # The relay reads the oldest events auth has not yet recorded.
+        Index("ix_events_audit_pending", "audited", "created_at"),
+        Index("ix_events_org_created", "organization_id", "created_at"),
+    )
+
+    id: str = Field(primary_key=True, max_length=40)
+    organization_id: str = Field(max_length=40)
+    # asset.created | asset.updated | asset.deleted | folder.created | folder.updated | folder.deleted
+    type: str = Field(max_length=32)
+    created_at: datetime = Field(sa_column=_ts())
+    # The resource as the public API writes it, after the change (before it, for a delete).
+    data: str = Field(sa_column=Column(Text, nullable=False))
+    # For an update: what changed, with the value before (JSON: {"name": "old.txt"}).
+    changes: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    # Who made the change, as edge told it (events.Actor), JSON.
+    actor: str = Field(sa_column=Column(Text, nullable=False))
+    # Set once auth's audit log holds the event.
+    audited: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
+
+
 # Indexes the migrations create on PostgreSQL only.
 POSTGRESQL_ONLY_INDEXES = {"ix_assets_name_key_trgm"}
 # On SQLite, the FTS5 trigram index of asset names (migration 0003): a virtual table, its
@@ -140,4 +168,4 @@ POSTGRESQL_ONLY_INDEXES = {"ix_assets_name_key_trgm"}
 SQLITE_SEARCH_TABLE = "assets_name_search"
 
 # SQLModel adds __table__ to table models at class creation; its stubs do not declare it.
-TABLES = [t.__table__ for t in (Folder, Asset, Usage, UploadIntent, Tombstone)]  # type: ignore[union-attr]
+TABLES = [t.__table__ for t in (Folder, Asset, Usage, UploadIntent, Tombstone, Event)]  # type: ignore[union-attr]

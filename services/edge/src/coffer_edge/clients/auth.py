@@ -62,6 +62,10 @@ class AuthClient(ServiceClient):
         # Lookups on their way to auth: concurrent misses for one key wait for the same call.
         self._pending: dict[CacheKey, asyncio.Task[Principal]] = {}
 
+    async def record_changes(self, events: list[dict[str, Any]]) -> None:
+        """Record metadata's change events in the audit log (each once, however often sent)."""
+        await self.request("POST", "/internal/v1/audit/changes", json={"events": events})
+
     async def principal(
         self, key_hash: str, organization_id: str | None, *, request_id: str | None
     ) -> Principal:

@@ -12,7 +12,9 @@ import aiohttp
 from aiohttp.http import RawResponseMessage
 from pydantic import BaseModel
 
+from coffer_edge.actor import actor_header
 from coffer_kit.internal import TRANSPORT_ERRORS, Attempt, InternalClient, relay_error, transport_error
+from coffer_kit.wire import ACTOR_HEADER
 
 log = logging.getLogger("coffer.edge.clients")
 
@@ -74,6 +76,8 @@ class ServiceClient:
         sent = dict(headers) if headers else {}
         if request_id:
             sent["x-request-id"] = request_id
+        if method != "GET" and (actor := actor_header()) is not None:
+            sent[ACTOR_HEADER] = actor
         options: dict[str, Any] = {}
         if timeout is not None:
             options["timeout"] = aiohttp.ClientTimeout(total=timeout)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
+from coffer_edge.actor import actor_header
 from coffer_edge.clients.base import ServiceClient
 from coffer_kit import wire
 from coffer_kit.resources import Asset, Folder, FolderWithPath
@@ -19,6 +21,24 @@ class MetadataClient(ServiceClient):
     """metadata's internal API; reads typed ``-> bytes`` answer the public body as it is."""
 
     service = "metadata"
+    # Called after each call a caller made that may have changed something (the audit relay's
+    # wake-up); the relay's and the sweeper's own calls have no caller.
+    on_change: Callable[[], None] | None = None
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> bytes:
+        body = await super().request(method, path, **kwargs)
+        if method != "GET" and self.on_change is not None and actor_header() is not None:
+            self.on_change()
+        return body
+
+    # The outbox's audit relay (coffer_edge.audit_relay)
+    async def audit_pending(self, *, limit: int) -> list[dict[str, Any]]:
+        body = await self.json("GET", "/internal/v1/events/audit-pending", params={"limit": limit})
+        events: list[dict[str, Any]] = body["events"]
+        return events
+
+    async def mark_audited(self, ids: list[str]) -> None:
+        await self.request("POST", "/internal/v1/events/audited", json={"ids": ids})
 
     # Folders
     async def list_folders(self, org_id: str, parent_id: str | None, *, request_id: str) -> bytes:

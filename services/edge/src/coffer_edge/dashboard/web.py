@@ -17,6 +17,7 @@ from fastapi.responses import RedirectResponse, Response
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from coffer_edge.actor import act_as
 from coffer_edge.clients.auth import AccountsClient, Caller
 from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.dashboard.security import CROSS_ORIGIN_MESSAGE, PREFIX
@@ -97,6 +98,7 @@ async def _visit(request: Request, organization_id: str | None) -> Visit:
         if exc.status == 401:
             raise SignInRequired from exc
         raise
+    act_as(request, "user", current.user.id, label=current.user.email)
     return Visit(request, caller, current)
 
 

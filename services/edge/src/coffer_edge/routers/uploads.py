@@ -19,6 +19,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request, Response
 from starlette.types import Scope
 
+from coffer_edge.actor import act_as
 from coffer_edge.deps import (
     BlobDep,
     MetadataDep,
@@ -130,6 +131,7 @@ async def upload_with_token(
     grant = await tokens.grant(token_hash(token), request_id=rid)
     request.state.organization_id = grant.organization_id  # for the access log line
     await edge_state(request).rate_limiter.check(grant.token_id)
+    act_as(request, "token", grant.token_id)
 
     async def claim(asset_id: str) -> None:
         await tokens.claim(grant.token_id, asset_id, request_id=rid)

@@ -36,6 +36,7 @@ from coffer_kit.wire import (
 )
 from coffer_metadata.assets import repository, service
 from coffer_metadata.deps import DatabaseDep, SessionDep, SettingsDep, database_of, get_settings
+from coffer_metadata.events import ActorDep, actor_of
 from coffer_metadata.folders.service import UNSET, check_folder
 from coffer_metadata.names import default_name
 
@@ -81,10 +82,11 @@ async def abandon_intent(org_id: str, asset_id: str, database: DatabaseDep) -> D
 
 @router.post("/orgs/{org_id}/assets", status_code=201)
 async def commit_upload(
-    org_id: str, body: UploadCommit, settings: SettingsDep, database: DatabaseDep
+    org_id: str, body: UploadCommit, settings: SettingsDep, database: DatabaseDep, actor: ActorDep
 ) -> JSONResponse:
     commit = functools.partial(
         service.commit_upload_view,
+        actor=actor,
         org_id=org_id,
         asset_id=body.id,
         key=body.key,
@@ -104,9 +106,8 @@ async def commit_upload_fast(request: Request) -> JSONResponse:
     """``commit_upload`` for coffer_kit.fastpath: the upload's second write."""
     await require_internal_token(request)
     body = await json_body(request, UploadCommit)
-    return await commit_upload(
-        request.path_params["org_id"], body, await get_settings(request), await database_of(request)
-    )
+    settings, database = await get_settings(request), await database_of(request)
+    return await commit_upload(request.path_params["org_id"], body, settings, database, actor_of(request))
 
 
 # The two hot reads, answered without re-encoding: a page in one worker-thread trip, one asset
@@ -182,7 +183,7 @@ class AssetPatch(BaseModel):
 
 @router.patch("/orgs/{org_id}/assets/{asset_id}")
 def update_asset(
-    org_id: str, asset_id: str, body: AssetPatch, session: SessionDep, settings: SettingsDep
+    org_id: str, asset_id: str, body: AssetPatch, session: SessionDep, settings: SettingsDep, actor: ActorDep
 ) -> Asset:
     sent = body.model_fields_set
     if "name" in sent and body.name is None:
@@ -198,13 +199,19 @@ def update_asset(
         name=body.name,
         folder_id=(body.folder_id or None) if "folder_id" in sent else UNSET,
         visibility=body.visibility,
+        cdn_url=settings.cdn_url,
+        actor=actor,
     )
     return Asset.model_validate(service.view(asset, settings.cdn_url))
 
 
 @router.post("/orgs/{org_id}/assets/{asset_id}/tombstone")
-def hide_asset(org_id: str, asset_id: str, session: SessionDep) -> Hidden:
-    return Hidden(key=service.hide(session, org_id=org_id, asset_id=asset_id))
+def hide_asset(
+    org_id: str, asset_id: str, session: SessionDep, settings: SettingsDep, actor: ActorDep
+) -> Hidden:
+    return Hidden(
+        key=service.hide(session, org_id=org_id, asset_id=asset_id, cdn_url=settings.cdn_url, actor=actor)
+    )
 
 
 @router.delete("/tombstones/{asset_id}")

@@ -26,7 +26,8 @@ from coffer_kit.names import could_be_in_a_name, normalize_name, search_key
 from coffer_kit.timeutil import isoformat, utcnow
 from coffer_kit.tracing import tracer
 from coffer_kit.urls import asset_prefix, public_url
-from coffer_kit.wire import StaleIntent, StaleTombstone, StoredUsage, SweepCandidates
+from coffer_kit.wire import Actor, StaleIntent, StaleTombstone, StoredUsage, SweepCandidates
+from coffer_metadata import events
 from coffer_metadata.assets import repository
 from coffer_metadata.folders.service import Unset, check_folder
 from coffer_metadata.models import Asset
@@ -160,9 +161,13 @@ def commit_upload(
     return asset
 
 
-def commit_upload_view(session: Session, *, cdn_url: str, **upload: Any) -> dict[str, Any]:
-    """``commit_upload``, answered as the contract writes the asset."""
-    return view(SimpleNamespace(**commit_upload(session, **upload)), cdn_url)
+def commit_upload_view(session: Session, *, cdn_url: str, actor: Actor, **upload: Any) -> dict[str, Any]:
+    """``commit_upload`` and its event, answered as the contract writes the asset."""
+    asset = commit_upload(session, **upload)
+    public = view(SimpleNamespace(**asset), cdn_url)
+    org_id, now = asset["organization_id"], asset["created_at"]
+    events.record(session, org_id=org_id, type="asset.created", data=public, actor=actor, now=now)
+    return public
 
 
 def abandon_upload(session: Session, *, org_id: str, asset_id: str) -> None:
@@ -243,9 +248,11 @@ def update(
     name: str | None,
     folder_id: str | Unset | None,
     visibility: str | None = None,
+    cdn_url: str,
+    actor: Actor,
 ) -> Asset:
-    """Rename, move and/or change the visibility of an asset in this transaction; its key and
-    signed URLs never change (a private asset has no public URL)."""
+    """Rename, move and/or change the visibility of an asset in this transaction (with its
+    event); its key and signed URLs never change (a private asset has no public URL)."""
     if not is_asset_id(asset_id):
         raise not_found(f"Asset {asset_id!r} does not exist.")
     asset = repository.get(session, org_id=org_id, asset_id=asset_id)
@@ -256,12 +263,30 @@ def update(
     if new_folder is not None and new_folder != asset.folder_id:
         check_folder(session, org_id=org_id, folder_id=new_folder)
     new_visibility = visibility or asset.visibility
-    if (new_name, new_folder, new_visibility) != (asset.name, asset.folder_id, asset.visibility):
+    changes = {
+        field: old
+        for field, new, old in (
+            ("name", new_name, asset.name),
+            ("folderId", new_folder, asset.folder_id),
+            ("visibility", new_visibility, asset.visibility),
+        )
+        if new != old
+    }
+    if changes:
         asset.name, asset.name_key = new_name, search_key(new_name)
         asset.folder_id, asset.updated_at = new_folder, utcnow()
         asset.visibility = new_visibility
         session.add(asset)
         session.flush()
+        events.record(
+            session,
+            org_id=org_id,
+            type="asset.updated",
+            data=view(asset, cdn_url),
+            actor=actor,
+            changes=changes,
+            now=asset.updated_at,
+        )
     return asset
 
 
@@ -272,8 +297,9 @@ def usage_view(session: Session, *, org_id: str) -> StoredUsage:
     return StoredUsage(used_bytes=int(usage.used_bytes), asset_count=int(usage.asset_count))
 
 
-def hide(session: Session, *, org_id: str, asset_id: str) -> str:
-    """Step 1 of a delete: drop the row, release its quota, leave a tombstone. Returns the key.
+def hide(session: Session, *, org_id: str, asset_id: str, cdn_url: str, actor: Actor) -> str:
+    """Step 1 of a delete: drop the row, release its quota, leave a tombstone, record the event.
+    Returns the key.
 
     Idempotent: deleting again while the tombstone is there answers the same key, so a
     client can retry a delete whose byte deletion failed.
@@ -287,7 +313,10 @@ def hide(session: Session, *, org_id: str, asset_id: str) -> str:
             return stone.key
         raise _missing(session.connection(), asset_id)
     repository.release(session, org_id=org_id, size=asset.size)
-    repository.add_tombstone(session, asset=asset, now=utcnow())
+    now = utcnow()
+    repository.add_tombstone(session, asset=asset, now=now)
+    gone = view(asset, cdn_url)
+    events.record(session, org_id=org_id, type="asset.deleted", data=gone, actor=actor, now=now)
     session.delete(asset)
     session.flush()
     return asset.key

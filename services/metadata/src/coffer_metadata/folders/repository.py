@@ -113,6 +113,14 @@ def _tree_ids(org_id: str, folder_id: str) -> sa.Select[tuple[str]]:
     return sa_select(tree.c.id)
 
 
+def subtree(session: Session, *, org_id: str, folder_id: str) -> list[Folder]:
+    """A folder and all its descendants."""
+    ids = _tree_ids(org_id, folder_id)
+    return list(
+        session.exec(select(Folder).where(col(Folder.organization_id) == org_id, col(Folder.id).in_(ids)))
+    )
+
+
 def subtree_counts(session: Session, *, org_id: str, folder_id: str) -> tuple[int, int]:
     """(folders below the folder, assets in it and below): what deleting it touches."""
     ids = _tree_ids(org_id, folder_id)

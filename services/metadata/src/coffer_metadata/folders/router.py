@@ -14,6 +14,7 @@ from coffer_kit.errors import invalid
 from coffer_kit.resources import Folder, FolderCreate
 from coffer_kit.wire import Done, SubtreeCounts
 from coffer_metadata.deps import DatabaseDep, SessionDep
+from coffer_metadata.events import ActorDep
 from coffer_metadata.folders import repository, service
 
 router = APIRouter(prefix="/internal/v1/orgs/{org_id}/folders")
@@ -52,8 +53,9 @@ async def subtree(org_id: str, folder_id: str, database: DatabaseDep) -> Subtree
 
 
 @router.post("", status_code=201)
-def create_folder(org_id: str, body: FolderCreate, session: SessionDep) -> Folder:
-    folder = service.create(session, org_id=org_id, name=body.name, parent_id=body.parentId or None)
+def create_folder(org_id: str, body: FolderCreate, session: SessionDep, actor: ActorDep) -> Folder:
+    parent = body.parentId or None
+    folder = service.create(session, org_id=org_id, name=body.name, parent_id=parent, actor=actor)
     return Folder.model_validate(service.view(folder))
 
 
@@ -65,7 +67,9 @@ class FolderPatch(BaseModel):
 
 
 @router.patch("/{folder_id}")
-def update_folder(org_id: str, folder_id: str, body: FolderPatch, session: SessionDep) -> Folder:
+def update_folder(
+    org_id: str, folder_id: str, body: FolderPatch, session: SessionDep, actor: ActorDep
+) -> Folder:
     sent = body.model_fields_set
     if "name" in sent and body.name is None:
         raise invalid("'name' must be a string.", field="name")
@@ -77,11 +81,12 @@ def update_folder(org_id: str, folder_id: str, body: FolderPatch, session: Sessi
         folder_id=folder_id,
         name=body.name,
         parent_id=(body.parent_id or None) if "parent_id" in sent else service.UNSET,
+        actor=actor,
     )
     return Folder.model_validate(service.view(folder))
 
 
 @router.delete("/{folder_id}")
-def delete_folder(org_id: str, folder_id: str, session: SessionDep) -> Done:
-    service.delete_tree(session, org_id=org_id, folder_id=folder_id)
+def delete_folder(org_id: str, folder_id: str, session: SessionDep, actor: ActorDep) -> Done:
+    service.delete_tree(session, org_id=org_id, folder_id=folder_id, actor=actor)
     return Done()

@@ -11,6 +11,8 @@ from coffer_kit.errors import CofferError, conflict, folder_cycle, forbidden, no
 from coffer_kit.ids import FOLDER, is_folder_id, new_id
 from coffer_kit.names import normalize_name
 from coffer_kit.timeutil import isoformat, utcnow
+from coffer_kit.wire import Actor
+from coffer_metadata import events
 from coffer_metadata.folders import repository
 from coffer_metadata.models import Folder
 
@@ -66,8 +68,8 @@ def list_children(session: Session, *, org_id: str, parent_id: str | None) -> li
     return repository.children(session, org_id=org_id, parent_id=parent_id)
 
 
-def create(session: Session, *, org_id: str, name: str, parent_id: str | None) -> Folder:
-    """Create a folder; 409 if a sibling has the same name."""
+def create(session: Session, *, org_id: str, name: str, parent_id: str | None, actor: Actor) -> Folder:
+    """Create a folder (with its event); 409 if a sibling has the same name."""
     name = normalize_name(name)
     if parent_id is not None:
         check_folder(session, org_id=org_id, folder_id=parent_id)
@@ -94,6 +96,7 @@ def create(session: Session, *, org_id: str, name: str, parent_id: str | None) -
         if parent_id is not None and repository.get(session, org_id=org_id, folder_id=parent_id) is None:
             raise not_found(f"Folder {parent_id} does not exist.") from None
         raise duplicate() from None
+    events.record(session, org_id=org_id, type="folder.created", data=view(folder), actor=actor, now=now)
     return folder
 
 
@@ -102,9 +105,16 @@ def _conflict(name: str) -> CofferError:
 
 
 def update(
-    session: Session, *, org_id: str, folder_id: str, name: str | None, parent_id: str | Unset | None
+    session: Session,
+    *,
+    org_id: str,
+    folder_id: str,
+    name: str | None,
+    parent_id: str | Unset | None,
+    actor: Actor,
 ) -> Folder:
-    """Rename and/or move a folder, in this transaction; a move into its own subtree is 409."""
+    """Rename and/or move a folder, in this transaction (with its event); a move into its own
+    subtree is 409."""
     moving = not isinstance(parent_id, Unset)
     if moving:
         repository.lock_tree(session, org_id=org_id)
@@ -116,7 +126,12 @@ def update(
         above = {i for i, _ in repository.ancestry(session, org_id=org_id, folder_id=new_parent)}
         if folder.id in above:
             raise folder_cycle(f"Folder {folder.id} cannot move into itself or one of its subfolders.")
-    if (new_name, new_parent) == (folder.name, folder.parent_id):
+    changes = {
+        field: old
+        for field, new, old in (("name", new_name, folder.name), ("parentId", new_parent, folder.parent_id))
+        if new != old
+    }
+    if not changes:
         return folder
     if repository.sibling_named(
         session, org_id=org_id, parent_id=new_parent, name=new_name, other_than=folder.id
@@ -130,11 +145,24 @@ def update(
         # A concurrent rename or create took the name in between (a move's parent cannot vanish:
         # deletes take the same lock).
         raise _conflict(new_name) from None
+    events.record(
+        session,
+        org_id=org_id,
+        type="folder.updated",
+        data=view(folder),
+        actor=actor,
+        changes=changes,
+        now=folder.updated_at,
+    )
     return folder
 
 
-def delete_tree(session: Session, *, org_id: str, folder_id: str) -> None:
-    """Delete a folder and its subfolders in this transaction; their assets move to root."""
+def delete_tree(session: Session, *, org_id: str, folder_id: str, actor: Actor) -> None:
+    """Delete a folder and its subfolders in this transaction, one event each; their assets
+    move to root (without an event each: ``folder.deleted`` says so for all of them)."""
     repository.lock_tree(session, org_id=org_id)
     check_folder(session, org_id=org_id, folder_id=folder_id)
+    now = utcnow()
+    for folder in repository.subtree(session, org_id=org_id, folder_id=folder_id):
+        events.record(session, org_id=org_id, type="folder.deleted", data=view(folder), actor=actor, now=now)
     repository.delete_tree(session, org_id=org_id, folder_id=folder_id)

@@ -4,6 +4,8 @@
 Everything goes through edge's own clients: metadata for folders and assets, blob for the
 bytes and signed URLs, auth for the session and the audit log. Uploads run the public API's
 upload protocol (``routers.assets.counted_upload``) with the session's organization and quota.
+Changes to files and folders reach the audit log as metadata's events (coffer_edge.audit_relay)
+like the API's; only what changes nothing in metadata (a signed URL) is recorded here.
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ def _files_url(org_id: str, folder_id: str | None = None, **query: str) -> str:
 async def _audit(
     visit: Visit, action: str, target_type: str, target_id: str, label: str, **details: Any
 ) -> None:
-    """Record a file-browser action; the action already happened, so a failure is logged, not shown."""
+    """Record a file-browser action that changes nothing in metadata (whose changes reach the
+    audit log as its events); the action already happened, so a failure is logged, not shown."""
     try:
         await accounts_of(visit.request).record(
             visit.caller,
@@ -283,7 +286,6 @@ async def create_folder(request: Request, visit: OrgVisitDep) -> Response:
         return await _files_page(
             visit, folder_id=parent, status=exc.status, error=message, new_folder_name=name
         )
-    await _audit(visit, "folder.created", "folder", made.id, made.name, parentId=parent)
     return redirect(_files_url(visit.org.id, made.id))
 
 
@@ -293,7 +295,7 @@ async def rename_folder(request: Request, visit: OrgVisitDep, folder_id: str) ->
     _check_id(folder_id, "fld_")
     name = field(form, "name", limit=2048)
     try:
-        answer = await metadata_of(request).update_folder(
+        await metadata_of(request).update_folder(
             visit.org.id, folder_id, {"name": name}, request_id=_rid(visit)
         )
     except CofferError as exc:
@@ -301,8 +303,6 @@ async def rename_folder(request: Request, visit: OrgVisitDep, folder_id: str) ->
         if message is None:
             raise
         return await _files_page(visit, folder_id=folder_id, status=exc.status, error=message)
-    folder = Folder.model_validate_json(answer)
-    await _audit(visit, "folder.renamed", "folder", folder.id, folder.name)
     return redirect(_files_url(visit.org.id, folder_id))
 
 
@@ -349,7 +349,7 @@ async def move_folder(request: Request, visit: OrgVisitDep, folder_id: str) -> R
     _check_id(folder_id, "fld_")
     target = _destination(field(form, "parent", limit=128))
     try:
-        answer = await metadata_of(request).update_folder(
+        await metadata_of(request).update_folder(
             visit.org.id, folder_id, {"parentId": target}, request_id=_rid(visit)
         )
     except CofferError as exc:
@@ -359,8 +359,6 @@ async def move_folder(request: Request, visit: OrgVisitDep, folder_id: str) -> R
         return await _move_page(
             visit, folder=await _folder(visit, folder_id), status=exc.status, error=message
         )
-    folder = Folder.model_validate_json(answer)
-    await _audit(visit, "folder.moved", "folder", folder.id, folder.name, parentId=target)
     return redirect(_files_url(visit.org.id, folder_id))
 
 
@@ -385,7 +383,6 @@ async def delete_folder(request: Request, visit: OrgVisitDep, folder_id: str) ->
     await posted(request, visit)
     folder = await _folder(visit, folder_id)
     await metadata_of(request).delete_folder(visit.org.id, folder_id, request_id=_rid(visit))
-    await _audit(visit, "folder.deleted", "folder", folder_id, folder.name)
     parent = folder.path[-2].id if len(folder.path) > 1 else None
     return redirect(_files_url(visit.org.id, parent, done="folder-deleted"))
 
@@ -516,9 +513,6 @@ async def upload(request: Request, visit: OrgVisitDep, folder: str = "") -> Resp
         if exc.details:
             envelope["details"] = exc.details
         return JSONResponse({"error": envelope}, status_code=exc.status, headers=exc.headers)
-    await _audit(
-        visit, "asset.uploaded", "asset", asset.id, asset.name, size=asset.size, folderId=asset.folderId
-    )
     page = f"{PREFIX}/o/{visit.org.id}/files/{asset.id}"
     if not scripted:
         return redirect(_files_url(visit.org.id, folder_id, done="uploaded"))
@@ -653,15 +647,13 @@ async def rename_asset(request: Request, visit: OrgVisitDep, asset_id: str) -> R
     asset = await _asset(visit, asset_id)
     name = field(form, "name", limit=2048)
     try:
-        answer = await metadata_of(request).update_asset(
+        await metadata_of(request).update_asset(
             visit.org.id, asset.id, {"name": name}, request_id=_rid(visit)
         )
     except CofferError as exc:
         if exc.status != 400:
             raise
         return await _asset_page(visit, asset, status=400, error=exc.message)
-    renamed = Asset.model_validate_json(answer)
-    await _audit(visit, "asset.renamed", "asset", asset.id, renamed.name, previousName=asset.name)
     return redirect(f"{PREFIX}/o/{visit.org.id}/files/{asset.id}?done=renamed")
 
 
@@ -677,8 +669,6 @@ async def change_visibility(request: Request, visit: OrgVisitDep, asset_id: str)
     await update_stored_asset(
         visit.org.id, asset.id, {"visibility": visibility}, state.metadata, state.blob, _rid(visit)
     )
-    if visibility != asset.visibility:
-        await _audit(visit, "asset.visibility_changed", "asset", asset.id, asset.name, visibility=visibility)
     return redirect(f"{PREFIX}/o/{visit.org.id}/files/{asset.id}?done={visibility}")
 
 
@@ -695,7 +685,6 @@ async def move_asset(request: Request, visit: OrgVisitDep, asset_id: str) -> Res
     await metadata_of(request).update_asset(
         visit.org.id, asset.id, {"folderId": target}, request_id=_rid(visit)
     )
-    await _audit(visit, "asset.moved", "asset", asset.id, asset.name, folderId=target)
     return redirect(f"{PREFIX}/o/{visit.org.id}/files/{asset.id}?done=moved")
 
 
@@ -711,5 +700,4 @@ async def delete_asset(request: Request, visit: OrgVisitDep, asset_id: str) -> R
     asset = await _asset(visit, asset_id)
     state = state_of(request)
     await delete_stored_asset(visit.org.id, asset.id, state.metadata, state.blob, _rid(visit))
-    await _audit(visit, "asset.deleted", "asset", asset.id, asset.name, size=asset.size)
     return redirect(_files_url(visit.org.id, asset.folderId, done="asset-deleted"))

@@ -1,0 +1,83 @@
+"""Issue 23: every change made through the API is in the audit log of the organization it was
+made in, naming the key (or upload token) that made it, exactly once, and in no other
+organization's log. Changes reach the log through metadata's events and edge's relay."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx
+
+from coffer_testkit.dashboard import Browser, sign_up
+
+
+def audit_events(browser: Browser, org_id: str, count: int = 0) -> list[dict[str, Any]]:
+    """The file and folder events of the organization's audit log (its JSON Lines export),
+    oldest first, once it holds ``count`` of them."""
+    deadline = time.monotonic() + 15
+    while True:
+        lines = browser.http.get(f"/dashboard/o/{org_id}/audit/export.jsonl").text.splitlines()
+        events = [e for e in map(json.loads, lines) if e["targetType"] in ("asset", "folder")]
+        if len(events) >= count:
+            return sorted(events, key=lambda e: (e["createdAt"], e["id"]))
+        assert time.monotonic() < deadline, events
+
+
+def test_api_changes_are_audited_with_the_key_in_their_organization(stack: Any, admin: Any) -> None:
+    owner = sign_up(stack.edge_url, "Audited")
+    key = admin("create-key", "--org", owner.org_id, "--name", "ci-deploy")
+    api = httpx.Client(base_url=stack.edge_url, headers={"x-api-key": key["key"]}, timeout=60)
+    folder = api.post("/api/folders", json={"name": "Reports"}).json()
+    asset = api.post("/api/assets", files={"file": ("q3.txt", b"q3")}, data={"folderId": folder["id"]}).json()
+    url = f"/api/assets/{asset['id']}"
+    assert api.patch(url, json={"name": "q3-final.txt"}).status_code == 200
+    assert api.patch(url, json={"folderId": None}).status_code == 200
+    assert api.patch(url, json={"visibility": "private"}).status_code == 200
+    # A PATCH that changes nothing records nothing; a refused one neither.
+    assert api.patch(url, json={"visibility": "private"}).status_code == 200
+    assert api.patch(url, json={"name": "a/b"}).status_code == 400
+    assert api.patch(f"/api/folders/{folder['id']}", json={"name": "Old reports"}).status_code == 200
+    assert api.delete(url).status_code == 200
+    assert api.delete(f"/api/folders/{folder['id']}").status_code == 200
+    token = api.post("/api/upload-tokens", json={"name": "by-token.txt"}).json()
+    by_token = httpx.post(token["url"], files={"file": ("x.txt", b"t")}, timeout=60).json()
+
+    events = audit_events(owner, owner.org_id, 9)
+    assert [(e["action"], e["targetId"]) for e in events] == [
+        ("folder.created", folder["id"]),
+        ("asset.uploaded", asset["id"]),
+        ("asset.renamed", asset["id"]),
+        ("asset.moved", asset["id"]),
+        ("asset.visibility_changed", asset["id"]),
+        ("folder.renamed", folder["id"]),
+        ("asset.deleted", asset["id"]),
+        ("folder.deleted", folder["id"]),
+        ("asset.uploaded", by_token["id"]),
+    ]
+    by_key = {(e["actorType"], e["actorId"], e["actorLabel"]) for e in events[:8]}
+    assert by_key == {("key", key["id"], "ci-deploy")}
+    assert (events[8]["actorType"], events[8]["actorId"]) == ("token", token["id"])
+    assert events[2]["details"] == {"previousName": "q3.txt"}
+    assert events[4]["details"] == {"visibility": "private"}
+    assert all(e["requestId"] and e["requestId"].startswith("req_") for e in events)
+    api.close()
+
+
+def test_a_personal_key_is_audited_in_the_organization_it_acted_in(stack: Any, admin: Any) -> None:
+    """A user in two organizations acts in B with a personal key: B's log has it, A's has not."""
+    user = sign_up(stack.edge_url, "First")
+    second = admin("create-org", "--name", "Second")
+    admin("add-member", "--org", second["id"], "--user", user.email, "--role", "owner")
+    key = admin("create-key", "--org", user.org_id, "--user", user.email, "--name", "laptop")
+    headers = {"x-api-key": key["key"], "x-organization-id": second["id"]}
+    with httpx.Client(base_url=stack.edge_url, headers=headers, timeout=60) as api:
+        made = api.post("/api/folders", json={"name": "In B"})
+        assert made.status_code == 201, made.text
+    events = audit_events(user, second["id"], 1)
+    assert [(e["action"], e["targetId"], e["actorId"], e["actorLabel"]) for e in events] == [
+        ("folder.created", made.json()["id"], key["id"], "laptop")
+    ]
+    # Relayed together: B's event is in, so A's would be by now.
+    assert audit_events(user, user.org_id) == []
