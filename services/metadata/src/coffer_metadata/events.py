@@ -8,7 +8,7 @@ when: the audit log (edge relays events to auth, marking them ``audited``) and w
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 import sqlalchemy as sa
@@ -20,7 +20,7 @@ from sqlmodel import Session
 from coffer_kit.ids import EVENT, new_id
 from coffer_kit.timeutil import isoformat, utcnow
 from coffer_kit.wire import ACTOR_HEADER, SYSTEM, Actor, Done
-from coffer_metadata.deps import SessionDep
+from coffer_metadata.deps import SessionDep, SettingsDep
 from coffer_metadata.models import Event
 
 _events = Event.__table__  # type: ignore[attr-defined]
@@ -89,8 +89,16 @@ def pending_audit(session: Session, *, limit: int) -> list[dict[str, Any]]:
     ]
 
 
-def mark_audited(session: Session, *, ids: list[str]) -> None:
-    session.connection().execute(sa.update(_events).where(_events.c.id.in_(ids)).values(audited=True))
+def mark_audited(session: Session, *, ids: list[str], keep_days: int) -> None:
+    """Mark events as held by auth's audit log, and drop some older than ``keep_days`` that are."""
+    connection = session.connection()
+    connection.execute(sa.update(_events).where(_events.c.id.in_(ids)).values(audited=True))
+    old = (
+        sa.select(_events.c.id)
+        .where(_events.c.audited.is_(True), _events.c.created_at < utcnow() - timedelta(days=keep_days))
+        .limit(AUDIT_BATCH_MAX)
+    )
+    connection.execute(sa.delete(_events).where(_events.c.id.in_(old.scalar_subquery())))
 
 
 class AuditedIn(BaseModel):
@@ -109,7 +117,7 @@ def audit_pending(
 
 
 @router.post("/audited")
-def audited(body: AuditedIn, session: SessionDep) -> Done:
+def audited(body: AuditedIn, session: SessionDep, settings: SettingsDep) -> Done:
     """auth's audit log holds these events now."""
-    mark_audited(session, ids=body.ids)
+    mark_audited(session, ids=body.ids, keep_days=settings.metadata_event_retention_days)
     return Done()
