@@ -20,6 +20,7 @@ import pytest
 
 from coffer_edge.dashboard.routes.files import _expires_in, _first_part_token, preview_kind
 from coffer_kit.errors import CofferError
+from coffer_kit.metrics import HTTP_REQUESTS
 from coffer_testkit.dashboard import SAME_ORIGIN, Browser, audit_once, sign_up
 
 
@@ -312,3 +313,28 @@ def test_a_line_break_in_a_dashboard_path_is_a_404_not_a_500(browser: Browser, s
     assert signed_in.headers["location"] == "/dashboard/orgs" or "\n" not in signed_in.headers["location"]
     assert "x-injected" not in signed_in.headers
     http.close()
+
+
+def _metadata_folder_calls() -> float:
+    """Calls metadata has answered on its folder routes, in this process (the in-process stack)."""
+    return sum(
+        sample.value
+        for metric in HTTP_REQUESTS.collect()
+        for sample in metric.samples
+        if sample.name == "coffer_http_requests_total"
+        and sample.labels["service"] == "metadata"
+        and sample.labels["route"].startswith("/internal/v1/orgs/{org_id}/folders")
+    )
+
+
+def test_the_folder_delete_page_asks_metadata_a_fixed_number_of_times(browser: Browser) -> None:
+    """Issue 23: the page made two internal calls per folder of the subtree (a big tree cost
+    thousands); now the counts come from one query, whatever the tree's size."""
+    top = folder_of(browser.post(f"{browser.files}/folders", {"name": "Top"}))
+    parent = top
+    for depth in range(12):
+        parent = folder_of(browser.post(f"{browser.files}/folders", {"name": f"d{depth}", "parent": parent}))
+    before = _metadata_folder_calls()
+    page = browser.http.get(f"{browser.files}/folders/{top}/delete")
+    assert "Deletes this folder and 12 subfolders." in page.text
+    assert _metadata_folder_calls() - before <= 3
