@@ -192,6 +192,26 @@ def test_minting_a_key_asks_for_the_password_outside_the_sudo_window(
         page.goto(f"/dashboard/o/{org_id}/keys")
         assert "after-sudo" in page.content()
 
+        # Issue 23: inviting an owner (who could then mint keys and remove the others) asks too;
+        # inviting a member does not.
+        with closing(sqlite3.connect(s.data_dir / "auth.db")) as db, db:
+            db.execute("UPDATE sessions SET authenticated_at = datetime(authenticated_at, '-3 hours')")
+        page.goto(f"/dashboard/o/{org_id}/members")
+        page.fill("#invite-email", "plain-member@example.com")
+        page.select_option("#invite-role", "member")
+        page.click("form[action$='/invitations'] button[type=submit]")
+        page.wait_for_selector("#invite-link")
+        page.goto(f"/dashboard/o/{org_id}/members")
+        page.fill("#invite-email", "new-owner@example.com")
+        page.select_option("#invite-role", "owner")
+        page.click("form[action$='/invitations'] button[type=submit]")
+        page.wait_for_selector("#reauth-password")
+        assert "Confirm your password" in page.inner_text("main")
+        page.fill("#reauth-password", who.password)
+        page.click("main button[type=submit]")
+        page.wait_for_selector("#invite-link")
+        assert "/dashboard/invite/" in page.input_value("#invite-link")
+
 
 def test_everything_works_without_javascript(dashboard: Any, until: Any) -> None:
     page = dashboard.page(java_script_enabled=False)
