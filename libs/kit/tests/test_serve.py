@@ -1,12 +1,20 @@
-"""How services are served: the heap trimmed when a service falls idle."""
+"""How services are served: the heap trimmed when a service falls idle; a listener with a loop
+of its own."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+import httpx
 import pytest
 
 from coffer_kit import serve
+from coffer_testkit.testing import free_port, wait_healthy
 
 
 async def _never_called(_scope: object, _receive: object, _send: object) -> None:
@@ -43,3 +51,56 @@ def test_the_heap_is_trimmed_once_requests_stop(monkeypatch: pytest.MonkeyPatch)
         assert trims == [5, 6]
 
     asyncio.run(scenario())
+
+
+# Two listeners in one process: "busy" blocks its loop for a second per request (as parsing an
+# upload would, were it slow); "quick" answers at once. Run as a real process, since serve()
+# handles SIGTERM.
+_TWO_LISTENERS = """
+import sys, time
+from coffer_kit.serve import Listener, serve
+
+async def busy(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    if scope["path"] == "/block":
+        print("blocking", flush=True)
+        time.sleep(1.0)  # blocks this listener's loop
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"busy"})
+
+async def quick(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"quick"})
+
+busy_port, quick_port, own = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "own"
+serve([Listener(busy, "127.0.0.1", busy_port), Listener(quick, "127.0.0.1", quick_port, own_loop=own)])
+"""
+
+
+@pytest.mark.parametrize("own_loop", [True, False])
+def test_a_listener_with_its_own_loop_never_waits_for_the_others(own_loop: bool, tmp_path: Path) -> None:
+    """blob's CDN host is served so (issue 23): downloads never wait while an upload is parsed."""
+    busy_port, quick_port = free_port(), free_port()
+    script = tmp_path / "two.py"
+    script.write_text(_TWO_LISTENERS)
+    mode = "own" if own_loop else "shared"
+    argv = [sys.executable, str(script), str(busy_port), str(quick_port), mode]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        for port in (busy_port, quick_port):
+            wait_healthy(f"http://127.0.0.1:{port}/", timeout=30)
+        with ThreadPoolExecutor(1) as pool:
+            blocking = pool.submit(httpx.get, f"http://127.0.0.1:{busy_port}/block", timeout=30)
+            assert process.stdout is not None and process.stdout.readline() == "blocking\n"
+            started = time.monotonic()
+            assert httpx.get(f"http://127.0.0.1:{quick_port}/", timeout=30).text == "quick"
+            waited = time.monotonic() - started
+            assert blocking.result().text == "busy"
+        # With its own loop: a few milliseconds. Sharing the busy loop: the rest of a second.
+        assert (waited < 0.25) if own_loop else (waited > 0.5), waited
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -22,6 +22,10 @@ class Listener:
     app: ASGIApp
     host: str
     port: int
+    # Served by an event loop of its own, in its own thread: nothing the other listeners' loop
+    # does (parsing an upload, say) ever delays it by more than the interpreter's switch
+    # interval (5 ms), since it never waits on that loop.
+    own_loop: bool = False
 
 
 def release_free_memory() -> None:
@@ -98,6 +102,14 @@ def serve(listeners: list[Listener], *, graceful_seconds: int = 30) -> None:
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop)
-        await asyncio.gather(*(server.serve() for server in servers))
+
+        async def run(server: _Server, listener: Listener) -> None:
+            if listener.own_loop:
+                # should_exit is a flag uvicorn polls every 0.1 s: safe to set from this thread.
+                await asyncio.to_thread(asyncio.run, server.serve())
+            else:
+                await server.serve()
+
+        await asyncio.gather(*(run(s, listener) for s, listener in zip(servers, listeners, strict=True)))
 
     asyncio.run(main())

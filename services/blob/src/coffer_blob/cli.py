@@ -30,7 +30,10 @@ def main(argv: list[str] | None = None) -> int:
         Listener(create_app(settings, api=args.role != "cdn"), settings.blob_host, settings.blob_port)
     ]
     if args.role in ("all", "cdn"):
-        listeners.append(Listener(create_cdn_app(settings), settings.cdn_host, settings.cdn_port))
+        # Beside the internal API, the CDN host has a loop of its own: downloads never wait
+        # while an upload's multipart body is parsed (issue 23).
+        cdn = create_cdn_app(settings)
+        listeners.append(Listener(cdn, settings.cdn_host, settings.cdn_port, own_loop=args.role == "all"))
     serve(listeners, graceful_seconds=300)
     return 0
 
