@@ -121,6 +121,43 @@ class UploadIntent(SQLModel, table=True):
     # The most the upload can store (its Content-Length, or the upload bound): held against the
     # quota while the bytes stream, so uploads in flight can never overrun it together.
     reserved_bytes: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
+    # A resumable upload's intent (tus, CONTRACT §9) is stale once the upload expires, 24 h
+    # after its last write, however old it is; other intents are stale by age.
+    expires_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+
+
+class TusUpload(SQLModel, table=True):
+    """A resumable upload (tus, CONTRACT §9): where its file goes, how far it is, and the state
+    to resume from. Its bytes are in the store under the asset's prefix; its intent (same
+    asset id) holds the length against the quota until the last byte turns it into an asset.
+    A completed upload stays until it expires, so HEAD can answer the asset's id."""
+
+    __tablename__ = "tus_uploads"
+    __table_args__ = (Index("ix_tus_uploads_expires", "expires_at"),)
+
+    id: str = Field(primary_key=True, max_length=40)
+    organization_id: str = Field(max_length=40)
+    asset_id: str = Field(sa_column=Column(String(40), nullable=False, unique=True))
+    key: str = Field(max_length=2048)
+    name: str = Field(max_length=1024)
+    folder_id: str | None = Field(default=None, max_length=40)
+    mime_type: str = Field(max_length=255)
+    visibility: str = Field(max_length=16)
+    # Upload-Metadata as the client sent it (HEAD answers it).
+    upload_metadata: str = Field(sa_column=Column(Text, nullable=False))
+    length: int = Field(sa_column=Column(BigInteger, nullable=False))
+    # Bytes durable in the store; only a write that finished moves it.
+    offset: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
+    # What blob answered at the last checkpoint: the SHA-256 state and the store's (JSON).
+    resume: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    # SHA-256 of the capability in the Location of an upload created with an upload token.
+    capability_hash: str | None = Field(default=None, max_length=64)
+    created_at: datetime = Field(sa_column=_ts())
+    expires_at: datetime = Field(sa_column=_ts())
+    # One writer at a time: a lease, taken by a conditional update and renewed while it writes.
+    lock_token: str | None = Field(default=None, max_length=64)
+    locked_until: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    completed: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
 
 
 class Tombstone(SQLModel, table=True):
@@ -168,4 +205,4 @@ POSTGRESQL_ONLY_INDEXES = {"ix_assets_name_key_trgm"}
 SQLITE_SEARCH_TABLE = "assets_name_search"
 
 # SQLModel adds __table__ to table models at class creation; its stubs do not declare it.
-TABLES = [t.__table__ for t in (Folder, Asset, Usage, UploadIntent, Tombstone, Event)]  # type: ignore[union-attr]
+TABLES = [t.__table__ for t in (Folder, Asset, Usage, UploadIntent, TusUpload, Tombstone, Event)]  # type: ignore[union-attr]
