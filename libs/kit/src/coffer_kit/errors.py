@@ -84,6 +84,30 @@ def conflict(message: str) -> CofferError:
     return CofferError(409, "conflict", message)
 
 
+def offset_mismatch(offset: int) -> CofferError:
+    """409 ``offset_mismatch`` (tus, CONTRACT §9): the chunk's Upload-Offset is not the upload's."""
+    return CofferError(
+        409,
+        "offset_mismatch",
+        f"Upload-Offset is not the upload's offset, {offset}: ask it with HEAD and resume from there.",
+        details={"offset": offset},
+    )
+
+
+def upload_locked() -> CofferError:
+    """423 ``locked`` (tus): another request is writing to the same upload; retry."""
+    return CofferError(423, "locked", "Another request is writing to this upload; retry in a moment.")
+
+
+def checksum_mismatch(algorithm: str) -> CofferError:
+    """460 ``checksum_mismatch`` (tus's checksum extension): the chunk was discarded."""
+    return CofferError(
+        460,
+        "checksum_mismatch",
+        f"The chunk's {algorithm} does not match its Upload-Checksum; it was discarded.",
+    )
+
+
 def folder_cycle(message: str) -> CofferError:
     """409 ``folder_cycle``: a folder cannot move into itself or one of its descendants (§8)."""
     return CofferError(409, "folder_cycle", message)

@@ -18,6 +18,8 @@ ASSET = "ast"
 REQUEST = "req"
 UPLOAD_TOKEN = "upt"
 EVENT = "evt"
+# A resumable upload (tus, CONTRACT §9).
+TUS_UPLOAD = "tus"
 
 # What follows the prefix: the ULID's canonical text form.
 _ULID = "[0-9A-Z]{26}"
@@ -32,6 +34,7 @@ ORG_ID_PATTERN = id_pattern(ORG)
 ASSET_ID_PATTERN = id_pattern(ASSET)
 FOLDER_ID_PATTERN = id_pattern(FOLDER)
 UPLOAD_TOKEN_ID_PATTERN = id_pattern(UPLOAD_TOKEN)
+TUS_UPLOAD_ID_PATTERN = id_pattern(TUS_UPLOAD)
 _ORG_ID = re.compile(ORG_ID_PATTERN)
 _ASSET_ID = re.compile(ASSET_ID_PATTERN)
 _FOLDER_ID = re.compile(FOLDER_ID_PATTERN)

@@ -9,12 +9,13 @@ in :mod:`coffer_kit.resources` and edge passes the bytes through unparsed
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from pydantic.alias_generators import to_camel
 
-from coffer_kit.ids import ASSET_ID_PATTERN
+from coffer_kit.ids import ASSET_ID_PATTERN, TUS_UPLOAD_ID_PATTERN
 from coffer_kit.limits import EXPIRES_IN_MAX, EXPIRES_IN_MIN, MAX_FILE_BYTES
 from coffer_kit.resources import Visibility
 
@@ -178,6 +179,110 @@ class Stored(WireModel):
     filename: str
     fields: UploadFields
     visibility: Visibility = "public"
+
+
+# blob: resumable uploads (tus, CONTRACT §9)
+
+
+class TusTarget(WireModel):
+    """Where a resumable upload's file will be: blob names the key and the media type."""
+
+    asset_id: str = Field(pattern=ASSET_ID_PATTERN)
+    filename: str = Field(max_length=1024)
+    filetype: str | None = Field(default=None, max_length=255)
+
+
+class TusKey(WireModel):
+    key: str
+    mime_type: str
+
+
+class TusAppended(WireModel):
+    """What blob made durable of a chunk: the new offset, and either the state to resume
+    from or, once the last byte is in, the published object's SHA-256."""
+
+    offset: int
+    state: dict[str, Any] | None = None
+    sha256: str | None = None
+
+
+# metadata: resumable uploads' state (tus, CONTRACT §9)
+
+
+class TusCreate(WireModel):
+    """A new resumable upload: its file's place and name, its length (reserved against the
+    quota at once), and the SHA-256 of its capability if an upload token created it."""
+
+    id: str = Field(pattern=TUS_UPLOAD_ID_PATTERN)
+    asset_id: str = Field(pattern=ASSET_ID_PATTERN)
+    key: str = Field(min_length=1, max_length=2048)
+    name: str = Field(min_length=1, max_length=1024)
+    folder_id: str | None = None
+    mime_type: str = Field(min_length=1, max_length=255)
+    visibility: Visibility = "public"
+    upload_metadata: str = Field(default="", max_length=4096)
+    length: int = Field(ge=0, le=MAX_FILE_BYTES)
+    quota_bytes: int = Field(ge=0)
+    capability_hash: str | None = Field(default=None, max_length=64)
+
+
+class TusUpload(WireModel):
+    """A resumable upload as metadata keeps it. ``lock_token`` is set only in the answer that
+    took the upload's lock."""
+
+    id: str
+    organization_id: str
+    asset_id: str
+    key: str
+    name: str
+    folder_id: str | None
+    mime_type: str
+    visibility: Visibility
+    upload_metadata: str
+    length: int
+    offset: int
+    resume: dict[str, Any] | None
+    capability_hash: str | None
+    expires_at: datetime
+    completed: bool
+    lock_token: str | None = None
+
+
+class TusLock(WireModel):
+    """Take an upload to write at ``offset`` (of ``organization_id``'s, if said) for a lease."""
+
+    organization_id: str | None = None
+    offset: int = Field(ge=0)
+    lease_seconds: float = Field(gt=0, le=600)
+
+
+class TusLease(WireModel):
+    lock_token: str = Field(max_length=64)
+    lease_seconds: float = Field(default=0, ge=0, le=600)
+
+
+class TusAdvance(WireModel):
+    """Bytes from ``from_offset`` to ``offset`` are durable; resume from ``resume``."""
+
+    lock_token: str = Field(max_length=64)
+    from_offset: int = Field(ge=0)
+    offset: int = Field(ge=0)
+    resume: dict[str, Any]
+
+
+class TusComplete(WireModel):
+    """Every byte is in and published: the asset is created with this SHA-256."""
+
+    lock_token: str = Field(max_length=64)
+    from_offset: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class TusEnded(WireModel):
+    """A terminated upload: its bytes under ``prefix`` are to be deleted (then its intent)."""
+
+    asset_id: str
+    prefix: str
 
 
 class VisibilityIn(WireModel):

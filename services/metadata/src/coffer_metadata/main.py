@@ -18,6 +18,8 @@ from coffer_metadata.assets.router import router as assets_router
 from coffer_metadata.config import Settings
 from coffer_metadata.events import router as events_router
 from coffer_metadata.folders.router import router as folders_router
+from coffer_metadata.tus import counts as tus_counts
+from coffer_metadata.tus import router as tus_router
 
 
 def _backlog(engine: Engine) -> list[tuple[list[str], float]]:
@@ -27,6 +29,15 @@ def _backlog(engine: Engine) -> list[tuple[list[str], float]]:
     except Exception:  # noqa: BLE001 - a scrape must not fail because the database is down
         return []
     return [(["intent"], intents), (["tombstone"], tombstones)]
+
+
+def _tus(engine: Engine) -> list[tuple[list[str], float]]:
+    try:
+        with Session(engine) as session:
+            opened, expired = tus_counts(session)
+    except Exception:  # noqa: BLE001 - as in _backlog
+        return []
+    return [(["open"], opened), (["expired"], expired)]
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -39,10 +50,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ["kind"],
         lambda: _backlog(state.database.engine) if (state := installed_state(app, DatabaseState)) else [],
     )
+    register_gauge(
+        "coffer_tus_uploads",
+        "Unfinished resumable uploads: open, and expired ones the sweeper has yet to delete.",
+        ["state"],
+        lambda: _tus(state.database.engine) if (state := installed_state(app, DatabaseState)) else [],
+    )
     internal = [Depends(require_internal_token)]
     app.include_router(folders_router, dependencies=internal)
     app.include_router(assets_router, dependencies=internal)
     app.include_router(events_router, dependencies=internal)
+    app.include_router(tus_router, dependencies=internal)
     fast_route(app, assets_router, "/internal/v1/orgs/{org_id}/assets/{asset_id}", get_asset_fast)
     # The upload's two writes: per request, FastAPI's routing and solver cost more than the SQL.
     fast_route(app, assets_router, "/internal/v1/orgs/{org_id}/intents", register_intent_fast, method="POST")

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection, Row
 from sqlmodel import Session, col, delete, select
 
 from coffer_kit.db import Database, PointQuery
-from coffer_metadata.models import Asset, Tombstone, UploadIntent, Usage
+from coffer_metadata.models import Asset, Tombstone, TusUpload, UploadIntent, Usage
 
 
 def get(session: Session, *, org_id: str, asset_id: str) -> Asset | None:
@@ -416,12 +416,21 @@ def drop_intent(session: Session, *, asset_id: str) -> None:
     session.exec(delete(UploadIntent).where(col(UploadIntent.asset_id) == asset_id))
 
 
-def claim_stale_intents(session: Session, *, older_than: datetime, limit: int) -> list[UploadIntent]:
-    """Mark stale intents as swept (so their upload can no longer commit) and return them."""
+def claim_stale_intents(
+    session: Session, *, older_than: datetime, now: datetime, limit: int
+) -> list[UploadIntent]:
+    """Mark stale intents as swept (so their upload can no longer commit) and return them: those
+    older than ``older_than``, but a resumable upload's once it has expired."""
+    expires_at = col(UploadIntent.expires_at)
     stale = list(
         session.exec(
             select(UploadIntent)
-            .where(col(UploadIntent.created_at) < older_than)
+            .where(
+                sa.or_(
+                    sa.and_(expires_at.is_(None), col(UploadIntent.created_at) < older_than),
+                    expires_at < now,
+                )
+            )
             .order_by(col(UploadIntent.created_at))
             .limit(limit)
         )
@@ -433,6 +442,17 @@ def claim_stale_intents(session: Session, *, older_than: datetime, limit: int) -
             .values(swept=True)
         )
     return stale
+
+
+def drop_tus_upload(session: Session, *, asset_id: str) -> None:
+    """A resumable upload's bytes are deleted: its row goes with its intent."""
+    session.exec(delete(TusUpload).where(col(TusUpload.asset_id) == asset_id))
+
+
+def drop_completed_tus_uploads(session: Session, *, now: datetime, limit: int) -> None:
+    """Complete resumable uploads past their expiry: HEAD no longer answers them."""
+    stale = select(TusUpload.id).where(col(TusUpload.completed).is_(True), col(TusUpload.expires_at) < now)
+    session.exec(delete(TusUpload).where(col(TusUpload.id).in_(stale.limit(limit).scalar_subquery())))
 
 
 def add_tombstone(session: Session, *, asset: Asset, now: datetime) -> Tombstone:

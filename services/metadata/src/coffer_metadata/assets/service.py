@@ -332,7 +332,8 @@ def sweep_candidates(
 ) -> SweepCandidates:
     """Claim stale intents and list stale tombstones for the sweeper."""
     now: datetime = utcnow()
-    intents = repository.claim_stale_intents(session, older_than=now - intent_age, limit=limit)
+    intents = repository.claim_stale_intents(session, older_than=now - intent_age, now=now, limit=limit)
+    repository.drop_completed_tus_uploads(session, now=now, limit=limit)
     tombstones = repository.stale_tombstones(session, older_than=now - tombstone_age, limit=limit)
     return SweepCandidates(
         intents=[
@@ -346,5 +347,6 @@ def sweep_candidates(
 
 
 def finish_intent(session: Session, *, asset_id: str) -> None:
-    """The sweeper deleted a stale upload's bytes: drop its intent."""
+    """The sweeper deleted a stale upload's bytes: drop its intent (and a resumable upload's row)."""
     repository.drop_intent(session, asset_id=asset_id)
+    repository.drop_tus_upload(session, asset_id=asset_id)

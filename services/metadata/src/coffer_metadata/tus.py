@@ -1,0 +1,322 @@
+"""Resumable uploads' state (tus, CONTRACT §9): metadata's half.
+
+An upload is a row of ``tus_uploads`` beside an upload intent with the same asset id. The
+intent holds the upload's length against the quota from creation (``register_intent``, the
+same locked check as every upload) until the completing write turns it into the asset (the
+same ``commit_upload`` as every upload, in the same transaction that marks the upload
+complete), or until termination or expiry releases it.
+
+One request writes an upload at a time, on both databases: ``lock`` takes a lease with one
+conditional UPDATE (free, or its lease run out), which PostgreSQL re-checks under the row's
+lock and SQLite runs under its single writer; the holder renews it while it writes, and its
+``advance`` or ``complete`` counts only if it still holds it. The offset moves only there,
+after blob has made the bytes durable, so ``offset`` never counts a byte the store lacks.
+
+Expiry (24 h after the last write) makes the intent stale: the sweeper claims it like any
+stale intent, deletes its bytes (S3: aborts the multipart upload) and ``finish_intent``
+drops both rows.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Query
+from sqlmodel import Session
+
+from coffer_kit.errors import CofferError, conflict, not_found, offset_mismatch, upload_locked
+from coffer_kit.ids import TUS_UPLOAD_ID_PATTERN
+from coffer_kit.timeutil import utcnow
+from coffer_kit.urls import asset_prefix
+from coffer_kit.wire import TusAdvance, TusComplete, TusCreate, TusEnded, TusLease, TusLock, TusUpload
+from coffer_metadata.assets import service as assets
+from coffer_metadata.deps import SessionDep, SettingsDep
+from coffer_metadata.events import ActorDep
+from coffer_metadata.folders.service import check_folder
+from coffer_metadata.models import TusUpload as TusRow
+from coffer_metadata.models import UploadIntent
+
+# CONTRACT §9: an upload expires this long after its last write.
+EXPIRY = timedelta(hours=24)
+# The completing write creates an asset whose bytes the upload's intent has held within the
+# quota since creation, so the commit's own quota check must not count them twice.
+_RESERVED = 2**62
+
+_uploads = TusRow.__table__  # type: ignore[attr-defined]
+_intents = UploadIntent.__table__  # type: ignore[attr-defined]
+
+router = APIRouter(prefix="/internal/v1", tags=["tus"])
+
+
+def _view(row: Any, lock_token: str | None = None) -> TusUpload:
+    return TusUpload(
+        id=row.id,
+        organization_id=row.organization_id,
+        asset_id=row.asset_id,
+        key=row.key,
+        name=row.name,
+        folder_id=row.folder_id,
+        mime_type=row.mime_type,
+        visibility=row.visibility,
+        upload_metadata=row.upload_metadata,
+        length=row.length,
+        offset=row.offset,
+        resume=json.loads(row.resume) if row.resume else None,
+        capability_hash=row.capability_hash,
+        expires_at=row.expires_at,
+        completed=row.completed,
+        lock_token=lock_token,
+    )
+
+
+def _aware(moment: datetime) -> datetime:
+    """SQLite gives back naive datetimes (UTC); PostgreSQL aware ones."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=utcnow().tzinfo)
+
+
+def _live(session: Session, upload_id: str, org_id: str | None) -> Any:
+    """The upload, unless it does not exist, is another organization's, or has expired: 404,
+    alike for all three (CONTRACT §9: another organization's upload is 404)."""
+    row = None
+    if re.fullmatch(TUS_UPLOAD_ID_PATTERN, upload_id):
+        row = session.connection().execute(sa.select(_uploads).where(_uploads.c.id == upload_id)).first()
+    if (
+        row is None
+        or (org_id is not None and row.organization_id != org_id)
+        or _aware(row.expires_at) <= utcnow()
+    ):
+        raise not_found(f"Upload {upload_id} does not exist (or has expired).")
+    return row
+
+
+def create(session: Session, *, org_id: str, upload: TusCreate, max_in_flight: int) -> TusUpload:
+    """A new upload, its length held against the quota (413) among the organization's uploads
+    in flight (429 past the cap); its folder must be the organization's (404/403)."""
+    if not upload.key.startswith(asset_prefix(org_id, upload.asset_id)):
+        raise conflict("The key does not belong to this asset.")
+    if upload.folder_id is not None:
+        check_folder(session, org_id=org_id, folder_id=upload.folder_id)
+    assets.register_intent(
+        session,
+        org_id=org_id,
+        asset_id=upload.asset_id,
+        max_in_flight=max_in_flight,
+        reserve_bytes=upload.length,
+        least_bytes=upload.length,
+        quota_bytes=upload.quota_bytes,
+    )
+    now = utcnow()
+    expires = now + EXPIRY
+    connection = session.connection()
+    connection.execute(
+        sa.update(_intents).where(_intents.c.asset_id == upload.asset_id).values(expires_at=expires)
+    )
+    values = upload.model_dump(exclude={"quota_bytes"}) | {
+        "organization_id": org_id,
+        "offset": 0,
+        "resume": None,
+        "created_at": now,
+        "expires_at": expires,
+        "lock_token": None,
+        "locked_until": None,
+        "completed": False,
+    }
+    connection.execute(sa.insert(_uploads), values)
+    return _view(_live(session, upload.id, org_id))
+
+
+def lock(session: Session, *, upload_id: str, want: TusLock) -> TusUpload:
+    """Take the upload to write at ``want.offset``: 404 if it is not there for this caller,
+    answered as it is (no lock) if it is complete, 423 while another request holds it, 409 if
+    the offset is not the upload's."""
+    row = _live(session, upload_id, want.organization_id)
+    if row.completed:
+        return _view(row)
+    now = utcnow()
+    token = secrets.token_hex(16)
+    taken = session.connection().execute(
+        sa.update(_uploads)
+        .where(
+            _uploads.c.id == upload_id,
+            _uploads.c.completed.is_(False),
+            sa.or_(_uploads.c.locked_until.is_(None), _uploads.c.locked_until < now),
+        )
+        .values(lock_token=token, locked_until=now + timedelta(seconds=want.lease_seconds))
+    )
+    if taken.rowcount != 1:
+        raise upload_locked()
+    row = _live(session, upload_id, want.organization_id)  # as it is now that it is ours
+    if row.offset != want.offset:
+        raise offset_mismatch(row.offset)  # (the rollback gives the lock back)
+    return _view(row, token)
+
+
+def _held(upload_id: str, token: str) -> sa.ColumnElement[bool]:
+    return sa.and_(_uploads.c.id == upload_id, _uploads.c.lock_token == token)
+
+
+def _lost() -> CofferError:
+    return conflict("This request no longer holds the upload (its lease ran out); ask HEAD and resume.")
+
+
+def renew(session: Session, *, upload_id: str, lease: TusLease) -> None:
+    until = utcnow() + timedelta(seconds=lease.lease_seconds)
+    result = session.connection().execute(
+        sa.update(_uploads).where(_held(upload_id, lease.lock_token)).values(locked_until=until)
+    )
+    if result.rowcount != 1:
+        raise _lost()
+
+
+def unlock(session: Session, *, upload_id: str, lease: TusLease) -> None:
+    held = _held(upload_id, lease.lock_token)
+    session.connection().execute(sa.update(_uploads).where(held).values(lock_token=None, locked_until=None))
+
+
+def advance(session: Session, *, upload_id: str, step: TusAdvance) -> TusUpload:
+    """Bytes up to ``step.offset`` are durable: move the offset, push the expiry, let go."""
+    expires = utcnow() + EXPIRY
+    result = session.connection().execute(
+        sa.update(_uploads)
+        .where(_held(upload_id, step.lock_token), _uploads.c.offset == step.from_offset)
+        .values(
+            offset=step.offset,
+            resume=json.dumps(step.resume),
+            expires_at=expires,
+            lock_token=None,
+            locked_until=None,
+        )
+    )
+    if result.rowcount != 1:
+        raise _lost()
+    row = _live(session, upload_id, None)
+    session.connection().execute(
+        sa.update(_intents).where(_intents.c.asset_id == row.asset_id).values(expires_at=expires)
+    )
+    return _view(row)
+
+
+def complete(session: Session, *, upload_id: str, done: TusComplete, cdn_url: str, actor: Any) -> TusUpload:
+    """The last byte is in and blob has published the file: create the asset exactly as an
+    upload's commit does (folder checked, reservation turned into usage, event recorded), and
+    mark the upload complete, all in this transaction."""
+    row = _live(session, upload_id, None)
+    if row.lock_token != done.lock_token or row.offset != done.from_offset:
+        raise _lost()
+    assets.commit_upload_view(
+        session,
+        cdn_url=cdn_url,
+        actor=actor,
+        org_id=row.organization_id,
+        asset_id=row.asset_id,
+        key=row.key,
+        name=row.name,
+        folder_id=row.folder_id,
+        mime_type=row.mime_type,
+        size=row.length,
+        sha256=done.sha256,
+        quota_bytes=_RESERVED,
+        visibility=row.visibility,
+    )
+    session.connection().execute(
+        sa.update(_uploads)
+        .where(_uploads.c.id == upload_id)
+        .values(
+            offset=row.length,
+            resume=None,
+            completed=True,
+            lock_token=None,
+            locked_until=None,
+            expires_at=utcnow() + EXPIRY,
+        )
+    )
+    return _view(_live(session, upload_id, None))
+
+
+def terminate(session: Session, *, upload_id: str, org_id: str | None) -> TusEnded | None:
+    """Termination: the upload is gone at once (404 from now on); an unfinished one's intent
+    is claimed for deletion (its bytes go, then its reservation), answered so the caller
+    deletes the bytes now. A complete upload is only forgotten: its asset stays. 423 while a
+    request writes to it."""
+    row = _live(session, upload_id, org_id)
+    now = utcnow()
+    connection = session.connection()
+    if not row.completed:
+        free = sa.or_(_uploads.c.locked_until.is_(None), _uploads.c.locked_until < now)
+        writing = sa.select(_uploads.c.id).where(_uploads.c.id == upload_id, sa.not_(free))
+        if connection.execute(writing).first() is not None:
+            raise upload_locked()
+        connection.execute(
+            sa.update(_intents).where(_intents.c.asset_id == row.asset_id).values(swept=True, expires_at=now)
+        )
+    connection.execute(sa.delete(_uploads).where(_uploads.c.id == upload_id))
+    if row.completed:
+        return None
+    return TusEnded(asset_id=row.asset_id, prefix=asset_prefix(row.organization_id, row.asset_id))
+
+
+def counts(session: Session) -> tuple[int, int]:
+    """(open, expired) unfinished uploads: the expired ones wait for the sweeper."""
+    now = utcnow()
+    unfinished = _uploads.c.completed.is_(False)
+    live = sa.func.count().filter(_uploads.c.expires_at >= now)
+    dead = sa.func.count().filter(_uploads.c.expires_at < now)
+    opened, expired = session.connection().execute(sa.select(live, dead).where(unfinished)).one()
+    return int(opened), int(expired)
+
+
+# -- routes ---------------------------------------------------------------------------------
+
+
+@router.post("/orgs/{org_id}/tus", status_code=201)
+def create_upload(org_id: str, body: TusCreate, session: SessionDep, settings: SettingsDep) -> TusUpload:
+    return create(session, org_id=org_id, upload=body, max_in_flight=settings.metadata_max_uploads_in_flight)
+
+
+@router.get("/tus/{upload_id}")
+def get_upload(
+    upload_id: str, session: SessionDep, org: Annotated[str | None, Query(max_length=40)] = None
+) -> TusUpload:
+    """The upload (of organization ``org``, if said): 404 if none, another's or expired."""
+    return _view(_live(session, upload_id, org))
+
+
+@router.post("/tus/{upload_id}/lock")
+def lock_upload(upload_id: str, body: TusLock, session: SessionDep) -> TusUpload:
+    return lock(session, upload_id=upload_id, want=body)
+
+
+@router.post("/tus/{upload_id}/renew")
+def renew_lease(upload_id: str, body: TusLease, session: SessionDep) -> TusLease:
+    renew(session, upload_id=upload_id, lease=body)
+    return body
+
+
+@router.post("/tus/{upload_id}/unlock")
+def unlock_upload(upload_id: str, body: TusLease, session: SessionDep) -> TusLease:
+    unlock(session, upload_id=upload_id, lease=body)
+    return body
+
+
+@router.post("/tus/{upload_id}/advance")
+def advance_upload(upload_id: str, body: TusAdvance, session: SessionDep) -> TusUpload:
+    return advance(session, upload_id=upload_id, step=body)
+
+
+@router.post("/tus/{upload_id}/complete")
+def complete_upload(
+    upload_id: str, body: TusComplete, session: SessionDep, settings: SettingsDep, actor: ActorDep
+) -> TusUpload:
+    return complete(session, upload_id=upload_id, done=body, cdn_url=settings.cdn_url, actor=actor)
+
+
+@router.post("/tus/{upload_id}/terminate")
+def terminate_upload(
+    upload_id: str, session: SessionDep, org: Annotated[str | None, Query(max_length=40)] = None
+) -> TusEnded | None:
+    return terminate(session, upload_id=upload_id, org_id=org)

@@ -1,0 +1,223 @@
+"""Resumable uploads' state (tus, CONTRACT §9) in metadata, on both databases: the length
+held against the quota from creation, one writer at a time, the offset moved only by the
+holder, completion creating the asset, termination and expiry releasing the reservation."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, text
+
+from coffer_kit.ids import ASSET, FOLDER, TUS_UPLOAD, new_id
+from coffer_kit.timeutil import utcnow
+from coffer_testkit.testing import assert_error
+
+pytestmark = pytest.mark.anyio
+
+LEASE = {"leaseSeconds": 30}
+
+
+def body(org: str, length: int, quota: int, **extra: Any) -> dict[str, Any]:
+    asset_id = new_id(ASSET)
+    return {
+        "id": new_id(TUS_UPLOAD),
+        "assetId": asset_id,
+        "key": f"{org}/{asset_id}/movie.mp4",
+        "name": "movie.mp4",
+        "mimeType": "video/mp4",
+        "uploadMetadata": "filename bW92aWUubXA0",
+        "length": length,
+        "quotaBytes": quota,
+        **extra,
+    }
+
+
+async def create(api: httpx.AsyncClient, org: str, length: int, quota: int = 1000, **extra: Any) -> Any:
+    response = await api.post(f"/internal/v1/orgs/{org}/tus", json=body(org, length, quota, **extra))
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+async def lock(api: httpx.AsyncClient, upload_id: str, offset: int, org: str | None = None) -> httpx.Response:
+    return await api.post(
+        f"/internal/v1/tus/{upload_id}/lock", json={"organizationId": org, "offset": offset, **LEASE}
+    )
+
+
+async def usage(api: httpx.AsyncClient, org: str) -> dict[str, Any]:
+    return (await api.get(f"/internal/v1/orgs/{org}/usage")).json()  # type: ignore[no-any-return]
+
+
+async def test_an_upload_holds_its_length_until_its_last_byte_makes_the_asset(api: httpx.AsyncClient) -> None:
+    org = new_id("org")
+    upload = await create(api, org, 600)
+    assert upload["offset"] == 0 and not upload["completed"]
+    assert upload["expiresAt"] > utcnow().isoformat()
+    # 600 of 1000 held: 401 more cannot be created, 400 can.
+    refused = await api.post(f"/internal/v1/orgs/{org}/tus", json=body(org, 401, 1000))
+    assert_error(refused, 413, "quota_exceeded")
+
+    taken = await lock(api, upload["id"], 0, org)
+    assert taken.status_code == 200, taken.text
+    token = taken.json()["lockToken"]
+    resume = {"hash": "c3RhdGU=", "store": {"parts": []}}
+    step = {"lockToken": token, "fromOffset": 0, "offset": 250, "resume": resume}
+    advanced = await api.post(f"/internal/v1/tus/{upload['id']}/advance", json=step)
+    assert advanced.status_code == 200, advanced.text
+    assert advanced.json()["offset"] == 250 and advanced.json()["resume"] == resume
+    assert advanced.json()["lockToken"] is None
+
+    token = (await lock(api, upload["id"], 250)).json()["lockToken"]
+    done = {"lockToken": token, "fromOffset": 250, "sha256": "b" * 64}
+    completed = await api.post(f"/internal/v1/tus/{upload['id']}/complete", json=done)
+    assert completed.status_code == 200, completed.text
+    assert completed.json()["completed"] and completed.json()["offset"] == 600
+    asset = (await api.get(f"/internal/v1/orgs/{org}/assets/{upload['assetId']}")).json()
+    assert asset["size"] == 600 and asset["sha256"] == "b" * 64 and asset["name"] == "movie.mp4"
+    assert asset["mimeType"] == "video/mp4" and asset["key"] == upload["key"]
+    assert await usage(api, org) == {"usedBytes": 600, "assetCount": 1}
+    # Still answered (HEAD gives the asset's id) until it expires; a lock gives no token.
+    again = await lock(api, upload["id"], 600, org)
+    assert again.status_code == 200 and again.json()["completed"] and again.json()["lockToken"] is None
+    # The reservation became usage: 400 more fit, 401 do not.
+    refused = await api.post(f"/internal/v1/orgs/{org}/tus", json=body(org, 401, 1000))
+    assert_error(refused, 413, "quota_exceeded")
+    await create(api, org, 400)
+
+
+async def test_one_writer_at_a_time_at_the_right_offset(api: httpx.AsyncClient) -> None:
+    org = new_id("org")
+    upload = await create(api, org, 100)
+    path = f"/internal/v1/tus/{upload['id']}"
+    # Eight requests at once: exactly one holds the upload, the others are told it is busy.
+    answers = await asyncio.gather(*(lock(api, upload["id"], 0, org) for _ in range(8)))
+    assert sorted(a.status_code for a in answers) == [200] + [423] * 7
+    for answer in answers:
+        if answer.status_code == 423:
+            assert_error(answer, 423, "locked")
+    token = next(a.json()["lockToken"] for a in answers if a.status_code == 200)
+    # Termination waits for the writer too.
+    assert_error(await api.post(f"{path}/terminate"), 423, "locked")
+    # The holder lets go without writing; a wrong offset is refused with the right one, and
+    # leaves the upload free.
+    assert (await api.post(f"{path}/unlock", json={"lockToken": token})).status_code == 200
+    wrong = assert_error(await lock(api, upload["id"], 5, org), 409, "offset_mismatch")
+    assert wrong["details"] == {"offset": 0}
+    token = (await lock(api, upload["id"], 0, org)).json()["lockToken"]
+    # A step from another offset, or by a request that no longer holds the lock, counts nothing.
+    stale = {"lockToken": token, "fromOffset": 3, "offset": 50, "resume": {}}
+    assert_error(await api.post(f"{path}/advance", json=stale), 409, "conflict")
+    stolen = {"lockToken": "0" * 32, "fromOffset": 0, "offset": 50, "resume": {}}
+    assert_error(await api.post(f"{path}/advance", json=stolen), 409, "conflict")
+    assert_error(await api.post(f"{path}/renew", json={"lockToken": "0" * 32, **LEASE}), 409, "conflict")
+    assert (await api.post(f"{path}/renew", json={"lockToken": token, **LEASE})).status_code == 200
+    assert (await api.get(path)).json()["offset"] == 0
+
+
+async def test_a_lease_that_ran_out_can_be_taken_over(api: httpx.AsyncClient, database_url: str) -> None:
+    org = new_id("org")
+    upload = await create(api, org, 100)
+    first = (await lock(api, upload["id"], 0, org)).json()["lockToken"]
+    set_column(database_url, upload["id"], "locked_until", utcnow() - timedelta(seconds=1))
+    second = await lock(api, upload["id"], 0, org)
+    assert second.status_code == 200
+    # The first writer's late step is refused: only the holder moves the offset.
+    late = {"lockToken": first, "fromOffset": 0, "offset": 10, "resume": {}}
+    assert_error(await api.post(f"/internal/v1/tus/{upload['id']}/advance", json=late), 409, "conflict")
+
+
+async def test_uploads_are_invisible_to_other_organizations(api: httpx.AsyncClient) -> None:
+    org, other = new_id("org"), new_id("org")
+    upload = await create(api, org, 10)
+    path = f"/internal/v1/tus/{upload['id']}"
+    assert_error(await api.get(path, params={"org": other}), 404, "not_found")
+    assert_error(await lock(api, upload["id"], 0, other), 404, "not_found")
+    assert_error(await api.post(f"{path}/terminate", params={"org": other}), 404, "not_found")
+    assert_error(await api.get(f"/internal/v1/tus/{new_id(TUS_UPLOAD)}"), 404, "not_found")
+    assert_error(await api.get("/internal/v1/tus/not-an-id"), 404, "not_found")
+    assert (await api.get(path, params={"org": org})).status_code == 200
+
+
+async def test_the_folder_is_checked_at_creation(api: httpx.AsyncClient) -> None:
+    org = new_id("org")
+    path = f"/internal/v1/orgs/{org}/tus"
+    response = await api.post(path, json=body(org, 10, 100, folderId=new_id(FOLDER)))
+    assert_error(response, 404, "not_found")
+    folder = (await api.post(f"/internal/v1/orgs/{new_id('org')}/folders", json={"name": "x"})).json()
+    response = await api.post(path, json=body(org, 10, 100, folderId=folder["id"]))
+    assert_error(response, 403, "forbidden")
+    assert await usage(api, org) == {"usedBytes": 0, "assetCount": 0}
+
+
+async def test_termination_releases_the_reservation_at_once(api: httpx.AsyncClient) -> None:
+    org = new_id("org")
+    upload = await create(api, org, 900)
+    ended = await api.post(f"/internal/v1/tus/{upload['id']}/terminate", params={"org": org})
+    assert ended.status_code == 200
+    assert ended.json() == {"assetId": upload["assetId"], "prefix": f"{org}/{upload['assetId']}/"}
+    assert_error(await api.get(f"/internal/v1/tus/{upload['id']}"), 404, "not_found")
+    # Its 900 bytes are free again, and the sweeper's step after deleting the bytes drops the intent.
+    await create(api, org, 900)
+    assert (await api.delete(f"/internal/v1/sweep/intents/{upload['assetId']}")).status_code == 200
+
+
+async def test_expired_uploads_are_swept_and_free_their_reservation(
+    api: httpx.AsyncClient, database_url: str
+) -> None:
+    org = new_id("org")
+    upload = await create(api, org, 700)
+    other = await create(api, org, 100)
+    past = utcnow() - timedelta(minutes=1)
+    set_column(database_url, upload["id"], "expires_at", past)
+    set_intent_expiry(database_url, upload["assetId"], past)
+    assert_error(await api.get(f"/internal/v1/tus/{upload['id']}"), 404, "not_found")
+    # The sweeper claims the expired upload only (the fresh one is young, not stale).
+    claimed = (await api.post("/internal/v1/sweep", params={"intentAgeSeconds": 3600})).json()
+    assert [i["assetId"] for i in claimed["intents"]] == [upload["assetId"]]
+    assert claimed["intents"][0]["prefix"] == f"{org}/{upload['assetId']}/"
+    # Claimed: its bytes are no longer held, even before the sweeper has deleted them.
+    await create(api, org, 800)
+    assert (await api.delete(f"/internal/v1/sweep/intents/{upload['assetId']}")).status_code == 200
+    assert count(database_url, "tus_uploads") == 2  # the other one and the new one
+    assert (await api.get(f"/internal/v1/tus/{other['id']}")).status_code == 200
+
+
+async def test_racing_creations_never_exceed_the_quota(api: httpx.AsyncClient) -> None:
+    org, quota = new_id("org"), 1000
+    await create(api, org, 900, quota)
+    answers = await asyncio.gather(
+        *(api.post(f"/internal/v1/orgs/{org}/tus", json=body(org, 30, quota)) for _ in range(40))
+    )
+    created = [a for a in answers if a.status_code == 201]
+    assert len(created) == 3
+    for answer in answers:
+        if answer.status_code != 201:
+            assert_error(answer, 413, "quota_exceeded")
+
+
+def set_column(database_url: str, upload_id: str, column: str, value: Any) -> None:
+    engine = create_engine(database_url)
+    with engine.begin() as conn:
+        update = text(f"UPDATE tus_uploads SET {column} = :v WHERE id = :id")
+        conn.execute(update, {"v": value, "id": upload_id})
+    engine.dispose()
+
+
+def set_intent_expiry(database_url: str, asset_id: str, value: Any) -> None:
+    engine = create_engine(database_url)
+    with engine.begin() as conn:
+        update = text("UPDATE upload_intents SET expires_at = :v WHERE asset_id = :id")
+        conn.execute(update, {"v": value, "id": asset_id})
+    engine.dispose()
+
+
+def count(database_url: str, table: str) -> int:
+    engine = create_engine(database_url)
+    with engine.connect() as conn:
+        n = conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
+    engine.dispose()
+    return int(n)
