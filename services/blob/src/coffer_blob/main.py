@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 
-from coffer_blob import cdn, internal, uploads
+from coffer_blob import cdn, internal, tus, uploads
 from coffer_blob.config import Settings
 from coffer_blob.deps import BlobState
 from coffer_blob.storage import StorageUnavailable, make_storage
@@ -18,7 +18,7 @@ from coffer_kit.app import base_app
 from coffer_kit.errors import error_response, unavailable
 from coffer_kit.health import ReadinessCheck, health_router
 from coffer_kit.internal_token import require_internal_token
-from coffer_kit.limits import MAX_UPLOAD_BODY_BYTES
+from coffer_kit.limits import MAX_FILE_BYTES, MAX_UPLOAD_BODY_BYTES
 from coffer_kit.metrics import metrics_router
 from coffer_kit.middleware import ResponseHeadersMiddleware, inside_request_context
 from coffer_kit.state import clear_state, install_state, state_of
@@ -63,7 +63,9 @@ def create_app(settings: Settings | None = None, *, api: bool = True) -> FastAPI
         lifespan=_lifespan(settings),
         # Uploads stream their body (the multipart parser counts the file); others are small.
         body_limits=settings.body_limits(
-            ("POST", r"/internal/v1/uploads/[^/]+/[^/]+", MAX_UPLOAD_BODY_BYTES)
+            ("POST", r"/internal/v1/uploads/[^/]+/[^/]+", MAX_UPLOAD_BODY_BYTES),
+            # A resumable upload's chunk: its route counts it against the upload's length.
+            ("PUT", r"/internal/v1/tus/[^/]+/[^/]+/[^/]+", MAX_FILE_BYTES),
         ),
         docs_url=None,
         redoc_url=None,
@@ -75,6 +77,7 @@ def create_app(settings: Settings | None = None, *, api: bool = True) -> FastAPI
         guarded = [Depends(require_internal_token)]
         app.include_router(uploads.router, dependencies=guarded)
         app.include_router(internal.router, dependencies=guarded)
+        app.include_router(tus.router, dependencies=guarded)
     return app
 
 

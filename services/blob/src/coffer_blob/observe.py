@@ -10,11 +10,12 @@ from __future__ import annotations
 import time
 from contextlib import AbstractContextManager
 from types import TracebackType
+from typing import Any
 
 from opentelemetry import trace
 from prometheus_client import Counter, Histogram
 
-from coffer_blob.storage.base import ObjectInfo, Reader, Storage, Writer
+from coffer_blob.storage.base import ObjectInfo, Reader, Resumable, Storage, Writer
 from coffer_kit.metrics import LATENCY_BUCKETS
 from coffer_kit.tracing import tracing_enabled
 
@@ -89,6 +90,10 @@ class InstrumentedStorage:
         with _operation(self.name, "open_writer"):
             return _InstrumentedWriter(self.inner.open_writer(key), self.name)
 
+    def open_resumable(self, key: str, upload_id: str, offset: int, state: dict[str, Any]) -> Resumable:
+        with _operation(self.name, "open_resumable"):
+            return _InstrumentedResumable(self.inner.open_resumable(key, upload_id, offset, state), self.name)
+
     def stat(self, key: str) -> ObjectInfo | None:
         with _operation(self.name, "stat"):
             return self.inner.stat(key)
@@ -139,3 +144,11 @@ class _InstrumentedWriter:
     def abort(self) -> None:
         with _operation(self.driver, "abort"):
             self.inner.abort()
+
+
+class _InstrumentedResumable(_InstrumentedWriter):
+    inner: Resumable
+
+    def checkpoint(self, offset: int) -> dict[str, Any]:
+        with _operation(self.driver, "checkpoint"):
+            return self.inner.checkpoint(offset)

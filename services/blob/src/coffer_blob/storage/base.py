@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 # Reads yield chunks of at most this many bytes: streaming, never whole files.
 READ_CHUNK = 1024 * 1024
@@ -51,6 +51,18 @@ class Writer(Protocol):
         ...
 
 
+class Resumable(Writer, Protocol):
+    """A resumable upload's object (tus, CONTRACT §9), written over several requests, possibly
+    by several processes: each opens it at the durable offset, writes, and ``checkpoint``s.
+    Its bytes live under the asset's prefix until ``commit`` publishes them, so
+    ``delete_prefix`` discards an unfinished one. ``abort`` is never called on it."""
+
+    def checkpoint(self, offset: int) -> dict[str, Any]:
+        """Make every byte written so far durable (``offset`` is then the upload's length so
+        far); answer the state to resume from (JSON), to be passed to ``open_resumable``."""
+        ...
+
+
 class Reader(Protocol):
     """An open object, positioned at the start of the requested range."""
 
@@ -70,6 +82,12 @@ class Storage(Protocol):
 
     def open_writer(self, key: str) -> Writer:
         """Start writing an object under ``key`` (replacing any object there on commit)."""
+        ...
+
+    def open_resumable(self, key: str, upload_id: str, offset: int, state: dict[str, Any]) -> Resumable:
+        """Continue the resumable upload ``upload_id`` of ``key`` from its durable ``offset``
+        and the ``state`` its last checkpoint answered ({} for a new one); bytes written past
+        ``offset`` by a request that failed are discarded."""
         ...
 
     def stat(self, key: str) -> ObjectInfo | None:

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from coffer_blob.storage.base import READ_CHUNK, ObjectInfo, StorageUnavailable
+from coffer_kit.ids import TUS_UPLOAD_ID_PATTERN
 
 _RESERVED = "%"  # first character of the driver's own file names
 # A file being written is flushed to disk every this many bytes, so the fsync at commit
@@ -59,6 +60,7 @@ SYNC_EVERY = 16 * 1024 * 1024
 # top 33 bits of a millisecond timestamp, about 33 s of uploads. Part of the on-disk format.
 BUCKET_CHARS = 7
 _ASSET = re.compile(r"^[0-9A-Za-z_]{1,128}$")
+_UPLOAD_ID = re.compile(TUS_UPLOAD_ID_PATTERN)
 
 
 class _Place(NamedTuple):
@@ -258,6 +260,28 @@ class FsStorage:
                     if attempt == 2:
                         raise
                     self._makedirs(place.directory)
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot write {key}: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    def open_resumable(
+        self,
+        key: str,
+        upload_id: str,
+        offset: int,
+        state: dict[str, Any],  # noqa: ARG002 (the file is the whole state)
+    ) -> _FsResumable:
+        place = self._place(key)
+        try:
+            for attempt in range(3):
+                try:
+                    return _FsResumable(self, place, key, upload_id, offset)
+                except FileNotFoundError:
+                    if attempt == 2 or offset > 0:
+                        raise
+                    self._makedirs(place.directory)
+        except FileNotFoundError as exc:
+            raise StorageUnavailable(f"the bytes of upload {upload_id} are gone") from exc
         except OSError as exc:
             raise StorageUnavailable(f"cannot write {key}: {exc}") from exc
         raise AssertionError("unreachable")
@@ -500,6 +524,43 @@ class _FsWriter:
             raise StorageUnavailable(f"cannot clean up {self._tmp}: {exc}") from exc
         with contextlib.suppress(OSError):
             os.rmdir(self.place.directory)  # only if nothing else is in it
+
+
+class _FsResumable(_FsWriter):
+    """A resumable upload's part file: a temp file in the bucket named after the upload, cut
+    back to the durable offset when opened, fsynced at each checkpoint, published by
+    ``commit`` as any object is."""
+
+    def __init__(self, storage: FsStorage, place: _Place, key: str, upload_id: str, offset: int) -> None:
+        if not _UPLOAD_ID.match(upload_id):
+            raise ValueError(f"not an upload id: {upload_id!r}")
+        self.storage, self.place, self.key = storage, place, key
+        self._tmp = f"{place.temp_prefix}tus.{upload_id}"
+        self._meta_tmp = None
+        self._committed = False
+        self._unsynced = 0
+        # A new upload creates its file; a later request finds it (FileNotFoundError if not).
+        self._fh = open(self._tmp, "r+b" if offset else "a+b")  # noqa: SIM115 (closed at commit)
+        self._fh.truncate(offset)  # what a failed request wrote past the offset
+        self._fh.seek(offset)
+
+    def checkpoint(self, offset: int) -> dict[str, Any]:  # noqa: ARG002 (the file's length is the offset)
+        assert self._fh is not None
+        try:
+            _write_durably(self._fh)
+            self._fh.close()
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot write {self.key}: {exc}") from exc
+        self._fh = None
+        self._committed = True  # (nothing for abort to undo: the bytes are kept)
+        return {}
+
+    def abort(self) -> None:
+        """Close the file, keeping its bytes (an unfinished upload goes with its prefix)."""
+        if self._fh is not None:
+            with contextlib.suppress(OSError):
+                self._fh.close()
+            self._fh = None
 
 
 class _FsReader:

@@ -113,6 +113,9 @@ class S3Storage:
         _check_key(key)
         return _S3Writer(self, key)
 
+    def open_resumable(self, key: str, upload_id: str, offset: int, state: dict[str, Any]) -> _S3Resumable:
+        return _S3Resumable(self, key, upload_id, offset, state)
+
     def stat(self, key: str) -> ObjectInfo | None:
         _check_key(key)
         try:
@@ -366,6 +369,63 @@ class _S3Writer:
         except ClientError as exc:
             raise StorageUnavailable(f"S3 upload of {self.key} failed: {exc}") from exc
         self._parts.append({"PartNumber": number, "ETag": part["ETag"]})
+
+
+class _S3Resumable(_S3Writer):
+    """A resumable upload as one multipart upload to a temp key named after the upload.
+
+    S3 parts but the last must be 5 MiB or more, so what a request leaves below a part (the
+    tail) is stored as an object of its own, named after the upload and its offset, and read
+    back by the next request. A failed request's parts are overwritten by the next one (same
+    part numbers: only checkpointed parts count) and its tail object is never read. ``commit``
+    completes the upload and publishes it like any object, then deletes the tails and aborts
+    any other multipart upload of this one (left by a request that died)."""
+
+    def __init__(
+        self, storage: S3Storage, key: str, upload_id: str, offset: int, state: dict[str, Any]
+    ) -> None:
+        super().__init__(storage, key)
+        self._prefix = key.rsplit("/", 1)[0]
+        self._name = upload_id
+        self.temp_key = f"{self._prefix}/{_RESERVED}tus.{upload_id}"
+        self._upload_id = state.get("uploadId")
+        self._parts = [dict(p) for p in state.get("parts", [])]
+        self._temp_exists = self._upload_id is not None
+        if state.get("tail"):
+            tail = storage._call(key, "get_object", Key=self._tail_key(offset))
+            self._buffer += tail["Body"].read()
+
+    def _tail_key(self, offset: int) -> str:
+        return f"{self._prefix}/{_RESERVED}tail.{self._name}.{offset}"
+
+    def checkpoint(self, offset: int) -> dict[str, Any]:
+        if self._buffer:
+            self.storage._call(self.key, "put_object", Key=self._tail_key(offset), Body=bytes(self._buffer))
+        self._done = True
+        return {"uploadId": self._upload_id, "parts": self._parts, "tail": len(self._buffer)}
+
+    def commit(self, *, content_type: str, sha256: str, private: bool = False) -> ObjectInfo:
+        info = super().commit(content_type=content_type, sha256=sha256, private=private)
+        s3 = self.storage
+        for page in s3._pages("list_multipart_uploads", "Uploads", self.temp_key):
+            for upload in page:
+                with contextlib.suppress(ClientError):
+                    ids = {"Key": upload["Key"], "UploadId": upload["UploadId"]}
+                    s3._call(self.key, "abort_multipart_upload", **ids)
+        for page in s3._pages("list_objects_v2", "Contents", f"{self._prefix}/{_RESERVED}tail.{self._name}."):
+            if page:
+                s3._call(self.key, "delete_objects", Delete={"Objects": [{"Key": o["Key"]} for o in page]})
+        return info
+
+    def abort(self) -> None:
+        """Keep the parts and tails (an unfinished upload goes with its prefix); only a half
+        published object is removed."""
+        if self._done:
+            return
+        self._done = True
+        if self._published:
+            with contextlib.suppress(ClientError):
+                self.storage._call(self.key, "delete_object", Key=self.key)
 
 
 class _S3Reader:

@@ -1,0 +1,155 @@
+"""The bytes of resumable uploads (tus, CONTRACT §9): each chunk appended where the last
+durable one ended, by whichever blob process edge sends it to.
+
+Nothing of an upload lives in a process: the bytes are in the store (``Storage.open_resumable``:
+a part file, or S3 parts and a tail object) and everything else travels with each request
+from metadata through edge, the SHA-256 of the bytes so far included (its state serialised
+by ``rehashes``), so hashing needs neither the whole file in memory nor one process that saw
+every chunk. A chunk is made durable before its new offset is answered; once the last byte
+is in, the object is published under its key like any upload.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import rehashes
+from fastapi import APIRouter, Header, Query, Request
+from starlette.concurrency import run_in_threadpool
+
+from coffer_blob import keys
+from coffer_blob.deps import StorageDep
+from coffer_blob.storage import StorageUnavailable
+from coffer_blob.storage.base import Resumable
+from coffer_kit.errors import checksum_mismatch, file_too_large, invalid, unavailable
+from coffer_kit.ids import TUS_UPLOAD_ID_PATTERN
+from coffer_kit.limits import MAX_FILE_BYTES
+from coffer_kit.wire import TusAppended, TusKey, TusTarget
+
+router = APIRouter(prefix="/internal/v1/tus")
+_UPLOAD_ID = re.compile(TUS_UPLOAD_ID_PATTERN)
+
+# Bytes gathered on the event loop before one worker-thread trip hashes and writes them.
+BATCH = 1024 * 1024
+# What Upload-Checksum may name (CONTRACT §9), as hashlib names them.
+CHECKSUMS = {"sha1": "sha1", "sha256": "sha256"}
+
+
+@router.post("/{org_id}/key")
+async def name_key(org_id: str, body: TusTarget) -> TusKey:
+    """The key and media type an upload's file gets, exactly as a multipart upload's would."""
+    if not keys.valid_ids(org_id, body.asset_id):
+        raise invalid("Not an organization id and asset id.", field="path")
+    filename = keys.sanitize_filename(body.filename)
+    return TusKey(
+        key=keys.object_key(org_id, body.asset_id, body.filename),
+        mime_type=keys.choose_mime_type(body.filetype, filename),
+    )
+
+
+class _Chunk:
+    """One request's bytes on their way into a resumable object, hashed as they go."""
+
+    def __init__(self, writer: Resumable, hash_state: str | None, checksum: str | None) -> None:
+        self.writer = writer
+        self.sha256 = (
+            rehashes.PySha256.deserialize(base64.b64decode(hash_state)) if hash_state else rehashes.PySha256()
+        )
+        self.algorithm, self.expected, self.check = None, b"", None
+        if checksum:
+            algorithm, _, digest = checksum.strip().partition(" ")
+            if algorithm not in CHECKSUMS:
+                raise invalid("Upload-Checksum names sha1 or sha256.", field="Upload-Checksum")
+            try:
+                self.expected = base64.b64decode(digest, validate=True)
+            except ValueError:
+                raise invalid("Upload-Checksum's digest is not base64.", field="Upload-Checksum") from None
+            self.algorithm, self.check = algorithm, hashlib.new(CHECKSUMS[algorithm])
+
+    def write(self, data: bytes) -> None:
+        """In a worker thread: hash and write one batch."""
+        self.sha256.update(data)
+        if self.check is not None:
+            self.check.update(data)
+        self.writer.write(data)
+
+    def matches(self) -> bool:
+        return self.check is None or self.check.digest() == self.expected
+
+    async def receive(self, stream: AsyncIterator[bytes], room: int) -> int:
+        """Hash and write the body (at most ``room`` bytes); answers how many there were."""
+        received, batch = 0, bytearray()
+        async for data in stream:
+            received += len(data)
+            if received > room:
+                raise file_too_large(room)  # more than Upload-Length: nothing kept
+            batch += data
+            if len(batch) >= BATCH:
+                await run_in_threadpool(self.write, bytes(batch))
+                batch.clear()
+        if batch:
+            await run_in_threadpool(self.write, bytes(batch))
+        return received
+
+
+@router.put("/{org_id}/{asset_id}/{upload_id}")
+async def append(
+    org_id: str,
+    asset_id: str,
+    upload_id: str,
+    request: Request,
+    storage: StorageDep,
+    key: Annotated[str, Query(max_length=2048)],
+    offset: Annotated[int, Query(ge=0, le=MAX_FILE_BYTES)],
+    length: Annotated[int, Query(ge=0, le=MAX_FILE_BYTES)],
+    media_type: Annotated[str, Query(alias="mediaType", max_length=255)],
+    private: Annotated[bool, Query()] = False,
+    state: Annotated[str | None, Header(alias="coffer-tus-state", max_length=16384)] = None,
+    checksum: Annotated[str | None, Header(alias="coffer-tus-checksum", max_length=256)] = None,
+) -> TusAppended:
+    """Append the body at ``offset`` of upload ``upload_id`` (whose file is ``key``, ``length``
+    bytes in all). A body cut short keeps what arrived (unless it has a checksum, which it
+    then cannot match); the last byte publishes the object."""
+    if (
+        not keys.valid_ids(org_id, asset_id)
+        or not keys.is_valid_key(key)
+        or not key.startswith(f"{org_id}/{asset_id}/")
+    ):
+        raise invalid("Not an organization id, asset id and key of that asset.", field="path")
+    if not _UPLOAD_ID.match(upload_id) or offset > length:
+        raise invalid("Not an upload id, or an offset past the length.", field="path")
+    resume: dict[str, Any] = json.loads(state) if state else {}
+    store: dict[str, Any] = resume.get("store", {})
+    try:
+        writer = await run_in_threadpool(storage.open_resumable, key, upload_id, offset, store)
+    except StorageUnavailable as exc:
+        raise unavailable(f"The store cannot take this upload: {exc}") from exc
+    chunk = _Chunk(writer, resume.get("hash"), checksum)
+    try:
+        # A ClientDisconnect is edge gone (it ends the body cleanly when its client goes):
+        # nobody to answer, and nothing checkpointed.
+        received = await chunk.receive(request.stream(), length - offset)
+        if not chunk.matches():
+            await run_in_threadpool(writer.abort)
+            raise checksum_mismatch(chunk.algorithm or "")
+        new_offset = offset + received
+        if new_offset == length:
+            sha256 = chunk.sha256.finalize()
+            await run_in_threadpool(
+                lambda: writer.commit(content_type=media_type, sha256=sha256, private=private)
+            )
+            return TusAppended(offset=new_offset, sha256=sha256)
+        store = await run_in_threadpool(writer.checkpoint, new_offset)
+    except StorageUnavailable as exc:
+        await run_in_threadpool(writer.abort)
+        raise unavailable(f"The store failed: {exc}") from exc
+    except BaseException:
+        await run_in_threadpool(writer.abort)
+        raise
+    hash_state = base64.b64encode(chunk.sha256.serialize()).decode()
+    return TusAppended(offset=new_offset, state={"hash": hash_state, "store": store})
