@@ -42,7 +42,9 @@ class Upload:
         self.id = new_id(TUS_UPLOAD)
         self.offset, self.state = 0, None
 
-    async def put(self, data: bytes, *, checksum: str | None = None, offset: int | None = None) -> httpx.Response:
+    async def put(
+        self, data: bytes, *, checksum: str | None = None, offset: int | None = None
+    ) -> httpx.Response:
         headers = {"content-type": "application/offset+octet-stream"}
         if self.state is not None:
             headers["coffer-tus-state"] = json.dumps(self.state)
@@ -67,7 +69,8 @@ class Upload:
 
 
 async def new_upload(api: httpx.AsyncClient, length: int, filename: str = "clip.bin") -> Upload:
-    named = await api.post(f"/internal/v1/tus/{ORG}/key", json={"assetId": new_asset_id(), "filename": filename})
+    target = {"assetId": new_asset_id(), "filename": filename}
+    named = await api.post(f"/internal/v1/tus/{ORG}/key", json=target)
     assert named.status_code == 200, named.text
     return Upload(api, named.json()["key"], length, named.json()["mimeType"])
 
