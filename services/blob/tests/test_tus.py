@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import os
 from pathlib import Path
@@ -91,7 +92,7 @@ async def test_chunks_of_any_size_make_the_whole_file(
 ) -> None:
     upload = await new_upload(api, len(DATA))
     cuts = [0, 1, 3 * MiB + 7, 3 * MiB + 8, 9 * MiB + 1, len(DATA)]
-    for start, end in zip(cuts, cuts[1:], strict=False):
+    for start, end in itertools.pairwise(cuts):
         answer = await upload.append(DATA[start:end])
         assert answer["offset"] == end
     assert answer["sha256"] == hashlib.sha256(DATA).hexdigest() and answer["state"] is None
@@ -116,7 +117,9 @@ async def test_a_discarded_chunk_leaves_the_offset_and_the_hash_as_they_were(api
     assert response.json()["sha256"] == hashlib.sha256(DATA).hexdigest()
 
 
-async def test_a_failed_request_is_overwritten_by_the_next(api: httpx.AsyncClient, cdn: httpx.AsyncClient) -> None:
+async def test_a_failed_request_is_overwritten_by_the_next(
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient
+) -> None:
     """A request that wrote bytes (an S3 part) but never checkpointed counts for nothing: the
     next one from the same state writes over it."""
     upload = await new_upload(api, len(DATA))
