@@ -99,6 +99,16 @@ def upload_locked() -> CofferError:
     return CofferError(423, "locked", "Another request is writing to this upload; retry in a moment.")
 
 
+def unsupported_version(version: str) -> CofferError:
+    """412 ``unsupported_version`` (tus): the request's Tus-Resumable is not ``version``."""
+    return CofferError(
+        412,
+        "unsupported_version",
+        f"Send Tus-Resumable: {version}, the only tus version this server speaks.",
+        headers={"Tus-Version": version},
+    )
+
+
 def checksum_mismatch(algorithm: str) -> CofferError:
     """460 ``checksum_mismatch`` (tus's checksum extension): the chunk was discarded."""
     return CofferError(

@@ -224,6 +224,7 @@ class TusCreate(WireModel):
     length: int = Field(ge=0, le=MAX_FILE_BYTES)
     quota_bytes: int = Field(ge=0)
     capability_hash: str | None = Field(default=None, max_length=64)
+    token_id: str | None = Field(default=None, max_length=40)
 
 
 class TusUpload(WireModel):
@@ -243,6 +244,7 @@ class TusUpload(WireModel):
     offset: int
     resume: dict[str, Any] | None
     capability_hash: str | None
+    token_id: str | None
     expires_at: datetime
     completed: bool
     lock_token: str | None = None

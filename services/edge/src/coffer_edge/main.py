@@ -21,13 +21,13 @@ from coffer_edge.config import Settings
 from coffer_edge.dashboard import Dashboard
 from coffer_edge.deps import EdgeState
 from coffer_edge.ratelimit import RateLimiter
-from coffer_edge.routers import assets, folders, uploads, usage
+from coffer_edge.routers import assets, folders, tus, uploads, usage
 from coffer_edge.sweeper import sweep_forever
 from coffer_kit.app import base_app
 from coffer_kit.fastpath import fast_route
 from coffer_kit.health import ReadinessCheck, health_router
 from coffer_kit.internal import internal_client
-from coffer_kit.limits import MAX_UPLOAD_BODY_BYTES
+from coffer_kit.limits import MAX_FILE_BYTES, MAX_UPLOAD_BODY_BYTES
 from coffer_kit.metrics import metrics_router
 from coffer_kit.middleware import ResponseHeadersMiddleware
 from coffer_kit.state import clear_state, install_state, state_of
@@ -82,7 +82,8 @@ def _tidy_document(app: FastAPI) -> None:
         for operations in document.get("paths", {}).values():
             for operation in operations.values():
                 operation.get("responses", {}).pop("422", None)
-                if operation.get("security"):
+                security = operation.get("security")
+                if security and {} not in security:  # (the tus routes say theirs)
                     operation["security"] = _SECURITY
         schemas = document.get("components", {}).get("schemas", {})
         for unused in ("HTTPValidationError", "ValidationError"):
@@ -174,6 +175,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         body_limits=settings.body_limits(
             ("POST", r"/api/assets", MAX_UPLOAD_BODY_BYTES),
             ("POST", r"/api/uploads", MAX_UPLOAD_BODY_BYTES),
+            # Resumable uploads' chunks (CONTRACT §9): each counted against its upload's length.
+            ("POST", r"/api/uploads/tus", MAX_FILE_BYTES),
+            ("PATCH", r"/api/uploads/tus/[^/]+", MAX_FILE_BYTES),
             ("POST", r"/dashboard/o/[^/]+/files/upload", MAX_UPLOAD_BODY_BYTES),
         ),
     )
@@ -187,6 +191,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(usage.router)
     app.include_router(uploads.router)
     app.include_router(uploads.json_router)
+    app.include_router(tus.router)
     app.add_middleware(ResponseHeadersMiddleware, headers_for=api_headers)
     # The dashboard's routes stay out of the OpenAPI document: it describes the public API only.
     dashboard = Dashboard.install(app, settings) if settings.dashboard_enabled else None
@@ -199,11 +204,12 @@ _API_HEADERS = [(b"cache-control", b"no-store"), (b"x-content-type-options", b"n
 
 
 def api_headers(scope: Scope) -> list[tuple[bytes, bytes]] | None:
-    """The headers of every /api answer, with CORS on the token upload route's."""
+    """The headers of every /api answer, with CORS on the token upload route's and the tus
+    routes' (which also answer Tus-Resumable)."""
     path = scope.get("path", "")
     if not path.startswith("/api/"):
         return None
-    return _API_HEADERS + (uploads.upload_cors_headers(scope) or [])
+    return _API_HEADERS + (uploads.upload_cors_headers(scope) or tus.tus_headers(scope) or [])
 
 
 def create_internal_app(public: FastAPI) -> FastAPI:

@@ -152,6 +152,8 @@ class TusUpload(SQLModel, table=True):
     resume: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     # SHA-256 of the capability in the Location of an upload created with an upload token.
     capability_hash: str | None = Field(default=None, max_length=64)
+    # ... and that upload token's id (the actor of its changes).
+    token_id: str | None = Field(default=None, max_length=40)
     created_at: datetime = Field(sa_column=_ts())
     expires_at: datetime = Field(sa_column=_ts())
     # One writer at a time: a lease, taken by a conditional update and renewed while it writes.

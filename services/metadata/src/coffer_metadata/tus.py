@@ -68,7 +68,8 @@ def _view(row: Any, lock_token: str | None = None) -> TusUpload:
         offset=row.offset,
         resume=json.loads(row.resume) if row.resume else None,
         capability_hash=row.capability_hash,
-        expires_at=row.expires_at,
+        token_id=row.token_id,
+        expires_at=_aware(row.expires_at),
         completed=row.completed,
         lock_token=lock_token,
     )

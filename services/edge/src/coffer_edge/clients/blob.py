@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import quote
 
 from coffer_edge.clients.base import ServiceClient
-from coffer_kit.wire import Deleted, SignIn, SignOut, Stored, VisibilityIn, VisibilityOut
+from coffer_kit.wire import (
+    Deleted,
+    SignIn,
+    SignOut,
+    Stored,
+    TusAppended,
+    TusKey,
+    TusTarget,
+    VisibilityIn,
+    VisibilityOut,
+)
 
 
 class BlobClient(ServiceClient):
@@ -34,6 +46,58 @@ class BlobClient(ServiceClient):
             params={"visibility": visibility, "fixed": "true" if fixed else "false"},
             content=body,
             headers={"content-type": content_type},
+            request_id=request_id,
+        )
+
+    async def tus_key(
+        self, org_id: str, asset_id: str, filename: str, filetype: str | None, *, request_id: str
+    ) -> TusKey:
+        """The key and media type a resumable upload's file gets (as a multipart upload's)."""
+        target = TusTarget(asset_id=asset_id, filename=filename, filetype=filetype)
+        return await self.call(
+            TusKey,
+            "POST",
+            f"/internal/v1/tus/{org_id}/key",
+            json=target.model_dump(by_alias=True),
+            request_id=request_id,
+        )
+
+    async def tus_append(
+        self,
+        upload_id: str,
+        body: AsyncIterator[bytes],
+        *,
+        org_id: str,
+        asset_id: str,
+        key: str,
+        offset: int,
+        length: int,
+        media_type: str,
+        private: bool,
+        resume: dict[str, Any] | None,
+        checksum: str | None,
+        request_id: str,
+    ) -> TusAppended:
+        """Stream a chunk of a resumable upload to blob, to be written at ``offset``."""
+        headers = {"content-type": "application/offset+octet-stream"}
+        if resume is not None:
+            headers["coffer-tus-state"] = json.dumps(resume, separators=(",", ":"))
+        if checksum is not None:
+            headers["coffer-tus-checksum"] = checksum
+        params: dict[str, str | int] = {
+            "key": key,
+            "offset": offset,
+            "length": length,
+            "mediaType": media_type,
+            "private": "true" if private else "false",
+        }
+        return await self.call(
+            TusAppended,
+            "PUT",
+            f"/internal/v1/tus/{org_id}/{asset_id}/{upload_id}",
+            params=params,
+            headers=headers,
+            content=body,
             request_id=request_id,
         )
 

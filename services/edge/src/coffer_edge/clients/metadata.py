@@ -188,3 +188,73 @@ class MetadataClient(ServiceClient):
 
     async def finish_intent(self, asset_id: str) -> None:
         await self.call(wire.Done, "DELETE", f"/internal/v1/sweep/intents/{asset_id}")
+
+    # Resumable uploads (tus, CONTRACT §9)
+    async def tus_create(self, org_id: str, upload: wire.TusCreate, *, request_id: str) -> wire.TusUpload:
+        return await self.call(
+            wire.TusUpload,
+            "POST",
+            f"/internal/v1/orgs/{org_id}/tus",
+            json=upload.model_dump(by_alias=True),
+            request_id=request_id,
+        )
+
+    async def tus_get(self, upload_id: str, org_id: str | None, *, request_id: str) -> wire.TusUpload:
+        """The upload (of ``org_id``'s, if given); 404 if none, another's or expired."""
+        params = {"org": org_id} if org_id else {}
+        return await self.call(
+            wire.TusUpload, "GET", f"/internal/v1/tus/{_seg(upload_id)}", params=params, request_id=request_id
+        )
+
+    async def tus_lock(
+        self, upload_id: str, org_id: str | None, offset: int, lease_seconds: float, *, request_id: str
+    ) -> wire.TusUpload:
+        """Take the upload to write at ``offset``: 404, 409 (another offset) or 423 (busy)."""
+        want = wire.TusLock(organization_id=org_id, offset=offset, lease_seconds=lease_seconds)
+        return await self._tus(upload_id, "lock", want, request_id)
+
+    async def tus_renew(self, upload_id: str, token: str, lease_seconds: float, *, request_id: str) -> None:
+        lease = wire.TusLease(lock_token=token, lease_seconds=lease_seconds)
+        await self.request(
+            "POST",
+            f"/internal/v1/tus/{_seg(upload_id)}/renew",
+            json=lease.model_dump(by_alias=True),
+            request_id=request_id,
+        )
+
+    async def tus_unlock(self, upload_id: str, token: str, *, request_id: str) -> None:
+        lease = wire.TusLease(lock_token=token)
+        await self.request(
+            "POST",
+            f"/internal/v1/tus/{_seg(upload_id)}/unlock",
+            json=lease.model_dump(by_alias=True),
+            request_id=request_id,
+        )
+
+    async def tus_advance(self, upload_id: str, step: wire.TusAdvance, *, request_id: str) -> wire.TusUpload:
+        return await self._tus(upload_id, "advance", step, request_id)
+
+    async def tus_complete(
+        self, upload_id: str, done: wire.TusComplete, *, request_id: str
+    ) -> wire.TusUpload:
+        return await self._tus(upload_id, "complete", done, request_id)
+
+    async def tus_terminate(
+        self, upload_id: str, org_id: str | None, *, request_id: str
+    ) -> wire.TusEnded | None:
+        """End the upload at once (423 while a request writes to it); answers the prefix of an
+        unfinished one's bytes, to delete."""
+        params = {"org": org_id} if org_id else {}
+        body = await self.request(
+            "POST", f"/internal/v1/tus/{_seg(upload_id)}/terminate", params=params, request_id=request_id
+        )
+        return None if body == b"null" else wire.TusEnded.model_validate_json(body)
+
+    async def _tus(self, upload_id: str, step: str, body: wire.WireModel, request_id: str) -> wire.TusUpload:
+        return await self.call(
+            wire.TusUpload,
+            "POST",
+            f"/internal/v1/tus/{_seg(upload_id)}/{step}",
+            json=body.model_dump(by_alias=True),
+            request_id=request_id,
+        )

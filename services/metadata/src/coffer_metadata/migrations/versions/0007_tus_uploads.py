@@ -34,6 +34,7 @@ def upgrade() -> None:
         sa.Column("offset", sa.BigInteger(), nullable=False, server_default="0"),
         sa.Column("resume", sa.Text(), nullable=True),
         sa.Column("capability_hash", sa.String(length=64), nullable=True),
+        sa.Column("token_id", sa.String(length=40), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("lock_token", sa.String(length=64), nullable=True),

@@ -1,0 +1,627 @@
+"""Resumable uploads: tus 1.0.0 (CONTRACT §9) at ``/api/uploads/tus``.
+
+Creation, upload (``PATCH``), ``HEAD``, termination, expiration and checksums (sha1, sha256),
+so every tus client works unchanged. Edge keeps nothing of an upload: metadata holds its state
+(``coffer_metadata.tus``), blob its bytes and the SHA-256 so far (``coffer_blob.tus``), so any
+edge and any blob can take the next request.
+
+A ``PATCH``: take the upload's lease in metadata at the client's offset (409 if it is not the
+upload's, 423 while another request writes), stream the body to blob, which makes it durable
+and answers the new offset, then move the offset in metadata (or, on the last byte, create the
+asset there). The lease is renewed while the bytes stream. A client that goes away mid-chunk
+keeps what arrived (unless the chunk had a checksum, which then cannot match): the next
+``HEAD`` answers it, and the upload resumes from there.
+
+Credentials: the API key headers on every request; or an upload token (``?token=cof_upl_…``,
+§8) on the creation request only, which spends it and answers a ``Location`` carrying a
+capability of its own (``?token=cof_tus_…``, whose SHA-256 metadata keeps) for the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hashlib
+import hmac
+import secrets
+import string
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import format_datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request, Response
+from starlette.requests import ClientDisconnect
+from starlette.types import Scope
+
+from coffer_edge.actor import act_as
+from coffer_edge.clients.blob import BlobClient
+from coffer_edge.clients.metadata import MetadataClient
+from coffer_edge.deps import authenticate, edge_state
+from coffer_edge.metrics import UPLOAD_BYTES, UPLOADS
+from coffer_edge.routers.assets import media_type_allowed
+from coffer_edge.routers.uploads import TOKEN_PREFIX, token_hash
+from coffer_edge.schemas import ErrorEnvelope, errors
+from coffer_kit.errors import (
+    CofferError,
+    file_too_large,
+    invalid,
+    offset_mismatch,
+    request_id_of,
+    unauthorized,
+    unsupported_media_type,
+    unsupported_version,
+)
+from coffer_kit.ids import ASSET, TUS_UPLOAD, TUS_UPLOAD_ID_PATTERN, new_id
+from coffer_kit.limits import MAX_FILE_BYTES
+from coffer_kit.names import normalize_name
+from coffer_kit.resources import Visibility
+from coffer_kit.wire import TusAdvance, TusComplete, TusCreate, TusUpload
+
+TUS_PATH = "/api/uploads/tus"
+TUS_VERSION = "1.0.0"
+EXTENSIONS = "creation,creation-with-upload,termination,expiration,checksum"
+CHECKSUMS = ("sha1", "sha256")
+OFFSET_STREAM = "application/offset+octet-stream"
+CAPABILITY_PREFIX = "cof_tus_"
+_BASE62 = string.digits + string.ascii_letters
+# The lease a PATCH holds on its upload, renewed every third of it while the bytes stream: an
+# edge that dies mid-chunk holds the upload this long at most.
+LEASE_SECONDS = 30.0
+# Upload-Metadata: its whole header, and each decoded value.
+MAX_METADATA_CHARS = 4096
+
+router = APIRouter(prefix=TUS_PATH, tags=["resumable uploads (tus)"])
+
+
+# The key headers, or none: an upload token (creation) or the upload's capability (``?token=``).
+_SECURITY = [{"ApiKey": []}, {"ApiKey": [], "OrganizationId": []}, {}]
+
+
+def _documented(**headers: str) -> dict[str, Any]:
+    """A tus route's credentials and request headers, for the OpenAPI document."""
+    parameters = [
+        {"name": name, "in": "header", "schema": {"type": "string"}, "description": text}
+        for name, text in {"Tus-Resumable": "1.0.0.", **headers}.items()
+    ]
+    return {"parameters": parameters, "security": _SECURITY}
+
+
+# -- credentials -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Caller:
+    """Who asks: an organization's key (``organization_id`` set), or the holder of an upload's
+    capability (None: the upload's organization, once the upload is looked up)."""
+
+    organization_id: str | None
+    quota_bytes: int = 0
+    default_visibility: Visibility = "public"
+    capability: str | None = None
+
+
+async def _caller(request: Request, token: str | None) -> Caller:
+    """The API key headers, else a capability (``cof_tus_…``) for an upload's own requests."""
+    headers = request.headers
+    if token and token.startswith(CAPABILITY_PREFIX) and not headers.get("x-api-key"):
+        return Caller(None, capability=token)
+    if token and not headers.get("x-api-key"):
+        raise unauthorized("This upload's URL takes the capability its creation answered (?token=cof_tus_…).")
+    principal = await authenticate(request, headers.get("x-api-key"), headers.get("x-organization-id"))
+    return Caller(principal.organization_id, principal.quota_bytes, principal.default_visibility)
+
+
+async def _authorized(request: Request, caller: Caller, upload: TusUpload) -> None:
+    """A capability must be this upload's (compared in constant time); its holder then acts as
+    the upload token that created it, rate limited per upload."""
+    if caller.capability is None:
+        return
+    if upload.capability_hash is None or not hmac.compare_digest(
+        upload.capability_hash, token_hash(caller.capability)
+    ):
+        raise unauthorized("This capability is not the upload's.")
+    request.state.organization_id = upload.organization_id
+    await edge_state(request).rate_limiter.check(upload.id)
+    act_as(request, "token", upload.token_id or upload.id)
+
+
+def new_capability() -> str:
+    return CAPABILITY_PREFIX + "".join(secrets.choice(_BASE62) for _ in range(32))
+
+
+# -- headers ---------------------------------------------------------------------------------
+
+
+def _require_version(request: Request) -> None:
+    if request.headers.get("tus-resumable") != TUS_VERSION:
+        raise unsupported_version(TUS_VERSION)
+
+
+def _offset(value: str | None) -> int:
+    if value is None or not value.isdigit() or len(value) > 12:
+        raise invalid("Upload-Offset must be a non-negative integer.", field="Upload-Offset")
+    return int(value)
+
+
+def _length(request: Request) -> int:
+    if request.headers.get("upload-defer-length") is not None:
+        raise invalid("Upload-Defer-Length is not supported: send Upload-Length.", field="Upload-Length")
+    value = request.headers.get("upload-length")
+    if value is None:
+        raise invalid("Upload-Length is required.", field="Upload-Length")
+    if not value.isdigit() or len(value) > 18:
+        raise invalid("Upload-Length must be a non-negative integer.", field="Upload-Length")
+    length = int(value)
+    if length > MAX_FILE_BYTES:
+        raise file_too_large(MAX_FILE_BYTES)
+    return length
+
+
+def _checksum(value: str | None) -> str | None:
+    """``Upload-Checksum: <algorithm> <base64 digest>``, checked before any byte is read."""
+    if value is None:
+        return None
+    algorithm, _, digest = value.strip().partition(" ")
+    if algorithm not in CHECKSUMS:
+        raise invalid("Upload-Checksum names sha1 or sha256.", field="Upload-Checksum")
+    size = hashlib.new(algorithm).digest_size
+    try:
+        if len(base64.b64decode(digest, validate=True)) != size:
+            raise ValueError
+    except (ValueError, binascii.Error):
+        problem = f"Upload-Checksum's {algorithm} digest is not {size} bytes of base64."
+        raise invalid(problem, field="Upload-Checksum") from None
+    return f"{algorithm} {digest}"
+
+
+@dataclass(slots=True)
+class Metadata:
+    filename: str
+    filetype: str | None
+    folder_id: str | None
+    visibility: Visibility | None
+    raw: str
+
+
+def _metadata(value: str | None) -> Metadata:
+    """``Upload-Metadata`` (key and base64 value pairs, comma-separated): ``filename``
+    (required, the name rules of §4), ``folderId``, ``filetype``, ``visibility``."""
+    if value is None or not value.strip():
+        raise invalid("Upload-Metadata must carry filename (base64).", field="Upload-Metadata")
+    if len(value) > MAX_METADATA_CHARS:
+        raise invalid(f"Upload-Metadata is over {MAX_METADATA_CHARS} characters.", field="Upload-Metadata")
+    pairs: dict[str, str] = {}
+    for item in value.split(","):
+        key, _, encoded = item.strip().partition(" ")
+        if not key or key in pairs:
+            raise invalid("Upload-Metadata has an empty or repeated key.", field="Upload-Metadata")
+        try:
+            pairs[key] = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+        except (ValueError, binascii.Error, UnicodeDecodeError):
+            problem = f"Upload-Metadata's {key!r} is not base64 of UTF-8 text."
+            raise invalid(problem, field="Upload-Metadata") from None
+    if "filename" not in pairs:
+        raise invalid("Upload-Metadata must carry filename.", field="filename")
+    filename = normalize_name(pairs["filename"], field="filename")
+    visibility = pairs.get("visibility") or None
+    if visibility not in (None, "public", "private"):
+        raise invalid("visibility is 'public' or 'private'.", field="visibility")
+    filetype = pairs.get("filetype") or None
+    if filetype is not None and (len(filetype) > 255 or not filetype.isprintable()):
+        raise invalid("filetype must be a media type.", field="filetype")
+    return Metadata(filename, filetype, pairs.get("folderId") or None, visibility, value.strip())  # type: ignore[arg-type]
+
+
+def _http_date(moment: datetime) -> str:
+    return format_datetime(moment.astimezone(UTC), usegmt=True)
+
+
+def _upload_headers(upload: TusUpload) -> dict[str, str]:
+    headers = {
+        "Upload-Offset": str(upload.offset),
+        "Upload-Length": str(upload.length),
+        "Upload-Expires": _http_date(upload.expires_at),
+    }
+    if upload.completed:
+        headers["Coffer-Asset-Id"] = upload.asset_id
+    return headers
+
+
+# -- the body --------------------------------------------------------------------------------
+
+
+class _Chunk:
+    """A PATCH's body on its way to blob: at most ``room`` bytes (413 past it). A client that
+    goes away ends it cleanly, so blob keeps what arrived."""
+
+    def __init__(self, request: Request, room: int) -> None:
+        self.request, self.room = request, room
+        self.received = 0
+        self.too_large = self.client_gone = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for data in self.request.stream():
+                self.received += len(data)
+                if self.received > self.room:
+                    self.too_large = True
+                    raise file_too_large(self.room)
+                if data:
+                    yield data
+        except ClientDisconnect:
+            self.client_gone = True
+
+
+async def _renewing(
+    metadata: MetadataClient, upload: TusUpload, rid: str, work: Callable[[], Awaitable[Any]]
+) -> Any:
+    """``work()`` while the lease is renewed every third of its length."""
+    assert upload.lock_token is not None
+
+    async def renew() -> None:
+        while True:
+            await asyncio.sleep(LEASE_SECONDS / 3)
+            await metadata.tus_renew(upload.id, upload.lock_token or "", LEASE_SECONDS, request_id=rid)
+
+    renewer = asyncio.create_task(renew())
+    try:
+        return await work()
+    finally:
+        renewer.cancel()
+        with contextlib.suppress(asyncio.CancelledError, CofferError):
+            await renewer
+
+
+async def _write(
+    request: Request, upload: TusUpload, metadata: MetadataClient, blob: BlobClient, rid: str
+) -> TusUpload:
+    """Append the request's body to the upload, whose lease the caller holds: the upload as it
+    is after (its offset moved, or complete with its asset). The lease is given back on every
+    way out."""
+    assert upload.lock_token is not None
+    token = upload.lock_token
+    checksum = _checksum(request.headers.get("upload-checksum"))
+    declared = request.headers.get("content-length")
+    room = upload.length - upload.offset
+    if declared is not None and declared.isdigit() and int(declared) > room:
+        await metadata.tus_unlock(upload.id, token, request_id=rid)
+        raise file_too_large(room)
+    chunk = _Chunk(request, room)
+
+    async def append() -> Any:
+        return await blob.tus_append(
+            upload.id,
+            chunk.__aiter__(),
+            org_id=upload.organization_id,
+            asset_id=upload.asset_id,
+            key=upload.key,
+            offset=upload.offset,
+            length=upload.length,
+            media_type=upload.mime_type,
+            private=upload.visibility == "private",
+            resume=upload.resume,
+            checksum=checksum,
+            request_id=rid,
+        )
+
+    try:
+        appended = await _renewing(metadata, upload, rid, append)
+    except BaseException as exc:
+        with contextlib.suppress(CofferError):
+            await metadata.tus_unlock(upload.id, token, request_id=rid)
+        if chunk.too_large:
+            raise file_too_large(room) from None
+        if isinstance(exc, CofferError) and exc.status == 503 and chunk.client_gone:
+            raise invalid("The client went away.") from None
+        raise
+    UPLOAD_BYTES.inc(appended.offset - upload.offset)
+    if appended.sha256 is None:
+        step = TusAdvance(
+            lock_token=token, from_offset=upload.offset, offset=appended.offset, resume=appended.state or {}
+        )
+        return await metadata.tus_advance(upload.id, step, request_id=rid)
+    done = TusComplete(lock_token=token, from_offset=upload.offset, sha256=appended.sha256)
+    try:
+        completed = await metadata.tus_complete(upload.id, done, request_id=rid)
+    except CofferError as exc:
+        with contextlib.suppress(CofferError):
+            await metadata.tus_unlock(upload.id, token, request_id=rid)
+        if 400 <= exc.status < 500:
+            # Refused for good (its folder was deleted meanwhile, say): the upload ends here,
+            # its bytes and reservation released, so nothing is left half-done.
+            await _terminate(upload.id, upload.organization_id, metadata, blob, rid)
+        UPLOADS.labels("failed").inc()
+        raise
+    UPLOADS.labels("created").inc()
+    return completed
+
+
+async def _terminate(
+    upload_id: str, org_id: str | None, metadata: MetadataClient, blob: BlobClient, rid: str
+) -> None:
+    """End the upload: gone at once; its bytes deleted now (the sweeper retries if this
+    fails), then its reservation released."""
+    ended = await metadata.tus_terminate(upload_id, org_id, request_id=rid)
+    if ended is None:
+        return
+    owner = org_id or ended.prefix.split("/", 1)[0]
+    with contextlib.suppress(CofferError):
+        await blob.delete_prefix(owner, ended.asset_id, request_id=rid)
+        await metadata.finish_intent(ended.asset_id)
+
+
+# -- routes ----------------------------------------------------------------------------------
+
+
+Token = Annotated[
+    str | None,
+    Query(
+        description="Creation: an upload token (`cof_upl_…`, §8) instead of a key. Later requests: "
+        "the capability (`cof_tus_…`) the creation's `Location` carries.",
+        max_length=256,
+    ),
+]
+UploadIdPath = Annotated[str, Path(pattern=TUS_UPLOAD_ID_PATTERN, description="The upload's id (`tus_…`).")]
+_TUS_ERRORS = {
+    409: "`Upload-Offset` is not the upload's (`offset_mismatch`, with `details.offset`).",
+    412: "`Tus-Resumable` is not 1.0.0 (`unsupported_version`); see `Tus-Version`.",
+    423: "Another request is writing to this upload (`locked`); retry.",
+    460: "The chunk does not match its `Upload-Checksum` (`checksum_mismatch`); it was discarded.",
+}
+
+
+def _responses(status: int, text: str, *statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI answers of a tus route: its success, and the contract's errors."""
+    documented = errors(*(s for s in statuses if s not in _TUS_ERRORS))
+    for code in statuses:
+        if code in _TUS_ERRORS:
+            documented[code] = {"model": ErrorEnvelope, "description": _TUS_ERRORS[code]}
+    return {status: {"description": text}, **documented}
+
+
+@router.options("", status_code=204, include_in_schema=False)
+@router.options("/{upload_id}", status_code=204, include_in_schema=False)
+async def options() -> Response:
+    """What this server speaks (and the CORS preflight)."""
+    return Response(
+        status_code=204,
+        headers={
+            "Tus-Version": TUS_VERSION,
+            "Tus-Extension": EXTENSIONS,
+            "Tus-Max-Size": str(MAX_FILE_BYTES),
+            "Tus-Checksum-Algorithm": ",".join(CHECKSUMS),
+        },
+    )
+
+
+@dataclass(slots=True)
+class _Target:
+    """Where a new upload goes, and for whom."""
+
+    organization_id: str
+    quota_bytes: int
+    name: str
+    folder_id: str | None
+    visibility: Visibility
+    mime_type: str
+    key: str
+    token_id: str | None = None
+    capability: str | None = None
+
+
+async def _target(request: Request, meta: Metadata, length: int, asset_id: str, token: str | None) -> _Target:
+    """The creation's credentials and scope: a key's organization and the metadata's folder,
+    name and visibility; or an upload token's, whose scope fixes them (it is spent here)."""
+    state = edge_state(request)
+    rid = request_id_of(request) or ""
+    if not token or request.headers.get("x-api-key"):
+        caller = await _caller(request, None)
+        assert caller.organization_id is not None
+        org = caller.organization_id
+        named = await state.blob.tus_key(org, asset_id, meta.filename, meta.filetype, request_id=rid)
+        visibility = meta.visibility or caller.default_visibility
+        return _Target(
+            org, caller.quota_bytes, meta.filename, meta.folder_id, visibility, named.mime_type, named.key
+        )
+    if not token.startswith(TOKEN_PREFIX):
+        raise unauthorized("Missing or malformed upload token: send ?token=cof_upl_….")
+    grant = await state.upload_tokens.grant(token_hash(token), request_id=rid)
+    request.state.organization_id = org = grant.organization_id
+    await state.rate_limiter.check(grant.token_id)
+    act_as(request, "token", grant.token_id)
+    if length > grant.max_bytes:
+        raise file_too_large(grant.max_bytes)
+    named = await state.blob.tus_key(org, asset_id, meta.filename, meta.filetype, request_id=rid)
+    allowed = grant.content_types
+    if allowed is not None and not media_type_allowed(named.mime_type, tuple(allowed)):
+        raise unsupported_media_type(f"This upload accepts {', '.join(allowed)}, not {named.mime_type}.")
+    await state.upload_tokens.claim(grant.token_id, asset_id, request_id=rid)
+    return _Target(
+        org,
+        grant.quota_bytes,
+        grant.name or meta.filename,
+        grant.folder_id,
+        grant.visibility or grant.default_visibility,
+        named.mime_type,
+        named.key,
+        token_id=grant.token_id,
+        capability=new_capability(),
+    )
+
+
+@router.post(
+    "",
+    status_code=201,
+    responses=_responses(201, "Created; `Location` is the upload's URL.", 404, 412, 413, 415, 460),
+    openapi_extra=_documented(
+        **{
+            "Upload-Length": "The file's size in bytes (at most 104857600); required.",
+            "Upload-Metadata": "Comma-separated `key base64(value)`: `filename` (required), `folderId`, "
+            "`filetype`, `visibility`.",
+            "Upload-Checksum": "With a body (creation-with-upload): `sha1|sha256 base64(digest)`.",
+        }
+    ),
+)
+async def create_upload(request: Request, token: Token = None) -> Response:
+    """Create a resumable upload (tus creation; with a body, creation-with-upload). The length
+    is held against the quota until the upload completes, is terminated or expires."""
+    _require_version(request)
+    length = _length(request)
+    meta = _metadata(request.headers.get("upload-metadata"))
+    if _has_body(request) and _media_type(request) != OFFSET_STREAM:
+        raise unsupported_media_type(f"A creation's body is Content-Type: {OFFSET_STREAM}.")
+    _checksum(request.headers.get("upload-checksum"))
+    state = edge_state(request)
+    rid = request_id_of(request) or ""
+    asset_id, upload_id = new_id(ASSET), new_id(TUS_UPLOAD)
+    target = await _target(request, meta, length, asset_id, token)
+    new = TusCreate(
+        id=upload_id,
+        asset_id=asset_id,
+        key=target.key,
+        name=target.name,
+        folder_id=target.folder_id,
+        mime_type=target.mime_type,
+        visibility=target.visibility,
+        upload_metadata=meta.raw,
+        length=length,
+        quota_bytes=target.quota_bytes,
+        capability_hash=token_hash(target.capability) if target.capability else None,
+        token_id=target.token_id,
+    )
+    try:
+        upload = await state.metadata.tus_create(target.organization_id, new, request_id=rid)
+    except CofferError:
+        if target.token_id is not None:  # the token is good for another try
+            with contextlib.suppress(CofferError):
+                await state.upload_tokens.release(target.token_id, asset_id, request_id=rid)
+        raise
+    location = f"{state.settings.base_url}{TUS_PATH}/{upload_id}"
+    if target.capability:
+        location += f"?token={target.capability}"
+    headers = {"Location": location, "Upload-Expires": _http_date(upload.expires_at)}
+    if _has_body(request) or length == 0:
+        upload = await state.metadata.tus_lock(upload_id, None, 0, LEASE_SECONDS, request_id=rid)
+        upload = await _write(request, upload, state.metadata, state.blob, rid)
+        headers |= _upload_headers(upload)
+    return Response(status_code=201, headers=headers)
+
+
+def _media_type(request: Request) -> str:
+    return (request.headers.get("content-type") or "").split(";")[0].strip().lower()
+
+
+def _has_body(request: Request) -> bool:
+    declared = request.headers.get("content-length")
+    chunked = "chunked" in request.headers.get("transfer-encoding", "")
+    return (declared is not None and declared != "0") or chunked
+
+
+@router.head(
+    "/{upload_id}",
+    responses=_responses(200, "The upload's offset and length.", 404, 412),
+    openapi_extra=_documented(),
+)
+async def upload_state(upload_id: UploadIdPath, request: Request, token: Token = None) -> Response:
+    """How much of the upload is stored (`Upload-Offset`), and its asset once complete."""
+    _require_version(request)
+    caller = await _caller(request, token)
+    rid = request_id_of(request) or ""
+    upload = await edge_state(request).metadata.tus_get(upload_id, caller.organization_id, request_id=rid)
+    await _authorized(request, caller, upload)
+    headers = _upload_headers(upload)
+    if upload.upload_metadata:
+        headers["Upload-Metadata"] = upload.upload_metadata
+    return Response(status_code=200, headers=headers)
+
+
+@router.patch(
+    "/{upload_id}",
+    status_code=204,
+    responses=_responses(
+        204, "Stored; `Upload-Offset` is the new offset.", 404, 409, 412, 413, 415, 423, 460
+    ),
+    openapi_extra=_documented(
+        **{
+            "Upload-Offset": "Where this chunk starts: the offset HEAD answered.",
+            "Upload-Checksum": "Optional `sha1|sha256 base64(digest)` of this chunk; a mismatch → 460.",
+        }
+    ),
+)
+async def upload_chunk(upload_id: UploadIdPath, request: Request, token: Token = None) -> Response:
+    """Append a chunk (`Content-Type: application/offset+octet-stream`) at `Upload-Offset`."""
+    _require_version(request)
+    offset = _offset(request.headers.get("upload-offset"))
+    if _media_type(request) != OFFSET_STREAM:
+        raise unsupported_media_type(f"A chunk is Content-Type: {OFFSET_STREAM}.")
+    _checksum(request.headers.get("upload-checksum"))
+    caller = await _caller(request, token)
+    metadata = edge_state(request).metadata
+    rid = request_id_of(request) or ""
+    if caller.capability is not None:
+        await _authorized(request, caller, await metadata.tus_get(upload_id, None, request_id=rid))
+    upload = await metadata.tus_lock(upload_id, caller.organization_id, offset, LEASE_SECONDS, request_id=rid)
+    if upload.lock_token is not None:
+        upload = await _write(request, upload, metadata, edge_state(request).blob, rid)
+    elif offset != upload.offset:  # complete already: only its own offset is right
+        raise offset_mismatch(upload.offset)
+    headers = _upload_headers(upload)
+    del headers["Upload-Length"]
+    return Response(status_code=204, headers=headers)
+
+
+@router.delete(
+    "/{upload_id}",
+    status_code=204,
+    responses=_responses(204, "Terminated: its bytes and reservation released.", 404, 412, 423),
+    openapi_extra=_documented(),
+)
+async def terminate_upload(upload_id: UploadIdPath, request: Request, token: Token = None) -> Response:
+    """Terminate the upload (tus termination): its bytes are deleted and its reservation
+    released. A complete upload is only forgotten: its asset stays."""
+    _require_version(request)
+    caller = await _caller(request, token)
+    state = edge_state(request)
+    rid = request_id_of(request) or ""
+    if caller.capability is not None:
+        await _authorized(request, caller, await state.metadata.tus_get(upload_id, None, request_id=rid))
+    await _terminate(upload_id, caller.organization_id, state.metadata, state.blob, rid)
+    return Response(status_code=204)
+
+
+# -- CORS and Tus-Resumable on every answer --------------------------------------------------
+
+_ALWAYS = [
+    (b"tus-resumable", TUS_VERSION.encode()),
+    (b"access-control-allow-origin", b"*"),
+    (
+        b"access-control-expose-headers",
+        b"location, upload-offset, upload-length, upload-metadata, upload-expires, tus-resumable, "
+        b"tus-version, tus-extension, tus-max-size, tus-checksum-algorithm, coffer-asset-id, x-request-id",
+    ),
+]
+_PREFLIGHT = [
+    (b"access-control-allow-methods", b"POST, HEAD, PATCH, DELETE, OPTIONS"),
+    (
+        b"access-control-allow-headers",
+        b"content-type, tus-resumable, upload-length, upload-metadata, upload-offset, upload-checksum, "
+        b"upload-defer-length, upload-concat, x-api-key, x-organization-id, x-request-id, "
+        b"x-http-method-override",
+    ),
+    (b"access-control-max-age", b"600"),
+]
+
+
+def tus_headers(scope: Scope) -> list[tuple[bytes, bytes]] | None:
+    """``Tus-Resumable`` and CORS on every answer of the tus routes (errors included), and
+    the preflight's headers on ``OPTIONS`` (for ``ResponseHeadersMiddleware``)."""
+    path = scope.get("path", "")
+    if path != TUS_PATH and not path.startswith(TUS_PATH + "/"):
+        return None
+    if scope.get("method") == "OPTIONS":
+        return _ALWAYS[1:] + _PREFLIGHT
+    return _ALWAYS

@@ -1,0 +1,285 @@
+"""Resumable uploads (tus 1.0.0, CONTRACT §9) through edge, in process on both databases: tuspy
+(a tus client no one here wrote) uploads in odd chunks, stops, and a fresh client resumes from
+HEAD; every error of §9 with the contract's envelope; the races; termination freeing the
+reservation. (Real processes, the S3 driver, tus-js-client and killed servers: tests/e2e.)"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from tusclient import client as tus
+
+from coffer_testkit.api import Tenant, used_bytes
+from coffer_testkit.testing import assert_error
+
+MIB = 1024 * 1024
+TUS = {"Tus-Resumable": "1.0.0"}
+DATA = os.urandom(20 * MIB + 4321)
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def meta(**pairs: str) -> str:
+    return ",".join(f"{k} {b64(v)}" for k, v in pairs.items())
+
+
+def create(api: httpx.Client, length: int, metadata: str | None = None, **headers: str) -> httpx.Response:
+    sent = {
+        **TUS,
+        "Upload-Length": str(length),
+        "Upload-Metadata": metadata or meta(filename="f.bin"),
+        **headers,
+    }
+    return api.post("/api/uploads/tus", headers=sent)
+
+
+def path_of(location: str) -> str:
+    parts = urlsplit(location)
+    return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+def patch(api: httpx.Client, url: str, data: bytes, offset: int, **headers: str) -> httpx.Response:
+    sent = {**TUS, "Upload-Offset": str(offset), "Content-Type": "application/offset+octet-stream", **headers}
+    return api.patch(path_of(url), content=data, headers=sent)
+
+
+def head(api: httpx.Client, url: str) -> httpx.Response:
+    return api.head(path_of(url), headers=TUS)
+
+
+def sha256_header(data: bytes) -> str:
+    return "sha256 " + base64.b64encode(hashlib.sha256(data).digest()).decode()
+
+
+def test_tuspy_uploads_in_odd_chunks_stops_and_a_new_client_resumes(stack: Any, tenant: Tenant) -> None:
+    source = DATA
+    client = tus.TusClient(f"{stack.edge_url}/api/uploads/tus", headers={"x-api-key": tenant.key})
+    uploader = client.uploader(
+        file_stream=_stream(source),
+        chunk_size=3 * MIB + 17,
+        metadata={"filename": "journey.mp4", "filetype": "video/mp4"},
+        upload_checksum=True,
+    )
+    uploader.upload(stop_at=9 * MIB)  # interrupted after three chunks
+    assert uploader.url is not None and uploader.url.startswith(f"{stack.edge_url}/api/uploads/tus/tus_")
+    stopped = int(head(tenant.api, uploader.url).headers["upload-offset"])
+    assert stopped == 9 * MIB  # (tuspy cuts the third chunk short to stop there)
+
+    fresh = tus.TusClient(f"{stack.edge_url}/api/uploads/tus", headers={"x-api-key": tenant.key})
+    resumed = fresh.uploader(file_stream=_stream(source), url=uploader.url, chunk_size=5 * MIB + 3)
+    assert resumed.offset == stopped  # from HEAD
+    resumed.upload()
+
+    answer = head(tenant.api, uploader.url)
+    assert answer.status_code == 200
+    assert int(answer.headers["upload-offset"]) == int(answer.headers["upload-length"]) == len(source)
+    asset = tenant.api.get(f"/api/assets/{answer.headers['coffer-asset-id']}").json()
+    assert (
+        asset["name"] == "journey.mp4" and asset["mimeType"] == "video/mp4" and asset["size"] == len(source)
+    )
+    assert asset["sha256"] == hashlib.sha256(source).hexdigest()
+    assert httpx.get(asset["publicUrl"]).content == source
+    assert used_bytes(tenant.api) == len(source)
+
+
+def _stream(data: bytes) -> io.BytesIO:
+    return io.BytesIO(data)
+
+
+def test_options_answers_what_the_server_speaks(anon: httpx.Client) -> None:
+    for url in ("/api/uploads/tus", "/api/uploads/tus/tus_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9"):
+        answer = anon.options(
+            url, headers={"Origin": "https://app.example", "Access-Control-Request-Method": "PATCH"}
+        )
+        assert answer.status_code == 204
+        assert answer.headers["tus-version"] == "1.0.0"
+        assert answer.headers["tus-max-size"] == "104857600"
+        assert answer.headers["tus-checksum-algorithm"] == "sha1,sha256"
+        assert set(answer.headers["tus-extension"].split(",")) == {
+            "creation",
+            "creation-with-upload",
+            "termination",
+            "expiration",
+            "checksum",
+        }
+        assert "PATCH" in answer.headers["access-control-allow-methods"]
+        assert "upload-offset" in answer.headers["access-control-allow-headers"]
+
+
+def test_creation_answers_location_on_the_base_url_and_holds_the_length(stack: Any, new_tenant: Any) -> None:
+    tenant = new_tenant(quota_bytes=10 * MIB)
+    created = create(tenant.api, 6 * MIB)
+    assert created.status_code == 201, created.text
+    assert created.headers["tus-resumable"] == "1.0.0"
+    assert created.headers["location"].startswith(f"{stack.edge_url}/api/uploads/tus/tus_")
+    assert "upload-expires" in created.headers
+    assert "coffer-asset-id" in created.headers["access-control-expose-headers"]
+    # The Host header never makes the Location.
+    spoofed = create(tenant.api, 1, Host="evil.example")
+    assert spoofed.headers["location"].startswith(stack.edge_url)
+    # 6 MiB held: 5 MiB more do not fit; termination gives them back.
+    assert_error(create(tenant.api, 5 * MIB), 413, "quota_exceeded")
+    assert tenant.api.delete(path_of(created.headers["location"]), headers=TUS).status_code == 204
+    assert create(tenant.api, 5 * MIB).status_code == 201
+
+
+def test_every_error_has_its_status_and_the_envelope(
+    tenant: Tenant, new_tenant: Any, anon: httpx.Client
+) -> None:
+    api = tenant.api
+    # No key, a wrong version, no length, a deferred length, too large.
+    assert_error(create(anon, 10), 401, "unauthorized")
+    missing_version = api.post(
+        "/api/uploads/tus", headers={"Upload-Length": "1", "Upload-Metadata": meta(filename="a")}
+    )
+    assert_error(missing_version, 412, "unsupported_version")
+    assert missing_version.headers["tus-version"] == "1.0.0"
+    no_length = api.post("/api/uploads/tus", headers={**TUS, "Upload-Metadata": meta(filename="a")})
+    assert_error(no_length, 400, "invalid_request")
+    assert_error(create(api, 1, **{"Upload-Defer-Length": "1"}), 400, "invalid_request")
+    assert_error(create(api, 100 * MIB + 1), 413, "file_too_large")
+    # Bad metadata: no filename, not base64, a name the rules refuse; folders checked.
+    assert_error(create(api, 1, meta(filetype="text/plain")), 400, "invalid_request")
+    assert_error(create(api, 1, "filename !!!"), 400, "invalid_request")
+    assert_error(create(api, 1, meta(filename="a/b")), 400, "invalid_request")
+    assert_error(create(api, 1, meta(filename="a", visibility="secret")), 400, "invalid_request")
+    assert_error(
+        create(api, 1, meta(filename="a", folderId="fld_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9")), 404, "not_found"
+    )
+    other = new_tenant("Other")
+    folder = other.api.post("/api/folders", json={"name": "theirs"}).json()
+    assert_error(create(api, 1, meta(filename="a", folderId=folder["id"])), 403, "forbidden")
+    assert used_bytes(api) == 0
+
+    url = create(api, 10).headers["location"]
+    # A wrong offset, a chunk that is not an offset stream, a checksum that does not match.
+    wrong = assert_error(patch(api, url, b"abc", 5), 409, "offset_mismatch")
+    assert wrong["details"] == {"offset": 0}
+    assert_error(
+        api.patch(path_of(url), content=b"abc", headers={**TUS, "Upload-Offset": "0"}),
+        415,
+        "unsupported_media_type",
+    )
+    mismatch = patch(api, url, b"abc", 0, **{"Upload-Checksum": sha256_header(b"xyz")})
+    assert_error(mismatch, 460, "checksum_mismatch")
+    assert mismatch.headers["tus-resumable"] == "1.0.0"
+    assert head(api, url).headers["upload-offset"] == "0"
+    assert_error(patch(api, url, b"abc", 0, **{"Upload-Checksum": "md5 AAAA"}), 400, "invalid_request")
+    assert_error(patch(api, url, b"x" * 11, 0), 413, "file_too_large")
+    # Another organization sees nothing: 404 everywhere.
+    assert head(other.api, url).status_code == 404
+    assert_error(patch(other.api, url, b"abc", 0), 404, "not_found")
+    assert_error(other.api.delete(path_of(url), headers=TUS), 404, "not_found")
+    # A right chunk with its checksum moves the offset.
+    right = patch(api, url, b"abcde", 0, **{"Upload-Checksum": sha256_header(b"abcde")})
+    assert right.status_code == 204 and right.headers["upload-offset"] == "5"
+    done = patch(api, url, b"fghij", 5)
+    assert done.status_code == 204 and done.headers["upload-offset"] == "10"
+    asset = api.get(f"/api/assets/{done.headers['coffer-asset-id']}").json()
+    assert asset["sha256"] == hashlib.sha256(b"abcdefghij").hexdigest() and asset["name"] == "f.bin"
+
+
+def test_an_upload_token_is_spent_at_creation_and_the_location_carries_a_capability(
+    tenant: Tenant, anon: httpx.Client
+) -> None:
+    folder = tenant.api.post("/api/folders", json={"name": "inbox"}).json()
+    token = tenant.api.post("/api/upload-tokens", json={"folderId": folder["id"], "maxBytes": 1000}).json()
+    too_large = anon.post(
+        f"/api/uploads/tus?token={token['token']}",
+        headers={**TUS, "Upload-Length": "1001", "Upload-Metadata": meta(filename="a.txt")},
+    )
+    assert_error(too_large, 413, "file_too_large")
+    created = anon.post(
+        f"/api/uploads/tus?token={token['token']}",
+        headers={**TUS, "Upload-Length": "10", "Upload-Metadata": meta(filename="from-browser.txt")},
+    )
+    assert created.status_code == 201, created.text
+    url = created.headers["location"]
+    assert "?token=cof_tus_" in url
+    # Spent: a second creation with it is refused.
+    again = anon.post(
+        f"/api/uploads/tus?token={token['token']}",
+        headers={**TUS, "Upload-Length": "10", "Upload-Metadata": meta(filename="b.txt")},
+    )
+    assert_error(again, 401, "unauthorized")
+    # Without the capability, or with another upload's: refused.
+    bare = url.split("?")[0]
+    assert_error(patch(anon, bare, b"0123456789", 0), 401, "unauthorized")
+    other_url = create(tenant.api, 10).headers["location"]
+    forged = other_url + "?token=" + url.split("token=")[1]
+    assert_error(patch(anon, forged, b"0123456789", 0), 401, "unauthorized")
+    # With it, no key needed.
+    assert head(anon, url).headers["upload-offset"] == "0"
+    done = patch(anon, url, b"0123456789", 0)
+    assert done.status_code == 204, done.text
+    asset = tenant.api.get(f"/api/assets/{done.headers['coffer-asset-id']}").json()
+    assert asset["folderId"] == folder["id"] and asset["name"] == "from-browser.txt"
+    assert done.headers["access-control-allow-origin"] == "*"
+
+
+def test_eight_racing_patches_at_one_offset_store_the_chunk_once(tenant: Tenant) -> None:
+    chunk = os.urandom(2 * MIB)
+    url = create(tenant.api, len(chunk) + 3).headers["location"]
+    answers = _at_once(8, lambda: patch(tenant.api, url, chunk, 0))
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses.count(204) == 1, statuses
+    for answer in answers:
+        if answer.status_code != 204:
+            assert answer.status_code in (409, 423)
+            assert_error(
+                answer, answer.status_code, "offset_mismatch" if answer.status_code == 409 else "locked"
+            )
+    assert head(tenant.api, url).headers["upload-offset"] == str(len(chunk))
+    done = patch(tenant.api, url, b"end", len(chunk))
+    asset = tenant.api.get(f"/api/assets/{done.headers['coffer-asset-id']}").json()
+    assert asset["sha256"] == hashlib.sha256(chunk + b"end").hexdigest()
+
+
+def test_forty_racing_creations_never_exceed_the_quota(new_tenant: Any) -> None:
+    tenant = new_tenant(quota_bytes=10 * MIB)
+    assert create(tenant.api, 7 * MIB).status_code == 201
+    answers = _at_once(40, lambda: create(tenant.api, MIB))
+    assert sorted(a.status_code for a in answers) == [201] * 3 + [413] * 37
+
+
+def test_termination_frees_the_bytes_and_the_reservation(stack: Any, new_tenant: Any) -> None:
+    tenant = new_tenant(quota_bytes=10 * MIB)
+    url = create(tenant.api, 8 * MIB).headers["location"]
+    assert patch(tenant.api, url, os.urandom(3 * MIB), 0).status_code == 204
+    upload_id = urlsplit(url).path.rsplit("/", 1)[1]
+    assert len(list(stack.data_dir.rglob(f"*tus.{upload_id}"))) == 1
+    assert tenant.api.delete(path_of(url), headers=TUS).status_code == 204
+    assert head(tenant.api, url).status_code == 404
+    assert tenant.api.get("/api/usage").json()["usedBytes"] == 0
+    assert stack.metadata_scalar("SELECT count(*) FROM upload_intents") == 0
+    assert stack.metadata_scalar("SELECT count(*) FROM tus_uploads") == 0
+    upload_id = urlsplit(url).path.rsplit("/", 1)[1]
+    assert list(stack.data_dir.rglob(f"*tus.{upload_id}")) == []  # the part file
+    assert create(tenant.api, 10 * MIB).status_code == 201
+
+
+def _at_once(n: int, call: Callable[[], httpx.Response]) -> list[httpx.Response]:
+    """``call`` from ``n`` threads released together."""
+    barrier = threading.Barrier(n)
+    answers: list[httpx.Response] = []
+
+    def run() -> None:
+        barrier.wait()
+        answers.append(call())
+
+    threads = [threading.Thread(target=run) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return answers
