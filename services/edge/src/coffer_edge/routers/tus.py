@@ -78,7 +78,7 @@ router = APIRouter(prefix=TUS_PATH, tags=["resumable uploads (tus)"])
 
 
 # The key headers, or none: an upload token (creation) or the upload's capability (``?token=``).
-_SECURITY = [{"ApiKey": []}, {"ApiKey": [], "OrganizationId": []}, {}]
+_SECURITY: list[dict[str, list[str]]] = [{"ApiKey": []}, {"ApiKey": [], "OrganizationId": []}, {}]
 
 
 def _documented(**headers: str) -> dict[str, Any]:
