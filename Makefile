@@ -19,7 +19,7 @@ PYTEST_WORKERS ?= 2
 # a third worker fills the waits: 760 tests took 58.7 s with two and 50.8 s with three (quiet).
 FAST_WORKERS ?= 3
 
-.PHONY: help setup run test test-fast test-images lint typecheck fmt chart bench browser vendor
+.PHONY: help setup run test test-fast test-images lint typecheck fmt chart bench browser node vendor
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -31,7 +31,7 @@ setup: ## Install what is missing: uv (through pip), then the locked Python depe
 run: setup ## Run the embedded default: all four services on this machine (Ctrl-C stops)
 	@.venv/bin/coffer-stack
 
-test: setup browser ## Run every test (unit, end-to-end over real processes, browser, chart checks)
+test: setup browser node ## Run every test (unit, end-to-end over real processes, browser, chart checks)
 	@command -v tmux >/dev/null 2>&1 || { echo "installing tmux (the client's terminal test)"; \
 	  apt-get install -y -qq tmux >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq tmux >/dev/null; }; }
 	@$(UV) run --frozen --no-sync pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
@@ -45,6 +45,13 @@ browser: ## Install Debian's chromium for the browser tests when it is missing (
 	    (apt-get install -y -qq chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)); \
 	  else echo "chromium is missing: the browser tests will skip (install it: apt-get install chromium)"; fi; \
 	fi
+
+# tus-js-client under Node for the resumable-upload tests (tests/e2e/test_tus.py), from the npm
+# registry as tests/e2e/tusjs/package-lock.json pins it.
+node: ## Install the Node packages of the tests (npm ci; Debian's nodejs and npm when missing)
+	@command -v npm >/dev/null 2>&1 || { echo "installing nodejs and npm with apt-get"; \
+	  apt-get install -y -qq nodejs npm >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null; }; }
+	@[ -d tests/e2e/tusjs/node_modules/tus-js-client ] || (cd tests/e2e/tusjs && npm ci --silent --no-audit --no-fund)
 
 HTMX_VERSION := 2.0.11
 HTMX_SHA384 := 2OatzQy1H+Zd/IIrjr1TcuDGqLXeHhbooAyJY1KdQMKnr4LZ22k31GBLdYKHmVjg
