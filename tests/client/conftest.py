@@ -132,7 +132,7 @@ class Cli:
 @pytest.fixture
 def cli_for(tmp_path: Path) -> Any:
     """``cli_for(url, key)``: a Cli on that service and key with a private config directory."""
-    config = tmp_path / "config"
+    config, cache = tmp_path / "config", tmp_path / "cache"
     config.mkdir()
 
     def make(url: str, key: str) -> Cli:
@@ -141,6 +141,7 @@ def cli_for(tmp_path: Path) -> Any:
                 "COFFER_URL": url,
                 "COFFER_API_KEY": key,
                 "XDG_CONFIG_HOME": str(config),
+                "XDG_CACHE_HOME": str(cache),
                 "COFFER_PROFILE": "default",
                 "COLUMNS": "200",
             }

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import httpx
 import tenacity
 
+from coffer_client import _tus as tus
 from coffer_client import errors
 from coffer_client._base import (
     CHUNK,
@@ -239,6 +242,67 @@ class Coffer:
         if visibility:
             fields["visibility"] = visibility
         return self._upload("/api/assets", file, fields, filename, content_type, progress, authenticated=True)
+
+    def upload_resumable(
+        self,
+        file: str | os.PathLike[str] | IO[bytes],
+        *,
+        name: str | None = None,
+        folder_id: str | None = None,
+        filename: str | None = None,
+        content_type: str | None = None,
+        progress: ProgressCallback | None = None,
+        visibility: str | None = None,
+        upload_url: str | None = None,
+        on_created: Callable[[str], None] | None = None,
+        chunk_size: int = tus.TUS_CHUNK,
+    ) -> Asset:
+        """Upload with tus (CONTRACT §9): in chunks of ``chunk_size``, each failure followed by the
+        offset the service holds, so a dropped connection costs at most what was in flight.
+        ``upload_url``: an upload begun before (by any client), continued from where the
+        service stopped (a new one begins if it expired). ``on_created(url)`` gets a new
+        upload's URL, to keep for resuming. ``progress(sent, total)`` as for ``upload``."""
+        source = source_for(file, filename)
+        total = tus.check_resumable(source)
+        if total > MAX_FILE_BYTES:
+            raise errors.FileTooLarge(
+                f"{source.name} is {total} bytes; the limit is {MAX_FILE_BYTES}.",
+                status=413,
+                code="file_too_large",
+            )
+        answer: httpx.Response | None = None
+        if upload_url is not None:
+            with contextlib.suppress(errors.NotFound):
+                answer = self._request("HEAD", upload_url, headers=tus.TUS)
+        if answer is None:
+            headers = tus.creation_headers(
+                source, name=name, folder_id=folder_id, content_type=content_type, visibility=visibility
+            )
+            answer = self._request("POST", tus.ENDPOINT, headers=headers)
+            upload_url = tus.absolute(self.base_url, answer.headers["location"])
+            if on_created is not None:
+                on_created(upload_url)
+        assert upload_url is not None
+        offset, failures = tus.offset_of(answer) if "upload-offset" in answer.headers else 0, 0
+        if progress is not None:
+            progress(offset, total)
+        while (asset_id := tus.asset_id_of(answer)) is None:
+            length = min(chunk_size, total - offset)
+            try:
+                body = tus.chunk_body(source, offset, length, total, progress)
+                headers = {**auth_headers(self._settings), **tus.patch_headers(offset, length)}
+                answer = check(self._http.request("PATCH", upload_url, content=body, headers=headers))
+                offset, failures = tus.offset_of(answer), 0
+            except tus.RETRYABLE as exc:
+                failures += 1
+                if failures >= self.retry.attempts:
+                    if isinstance(exc, httpx.TransportError):
+                        raise transport_error(exc, "PATCH", upload_url.split("?")[0]) from exc
+                    raise
+                time.sleep(tus.backoff(self.retry, failures, exc))
+                answer = self._request("HEAD", upload_url, headers=tus.TUS)
+                offset = tus.offset_of(answer)
+        return self.get_asset(asset_id)
 
     def create_upload_token(
         self,

@@ -354,13 +354,16 @@ def run_uploads(
         def one(job: Job) -> Outcome:
             update, finish = bars.file(job.name, job.size)
             try:
-                asset = c.upload(
-                    job.path,
-                    name=job.name,
-                    folder_id=folder_ids[job.folder],
-                    progress=update,
-                    visibility=visibility,
-                )
+                options: dict[str, Any] = {
+                    "name": job.name,
+                    "folder_id": folder_ids[job.folder],
+                    "progress": update,
+                    "visibility": visibility,
+                }
+                if job.size > resumable_above():
+                    asset = upload_resumably(c, job.path, options)
+                else:
+                    asset = c.upload(job.path, **options)
                 for old in job.replace:
                     c.delete_asset(old)
             except errors.CofferError as exc:
@@ -378,6 +381,26 @@ def run_uploads(
 
         with ThreadPoolExecutor(max_workers=parallel) as pool:
             return list(pool.map(one, jobs))
+
+
+def resumable_above() -> int:
+    from coffer_client._tus import RESUMABLE_ABOVE
+
+    return RESUMABLE_ABOVE
+
+
+def upload_resumably(c: Coffer, path: Path, options: dict[str, Any]) -> Asset:
+    """A large file through tus: the upload's URL is kept in the cache directory until it
+    completes, so the same command run again after an interruption continues it."""
+    from coffer_client._tus import Resumes
+
+    resumes = Resumes()
+    key = Resumes.key(c.base_url, c.organization_id, path)
+    asset = c.upload_resumable(
+        path, upload_url=resumes.get(key), on_created=lambda url: resumes.put(key, url), **options
+    )
+    resumes.put(key, None)
+    return asset
 
 
 def report(

@@ -86,6 +86,23 @@ class FolderCycle(Conflict):
     """A folder cannot move into itself or one of its descendants."""
 
 
+class OffsetMismatch(Conflict):
+    """A resumable upload's chunk sent at another offset than the service holds
+    (``details["offset"]``)."""
+
+
+class Locked(APIError):
+    """Another request is writing to the same resumable upload; retry."""
+
+    status = 423
+
+
+class ChecksumMismatch(APIError):
+    """A resumable upload's chunk did not match its checksum; it was discarded."""
+
+    status = 460
+
+
 class PayloadTooLarge(APIError):
     status = 413
 
@@ -119,6 +136,7 @@ _BY_CODE: dict[str, type[APIError]] = {
     "folder_cycle": FolderCycle,
     "file_too_large": FileTooLarge,
     "quota_exceeded": QuotaExceeded,
+    "offset_mismatch": OffsetMismatch,
 }
 _BY_STATUS: dict[int, type[APIError]] = {
     400: BadRequest,
@@ -129,7 +147,9 @@ _BY_STATUS: dict[int, type[APIError]] = {
     409: Conflict,
     413: PayloadTooLarge,
     415: UnsupportedMediaType,
+    423: Locked,
     429: RateLimited,
+    460: ChecksumMismatch,
     503: Unavailable,
 }
 

@@ -202,12 +202,14 @@ def rss_bytes(pid: int) -> int:
 
 
 class TcpProxy:
-    """A loopback TCP proxy a test can cut and restore, to take a real server "down"."""
+    """A loopback TCP proxy a test can cut and restore, to take a real server "down";
+    ``upload_rate`` (bytes per second) slows what clients send, as a slow link would."""
 
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, *, upload_rate: float | None = None) -> None:
         import threading
 
         self.target = (target_host, target_port)
+        self.upload_rate = upload_rate
         self.port = free_port()
         self._lock = threading.Lock()
         self._conns: list[socket.socket] = []
@@ -240,14 +242,18 @@ class TcpProxy:
             upstream.settimeout(None)
             with self._lock:
                 self._conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            for a, b, rate in ((client, upstream, self.upload_rate), (upstream, client, None)):
+                threading.Thread(target=self._pump, args=(a, b, rate), daemon=True).start()
 
     @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(src: socket.socket, dst: socket.socket, rate: float | None = None) -> None:
+        import time
+
         try:
-            while data := src.recv(65536):
+            while data := src.recv(65536 if rate is None else 16384):
                 dst.sendall(data)
+                if rate is not None:
+                    time.sleep(len(data) / rate)
         except OSError:
             pass
         finally:

@@ -1,0 +1,176 @@
+"""Resumable uploads from the SDK and the command line (tus, CONTRACT §9): chunks with progress,
+an interrupted upload continued from where the service stopped, and ``coffer upload`` killed
+in a real terminal (tmux) and run again, its bar starting near where it stopped."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from coffer_client import AsyncCoffer, Coffer
+from coffer_testkit.testing import TcpProxy
+
+pytestmark = pytest.mark.e2e
+
+MIB = 1024 * 1024
+
+
+class Interrupted(Exception):
+    """The program stops mid-upload (its progress callback raises)."""
+
+
+@pytest.fixture
+def file_20(tmp_path: Path) -> Path:
+    path = tmp_path / "twenty.bin"
+    path.write_bytes(os.urandom(20 * MIB + 5))
+    return path
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_sdk_uploads_in_chunks_with_progress(stack: Any, sdk: Coffer, file_20: Path) -> None:
+    seen: list[tuple[int, int]] = []
+    urls: list[str] = []
+    asset = sdk.upload_resumable(
+        file_20,
+        name="r.bin",
+        chunk_size=3 * MIB,
+        progress=lambda d, t: seen.append((d, t)),
+        on_created=urls.append,
+    )
+    size = file_20.stat().st_size
+    assert asset.name == "r.bin" and asset.size == size and asset.sha256 == sha256(file_20)
+    assert seen[0] == (0, size) and seen[-1] == (size, size)
+    assert all(a[0] <= b[0] for a, b in itertools.pairwise(seen))
+    assert len(urls) == 1 and urls[0].startswith(f"{stack.edge_url}/api/uploads/tus/tus_")
+
+
+def test_sdk_continues_an_interrupted_upload(sdk: Coffer, file_20: Path) -> None:
+    urls: list[str] = []
+
+    def stop(done: int, _total: int) -> None:
+        if done >= 7 * MIB:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        sdk.upload_resumable(file_20, chunk_size=4 * MIB, progress=stop, on_created=urls.append)
+    resumed: list[int] = []
+    asset = sdk.upload_resumable(file_20, upload_url=urls[0], progress=lambda d, _t: resumed.append(d))
+    # The service kept the first chunk at least (and what arrived of the second).
+    assert resumed[0] >= 4 * MIB
+    assert asset.sha256 == sha256(file_20)
+
+
+def test_async_sdk_uploads_resumably(stack: Any, tenant: Any, file_20: Path) -> None:
+    async def main() -> Any:
+        async with AsyncCoffer(stack.edge_url, tenant.key) as client:
+            return await client.upload_resumable(file_20, chunk_size=6 * MIB + 1)
+
+    asset = anyio.run(main)
+    assert asset.sha256 == sha256(file_20) and asset.name == "twenty.bin"
+
+
+def _screen(tmux: str, sock: str) -> str:
+    return subprocess.run(
+        [tmux, "-S", sock, "capture-pane", "-p", "-t", "t"], capture_output=True, text=True, check=True
+    ).stdout
+
+
+DONE = re.compile(r"(\d+(?:\.\d)?)/50\.0 MiB")
+
+
+def _run_in_tmux(tmux: str, sock: str, env: dict[str, str], argv: list[str]) -> None:
+    flags = [arg for k, v in env.items() for arg in ("-e", f"{k}={v}")]
+    command = f"{shlex.join(argv)}; echo EXIT=$?; sleep 600"
+    subprocess.run(
+        [tmux, "-S", sock, "new-session", "-d", "-s", "t", "-x", "160", "-y", "20", *flags, command],
+        check=True,
+    )
+
+
+def _frames_until(tmux: str, sock: str, done: Any, timeout: float = 120) -> list[str]:
+    frames: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        frames.append(_screen(tmux, sock))
+        if done(frames[-1]):
+            return frames
+        time.sleep(0.05)
+    raise AssertionError("the terminal never showed it:\n" + frames[-1])
+
+
+def _offset_when_above(url: str, key: str, least: int, timeout: float = 30) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = httpx.head(url, headers={"Tus-Resumable": "1.0.0", "x-api-key": key})
+        offset = int(answer.headers["upload-offset"])
+        if offset >= least:
+            return offset
+        assert time.monotonic() < deadline, f"the upload stayed at {offset} bytes"
+        time.sleep(0.05)
+
+
+def test_coffer_upload_killed_mid_way_resumes_where_it_stopped(
+    own_stack_with: Any, admin_for: Any, cli_for: Any, tmp_path: Path
+) -> None:
+    tmux = shutil.which("tmux")
+    assert tmux, "tmux is needed for this test: apt-get install -y tmux (make test installs it)"
+    # A slow link (12 MiB/s) between the command and the service, so the upload lasts a few seconds.
+    proxy = TcpProxy("127.0.0.1", 1, upload_rate=12 * MIB).start()
+    url = f"http://127.0.0.1:{proxy.port}"
+    stack = own_stack_with(COFFER_BASE_URL=url)
+    proxy.target = ("127.0.0.1", stack.ports.edge)
+    admin = admin_for(stack)
+    org = admin("create-org", "--name", "Train")["id"]
+    key = admin("create-key", "--org", org)["key"]
+    env = cli_for(url, key).env
+    source = tmp_path / "fifty.bin"
+    source.write_bytes(os.urandom(50 * MIB))
+    exe = str(Path(sys.executable).parent / "coffer")
+    sock = str(tmp_path / "tmux.sock")
+    try:
+        _run_in_tmux(tmux, sock, env, [exe, "upload", str(source)])
+        frames = _frames_until(tmux, sock, lambda f: any(float(d) >= 15 for d in DONE.findall(f)))
+        # The train enters a tunnel: the program dies (only it, not the terminal whose command
+        # line names it too).
+        subprocess.run(["pkill", "-KILL", "-f", rf"python\S* \S+/coffer upload {source}"], check=True)
+        frames = _frames_until(tmux, sock, lambda f: "EXIT=" in f)
+        assert "EXIT=137" in frames[-1], frames[-1]
+        subprocess.run([tmux, "-S", sock, "kill-server"], check=False)
+
+        (remembered,) = json.loads(
+            (Path(env["XDG_CACHE_HOME"]) / "coffer" / "uploads.json").read_text()
+        ).values()
+        # The service keeps what arrived before the connection broke, once it has made it durable.
+        stopped = _offset_when_above(remembered, key, 10 * MIB)
+
+        _run_in_tmux(tmux, sock, env, [exe, "upload", str(source)])
+        frames = _frames_until(tmux, sock, lambda f: "EXIT=" in f)
+    finally:
+        subprocess.run([tmux, "-S", sock, "kill-server"], check=False)
+        proxy.cut()
+    assert "EXIT=0" in frames[-1], frames[-1]
+    # The bar starts near where it stopped: from its first frame (0, before the service has
+    # said where it is) straight to at least the bytes the service held.
+    shown = [float(d) for f in frames for d in DONE.findall(f) if float(d) > 0]
+    assert shown and shown[0] * MIB >= stopped - MIB, (shown[:3], stopped)
+    assert json.loads((Path(env["XDG_CACHE_HOME"]) / "coffer" / "uploads.json").read_text()) == {}
+    with Coffer(stack.edge_url, key) as client:
+        (asset,) = client.list_assets()
+    assert asset.sha256 == sha256(source) and asset.name == "fifty.bin"
