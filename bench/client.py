@@ -5,7 +5,9 @@ Reads one JSON job from argv[1], writes one JSON result to stdout:
     {"url": "...", "mode": "multipart" | "put" | "get", "size": bytes, "count": n,
      "concurrency": c, "headers": {...}, "duration": seconds (stop starting transfers after it)}
 
-``multipart`` POSTs ``file`` as multipart/form-data (Coffer's ``POST /api/assets``); ``put``
+``multipart`` POSTs ``file`` as multipart/form-data (Coffer's ``POST /api/assets``); ``tus``
+creates a resumable upload at ``url`` (``/api/uploads/tus``) and PATCHes it in ``chunk``-byte
+pieces, one after another (the transfer's time covers the creation and every chunk); ``put``
 PUTs the raw bytes to ``url`` + ``/{run}-{n}.bin`` (nginx WebDAV). Upload bodies stream from
 one preallocated block with an explicit Content-Length, through httpx. ``get`` downloads
 ``url`` over one keep-alive socket into a 1 MiB buffer (plain HTTP/1.1 with Content-Length):
@@ -16,6 +18,7 @@ transfer's seconds, status counts, and the client's own CPU time.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import resource
@@ -109,6 +112,32 @@ def download(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def _tus(client: httpx.AsyncClient, job: dict[str, Any], size: int, n: int) -> str:
+    """One resumable upload: creation, then PATCHes of ``job["chunk"]`` bytes; the last
+    answer's status (204 once the asset exists), or the first failure's."""
+    headers = {**job.get("headers", {}), "Tus-Resumable": "1.0.0"}
+    name = base64.b64encode(f"bench-{n}.bin".encode()).decode()
+    created = await client.post(
+        job["url"], headers={**headers, "Upload-Length": str(size), "Upload-Metadata": f"filename {name}"}
+    )
+    if created.status_code != 201:
+        return str(created.status_code)
+    location, offset, chunk = created.headers["location"], 0, int(job["chunk"])
+    while offset < size:
+        length = min(chunk, size - offset)
+        patch_headers = {
+            **headers,
+            "Upload-Offset": str(offset),
+            "Content-Type": "application/offset+octet-stream",
+            "Content-Length": str(length),
+        }
+        answer = await client.patch(location, headers=patch_headers, content=_body(b"", length, b""))
+        if answer.status_code != 204:
+            return str(answer.status_code)
+        offset = int(answer.headers["upload-offset"])
+    return "204" if "coffer-asset-id" in answer.headers else "no asset"
+
+
 async def main(job: dict[str, Any]) -> dict[str, Any]:
     size, count, concurrency = int(job["size"]), int(job["count"]), int(job.get("concurrency", 1))
     deadline = time.monotonic() + float(job.get("duration", 1e9))
@@ -124,6 +153,18 @@ async def main(job: dict[str, Any]) -> dict[str, Any]:
             nonlocal next_n
             while next_n < count and time.monotonic() < deadline:
                 n, next_n = next_n, next_n + 1
+                if job["mode"] == "tus":
+                    started = time.perf_counter()
+                    try:
+                        status = await _tus(client, job, size, n)
+                    except httpx.HTTPError as exc:
+                        status = "error"
+                        if len(errors) < 3:
+                            errors.append(repr(exc))
+                    if status == "204":
+                        times.append(time.perf_counter() - started)
+                    statuses[status] += 1
+                    continue
                 url, headers, head, tail = _request(job, n)
                 headers["content-length"] = str(len(head) + size + len(tail))
                 started = time.perf_counter()

@@ -59,6 +59,7 @@ GROUPS = (
     "upload-big",
     "upload-small",
     "upload-token",
+    "upload-tus",
     "download",
     "cdn-small",
     "asset-get",
@@ -731,6 +732,44 @@ class Bench:
                 also=[(p50, lambda s: s.p50_ms), (rate, lambda s: s.rate)],
             )
 
+    def tus_uploads(self) -> None:
+        """100 MiB through tus in 5 MiB chunks beside the same file through POST /api/assets,
+        alternating, and the services' CPU per chunk."""
+        rate = Figure(
+            "upload one 100 MiB file through tus, 5 MiB chunks",
+            "MB/s",
+            reference_name="the same file through POST /api/assets (multipart), same run",
+            goal="ratio >= 0.8",
+        )
+        cpu = Figure("tus: CPU per 5 MiB chunk, all services", "ms", derived=True)
+        rate.client = cpu.client = "bench/client.py: httpx, 1 connection, chunks one after another"
+        cpu.note = "CPU (utime + stime) of every Coffer process over a tus upload ÷ its 20 chunks"
+        self.figures += [rate, cpu]
+        self.through_blob += [rate, cpu]
+        log(f"measuring: {rate.name}")
+        pids = self.coffer_pids()
+        job = {"size": BIG, "count": 1, "concurrency": 1, "headers": self.headers()}
+        tus_job = {**job, "url": self.stack.edge_url + "/api/uploads/tus", "mode": "tus", "chunk": 5 * MIB}
+        post_job = {**job, "url": self.stack.edge_url + "/api/assets", "mode": "multipart"}
+        chunks = -(-BIG // (5 * MIB))
+        for rep in range(self.args.reps + 1):  # the first of each is the warm-up
+            results = []
+            for one, ok in ((tus_job, "204"), (post_job, "201")):
+                result, server = python_client(one, servers=pids)
+                if result["statuses"] != {ok: 1}:
+                    raise RuntimeError(
+                        f"{one['mode']} upload failed: {result['statuses']} {result['errors']}"
+                    )
+                results.append((result, server))
+            if not rep:
+                continue
+            (tus_result, tus_cpu), (post_result, _) = results
+            rate.samples.append(BIG / tus_result["times"][0] / 1e6)
+            rate.reference_samples.append(BIG / post_result["times"][0] / 1e6)
+            # server CPU is in cores over the client's window: back to seconds, per chunk.
+            cpu.samples.append(sum(tus_cpu.values()) * tus_result["wall"] / chunks * 1000)
+            rate.server_cpu = {name: tus_cpu.get(name, 0.0) for name in pids}
+
     def token_uploads(self) -> None:
         """A 4 KiB upload with an upload token (minted just before, not timed) beside a keyed one."""
         rate = Figure(
@@ -822,6 +861,8 @@ class Bench:
             self.small_uploads()
         if small_asset and "upload-token" in want:
             self.token_uploads()
+        if small_asset and "upload-tus" in want:
+            self.tus_uploads()
         if big_asset and "download" in want:
             self.big_download(big_asset)
         if small_asset and "cdn-small" in want:

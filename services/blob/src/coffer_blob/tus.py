@@ -11,6 +11,7 @@ is in, the object is published under its key like any upload.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -82,16 +83,27 @@ class _Chunk:
         return self.check is None or self.check.digest() == self.expected
 
     async def receive(self, stream: AsyncIterator[bytes], room: int) -> int:
-        """Hash and write the body (at most ``room`` bytes); answers how many there were."""
+        """Hash and write the body (at most ``room`` bytes); answers how many there were.
+
+        A pipeline of two: while a worker thread hashes and writes one batch (making it
+        durable as it goes, so the checkpoint has little left to flush), the loop receives
+        the next; at most two batches are held."""
         received, batch = 0, bytearray()
-        async for data in stream:
-            received += len(data)
-            if received > room:
-                raise file_too_large(room)  # more than Upload-Length: nothing kept
-            batch += data
-            if len(batch) >= BATCH:
-                await run_in_threadpool(self.write, bytes(batch))
-                batch.clear()
+        writing: asyncio.Future[None] | None = None
+        try:
+            async for data in stream:
+                received += len(data)
+                if received > room:
+                    raise file_too_large(room)  # more than Upload-Length: nothing kept
+                batch += data
+                if len(batch) >= BATCH:
+                    if writing is not None:
+                        await writing
+                    writing = asyncio.ensure_future(run_in_threadpool(self.write, bytes(batch)))
+                    batch.clear()
+        finally:
+            if writing is not None:
+                await writing  # (never two writers of one file at once, even on the way out)
         if batch:
             await run_in_threadpool(self.write, bytes(batch))
         return received

@@ -19,6 +19,7 @@ drops both rows.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import secrets
@@ -29,13 +30,14 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Query
 from sqlmodel import Session
 
+from coffer_kit.db import run_read
 from coffer_kit.errors import CofferError, conflict, not_found, offset_mismatch, upload_locked
 from coffer_kit.ids import TUS_UPLOAD_ID_PATTERN
 from coffer_kit.timeutil import utcnow
 from coffer_kit.urls import asset_prefix
 from coffer_kit.wire import TusAdvance, TusComplete, TusCreate, TusEnded, TusLease, TusLock, TusUpload
 from coffer_metadata.assets import service as assets
-from coffer_metadata.deps import SessionDep, SettingsDep
+from coffer_metadata.deps import DatabaseDep, SettingsDep
 from coffer_metadata.events import ActorDep
 from coffer_metadata.folders.service import check_folder
 from coffer_metadata.models import TusUpload as TusRow
@@ -272,52 +274,58 @@ def counts(session: Session) -> tuple[int, int]:
 
 
 # -- routes ---------------------------------------------------------------------------------
+# Writes go through the group commit (``Database.write``): one worker-thread trip each, and
+# one fsync for the writes that arrive together (a PATCH makes two: lock, then advance).
 
 
 @router.post("/orgs/{org_id}/tus", status_code=201)
-def create_upload(org_id: str, body: TusCreate, session: SessionDep, settings: SettingsDep) -> TusUpload:
-    return create(session, org_id=org_id, upload=body, max_in_flight=settings.metadata_max_uploads_in_flight)
+async def create_upload(
+    org_id: str, body: TusCreate, database: DatabaseDep, settings: SettingsDep
+) -> TusUpload:
+    limit = settings.metadata_max_uploads_in_flight
+    return await database.write(functools.partial(create, org_id=org_id, upload=body, max_in_flight=limit))
 
 
 @router.get("/tus/{upload_id}")
-def get_upload(
-    upload_id: str, session: SessionDep, org: Annotated[str | None, Query(max_length=40)] = None
+async def get_upload(
+    upload_id: str, database: DatabaseDep, org: Annotated[str | None, Query(max_length=40)] = None
 ) -> TusUpload:
     """The upload (of organization ``org``, if said): 404 if none, another's or expired."""
-    return _view(_live(session, upload_id, org))
+    return await run_read(database.engine, lambda session: _view(_live(session, upload_id, org)))
 
 
 @router.post("/tus/{upload_id}/lock")
-def lock_upload(upload_id: str, body: TusLock, session: SessionDep) -> TusUpload:
-    return lock(session, upload_id=upload_id, want=body)
+async def lock_upload(upload_id: str, body: TusLock, database: DatabaseDep) -> TusUpload:
+    return await database.write(functools.partial(lock, upload_id=upload_id, want=body))
 
 
 @router.post("/tus/{upload_id}/renew")
-def renew_lease(upload_id: str, body: TusLease, session: SessionDep) -> TusLease:
-    renew(session, upload_id=upload_id, lease=body)
+async def renew_lease(upload_id: str, body: TusLease, database: DatabaseDep) -> TusLease:
+    await database.write(functools.partial(renew, upload_id=upload_id, lease=body))
     return body
 
 
 @router.post("/tus/{upload_id}/unlock")
-def unlock_upload(upload_id: str, body: TusLease, session: SessionDep) -> TusLease:
-    unlock(session, upload_id=upload_id, lease=body)
+async def unlock_upload(upload_id: str, body: TusLease, database: DatabaseDep) -> TusLease:
+    await database.write(functools.partial(unlock, upload_id=upload_id, lease=body))
     return body
 
 
 @router.post("/tus/{upload_id}/advance")
-def advance_upload(upload_id: str, body: TusAdvance, session: SessionDep) -> TusUpload:
-    return advance(session, upload_id=upload_id, step=body)
+async def advance_upload(upload_id: str, body: TusAdvance, database: DatabaseDep) -> TusUpload:
+    return await database.write(functools.partial(advance, upload_id=upload_id, step=body))
 
 
 @router.post("/tus/{upload_id}/complete")
-def complete_upload(
-    upload_id: str, body: TusComplete, session: SessionDep, settings: SettingsDep, actor: ActorDep
+async def complete_upload(
+    upload_id: str, body: TusComplete, database: DatabaseDep, settings: SettingsDep, actor: ActorDep
 ) -> TusUpload:
-    return complete(session, upload_id=upload_id, done=body, cdn_url=settings.cdn_url, actor=actor)
+    done = functools.partial(complete, upload_id=upload_id, done=body, cdn_url=settings.cdn_url, actor=actor)
+    return await database.write(done)
 
 
 @router.post("/tus/{upload_id}/terminate")
-def terminate_upload(
-    upload_id: str, session: SessionDep, org: Annotated[str | None, Query(max_length=40)] = None
+async def terminate_upload(
+    upload_id: str, database: DatabaseDep, org: Annotated[str | None, Query(max_length=40)] = None
 ) -> TusEnded | None:
-    return terminate(session, upload_id=upload_id, org_id=org)
+    return await database.write(functools.partial(terminate, upload_id=upload_id, org_id=org))
