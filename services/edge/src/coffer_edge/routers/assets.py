@@ -157,9 +157,8 @@ class UploadScope:
     claim: Callable[[str], Awaitable[None]] | None = None
     release: Callable[[str], Awaitable[None]] | None = None
     # CONTRACT §12: what the asset becomes unless the form's ``visibility`` field says; with
-    # ``fixed_visibility`` (an upload token's) whatever the form says. Tus (§9, not built
-    # yet): its ``visibility`` metadata entry goes here (``fixed_visibility=True``), since its
-    # bytes carry no form; blob stores the object with it before metadata commits the row.
+    # ``fixed_visibility`` (an upload token's) whatever the form says. (Resumable uploads,
+    # routers/tus.py, take theirs from Upload-Metadata.)
     visibility: Visibility = "public"
     fixed_visibility: bool = False
 
