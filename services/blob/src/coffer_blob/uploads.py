@@ -35,7 +35,7 @@ from starlette.requests import ClientDisconnect
 
 from coffer_blob import keys
 from coffer_blob.deps import StorageDep
-from coffer_blob.multipart import BaseTarget, BoundaryParser, ParseFailedException, parse_boundary
+from coffer_blob.multipart import ParseFailed, PartRouter, Target, parse_boundary
 from coffer_blob.storage import ObjectInfo, Storage, StorageUnavailable, Writer
 from coffer_kit.errors import CofferError, file_too_large, invalid, unsupported_media_type
 from coffer_kit.limits import MAX_FILE_BYTES
@@ -67,7 +67,7 @@ def malformed(reason: str) -> CofferError:
     return invalid(f"The multipart body is malformed: {reason}.", field="body")
 
 
-class _PartTarget(BaseTarget):
+class _PartTarget(Target):
     """Counts the parts routed to it and whether each one was closed by a boundary."""
 
     def __init__(self) -> None:
@@ -255,17 +255,12 @@ class _Upload:
         self.asset_id = asset_id
         try:
             boundary = parse_boundary(content_type)
-            self.parser = BoundaryParser(boundary)
-        except ParseFailedException:
+        except ParseFailed:
             raise invalid("The multipart boundary is missing or invalid.", field="content-type") from None
         self.file = _FileTarget()
         self.fields = {name: _FieldTarget() for name in FIELDS}
-        self.other = _PartTarget()
-        self.parser.register("file", self.file)
-        for name, target in self.fields.items():
-            self.parser.register(name, target)
-        # Every other part: read and dropped (registered last, so it only gets the rest).
-        self.parser.register("*", self.other, lambda _registered, _name: True)
+        self.other = _PartTarget()  # every other part: read and dropped
+        self.parser = PartRouter(boundary, {"file": self.file, **self.fields}, self.other)
         self.ender = _EnderWatch(boundary)
         self.preamble = _Preamble(boundary)
         self.heads = _PartHeads(boundary)
@@ -350,7 +345,7 @@ class _Upload:
         try:
             if data:
                 self.parser.data_received(data)
-        except ParseFailedException:
+        except ParseFailed:
             raise malformed("cannot split it into parts") from None
         except UnicodeDecodeError:
             # The parser reads part headers as UTF-8 (RFC 7578 §4.2, what browsers send);
