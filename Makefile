@@ -57,12 +57,22 @@ HTMX_VERSION := 2.0.11
 HTMX_SHA384 := 2OatzQy1H+Zd/IIrjr1TcuDGqLXeHhbooAyJY1KdQMKnr4LZ22k31GBLdYKHmVjg
 HTMX_FILE := services/edge/src/coffer_edge/dashboard/static/vendor/htmx-$(HTMX_VERSION).min.js
 
-vendor: ## Re-fetch the dashboard's vendored htmx from npm and check its sha384
+TUS_VERSION := 4.3.1
+TUS_SHA384 := UlHjK3F7TCQCEUpnoa1ohMbP2oaWB3Aypv4gMo511vaZ86uUZ0Zv7UzZ0J1zRUT1
+TUS_FILE := services/edge/src/coffer_edge/dashboard/static/vendor/tus-js-client-$(TUS_VERSION).min.js
+
+vendor: ## Re-fetch the dashboard's vendored htmx and tus-js-client (with its licence) from npm and check their sha384
 	@tmp=$$(mktemp -d) && cd $$tmp && npm pack --silent htmx.org@$(HTMX_VERSION) >/dev/null && \
 	  tar xzf htmx.org-$(HTMX_VERSION).tgz && \
 	  got=$$(openssl dgst -sha384 -binary package/dist/htmx.min.js | openssl base64 -A) && \
 	  if [ "$$got" != "$(HTMX_SHA384)" ]; then echo "htmx $(HTMX_VERSION): sha384 $$got, expected $(HTMX_SHA384)"; exit 1; fi && \
 	  cp package/dist/htmx.min.js $(CURDIR)/$(HTMX_FILE) && rm -rf $$tmp && echo "$(HTMX_FILE): sha384-$$got"
+	@tmp=$$(mktemp -d) && cd $$tmp && npm pack --silent tus-js-client@$(TUS_VERSION) >/dev/null && \
+	  tar xzf tus-js-client-$(TUS_VERSION).tgz && \
+	  got=$$(openssl dgst -sha384 -binary package/dist/tus.min.js | openssl base64 -A) && \
+	  if [ "$$got" != "$(TUS_SHA384)" ]; then echo "tus-js-client $(TUS_VERSION): sha384 $$got, expected $(TUS_SHA384)"; exit 1; fi && \
+	  cp package/dist/tus.min.js $(CURDIR)/$(TUS_FILE) && cp package/LICENSE $(CURDIR)/$(TUS_FILE:.min.js=.LICENSE) && \
+	  rm -rf $$tmp && echo "$(TUS_FILE): sha384-$$got"
 
 test-fast: setup ## Run the in-process tests only (each service against a real database; under a minute on 2 cores)
 	@$(UV) run --frozen --no-sync pytest -n $(FAST_WORKERS) libs services -m "not e2e" $(PYTEST_ARGS)

@@ -113,6 +113,47 @@ def test_uploads_need_the_csrf_token_in_the_header_or_first(browser: Browser, ad
     assert gone.status_code == 404 and gone.json()["error"]["message"] == "The folder no longer exists."
 
 
+def test_a_resumable_upload_gets_an_endpoint_for_that_file_only(browser: Browser, stack: Any) -> None:
+    """Files above 8 MiB: the page asks for a tus endpoint (an upload token for that size and
+    folder, spent by the upload's creation), with the same CSRF header as the upload route."""
+    folder = folder_of(
+        browser.http.post(f"{browser.files}/folders", data={"csrf_token": browser.csrf, "name": "big"})
+    )
+
+    def ask(size: int, folder_id: str = folder, csrf: str | None = None) -> httpx.Response:
+        return browser.http.post(
+            f"{browser.files}/resumable",
+            params={"size": size, "folder": folder_id},
+            headers={"x-csrf-token": browser.csrf if csrf is None else csrf},
+        )
+
+    assert ask(10, csrf="wrong").status_code == 403
+    assert ask(100 * 1024 * 1024 + 1).json()["error"]["code"] == "file_too_large"
+    assert ask(0).status_code == 400
+    gone = ask(10, folder_id="fld_doesnotexist")
+    assert gone.status_code == 404 and gone.json()["error"]["message"] == "The folder no longer exists."
+    endpoint = ask(10).json()["endpoint"]
+    assert endpoint.startswith("/api/uploads/tus?token=cof_upl_")
+    tus = {"Tus-Resumable": "1.0.0", "Upload-Metadata": "filename YS5iaW4="}
+    # The token holds that size at most, and is spent by one creation.
+    assert httpx.post(stack.edge_url + endpoint, headers={**tus, "Upload-Length": "11"}).status_code == 413
+    created = httpx.post(stack.edge_url + endpoint, headers={**tus, "Upload-Length": "10"})
+    assert created.status_code == 201, created.text
+    assert httpx.post(stack.edge_url + endpoint, headers={**tus, "Upload-Length": "10"}).status_code == 401
+    done = httpx.patch(
+        created.headers["location"],
+        content=b"0123456789",
+        headers={
+            "Tus-Resumable": "1.0.0",
+            "Upload-Offset": "0",
+            "Content-Type": "application/offset+octet-stream",
+        },
+    )
+    assert done.status_code == 204, done.text
+    asset = browser.http.get(f"{browser.files}/{done.headers['coffer-asset-id']}")
+    assert asset.status_code == 200 and "a.bin" in asset.text and folder in asset.text
+
+
 def test_folder_refusals_and_the_delete_summary(browser: Browser) -> None:
     photos = folder_of(browser.post(f"{browser.files}/folders", {"name": "Photos"}))
     duplicate = browser.post(f"{browser.files}/folders", {"name": "Photos"})

@@ -37,15 +37,24 @@ from coffer_edge.dashboard.web import (
     redirect,
     state_of,
 )
+from coffer_edge.deps import edge_state
 from coffer_edge.routers.assets import UploadScope, counted_upload, delete_stored_asset, update_stored_asset
-from coffer_kit.errors import CofferError, invalid, not_found
+from coffer_edge.routers.tus import TUS_PATH
+from coffer_edge.routers.uploads import new_token, token_hash
+from coffer_kit.errors import CofferError, file_too_large, invalid, not_found
 from coffer_kit.limits import MAX_FILE_BYTES
 from coffer_kit.resources import Asset, AssetList, Folder, FolderList, FolderWithPath
+from coffer_kit.wire import UploadTokenIn
 
 log = logging.getLogger("coffer.edge.dashboard")
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
 PAGE_SIZE = 50
+# Files above this go through tus (CONTRACT §9) from the page's script: resumable after a
+# dropped connection or a reload. Smaller ones keep the one-request upload.
+RESUMABLE_ABOVE = 8 * 1024 * 1024
+# How long the page has to create its upload with the token it asked for (it does at once).
+RESUMABLE_TOKEN_SECONDS = 600
 # Previews and downloads use signed URLs this short: the page never outlives them by much.
 PREVIEW_SECONDS = 300
 TEXT_PREVIEW_BYTES = 64 * 1024
@@ -227,6 +236,7 @@ async def _files_page(
         notice=notice,
         new_folder_name=new_folder_name,
         max_file_bytes=MAX_FILE_BYTES,
+        resumable_above=RESUMABLE_ABOVE,
         page_url=lambda n: _files_url(visit.org.id, folder_id, q=q, page=str(n) if n > 1 else ""),
     )
 
@@ -519,6 +529,41 @@ async def upload(request: Request, visit: OrgVisitDep, folder: str = "") -> Resp
     return JSONResponse(
         {"asset": asset.model_dump(), "page": page, "size": binary_size(asset.size)}, status_code=201
     )
+
+
+@router.post("/o/{org_id}/files/resumable")
+async def resumable(request: Request, visit: OrgVisitDep, size: int, folder: str = "") -> JSONResponse:
+    """Where the page's script creates a resumable upload of one file of ``size`` bytes into
+    ``folder``: the tus endpoint with an upload token for it (§8), which the creation spends;
+    the upload's own URL then carries its capability, so no later request needs the session.
+    Script only (``X-CSRF-Token``); the same permission, folder check and rate limit as the
+    one-request upload."""
+    sent = request.headers.get("x-csrf-token")
+    if not sent or not secrets.compare_digest(sent.encode(), visit.csrf.encode()):
+        raise CsrfRefused
+    folder_id = _check_id(folder, "fld_") if folder else None
+    rid = _rid(visit)
+    state = state_of(request)
+    try:
+        if size > MAX_FILE_BYTES:
+            raise file_too_large(MAX_FILE_BYTES)
+        if size < 1:
+            raise invalid("size must be positive.", field="size")
+        await state.rate_limiter.check(f"user:{visit.current.user.id}")
+        if folder_id:
+            await state.metadata.check_upload_target(visit.org.id, folder_id, None, request_id=rid)
+        token = new_token()
+        scope = UploadTokenIn(
+            token_hash=token_hash(token),
+            folder_id=folder_id,
+            max_bytes=size,
+            expires_in=RESUMABLE_TOKEN_SECONDS,
+        )
+        await edge_state(request).upload_tokens.create(visit.org.id, scope, request_id=rid)
+    except CofferError as exc:
+        envelope = {"code": exc.code, "message": _upload_message(exc), "requestId": rid}
+        return JSONResponse({"error": envelope}, status_code=exc.status, headers=exc.headers)
+    return JSONResponse({"endpoint": f"{TUS_PATH}?token={token}"})
 
 
 # The asset page ---------------------------------------------------------------------------

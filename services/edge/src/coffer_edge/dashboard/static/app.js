@@ -57,8 +57,9 @@ window.addEventListener("pagehide", () => {
 });
 
 // File browser uploads: one XHR per file straight to the dashboard's upload route (the session
-// cookie and the X-CSRF-Token header authenticate it), three at a time, each with a progress
-// bar, a Cancel button and its own result. Files over the limit are refused before any request.
+// cookie and the X-CSRF-Token header authenticate it), or, above 8 MiB, resumably through tus;
+// three at a time, each with a progress bar, a Cancel button and its own result. Files over the
+// limit are refused before any request.
 const UPLOADS_AT_ONCE = 3;
 
 function binarySize(bytes) {
@@ -73,6 +74,7 @@ function setupUploads(form) {
   const list = document.getElementById("uploads");
   const zone = document.getElementById("dropzone");
   const maxBytes = Number(form.dataset.maxBytes);
+  const resumableAbove = Number(form.dataset.resumableAbove);
   const csrf = form.querySelector("input[name=csrf_token]").value;
   const queue = [];
   let active = 0;
@@ -119,6 +121,10 @@ function setupUploads(form) {
 
   function send(item) {
     active += 1;
+    if (window.tus && item.file.size > resumableAbove) {
+      sendResumable(item);
+      return;
+    }
     const xhr = new XMLHttpRequest();
     item.xhr = xhr;
     xhr.open("POST", form.action);
@@ -152,6 +158,79 @@ function setupUploads(form) {
     xhr.send(data);
   }
 
+  // Files above 8 MiB: tus (tus-js-client), 8 MiB a request. A dropped connection is retried
+  // from the offset the service holds; after a reload, choosing the same file again resumes it
+  // (its upload URL, with the upload's capability, is kept in this browser's localStorage under
+  // the organization, folder and file, until it completes).
+  function errorOf(err) {
+    const res = err && err.originalResponse;
+    if (!res) return "The upload failed: the connection broke.";
+    try {
+      const body = JSON.parse(res.getBody());
+      if (body && body.error) return body.error.message;
+    } catch (_) { /* not the envelope */ }
+    return `The upload failed (HTTP ${res.getStatus()}). Try again.`;
+  }
+
+  async function endpointFor(item) {
+    const url = `${form.dataset.resumableUrl}${form.dataset.resumableUrl.includes("?") ? "&" : "?"}size=${item.file.size}`;
+    const res = await fetch(url, { method: "POST", headers: { "X-CSRF-Token": csrf }, credentials: "same-origin" });
+    let body = null;
+    try { body = await res.json(); } catch (_) { body = null; }
+    if (res.ok && body && body.endpoint) return body.endpoint;
+    if (body && body.error) throw new Error(body.error.message);
+    if (res.url.includes("/dashboard/login")) throw new Error("Your session ended. Sign in again, then upload.");
+    throw new Error(`The upload could not start (HTTP ${res.status}). Try again.`);
+  }
+
+  async function sendResumable(item) {
+    const file = item.file;
+    const settle = (ok, message, link) => { finish(item, ok, message, link); active -= 1; next(); };
+    let upload = null;
+    item.abort = () => {
+      if (upload) upload.abort(true).catch(() => {});  // true: the service deletes what it has
+      settle(false, "Cancelled.");
+    };
+    try {
+      const endpoint = await endpointFor(item);
+      upload = new window.tus.Upload(file, {
+        endpoint,
+        chunkSize: 8 * 1024 * 1024,
+        retryDelays: [0, 1000, 2000, 3000, 5000, 5000, 10000, 10000, 20000, 30000],
+        metadata: { filename: file.name, filetype: file.type || "application/octet-stream" },
+        fingerprint: (f) => Promise.resolve(
+          ["coffer", form.dataset.fingerprint, f.name, f.type, f.size, f.lastModified].join("/")),
+        removeFingerprintOnSuccess: true,
+        onProgress: (sent, total) => {
+          item.bar.value = Math.floor((sent / total) * 100);
+          const resumed = item.li.classList.contains("resumed") ? " · resumed" : "";
+          item.status.textContent = `${binarySize(sent)} of ${binarySize(total)}${resumed}`;
+        },
+        onShouldRetry: (err, attempt) => {
+          item.status.textContent = `Connection lost; retrying (${attempt + 1})…`;
+          const status = err && err.originalResponse ? err.originalResponse.getStatus() : 0;
+          return !(status >= 400 && status < 500 && status !== 409 && status !== 423);
+        },
+        onSuccess: ({ lastResponse }) => {
+          const assetId = lastResponse.getHeader("Coffer-Asset-Id");
+          item.bar.value = 100;
+          settle(true, `Uploaded, ${binarySize(file.size)}.`,
+            assetId ? { href: `${form.dataset.filesUrl}/${assetId}`, text: "Open" } : null);
+        },
+        onError: (err) => settle(false, errorOf(err)),
+      });
+      const previous = await upload.findPreviousUploads();
+      if (previous.length) {
+        upload.resumeFromPreviousUpload(previous[0]);
+        item.li.classList.add("resumed");
+        item.status.textContent = "Resuming where it stopped…";
+      }
+      upload.start();
+    } catch (err) {
+      settle(false, err.message || String(err));
+    }
+  }
+
   function add(files) {
     for (const file of files) {
       const item = row(file);
@@ -162,6 +241,7 @@ function setupUploads(form) {
       }
       item.cancel.addEventListener("click", () => {
         if (item.xhr) { item.xhr.abort(); return; }
+        if (item.abort) { item.abort(); return; }
         const at = queue.indexOf(item);
         if (at >= 0) queue.splice(at, 1);
         finish(item, false, "Cancelled.");

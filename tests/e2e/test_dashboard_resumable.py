@@ -1,0 +1,126 @@
+"""The file browser's resumable uploads (tus, CONTRACT §9) in a real browser: files above 8 MiB
+go through tus-js-client; the connection cut mid-way and restored, the upload finishes by
+itself; the page reloaded mid-way and the same file chosen again, it resumes where the service
+stopped. The link is slowed (Chrome's network emulation) so there is a "mid-way" to act in."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+MIB = 1024 * 1024
+# About 5 s for 20 MiB.
+UPLOAD_BYTES_PER_SECOND = 4 * MIB
+
+
+def slow_link(page: Any, *, offline: bool = False) -> Any:
+    """Chrome's own network emulation on this page: uploads slowed, or no network at all."""
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    cdp.send(
+        "Network.emulateNetworkConditions",
+        {
+            "offline": offline,
+            "latency": 0,
+            "downloadThroughput": -1,
+            "uploadThroughput": UPLOAD_BYTES_PER_SECOND,
+        },
+    )
+    return cdp
+
+
+def set_offline(cdp: Any, offline: bool) -> None:
+    cdp.send(
+        "Network.emulateNetworkConditions",
+        {
+            "offline": offline,
+            "latency": 0,
+            "downloadThroughput": -1,
+            "uploadThroughput": UPLOAD_BYTES_PER_SECOND,
+        },
+    )
+
+
+def progress(page: Any) -> int:
+    return int(page.eval_on_selector("#uploads li:last-child progress", "b => b.value"))
+
+
+def status(page: Any) -> str:
+    return str(page.inner_text("#uploads li:last-child .status"))
+
+
+def uploaded_asset(page: Any) -> str:
+    page.wait_for_function(
+        "() => { const li = document.querySelector('#uploads li:last-child');"
+        " return li && (li.classList.contains('done') || li.classList.contains('failed')); }",
+        timeout=120_000,
+    )
+    assert status(page).startswith("Uploaded"), status(page)
+    href = page.get_attribute("#uploads li:last-child .status a", "href")
+    assert href
+    match = re.search(r"ast_\w+", href)
+    assert match, href
+    return match.group(0)
+
+
+def test_a_dropped_connection_resumes_by_itself(dashboard: Any, tmp_path: Path, until: Any) -> None:
+    page = dashboard.context().new_page()
+    dashboard.register(page, dashboard.person("train"))
+    org_id = dashboard.create_org(page, "Trains Ltd")
+    api = dashboard.api(dashboard.create_key(page, org_id, name="train-test"))
+    data = os.urandom(20 * MIB + 7)
+    (tmp_path / "journey.mp4").write_bytes(data)
+    page.goto(f"/dashboard/o/{org_id}/files")
+    cdp = slow_link(page)
+    page.set_input_files("#file-input", str(tmp_path / "journey.mp4"))
+    until(lambda: progress(page) >= 30, timeout=60)
+    set_offline(cdp, True)  # the train enters a tunnel
+    until(lambda: "retrying" in status(page), timeout=30)
+    shots = Path(os.environ.get("COFFER_SCREENSHOTS_DIR") or tmp_path)
+    page.screenshot(path=str(shots / "files-upload-retrying.png"), full_page=True)
+    set_offline(cdp, False)
+    asset_id = uploaded_asset(page)
+    asset = api.get(f"/assets/{asset_id}").json()
+    assert asset["size"] == len(data) and asset["sha256"] == hashlib.sha256(data).hexdigest()
+    assert asset["name"] == "journey.mp4"
+
+
+def test_a_reloaded_page_resumes_the_same_file(dashboard: Any, tmp_path: Path, until: Any) -> None:
+    page = dashboard.context().new_page()
+    dashboard.register(page, dashboard.person("reload"))
+    org_id = dashboard.create_org(page, "Reloaders")
+    api = dashboard.api(dashboard.create_key(page, org_id, name="reload-test"))
+    data = os.urandom(20 * MIB + 11)
+    path = tmp_path / "film.mov"
+    path.write_bytes(data)
+    offsets: list[int] = []
+    page.on(
+        "request",
+        lambda r: offsets.append(int(r.headers["upload-offset"])) if r.method == "PATCH" else None,
+    )
+    page.goto(f"/dashboard/o/{org_id}/files")
+    slow_link(page)
+    page.set_input_files("#file-input", str(path))
+    until(lambda: progress(page) >= 50, timeout=60)  # past the first 8 MiB request
+    page.reload()
+    slow_link(page)
+    offsets.clear()
+    page.set_input_files("#file-input", str(path))
+    until(lambda: "Resuming" in status(page) or progress(page) > 0, timeout=30)
+    shots = Path(os.environ.get("COFFER_SCREENSHOTS_DIR") or tmp_path)
+    until(lambda: progress(page) >= 60, timeout=60)
+    page.screenshot(path=str(shots / "files-upload-resumed.png"), full_page=True)
+    asset_id = uploaded_asset(page)
+    page.screenshot(path=str(shots / "files-upload-resumed-done.png"), full_page=True)
+    # After the reload it went on from where the service was, not from the start.
+    assert offsets and offsets[0] >= 8 * MIB, offsets
+    asset = api.get(f"/assets/{asset_id}").json()
+    assert asset["size"] == len(data) and asset["sha256"] == hashlib.sha256(data).hexdigest()
+    assert page.locator("#uploads li.resumed").count() == 1
