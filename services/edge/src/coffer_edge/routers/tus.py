@@ -77,15 +77,27 @@ MAX_METADATA_CHARS = 4096
 router = APIRouter(prefix=TUS_PATH, tags=["resumable uploads (tus)"])
 
 
+_CHECKSUM_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": r"^(sha1 [A-Za-z0-9+/]{27}=|sha256 [A-Za-z0-9+/]{43}=)$",
+    "description": "`sha1` or `sha256`, a space, the digest in base64.",
+}
 # The key headers, or none: an upload token (creation) or the upload's capability (``?token=``).
 _SECURITY: list[dict[str, list[str]]] = [{"ApiKey": []}, {"ApiKey": [], "OrganizationId": []}, {}]
 
 
-def _documented(**headers: str) -> dict[str, Any]:
-    """A tus route's credentials and request headers, for the OpenAPI document."""
+Header = tuple[bool, dict[str, Any], str]
+
+
+def _documented(**headers: Header) -> dict[str, Any]:
+    """A tus route's credentials and request headers (name: required, schema, text), for the
+    OpenAPI document."""
+    every: dict[str, Header] = {
+        "Tus-Resumable": (True, {"type": "string", "enum": [TUS_VERSION]}, "The protocol's version.")
+    }
     parameters = [
-        {"name": name, "in": "header", "schema": {"type": "string"}, "description": text}
-        for name, text in {"Tus-Resumable": "1.0.0.", **headers}.items()
+        {"name": name, "in": "header", "required": required, "schema": schema, "description": text}
+        for name, (required, schema, text) in {**every, **headers}.items()
     ]
     return {"parameters": parameters, "security": _SECURITY}
 
@@ -459,10 +471,18 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
     responses=_responses(201, "Created; `Location` is the upload's URL.", 404, 412, 413, 415, 460),
     openapi_extra=_documented(
         **{
-            "Upload-Length": "The file's size in bytes (at most 104857600); required.",
-            "Upload-Metadata": "Comma-separated `key base64(value)`: `filename` (required), `folderId`, "
-            "`filetype`, `visibility`.",
-            "Upload-Checksum": "With a body (creation-with-upload): `sha1|sha256 base64(digest)`.",
+            "Upload-Length": (
+                True,
+                {"type": "integer", "minimum": 0, "maximum": MAX_FILE_BYTES},
+                "The file's size.",
+            ),
+            "Upload-Metadata": (
+                True,
+                {"type": "string", "maxLength": MAX_METADATA_CHARS},
+                "Comma-separated `key base64(value)`: `filename` (required; the name rules), `folderId`, "
+                "`filetype`, `visibility`.",
+            ),
+            "Upload-Checksum": (False, _CHECKSUM_SCHEMA, "With a body (creation-with-upload): of the body."),
         }
     ),
 )
@@ -547,8 +567,12 @@ async def upload_state(upload_id: UploadIdPath, request: Request, token: Token =
     ),
     openapi_extra=_documented(
         **{
-            "Upload-Offset": "Where this chunk starts: the offset HEAD answered.",
-            "Upload-Checksum": "Optional `sha1|sha256 base64(digest)` of this chunk; a mismatch → 460.",
+            "Upload-Offset": (
+                True,
+                {"type": "integer", "minimum": 0, "maximum": MAX_FILE_BYTES},
+                "Where this chunk starts: the offset HEAD answered.",
+            ),
+            "Upload-Checksum": (False, _CHECKSUM_SCHEMA, "Of this chunk; a mismatch → 460."),
         }
     ),
 )
