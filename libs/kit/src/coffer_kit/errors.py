@@ -94,9 +94,13 @@ def offset_mismatch(offset: int) -> CofferError:
     )
 
 
-def upload_locked() -> CofferError:
-    """423 ``locked`` (tus): another request is writing to the same upload; retry."""
-    return CofferError(423, "locked", "Another request is writing to this upload; retry in a moment.")
+def upload_locked(kept_for: float | None = None) -> CofferError:
+    """423 ``locked`` (tus): another request is writing to the same upload; retry. Internally,
+    ``kept_for``: no request writes, but its last writer keeps the lease that many seconds."""
+    details = {"keptFor": round(kept_for, 3)} if kept_for is not None else None
+    return CofferError(
+        423, "locked", "Another request is writing to this upload; retry in a moment.", details=details
+    )
 
 
 def unsupported_version(version: str) -> CofferError:

@@ -9,6 +9,9 @@ MULTIPART_OVERHEAD = 1024 * 1024
 # The largest upload request body (a file of the maximum size in its multipart form).
 MAX_UPLOAD_BODY_BYTES = MAX_FILE_BYTES + MULTIPART_OVERHEAD
 
+# A resumable upload (tus, CONTRACT §9) expires this long after its last write.
+TUS_EXPIRY_SECONDS = 24 * 3600
+
 # GET /api/assets: page size and offset.
 PAGE_LIMIT_DEFAULT = 50
 PAGE_LIMIT_MAX = 100

@@ -264,12 +264,14 @@ class TusLease(WireModel):
 
 
 class TusAdvance(WireModel):
-    """Bytes from ``from_offset`` to ``offset`` are durable; resume from ``resume``."""
+    """Bytes from ``from_offset`` to ``offset`` are durable; resume from ``resume``. With
+    ``keep_seconds``, the writer keeps the lease that long for its next chunk."""
 
     lock_token: str = Field(max_length=64)
     from_offset: int = Field(ge=0)
     offset: int = Field(ge=0)
     resume: dict[str, Any]
+    keep_seconds: float = Field(default=0, ge=0, le=60)
 
 
 class TusComplete(WireModel):

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 import rehashes
@@ -36,7 +37,7 @@ router = APIRouter(prefix="/internal/v1/tus")
 _UPLOAD_ID = re.compile(TUS_UPLOAD_ID_PATTERN)
 
 # Bytes gathered on the event loop before one worker-thread trip hashes and writes them.
-BATCH = 1024 * 1024
+BATCH = 512 * 1024
 # What Upload-Checksum may name (CONTRACT §9), as hashlib names them.
 CHECKSUMS = {"sha1": "sha1", "sha256": "sha256"}
 
@@ -56,8 +57,9 @@ async def name_key(org_id: str, body: TusTarget) -> TusKey:
 class _Chunk:
     """One request's bytes on their way into a resumable object, hashed as they go."""
 
-    def __init__(self, writer: Resumable, hash_state: str | None, checksum: str | None) -> None:
-        self.writer = writer
+    def __init__(self, opener: Callable[[], Resumable], hash_state: str | None, checksum: str | None) -> None:
+        self.opener = opener
+        self.writer: Resumable | None = None  # opened by the first write, in its worker thread
         self.sha256 = (
             rehashes.PySha256.deserialize(base64.b64decode(hash_state)) if hash_state else rehashes.PySha256()
         )
@@ -73,17 +75,43 @@ class _Chunk:
             self.algorithm, self.check = algorithm, hashlib.new(CHECKSUMS[algorithm])
 
     def write(self, data: bytes) -> None:
-        """In a worker thread: hash and write one batch."""
+        """In a worker thread: hash and write one batch (the first opens the object)."""
+        if self.writer is None:
+            self.writer = self.opener()
         self.sha256.update(data)
         if self.check is not None:
             self.check.update(data)
         self.writer.write(data)
 
-    def matches(self) -> bool:
-        return self.check is None or self.check.digest() == self.expected
+    def finish(
+        self, data: bytes, new_offset: int, final: bool, commit: Callable[[Resumable, str], object]
+    ) -> str | dict[str, Any]:
+        """In a worker thread: the last batch, then the checkpoint (answers its state), or, at
+        the upload's last byte, the commit (answers the SHA-256)."""
+        self.write(data)
+        assert self.writer is not None
+        if final:
+            sha256: str = self.sha256.finalize()
+            commit(self.writer, sha256)
+            return sha256
+        return self.writer.checkpoint(new_offset)
 
-    async def receive(self, stream: AsyncIterator[bytes], room: int) -> int:
-        """Hash and write the body (at most ``room`` bytes); answers how many there were.
+    def abort(self) -> None:
+        if self.writer is not None:
+            self.writer.abort()
+
+    def matches(self, last: bytes) -> bool:
+        """Whether the chunk, ``last`` (its batch not yet written) included, has the checksum."""
+        if self.check is None:
+            return True
+        check = self.check.copy()
+        check.update(last)
+        return check.digest() == self.expected
+
+    async def receive(self, stream: AsyncIterator[bytes], room: int) -> tuple[int, bytes]:
+        """Hash and write the body (at most ``room`` bytes); answers how many there were, and
+        the last batch, not yet written (``finish`` writes it in the same thread trip as what
+        follows).
 
         A pipeline of two: while a worker thread hashes and writes one batch (making it
         durable as it goes, so the checkpoint has little left to flush), the loop receives
@@ -104,9 +132,7 @@ class _Chunk:
         finally:
             if writing is not None:
                 await writing  # (never two writers of one file at once, even on the way out)
-        if batch:
-            await run_in_threadpool(self.write, bytes(batch))
-        return received
+        return received, bytes(batch)
 
 
 @router.put("/{org_id}/{asset_id}/{upload_id}")
@@ -137,31 +163,30 @@ async def append(
         raise invalid("Not an upload id, or an offset past the length.", field="path")
     resume: dict[str, Any] = json.loads(state) if state else {}
     store: dict[str, Any] = resume.get("store", {})
-    try:
-        writer = await run_in_threadpool(storage.open_resumable, key, upload_id, offset, store)
-    except StorageUnavailable as exc:
-        raise unavailable(f"The store cannot take this upload: {exc}") from exc
-    chunk = _Chunk(writer, resume.get("hash"), checksum)
+    chunk = _Chunk(
+        functools.partial(storage.open_resumable, key, upload_id, offset, store), resume.get("hash"), checksum
+    )
+
+    def commit(writer: Resumable, sha256: str) -> object:
+        return writer.commit(content_type=media_type, sha256=sha256, private=private)
+
     try:
         # A ClientDisconnect is edge gone (it ends the body cleanly when its client goes):
         # nobody to answer, and nothing checkpointed.
-        received = await chunk.receive(request.stream(), length - offset)
-        if not chunk.matches():
-            await run_in_threadpool(writer.abort)
+        received, last = await chunk.receive(request.stream(), length - offset)
+        if not chunk.matches(last):
+            await run_in_threadpool(chunk.abort)
             raise checksum_mismatch(chunk.algorithm or "")
         new_offset = offset + received
-        if new_offset == length:
-            sha256 = chunk.sha256.finalize()
-            await run_in_threadpool(
-                lambda: writer.commit(content_type=media_type, sha256=sha256, private=private)
-            )
-            return TusAppended(offset=new_offset, sha256=sha256)
-        store = await run_in_threadpool(writer.checkpoint, new_offset)
+        final = new_offset == length
+        done = await run_in_threadpool(chunk.finish, last, new_offset, final, commit)
     except StorageUnavailable as exc:
-        await run_in_threadpool(writer.abort)
+        await run_in_threadpool(chunk.abort)
         raise unavailable(f"The store failed: {exc}") from exc
     except BaseException:
-        await run_in_threadpool(writer.abort)
+        await run_in_threadpool(chunk.abort)
         raise
+    if isinstance(done, str):
+        return TusAppended(offset=new_offset, sha256=done)
     hash_state = base64.b64encode(chunk.sha256.serialize()).decode()
-    return TusAppended(offset=new_offset, state={"hash": hash_state, "store": store})
+    return TusAppended(offset=new_offset, state={"hash": hash_state, "store": done})

@@ -4,8 +4,8 @@ dependencies of its routes: the authenticated principal, and the clients."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
-from typing import Annotated
+from dataclasses import dataclass, field
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader
@@ -47,6 +47,8 @@ class EdgeState(ServiceState[Settings]):
     upload_tokens: UploadTokenClient
     # The web dashboard's share; None in an API-only install (COFFER_DASHBOARD_ENABLED=false).
     dashboard: DashboardState | None = None
+    # Resumable uploads whose lease this edge keeps between two chunks (routers/tus.py, Kept).
+    kept_uploads: dict[str, Any] = field(default_factory=dict)
 
 
 def edge_state(request: Request) -> EdgeState:

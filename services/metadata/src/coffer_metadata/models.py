@@ -159,6 +159,8 @@ class TusUpload(SQLModel, table=True):
     # One writer at a time: a lease, taken by a conditional update and renewed while it writes.
     lock_token: str | None = Field(default=None, max_length=64)
     locked_until: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    # The lease is kept between two chunks of one writer (no request writing right now).
+    lease_kept: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
     completed: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
 
 

@@ -33,6 +33,7 @@ from sqlmodel import Session
 from coffer_kit.db import run_read
 from coffer_kit.errors import CofferError, conflict, not_found, offset_mismatch, upload_locked
 from coffer_kit.ids import TUS_UPLOAD_ID_PATTERN
+from coffer_kit.limits import TUS_EXPIRY_SECONDS
 from coffer_kit.timeutil import utcnow
 from coffer_kit.urls import asset_prefix
 from coffer_kit.wire import TusAdvance, TusComplete, TusCreate, TusEnded, TusLease, TusLock, TusUpload
@@ -44,7 +45,7 @@ from coffer_metadata.models import TusUpload as TusRow
 from coffer_metadata.models import UploadIntent
 
 # CONTRACT §9: an upload expires this long after its last write.
-EXPIRY = timedelta(hours=24)
+EXPIRY = timedelta(seconds=TUS_EXPIRY_SECONDS)
 # The completing write creates an asset whose bytes the upload's intent has held within the
 # quota since creation, so the commit's own quota check must not count them twice.
 _RESERVED = 2**62
@@ -149,14 +150,21 @@ def lock(session: Session, *, upload_id: str, want: TusLock) -> TusUpload:
             _uploads.c.completed.is_(False),
             sa.or_(_uploads.c.locked_until.is_(None), _uploads.c.locked_until < now),
         )
-        .values(lock_token=token, locked_until=now + timedelta(seconds=want.lease_seconds))
+        .values(lock_token=token, locked_until=now + timedelta(seconds=want.lease_seconds), lease_kept=False)
     )
     if taken.rowcount != 1:
-        raise upload_locked()
+        raise _locked(_live(session, upload_id, want.organization_id), now)
     row = _live(session, upload_id, want.organization_id)  # as it is now that it is ours
     if row.offset != want.offset:
         raise offset_mismatch(row.offset)  # (the rollback gives the lock back)
     return _view(row, token)
+
+
+def _locked(row: Any, now: datetime) -> CofferError:
+    """423, saying how long the lease is only kept (nobody writing) if it is."""
+    until = _aware(row.locked_until) if row.locked_until is not None else None
+    kept = row.lease_kept and until is not None and until > now
+    return upload_locked((until - now).total_seconds() if kept and until is not None else None)
 
 
 def _held(upload_id: str, token: str) -> sa.ColumnElement[bool]:
@@ -170,7 +178,9 @@ def _lost() -> CofferError:
 def renew(session: Session, *, upload_id: str, lease: TusLease) -> None:
     until = utcnow() + timedelta(seconds=lease.lease_seconds)
     result = session.connection().execute(
-        sa.update(_uploads).where(_held(upload_id, lease.lock_token)).values(locked_until=until)
+        sa.update(_uploads)
+        .where(_held(upload_id, lease.lock_token))
+        .values(locked_until=until, lease_kept=False)
     )
     if result.rowcount != 1:
         raise _lost()
@@ -182,18 +192,17 @@ def unlock(session: Session, *, upload_id: str, lease: TusLease) -> None:
 
 
 def advance(session: Session, *, upload_id: str, step: TusAdvance) -> TusUpload:
-    """Bytes up to ``step.offset`` are durable: move the offset, push the expiry, let go."""
-    expires = utcnow() + EXPIRY
+    """Bytes up to ``step.offset`` are durable: move the offset, push the expiry, and let go
+    (or keep the lease ``step.keep_seconds`` more, for the writer's next chunk)."""
+    now = utcnow()
+    expires = now + EXPIRY
+    lease: dict[str, Any] = {"lock_token": None, "locked_until": None, "lease_kept": False}
+    if step.keep_seconds:
+        lease = {"locked_until": now + timedelta(seconds=step.keep_seconds), "lease_kept": True}
     result = session.connection().execute(
         sa.update(_uploads)
         .where(_held(upload_id, step.lock_token), _uploads.c.offset == step.from_offset)
-        .values(
-            offset=step.offset,
-            resume=json.dumps(step.resume),
-            expires_at=expires,
-            lock_token=None,
-            locked_until=None,
-        )
+        .values(offset=step.offset, resume=json.dumps(step.resume), expires_at=expires, **lease)
     )
     if result.rowcount != 1:
         raise _lost()
@@ -241,19 +250,25 @@ def complete(session: Session, *, upload_id: str, done: TusComplete, cdn_url: st
     return _view(_live(session, upload_id, None))
 
 
-def terminate(session: Session, *, upload_id: str, org_id: str | None) -> TusEnded | None:
+def terminate(
+    session: Session, *, upload_id: str, org_id: str | None, lock_token: str | None = None
+) -> TusEnded | None:
     """Termination: the upload is gone at once (404 from now on); an unfinished one's intent
     is claimed for deletion (its bytes go, then its reservation), answered so the caller
     deletes the bytes now. A complete upload is only forgotten: its asset stays. 423 while a
-    request writes to it."""
+    request writes to it (unless ``lock_token`` is its lease's: the holder may end it)."""
     row = _live(session, upload_id, org_id)
     now = utcnow()
     connection = session.connection()
     if not row.completed:
-        free = sa.or_(_uploads.c.locked_until.is_(None), _uploads.c.locked_until < now)
+        free = sa.or_(
+            _uploads.c.locked_until.is_(None),
+            _uploads.c.locked_until < now,
+            _uploads.c.lock_token == (lock_token or ""),
+        )
         writing = sa.select(_uploads.c.id).where(_uploads.c.id == upload_id, sa.not_(free))
         if connection.execute(writing).first() is not None:
-            raise upload_locked()
+            raise _locked(row, now)
         connection.execute(
             sa.update(_intents).where(_intents.c.asset_id == row.asset_id).values(swept=True, expires_at=now)
         )
@@ -326,6 +341,12 @@ async def complete_upload(
 
 @router.post("/tus/{upload_id}/terminate")
 async def terminate_upload(
-    upload_id: str, database: DatabaseDep, org: Annotated[str | None, Query(max_length=40)] = None
+    upload_id: str,
+    database: DatabaseDep,
+    org: Annotated[str | None, Query(max_length=40)] = None,
+    lease: TusLease | None = None,
 ) -> TusEnded | None:
-    return await database.write(functools.partial(terminate, upload_id=upload_id, org_id=org))
+    token = lease.lock_token if lease is not None else None
+    return await database.write(
+        functools.partial(terminate, upload_id=upload_id, org_id=org, lock_token=token)
+    )

@@ -59,7 +59,7 @@ SYNC_EVERY = 16 * 1024 * 1024
 # A resumable upload's chunk ends in a checkpoint that must be durable before it is answered:
 # flushing as the chunk arrives leaves the checkpoint this much at most (bench: tus 100 MiB in
 # 5 MiB chunks, docs/performance.md).
-RESUMABLE_SYNC_EVERY = 1024 * 1024
+RESUMABLE_SYNC_EVERY = 512 * 1024
 # Characters of the asset id (after "ast_") that name its bucket: 7 ULID characters are the
 # top 33 bits of a millisecond timestamp, about 33 s of uploads. Part of the on-disk format.
 BUCKET_CHARS = 7

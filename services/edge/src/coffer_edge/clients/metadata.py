@@ -240,13 +240,18 @@ class MetadataClient(ServiceClient):
         return await self._tus(upload_id, "complete", done, request_id)
 
     async def tus_terminate(
-        self, upload_id: str, org_id: str | None, *, request_id: str
+        self, upload_id: str, org_id: str | None, *, lock_token: str | None = None, request_id: str
     ) -> wire.TusEnded | None:
-        """End the upload at once (423 while a request writes to it); answers the prefix of an
-        unfinished one's bytes, to delete."""
+        """End the upload at once (423 while a request writes to it, unless ``lock_token`` is
+        the lease's); answers the prefix of an unfinished one's bytes, to delete."""
         params = {"org": org_id} if org_id else {}
+        lease = wire.TusLease(lock_token=lock_token).model_dump(by_alias=True) if lock_token else None
         body = await self.request(
-            "POST", f"/internal/v1/tus/{_seg(upload_id)}/terminate", params=params, request_id=request_id
+            "POST",
+            f"/internal/v1/tus/{_seg(upload_id)}/terminate",
+            params=params,
+            json=lease,
+            request_id=request_id,
         )
         return None if body == b"null" else wire.TusEnded.model_validate_json(body)
 

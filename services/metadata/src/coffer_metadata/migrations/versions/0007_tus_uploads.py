@@ -39,6 +39,7 @@ def upgrade() -> None:
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("lock_token", sa.String(length=64), nullable=True),
         sa.Column("locked_until", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("lease_kept", sa.Boolean(), nullable=False, server_default=sa.false()),
         sa.Column("completed", sa.Boolean(), nullable=False, server_default=sa.false()),
     )
     op.create_index("ix_tus_uploads_expires", "tus_uploads", ["expires_at"])
