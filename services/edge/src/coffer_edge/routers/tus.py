@@ -81,13 +81,36 @@ router = APIRouter(prefix=TUS_PATH, tags=["resumable uploads (tus)"])
 _SECURITY: list[dict[str, list[str]]] = [{"ApiKey": []}, {"ApiKey": [], "OrganizationId": []}, {}]
 
 
-def _documented(**headers: str) -> dict[str, Any]:
-    """A tus route's credentials and request headers, for the OpenAPI document."""
+# What the routes below enforce of each request header, said in the OpenAPI document too, so
+# that a request valid by the document is never refused for a header (schemathesis checks it).
+# Upload-Checksum: a base64 SHA-1 digest is 27 characters and one "=", a SHA-256 one 43 and "=".
+_HEADER_RULES: dict[str, dict[str, Any]] = {
+    "Tus-Resumable": {"required": True, "schema": {"type": "string", "enum": [TUS_VERSION]}},
+    "Upload-Length": {
+        "required": True,
+        "schema": {"type": "integer", "minimum": 0, "maximum": MAX_FILE_BYTES},
+    },
+    "Upload-Offset": {"required": True, "schema": {"type": "integer", "minimum": 0, "maximum": 10**12 - 1}},
+    "Upload-Checksum": {
+        "schema": {"type": "string", "pattern": "^(sha1 [A-Za-z0-9+/]{27}=|sha256 [A-Za-z0-9+/]{43}=)$"}
+    },
+    "Upload-Metadata": {"required": True, "schema": {"type": "string", "maxLength": MAX_METADATA_CHARS}},
+}
+
+
+def _documented(*, body: str | None = None, **headers: str) -> dict[str, Any]:
+    """A tus route's credentials, request headers and (``body``: its description) chunk body,
+    for the OpenAPI document."""
     parameters = [
         {"name": name, "in": "header", "schema": {"type": "string"}, "description": text}
-        for name, text in {"Tus-Resumable": "1.0.0.", **headers}.items()
+        | _HEADER_RULES.get(name, {})
+        for name, text in {"Tus-Resumable": "1.0.0, the only version this server speaks.", **headers}.items()
     ]
-    return {"parameters": parameters, "security": _SECURITY}
+    documented: dict[str, Any] = {"parameters": parameters, "security": _SECURITY}
+    if body is not None:
+        chunk = {"schema": {"type": "string", "format": "binary"}}
+        documented["requestBody"] = {"required": True, "description": body, "content": {OFFSET_STREAM: chunk}}
+    return documented
 
 
 # -- credentials -----------------------------------------------------------------------------
@@ -142,7 +165,7 @@ def _require_version(request: Request) -> None:
 
 
 def _offset(value: str | None) -> int:
-    if value is None or not value.isdigit() or len(value) > 12:
+    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 12:
         raise invalid("Upload-Offset must be a non-negative integer.", field="Upload-Offset")
     return int(value)
 
@@ -153,7 +176,7 @@ def _length(request: Request) -> int:
     value = request.headers.get("upload-length")
     if value is None:
         raise invalid("Upload-Length is required.", field="Upload-Length")
-    if not value.isdigit() or len(value) > 18:
+    if not (value.isascii() and value.isdigit()) or len(value) > 18:
         raise invalid("Upload-Length must be a non-negative integer.", field="Upload-Length")
     length = int(value)
     if length > MAX_FILE_BYTES:
@@ -546,10 +569,11 @@ async def upload_state(upload_id: UploadIdPath, request: Request, token: Token =
         204, "Stored; `Upload-Offset` is the new offset.", 404, 409, 412, 413, 415, 423, 460
     ),
     openapi_extra=_documented(
+        body="The chunk's bytes, at most what the upload still lacks.",
         **{
             "Upload-Offset": "Where this chunk starts: the offset HEAD answered.",
             "Upload-Checksum": "Optional `sha1|sha256 base64(digest)` of this chunk; a mismatch → 460.",
-        }
+        },
     ),
 )
 async def upload_chunk(upload_id: UploadIdPath, request: Request, token: Token = None) -> Response:
