@@ -19,7 +19,7 @@ PYTEST_WORKERS ?= 2
 # a third worker fills the waits: 760 tests took 58.7 s with two and 50.8 s with three (quiet).
 FAST_WORKERS ?= 3
 
-.PHONY: help setup run test test-fast test-images lint typecheck fmt chart bench browser node vendor
+.PHONY: help setup run test test-fast test-images lint typecheck fmt chart bench browser node vendor dist unasync
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -83,6 +83,16 @@ test-images: setup ## Build the four images with podman (root) and run them agai
 
 chart: setup ## Check the Helm chart: helm lint, helm template, schemas, policies
 	@$(UV) run --frozen --no-sync pytest tests/chart -q
+
+# The client's wheel and sdist, built the standard way (PEP 517, the backend its pyproject names);
+# DIST= elsewhere. `pip install dist/coffer_client-*.whl` is how a user installs a release.
+DIST ?= dist
+dist: ## Build the coffer client's wheel and sdist into dist/
+	@$(UV) build --quiet --package coffer-client --out-dir $(DIST)
+	@ls $(DIST)/coffer_client-*
+
+unasync: setup ## Generate the client's synchronous Coffer (_sync.py) from AsyncCoffer (_async.py)
+	@$(UV) run --frozen --no-sync python scripts/unasync_client.py
 
 lint: setup ## Lint with ruff (rules in pyproject.toml), and check the formatting
 	@$(UV) run --frozen --no-sync ruff check .

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -53,9 +52,9 @@ def test_the_heap_is_trimmed_once_requests_stop(monkeypatch: pytest.MonkeyPatch)
     asyncio.run(scenario())
 
 
-# Two listeners in one process: "busy" blocks its loop for a second per request (as parsing an
-# upload would, were it slow); "quick" answers at once. Run as a real process, since serve()
-# handles SIGTERM.
+# Two listeners in one process: "busy" blocks its loop (as parsing an upload would, were it slow)
+# until the test writes a line to the process's stdin; "quick" answers at once. Run as a real
+# process, since serve() handles SIGTERM.
 _TWO_LISTENERS = """
 import sys, time
 from coffer_kit.serve import Listener, serve
@@ -65,7 +64,7 @@ async def busy(scope, receive, send):
         return
     if scope["path"] == "/block":
         print("blocking", flush=True)
-        time.sleep(1.0)  # blocks this listener's loop
+        sys.stdin.readline()  # blocks this listener's loop until the test closes stdin
     await send({"type": "http.response.start", "status": 200, "headers": []})
     await send({"type": "http.response.body", "body": b"busy"})
 
@@ -88,19 +87,30 @@ def test_a_listener_with_its_own_loop_never_waits_for_the_others(own_loop: bool,
     script.write_text(_TWO_LISTENERS)
     mode = "own" if own_loop else "shared"
     argv = [sys.executable, str(script), str(busy_port), str(quick_port), mode]
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         for port in (busy_port, quick_port):
             wait_healthy(f"http://127.0.0.1:{port}/", timeout=30)
-        with ThreadPoolExecutor(1) as pool:
-            blocking = pool.submit(httpx.get, f"http://127.0.0.1:{busy_port}/block", timeout=30)
-            assert process.stdout is not None and process.stdout.readline() == "blocking\n"
-            started = time.monotonic()
-            assert httpx.get(f"http://127.0.0.1:{quick_port}/", timeout=30).text == "quick"
-            waited = time.monotonic() - started
+        assert process.stdin is not None and process.stdout is not None
+        with ThreadPoolExecutor(2) as pool:
+            try:
+                blocking = pool.submit(httpx.get, f"http://127.0.0.1:{busy_port}/block", timeout=30)
+                assert process.stdout.readline() == "blocking\n"
+                quick = pool.submit(httpx.get, f"http://127.0.0.1:{quick_port}/", timeout=30)
+                if own_loop:
+                    # Answered while the busy loop is still blocked (it stays so until released).
+                    assert quick.result(timeout=20).text == "quick"
+                    assert not blocking.done()
+                else:
+                    # The control: on the shared loop nothing answers while it is blocked. A
+                    # window of many times a quick answer's few milliseconds, not a wait for a
+                    # condition.
+                    with pytest.raises(TimeoutError):
+                        quick.result(timeout=0.25)
+            finally:
+                process.stdin.close()  # the release (readline meets the end of input), failed or not
             assert blocking.result().text == "busy"
-        # With its own loop: a few milliseconds. Sharing the busy loop: the rest of a second.
-        assert (waited < 0.25) if own_loop else (waited > 0.5), waited
+            assert quick.result().text == "quick"
     finally:
         process.terminate()
         process.wait(timeout=30)

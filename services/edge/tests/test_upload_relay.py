@@ -37,7 +37,7 @@ class StalledBlob:
             line = head.split(b"\r\n", 1)[0].decode()
             self.calls.append(line)
             if " /internal/v1/uploads/" in line:
-                await asyncio.sleep(3600)  # stalled: nothing more is read
+                await asyncio.Event().wait()  # stalled for good: nothing more is read
             body = b'{"deleted": true}'
             writer.write(
                 b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body) + body

@@ -1,20 +1,21 @@
-"""``AsyncCoffer``: the asyncio client, the same methods as ``Coffer`` awaited. Disk reads and writes
-run in worker threads so a transfer never blocks the event loop."""
+"""The client, written once: ``AsyncCoffer`` here; ``Coffer`` (``_sync.py``) is generated from this
+file by unasync (``make unasync``; tests/client/test_unasync.py fails when it is not current), so a
+fix lands in both. The asyncio client's disk reads and writes run in worker threads
+(``_async_io``), so a transfer never blocks the event loop; the synchronous one calls them."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import IO, Any
 
-import anyio
-import anyio.to_thread
 import httpx
 import tenacity
 
+from coffer_client import _async_io as offload
 from coffer_client import _tus as tus
 from coffer_client import errors
 from coffer_client._base import (
@@ -43,7 +44,11 @@ from coffer_client.paths import split_path
 
 
 class AsyncCoffer:
-    """The asynchronous client; configuration, retries and errors as for ``Coffer``."""
+    """A client for one Coffer service and one API key (``AsyncCoffer``: the same, for asyncio).
+
+    ``Coffer()`` reads COFFER_URL, COFFER_API_KEY and COFFER_ORGANIZATION_ID; arguments win. It is safe
+    to share between threads (the underlying httpx client is), and a context manager.
+    """
 
     def __init__(
         self,
@@ -73,8 +78,12 @@ class AsyncCoffer:
     def base_url(self) -> str:
         return self._settings.base_url
 
+    @property
+    def organization_id(self) -> str | None:
+        return self._settings.organization_id
+
     def __repr__(self) -> str:
-        return f"AsyncCoffer(base_url={self.base_url!r})"
+        return f"{type(self).__name__}(base_url={self.base_url!r})"
 
     async def aclose(self) -> None:
         if self._own_client:
@@ -85,6 +94,8 @@ class AsyncCoffer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    # --- plumbing ------------------------------------------------------------------------------
 
     async def _request(
         self,
@@ -98,6 +109,7 @@ class AsyncCoffer:
         replayable: bool = True,
         authenticated: bool = True,
     ) -> httpx.Response:
+        """One API call with the retry policy; ``body`` is a callable giving a fresh iterator per try."""
         url = path if path.startswith(("http://", "https://")) else self.base_url + path
         hdrs = {**(auth_headers(self._settings) if authenticated else {}), **(headers or {})}
         delivery = Delivery()
@@ -123,10 +135,12 @@ class AsyncCoffer:
     # --- folders -------------------------------------------------------------------------------
 
     async def list_folders(self, parent_id: str | None = None) -> list[Folder]:
+        """Children of ``parent_id``, or the root folders; ordered by name."""
         r = await self._request("GET", "/api/folders", params={"parentId": parent_id})
         return [Folder.model_validate(f) for f in r.json()["folders"]]
 
     async def get_folder(self, folder_id: str) -> Folder:
+        """The folder with its ``path`` from the root (CONTRACT §8)."""
         return parse(Folder, await self._request("GET", f"/api/folders/{folder_id}"))
 
     async def create_folder(self, name: str, parent_id: str | None = None) -> Folder:
@@ -136,10 +150,12 @@ class AsyncCoffer:
     async def update_folder(
         self, folder_id: str, *, name: str | None = None, parent_id: Any = UNSET
     ) -> Folder:
+        """Rename and/or move (``parent_id=None`` moves to the root) in one transaction."""
         body = patch_body(name, "parentId", parent_id)
         return parse(Folder, await self._request("PATCH", f"/api/folders/{folder_id}", json=body))
 
     async def delete_folder(self, folder_id: str) -> None:
+        """Deletes the folder and its subfolders; their assets move to the root."""
         await self._request("DELETE", f"/api/folders/{folder_id}")
 
     # --- assets --------------------------------------------------------------------------------
@@ -154,6 +170,7 @@ class AsyncCoffer:
         offset: int = 0,
         visibility: str | None = None,
     ) -> AssetPage:
+        """One page. ``folder_id``: None = every asset, ``""`` = root level only, an id = its children."""
         params = {"folderId": folder_id, "q": q, "sort": sort, "limit": limit, "offset": offset}
         if visibility is not None:
             params["visibility"] = visibility
@@ -168,6 +185,7 @@ class AsyncCoffer:
         page_size: int = 100,
         visibility: str | None = None,
     ) -> AsyncIterator[Asset]:
+        """Every matching asset, fetched a page at a time as you iterate."""
         offset = 0
         while True:
             page = await self.assets_page(
@@ -190,7 +208,8 @@ class AsyncCoffer:
         folder_id: Any = UNSET,
         visibility: str | None = None,
     ) -> Asset:
-        """Rename, move and/or make the asset ``"private"`` or ``"public"`` (CONTRACT §12)."""
+        """Rename and/or move (``folder_id=None`` moves to the root); key and URLs stay.
+        ``visibility``: ``"private"`` or ``"public"`` (CONTRACT §12)."""
         body = patch_body(name, "folderId", folder_id, visibility=visibility)
         return parse(Asset, await self._request("PATCH", f"/api/assets/{asset_id}", json=body))
 
@@ -215,13 +234,17 @@ class AsyncCoffer:
         progress: ProgressCallback | None = None,
         visibility: str | None = None,
     ) -> Asset:
-        """``visibility``: ``"public"`` or ``"private"``; None: the organization's default."""
+        """Upload a file from a path or a binary file object, streamed: the client holds about one
+        chunk (1 MiB) at a time whatever the size. ``progress(sent, total)`` follows the bytes.
+        ``visibility``: ``"public"`` or ``"private"``; None: the organization's default."""
         fields = {"name": name} if name else {}
         if folder_id:
             fields["folderId"] = folder_id
         if visibility:
             fields["visibility"] = visibility
-        return await self._upload("/api/assets", file, fields, filename, content_type, progress, True)
+        return await self._upload(
+            "/api/assets", file, fields, filename, content_type, progress, authenticated=True
+        )
 
     async def upload_resumable(
         self,
@@ -237,7 +260,11 @@ class AsyncCoffer:
         on_created: Callable[[str], None] | None = None,
         chunk_size: int = tus.TUS_CHUNK,
     ) -> Asset:
-        """``Coffer.upload_resumable``, awaited (disk reads in worker threads)."""
+        """Upload with tus (CONTRACT §9): in chunks of ``chunk_size``, each failure followed by the
+        offset the service holds, so a dropped connection costs at most what was in flight.
+        ``upload_url``: an upload begun before (by any client), continued from where the
+        service stopped (a new one begins if it expired). ``on_created(url)`` gets a new
+        upload's URL, to keep for resuming. ``progress(sent, total)`` as for ``upload``."""
         source = source_for(file, filename)
         total = tus.check_resumable(source)
         if total > MAX_FILE_BYTES:
@@ -265,12 +292,9 @@ class AsyncCoffer:
         while (asset_id := tus.asset_id_of(answer)) is None:
             length = min(chunk_size, total - offset)
             try:
-                chunks = tus.chunk_body(source, offset, length, total, progress)
+                body = offload.iterate(tus.chunk_body(source, offset, length, total, progress))
                 headers = {**auth_headers(self._settings), **tus.patch_headers(offset, length)}
-                request = self._http.request(
-                    "PATCH", upload_url, content=_in_threads(chunks), headers=headers
-                )
-                answer = check(await request)
+                answer = check(await self._http.request("PATCH", upload_url, content=body, headers=headers))
                 offset, failures = tus.offset_of(answer), 0
             except tus.RETRYABLE as exc:
                 failures += 1
@@ -278,7 +302,7 @@ class AsyncCoffer:
                     if isinstance(exc, httpx.TransportError):
                         raise transport_error(exc, "PATCH", upload_url.split("?")[0]) from exc
                     raise
-                await anyio.sleep(tus.backoff(self.retry, failures, exc))
+                await offload.sleep(tus.backoff(self.retry, failures, exc))
                 answer = await self._request("HEAD", upload_url, headers=tus.TUS)
                 offset = tus.offset_of(answer)
         return await self.get_asset(asset_id)
@@ -293,6 +317,7 @@ class AsyncCoffer:
         expires_in: int | None = None,
         visibility: str | None = None,
     ) -> UploadToken:
+        """A short-lived, single-use token a browser can upload with, without a key (CONTRACT §8)."""
         body = clean_params(
             {
                 "folderId": folder_id,
@@ -315,9 +340,10 @@ class AsyncCoffer:
         content_type: str | None = None,
         progress: ProgressCallback | None = None,
     ) -> Asset:
+        """Upload with a token (no key sent): ``token`` is an UploadToken or its ``url``."""
         url = token.url if isinstance(token, UploadToken) else token
         fields = {"name": name} if name else {}
-        return await self._upload(url, file, fields, filename, content_type, progress, False)
+        return await self._upload(url, file, fields, filename, content_type, progress, authenticated=False)
 
     async def _upload(
         self,
@@ -327,10 +353,12 @@ class AsyncCoffer:
         filename: str | None,
         content_type: str | None,
         progress: ProgressCallback | None,
+        *,
         authenticated: bool,
     ) -> Asset:
         source = source_for(file, filename)
         if source.size is not None and source.size > MAX_FILE_BYTES:
+            # Refused here rather than after sending 100 MiB the service would refuse anyway.
             raise errors.FileTooLarge(
                 f"{source.name} is {source.size} bytes; the limit is {MAX_FILE_BYTES}.",
                 status=413,
@@ -339,13 +367,13 @@ class AsyncCoffer:
         mp = Multipart(source, fields, content_type)
 
         async def body() -> AsyncIterator[bytes]:
-            reader = await anyio.to_thread.run_sync(source.open)
+            reader = await offload.run_sync(source.open)
             try:
                 yield mp.head
                 done, total = 0, source.size
                 while total is None or done < total:
                     n = CHUNK if total is None else min(CHUNK, total - done)
-                    chunk = await anyio.to_thread.run_sync(reader.read, n)
+                    chunk = await offload.run_sync(reader.read, n)
                     if not chunk:
                         if total is not None:
                             raise errors.CofferError(f"{source.name} shrank while it was being uploaded.")
@@ -376,6 +404,9 @@ class AsyncCoffer:
         *,
         progress: ProgressCallback | None = None,
     ) -> int:
+        """Write the asset's bytes to a path (atomically: a temporary file renamed at the end) or to a
+        binary stream, through a short-lived signed URL. A dropped connection resumes where it stopped
+        (HTTP ranges). Returns the number of bytes written."""
         signed = await self.signed_url(asset_id, expires_in=3600)
         if not isinstance(dest, str | os.PathLike):
             return await self._fetch(signed, dest, progress)
@@ -406,7 +437,7 @@ class AsyncCoffer:
                         if written and r.status_code != 206:
                             raise errors.CofferError("The CDN did not resume the download.", code="no_range")
                         async for chunk in r.aiter_bytes(CHUNK):
-                            await anyio.to_thread.run_sync(out.write, chunk)
+                            await offload.run_sync(out.write, chunk)
                             written += len(chunk)
                             if progress is not None:
                                 progress(written, total)
@@ -416,7 +447,7 @@ class AsyncCoffer:
             raise errors.CofferError(f"Downloaded {written} bytes of {total}.", code="short_download")
         return written
 
-    # --- paths ----------------------------------------------------------------------------------
+    # --- paths (what the command line addresses things by) ------------------------------------
 
     async def resolve_folder(self, path: str) -> Folder | None:
         """The folder at ``/a/b/c`` (None for ``/``); NotFound names the first missing part."""
@@ -430,18 +461,27 @@ class AsyncCoffer:
             folder = match[0]
         return folder
 
-    async def make_folders(self, path: str) -> Folder | None:
-        """``mkdir -p``: the folder at ``path``, created with any missing ancestor."""
+    async def make_folders(self, path: str, *, parents: bool = True) -> Folder | None:
+        """Create the folder at ``path`` (and, with ``parents``, any missing ancestor); an existing
+        folder is returned as it is when ``parents`` is set, else Conflict."""
+        parts = split_path(path)
         folder: Folder | None = None
-        for part in split_path(path):
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
             parent = folder.id if folder else None
             match = [f for f in await self.list_folders(parent) if f.name == part]
-            if match:
+            if match and (parents or not last):
                 folder = match[0]
                 continue
+            if not match and not parents and not last:
+                where = "/" + "/".join(parts[: i + 1])
+                raise errors.NotFound(f"No folder {where}.", status=404, code="not_found")
             try:
                 folder = await self.create_folder(part, parent)
-            except errors.Conflict:  # made meanwhile by someone else: use theirs
+            except errors.Conflict:
+                if not parents:
+                    raise
+                # Someone else made it meanwhile: use theirs.
                 folder = next(f for f in await self.list_folders(parent) if f.name == part)
         return folder
 
@@ -462,10 +502,3 @@ class AsyncCoffer:
             ids = ", ".join(a.id for a in found)
             raise errors.Conflict(f"Several assets are named {spec}: {ids}; give an id.", status=409)
         return found[0]
-
-
-async def _in_threads(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
-    """A blocking iterator (disk reads) driven from worker threads."""
-    done = object()
-    while (chunk := await anyio.to_thread.run_sync(next, chunks, done)) is not done:
-        yield chunk  # type: ignore[misc]

@@ -1,11 +1,14 @@
-"""``Coffer``: the synchronous client."""
+# Generated from _async.py by scripts/unasync_client.py (make unasync): edit _async.py.
+"""The client, written once: ``AsyncCoffer`` here; ``Coffer`` (``_sync.py``) is generated from this
+file by unasync (``make unasync``; tests/client/test_unasync.py fails when it is not current), so a
+fix lands in both. The asyncio client's disk reads and writes run in worker threads
+(``_async_io``), so a transfer never blocks the event loop; the synchronous one calls them."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -13,6 +16,7 @@ from typing import IO, Any
 import httpx
 import tenacity
 
+from coffer_client import _sync_io as offload
 from coffer_client import _tus as tus
 from coffer_client import errors
 from coffer_client._base import (
@@ -41,7 +45,7 @@ from coffer_client.paths import split_path
 
 
 class Coffer:
-    """A client for one Coffer service and one API key.
+    """A client for one Coffer service and one API key (``AsyncCoffer``: the same, for asyncio).
 
     ``Coffer()`` reads COFFER_URL, COFFER_API_KEY and COFFER_ORGANIZATION_ID; arguments win. It is safe
     to share between threads (the underlying httpx client is), and a context manager.
@@ -80,7 +84,7 @@ class Coffer:
         return self._settings.organization_id
 
     def __repr__(self) -> str:
-        return f"Coffer(base_url={self.base_url!r})"
+        return f"{type(self).__name__}(base_url={self.base_url!r})"
 
     def close(self) -> None:
         if self._own_client:
@@ -110,25 +114,21 @@ class Coffer:
         url = path if path.startswith(("http://", "https://")) else self.base_url + path
         hdrs = {**(auth_headers(self._settings) if authenticated else {}), **(headers or {})}
         delivery = Delivery()
-
-        def once() -> httpx.Response:
-            content = delivery.track(body()) if body is not None else None
-            r = self._http.request(
-                method,
-                url,
-                params=clean_params(params) if params else None,
-                json=json,
-                content=content,
-                headers=hdrs,
-            )
-            return check(r)
-
         try:
             for attempt in tenacity.Retrying(
                 **retrying_kwargs(self.retry, method=method, replayable=replayable, delivery=delivery)
             ):
                 with attempt:
-                    return once()
+                    content = delivery.track(body()) if body is not None else None
+                    r = self._http.request(
+                        method,
+                        url,
+                        params=clean_params(params) if params else None,
+                        json=json,
+                        content=content,
+                        headers=hdrs,
+                    )
+                    return check(r)
         except httpx.TransportError as exc:
             raise transport_error(exc, method, url.split("?")[0]) from exc
         raise AssertionError("unreachable")  # pragma: no cover
@@ -145,9 +145,8 @@ class Coffer:
         return parse(Folder, self._request("GET", f"/api/folders/{folder_id}"))
 
     def create_folder(self, name: str, parent_id: str | None = None) -> Folder:
-        return parse(
-            Folder, self._request("POST", "/api/folders", json={"name": name, "parentId": parent_id})
-        )
+        r = self._request("POST", "/api/folders", json={"name": name, "parentId": parent_id})
+        return parse(Folder, r)
 
     def update_folder(self, folder_id: str, *, name: str | None = None, parent_id: Any = UNSET) -> Folder:
         """Rename and/or move (``parent_id=None`` moves to the root) in one transaction."""
@@ -191,7 +190,8 @@ class Coffer:
             page = self.assets_page(
                 folder_id, q=q, sort=sort, limit=page_size, offset=offset, visibility=visibility
             )
-            yield from page.assets
+            for a in page.assets:
+                yield a
             offset += len(page.assets)
             if not page.assets or offset >= page.total:
                 return
@@ -216,8 +216,8 @@ class Coffer:
         self._request("DELETE", f"/api/assets/{asset_id}")
 
     def signed_url(self, asset_id: str, expires_in: int | None = None) -> SignedUrl:
-        params = {"expiresIn": expires_in}
-        return parse(SignedUrl, self._request("GET", f"/api/assets/{asset_id}/url", params=params))
+        r = self._request("GET", f"/api/assets/{asset_id}/url", params={"expiresIn": expires_in})
+        return parse(SignedUrl, r)
 
     def usage(self) -> Usage:
         return parse(Usage, self._request("GET", "/api/usage"))
@@ -289,7 +289,7 @@ class Coffer:
         while (asset_id := tus.asset_id_of(answer)) is None:
             length = min(chunk_size, total - offset)
             try:
-                body = tus.chunk_body(source, offset, length, total, progress)
+                body = offload.iterate(tus.chunk_body(source, offset, length, total, progress))
                 headers = {**auth_headers(self._settings), **tus.patch_headers(offset, length)}
                 answer = check(self._http.request("PATCH", upload_url, content=body, headers=headers))
                 offset, failures = tus.offset_of(answer), 0
@@ -299,7 +299,7 @@ class Coffer:
                     if isinstance(exc, httpx.TransportError):
                         raise transport_error(exc, "PATCH", upload_url.split("?")[0]) from exc
                     raise
-                time.sleep(tus.backoff(self.retry, failures, exc))
+                offload.sleep(tus.backoff(self.retry, failures, exc))
                 answer = self._request("HEAD", upload_url, headers=tus.TUS)
                 offset = tus.offset_of(answer)
         return self.get_asset(asset_id)
@@ -364,12 +364,13 @@ class Coffer:
         mp = Multipart(source, fields, content_type)
 
         def body() -> Iterator[bytes]:
-            reader = source.open()
+            reader = offload.run_sync(source.open)
             try:
                 yield mp.head
                 done, total = 0, source.size
                 while total is None or done < total:
-                    chunk = reader.read(CHUNK if total is None else min(CHUNK, total - done))
+                    n = CHUNK if total is None else min(CHUNK, total - done)
+                    chunk = offload.run_sync(reader.read, n)
                     if not chunk:
                         if total is not None:
                             raise errors.CofferError(f"{source.name} shrank while it was being uploaded.")
@@ -420,26 +421,21 @@ class Coffer:
     def _fetch(self, signed: SignedUrl, out: IO[bytes], progress: ProgressCallback | None) -> int:
         total = signed.asset.size
         written = 0
-
-        def once() -> None:
-            nonlocal written
-            headers = {"range": f"bytes={written}-"} if written else {}
-            with self._http.stream("GET", signed.url, headers=headers) as r:
-                if r.is_error:
-                    r.read()
-                    check(r)
-                if written and r.status_code != 206:
-                    raise errors.CofferError("The CDN did not resume the download.", code="no_range")
-                for chunk in r.iter_bytes(CHUNK):
-                    out.write(chunk)
-                    written += len(chunk)
-                    if progress is not None:
-                        progress(written, total)
-
         try:
             for attempt in tenacity.Retrying(**retrying_kwargs(self.retry, method="GET", replayable=True)):
                 with attempt:
-                    once()
+                    headers = {"range": f"bytes={written}-"} if written else {}
+                    with self._http.stream("GET", signed.url, headers=headers) as r:
+                        if r.is_error:
+                            r.read()
+                            check(r)
+                        if written and r.status_code != 206:
+                            raise errors.CofferError("The CDN did not resume the download.", code="no_range")
+                        for chunk in r.iter_bytes(CHUNK):
+                            offload.run_sync(out.write, chunk)
+                            written += len(chunk)
+                            if progress is not None:
+                                progress(written, total)
         except httpx.TransportError as exc:
             raise transport_error(exc, "GET", signed.url.split("?")[0]) from exc
         if written != total:
@@ -451,10 +447,11 @@ class Coffer:
     def resolve_folder(self, path: str) -> Folder | None:
         """The folder at ``/a/b/c`` (None for ``/``); NotFound names the first missing part."""
         folder: Folder | None = None
-        for i, part in enumerate(split_path(path)):
+        parts = split_path(path)
+        for i, part in enumerate(parts):
             match = [f for f in self.list_folders(folder.id if folder else None) if f.name == part]
             if not match:
-                where = "/" + "/".join(split_path(path)[: i + 1])
+                where = "/" + "/".join(parts[: i + 1])
                 raise errors.NotFound(f"No folder {where}.", status=404, code="not_found")
             folder = match[0]
         return folder
@@ -466,7 +463,8 @@ class Coffer:
         folder: Folder | None = None
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
-            match = [f for f in self.list_folders(folder.id if folder else None) if f.name == part]
+            parent = folder.id if folder else None
+            match = [f for f in self.list_folders(parent) if f.name == part]
             if match and (parents or not last):
                 folder = match[0]
                 continue
@@ -474,12 +472,12 @@ class Coffer:
                 where = "/" + "/".join(parts[: i + 1])
                 raise errors.NotFound(f"No folder {where}.", status=404, code="not_found")
             try:
-                folder = self.create_folder(part, folder.id if folder else None)
+                folder = self.create_folder(part, parent)
             except errors.Conflict:
                 if not parents:
                     raise
                 # Someone else made it meanwhile: use theirs.
-                folder = next(f for f in self.list_folders(folder.id if folder else None) if f.name == part)
+                folder = next(f for f in self.list_folders(parent) if f.name == part)
         return folder
 
     def resolve_asset(self, spec: str) -> Asset:

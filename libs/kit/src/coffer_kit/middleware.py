@@ -16,7 +16,13 @@ from coffer_kit.metrics import observe_request
 from coffer_kit.tracing import current_trace_id
 
 REQUEST_ID_HEADER = "x-request-id"
-_VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+# A sent X-Request-Id is echoed when it is 1-128 of these (docs/api.md, Errors): URL-unreserved
+# characters (UUIDs, ULIDs, W3C trace ids, base64url), base64's + / =, and ':' for `svc:id`
+# shapes. No space, comma, quote, backslash or control character ever reaches a header, a log
+# line or a page: anything else is replaced by a generated id.
+REQUEST_ID_CHARACTERS = r"A-Za-z0-9._~:/+=-"
+REQUEST_ID_MAX_LENGTH = 128
+_VALID_REQUEST_ID = re.compile(f"[{REQUEST_ID_CHARACTERS}]{{1,{REQUEST_ID_MAX_LENGTH}}}")
 _QUIET_PATHS = {"/healthz", "/readyz", "/metrics"}
 
 access_log = logging.getLogger("coffer.access")
@@ -38,7 +44,8 @@ class RequestContextMiddleware:
             if name == b"x-request-id":
                 sent = value.decode("latin-1")
                 break
-        request_id = sent if sent and _VALID_REQUEST_ID.match(sent) else new_id(REQUEST)
+        # fullmatch: `$` would also match before a trailing newline.
+        request_id = sent if sent and _VALID_REQUEST_ID.fullmatch(sent) else new_id(REQUEST)
         scope.setdefault("state", {})["request_id"] = request_id
         started = time.perf_counter()
         status = 500

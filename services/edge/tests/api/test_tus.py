@@ -9,6 +9,7 @@ import base64
 import hashlib
 import io
 import os
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -187,6 +188,31 @@ def test_every_error_has_its_status_and_the_envelope(
     assert done.status_code == 204 and done.headers["upload-offset"] == "10"
     asset = api.get(f"/api/assets/{done.headers['coffer-asset-id']}").json()
     assert asset["sha256"] == hashlib.sha256(b"abcdefghij").hexdigest() and asset["name"] == "f.bin"
+
+
+def test_length_and_offset_in_other_digits_are_400(tenant: Tenant) -> None:
+    """ "²".isdigit() holds and int("²") raises: such a header (latin-1 on the wire) was a 500."""
+    api = tenant.api
+    superscript = "²".encode("latin-1")
+    creation = {**TUS, "Upload-Length": superscript, "Upload-Metadata": meta(filename="a")}
+    assert_error(api.post("/api/uploads/tus", headers=creation), 400, "invalid_request")
+    url = create(api, 10).headers["location"]
+    chunk = {**TUS, "Upload-Offset": superscript, "Content-Type": "application/offset+octet-stream"}
+    assert_error(api.patch(path_of(url), content=b"abc", headers=chunk), 400, "invalid_request")
+
+
+def test_the_document_states_the_header_rules(tenant: Tenant) -> None:
+    """What the routes enforce of tus headers is in the OpenAPI document (schemathesis reads it)."""
+    paths = tenant.api.get("/api/openapi.json").json()["paths"]
+    creation = {p["name"]: p for p in paths["/api/uploads/tus"]["post"]["parameters"]}
+    assert creation["Tus-Resumable"]["required"] and creation["Tus-Resumable"]["schema"]["enum"] == ["1.0.0"]
+    assert creation["Upload-Length"]["schema"] == {"type": "integer", "minimum": 0, "maximum": 100 * MIB}
+    assert creation["Upload-Metadata"]["required"]
+    chunk = paths["/api/uploads/tus/{upload_id}"]["patch"]
+    assert list(chunk["requestBody"]["content"]) == ["application/offset+octet-stream"]
+    pattern = re.compile({p["name"]: p for p in chunk["parameters"]}["Upload-Checksum"]["schema"]["pattern"])
+    assert pattern.fullmatch(sha256_header(b"abc")) and pattern.fullmatch("sha1 " + "A" * 27 + "=")
+    assert not pattern.fullmatch("md5 AAAA") and not pattern.fullmatch("sha256 " + "A" * 44)
 
 
 def test_an_upload_token_is_spent_at_creation_and_the_location_carries_a_capability(

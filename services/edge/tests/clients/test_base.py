@@ -24,6 +24,10 @@ class StandIn:
     def __init__(self) -> None:
         self.seen: list[dict[str, Any]] = []
         self.chunks_before_end: list[int] = []
+        self.slow_calls = 0
+        # Never set: /slow answers only when the server cancels it at the end (the fixture's
+        # 0.1 s shutdown), so every caller's timeout, however long, runs out first.
+        self.never = asyncio.Event()
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -59,8 +63,8 @@ class StandIn:
         return web.Response(status=status, text="not an envelope")
 
     async def slow(self, _request: web.Request) -> web.Response:
-        # Latency, not synchronisation: longer than the callers' 0.2 s timeouts.
-        await asyncio.sleep(2)
+        self.slow_calls += 1
+        await self.never.wait()
         return web.json_response({})
 
 
@@ -172,15 +176,18 @@ async def test_unreachable_is_503_with_retry_after() -> None:
 
 
 async def test_a_read_timeout_is_503(serve: Any) -> None:
-    base = await serve(StandIn().app())
+    stand_in = StandIn()
+    base = await serve(stand_in.app())
     async with internal_client(base, "t", timeout=5, read_timeout=0.2) as http:
         with pytest.raises(CofferError) as caught:
             await ServiceClient(http).request("GET", "/slow")
     assert (caught.value.status, caught.value.code) == (503, "unavailable")
+    assert stand_in.slow_calls >= 1, "the request reached the server: the 503 is the timeout's"
 
 
 async def test_a_call_timeout_is_503(service: tuple[StandIn, ServiceClient]) -> None:
-    _, client = service
+    stand_in, client = service
     with pytest.raises(CofferError) as caught:
         await client.request("GET", "/slow", timeout=0.2)
     assert (caught.value.status, caught.value.code) == (503, "unavailable")
+    assert stand_in.slow_calls >= 1, "the request reached the server: the 503 is the timeout's"

@@ -81,29 +81,40 @@ MAX_METADATA_CHARS = 4096
 router = APIRouter(prefix=TUS_PATH, tags=["resumable uploads (tus)"])
 
 
-_CHECKSUM_SCHEMA: dict[str, Any] = {
-    "type": "string",
-    "pattern": r"^(sha1 [A-Za-z0-9+/]{27}=|sha256 [A-Za-z0-9+/]{43}=)$",
-    "description": "`sha1` or `sha256`, a space, the digest in base64.",
-}
 # The key headers, or none: an upload token (creation) or the upload's capability (``?token=``).
 _SECURITY: list[dict[str, list[str]]] = [{"ApiKey": []}, {"ApiKey": [], "OrganizationId": []}, {}]
 
 
-Header = tuple[bool, dict[str, Any], str]
+# What the routes below enforce of each request header, said in the OpenAPI document too, so
+# that a request valid by the document is never refused for a header (schemathesis checks it).
+# Upload-Checksum: a base64 SHA-1 digest is 27 characters and one "=", a SHA-256 one 43 and "=".
+_HEADER_RULES: dict[str, dict[str, Any]] = {
+    "Tus-Resumable": {"required": True, "schema": {"type": "string", "enum": [TUS_VERSION]}},
+    "Upload-Length": {
+        "required": True,
+        "schema": {"type": "integer", "minimum": 0, "maximum": MAX_FILE_BYTES},
+    },
+    "Upload-Offset": {"required": True, "schema": {"type": "integer", "minimum": 0, "maximum": 10**12 - 1}},
+    "Upload-Checksum": {
+        "schema": {"type": "string", "pattern": "^(sha1 [A-Za-z0-9+/]{27}=|sha256 [A-Za-z0-9+/]{43}=)$"}
+    },
+    "Upload-Metadata": {"required": True, "schema": {"type": "string", "maxLength": MAX_METADATA_CHARS}},
+}
 
 
-def _documented(**headers: Header) -> dict[str, Any]:
-    """A tus route's credentials and request headers (name: required, schema, text), for the
-    OpenAPI document."""
-    every: dict[str, Header] = {
-        "Tus-Resumable": (True, {"type": "string", "enum": [TUS_VERSION]}, "The protocol's version.")
-    }
+def _documented(*, body: str | None = None, **headers: str) -> dict[str, Any]:
+    """A tus route's credentials, request headers and (``body``: its description) chunk body,
+    for the OpenAPI document."""
     parameters = [
-        {"name": name, "in": "header", "required": required, "schema": schema, "description": text}
-        for name, (required, schema, text) in {**every, **headers}.items()
+        {"name": name, "in": "header", "schema": {"type": "string"}, "description": text}
+        | _HEADER_RULES.get(name, {})
+        for name, text in {"Tus-Resumable": "1.0.0, the only version this server speaks.", **headers}.items()
     ]
-    return {"parameters": parameters, "security": _SECURITY}
+    documented: dict[str, Any] = {"parameters": parameters, "security": _SECURITY}
+    if body is not None:
+        chunk = {"schema": {"type": "string", "format": "binary"}}
+        documented["requestBody"] = {"required": True, "description": body, "content": {OFFSET_STREAM: chunk}}
+    return documented
 
 
 # -- credentials -----------------------------------------------------------------------------
@@ -158,7 +169,7 @@ def _require_version(request: Request) -> None:
 
 
 def _offset(value: str | None) -> int:
-    if value is None or not value.isdigit() or len(value) > 12:
+    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 12:
         raise invalid("Upload-Offset must be a non-negative integer.", field="Upload-Offset")
     return int(value)
 
@@ -169,7 +180,7 @@ def _length(request: Request) -> int:
     value = request.headers.get("upload-length")
     if value is None:
         raise invalid("Upload-Length is required.", field="Upload-Length")
-    if not value.isdigit() or len(value) > 18:
+    if not (value.isascii() and value.isdigit()) or len(value) > 18:
         raise invalid("Upload-Length must be a non-negative integer.", field="Upload-Length")
     length = int(value)
     if length > MAX_FILE_BYTES:
@@ -626,18 +637,10 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
     responses=_responses(201, "Created; `Location` is the upload's URL.", 404, 412, 413, 415, 460),
     openapi_extra=_documented(
         **{
-            "Upload-Length": (
-                True,
-                {"type": "integer", "minimum": 0, "maximum": MAX_FILE_BYTES},
-                "The file's size.",
-            ),
-            "Upload-Metadata": (
-                True,
-                {"type": "string", "maxLength": MAX_METADATA_CHARS},
-                "Comma-separated `key base64(value)`: `filename` (required; the name rules), `folderId`, "
-                "`filetype`, `visibility`.",
-            ),
-            "Upload-Checksum": (False, _CHECKSUM_SCHEMA, "With a body (creation-with-upload): of the body."),
+            "Upload-Length": "The file's size in bytes (at most 104857600); required.",
+            "Upload-Metadata": "Comma-separated `key base64(value)`: `filename` (required), `folderId`, "
+            "`filetype`, `visibility`.",
+            "Upload-Checksum": "With a body (creation-with-upload): `sha1|sha256 base64(digest)`.",
         }
     ),
 )
@@ -726,14 +729,11 @@ async def upload_state(upload_id: UploadIdPath, request: Request, token: Token =
         204, "Stored; `Upload-Offset` is the new offset.", 404, 409, 412, 413, 415, 423, 460
     ),
     openapi_extra=_documented(
+        body="The chunk's bytes, at most what the upload still lacks.",
         **{
-            "Upload-Offset": (
-                True,
-                {"type": "integer", "minimum": 0, "maximum": MAX_FILE_BYTES},
-                "Where this chunk starts: the offset HEAD answered.",
-            ),
-            "Upload-Checksum": (False, _CHECKSUM_SCHEMA, "Of this chunk; a mismatch → 460."),
-        }
+            "Upload-Offset": "Where this chunk starts: the offset HEAD answered.",
+            "Upload-Checksum": "Optional `sha1|sha256 base64(digest)` of this chunk; a mismatch → 460.",
+        },
     ),
 )
 async def upload_chunk(upload_id: UploadIdPath, request: Request, token: Token = None) -> Response:

@@ -114,6 +114,7 @@ async def overview(visit: OrgVisitDep) -> Response:
         asset_count=asset_count,
         key_count=len(keys),
         events=events,
+        base_url=settings.base_url,
         api_url=settings.base_url + "/api",
         cdn_url=settings.cdn_url,
     )
