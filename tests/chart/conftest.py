@@ -33,6 +33,17 @@ SCENARIOS: dict[str, list[str]] = {
         "--set",
         "expose.gateway.parentRefs[0].namespace=gateway",
     ],
+    # The webhook dispatcher in its own pods, allowed out to receivers and an internal range.
+    "dispatcher": [
+        "-f",
+        str(PRODUCTION),
+        "--set",
+        "dispatcher.enabled=true",
+        "--set",
+        "networkPolicy.egress.webhooks.enabled=true",
+        "--set",
+        "networkPolicy.egress.webhooks.cidrs[0]=10.20.0.0/16",
+    ],
     "sweeper-cronjob-fs": [
         "--set",
         "sweeper.cronJob.enabled=true",

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+CHART = Path(__file__).resolve().parents[2] / "charts" / "coffer"
 Docs = list[dict[str, Any]]
 Doc = dict[str, Any]
 
@@ -16,7 +18,7 @@ COMPONENTS = ["edge", "auth", "metadata", "blob", "cdn"]
 PUBLIC_PORTS = {8080, 8090}
 INTERNAL_PATHS = ("/metrics", "/internal", "/healthz", "/readyz")
 # Every Coffer service drains in-flight requests for up to this long on SIGTERM.
-SERVICE_DRAIN_SECONDS = {"edge": 300, "blob": 300, "cdn": 300, "auth": 30, "metadata": 30}
+SERVICE_DRAIN_SECONDS = {"edge": 300, "blob": 300, "cdn": 300, "auth": 30, "metadata": 30, "dispatcher": 30}
 
 
 def of_kind(docs: Docs, kind: str) -> list[Doc]:
@@ -336,6 +338,72 @@ def test_egress_only_to_what_each_component_needs(production: Docs) -> None:
     assert egress_ports("coffer-blob") == dns | otlp | {443}
     assert egress_ports("coffer-cdn") == dns | otlp | {443}
     assert egress_ports("coffer-migrate") == dns | {5432}
+
+
+# ------------------------------------------------------------------------ webhooks
+
+PRIVATE_V4 = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "127.0.0.0/8", "169.254.0.0/16"}
+
+
+def _webhook_rules(docs: Docs, name: str) -> list[Doc]:
+    """The egress rules of a policy that reach anything on 443 (only receivers are there)."""
+    policy = named(docs, "NetworkPolicy", name)
+    return [r for r in policy["spec"]["egress"] if 443 in {p["port"] for p in r["ports"]}]
+
+
+def test_webhook_egress_is_opt_in_and_warned_about(
+    render: Callable[..., Docs], helm_run: Callable[..., Any]
+) -> None:
+    docs = render()
+    assert not _webhook_rules(docs, "coffer-metadata"), "receivers reached without opting in"
+    assert not any(d["kind"] == "Deployment" and component(d) == "dispatcher" for d in docs)
+    # A cluster that denies the egress says so at install instead of failing deliveries quietly.
+    args = ["--namespace", "coffer", "--set", "dashboard.trustedProxies=10.0.0.0/8"]
+    denied = helm_run("install", "coffer", str(CHART), "--dry-run=client", *args)
+    assert denied.returncode == 0, denied.stderr
+    assert "webhooks cannot be delivered" in denied.stdout
+    assert "networkPolicy.egress.webhooks.enabled=true" in denied.stdout
+    allowed = helm_run(
+        "install", "coffer", str(CHART), "--dry-run=client", *args,
+        "--set", "networkPolicy.egress.webhooks.enabled=true",
+    )  # fmt: skip
+    assert allowed.returncode == 0, allowed.stderr
+    assert "webhooks cannot be delivered" not in allowed.stdout
+
+
+def test_webhook_egress_reaches_public_https_from_the_sending_pods_only(render: Callable[..., Docs]) -> None:
+    docs = render("--set", "networkPolicy.egress.webhooks.enabled=true")
+    (rule,) = _webhook_rules(docs, "coffer-metadata")  # metadata's pods run the dispatcher
+    assert [p["port"] for p in rule["ports"]] == [443]
+    v4 = next(peer["ipBlock"] for peer in rule["to"] if peer["ipBlock"]["cidr"] == "0.0.0.0/0")
+    assert PRIVATE_V4 | {"100.64.0.0/10"} <= set(v4["except"]), "internal ranges stay closed"
+    v6 = next(peer["ipBlock"] for peer in rule["to"] if peer["ipBlock"]["cidr"] == "::/0")
+    assert {"::1/128", "fc00::/7", "fe80::/10"} <= set(v6["except"])
+    for name in ("coffer-edge", "coffer-auth"):
+        assert not _webhook_rules(docs, name), name
+
+
+def test_the_dispatcher_in_its_own_pods_takes_the_egress_and_metadata_loses_it(scenario: Docs) -> None:
+    deployments = {component(d): d for d in of_kind(scenario, "Deployment")}
+    if "dispatcher" not in deployments:
+        assert not _webhook_rules(scenario, "coffer-metadata"), "no scenario opts in without the dispatcher"
+        return
+    (c,) = deployments["dispatcher"]["spec"]["template"]["spec"]["containers"]
+    assert "coffer-metadata:" in c["image"], c["image"]
+    assert c["args"] == ["serve", "--role", "dispatcher"]
+    (m,) = deployments["metadata"]["spec"]["template"]["spec"]["containers"]
+    assert m["args"] == ["serve", "--role", "api"], "metadata stops dispatching"
+    assert "COFFER_METADATA_DATABASE_URL" in env_of(c)
+    assert not _webhook_rules(scenario, "coffer-metadata")
+    (rule,) = _webhook_rules(scenario, "coffer-dispatcher")
+    assert {"ipBlock": {"cidr": "10.20.0.0/16"}} in rule["to"], "the operator's internal receivers"
+    policy = named(scenario, "NetworkPolicy", "coffer-dispatcher")
+    ports = {p["port"] for r in policy["spec"]["egress"] for p in r["ports"]}
+    assert ports == {53, 4318, 5432, 443}
+    # Nothing calls the dispatcher: at most Prometheus on its metrics port.
+    for peer, peer_ports in _ingress_peers(scenario, "coffer-dispatcher"):
+        assert "podSelector" not in peer or not peer["podSelector"], peer
+        assert peer_ports == {"http"}
 
 
 # ------------------------------------------------------------------------ secrets, config

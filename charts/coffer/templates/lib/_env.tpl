@@ -32,12 +32,14 @@ this component needs, and no others.
 - name: COFFER_SWEEP_INTERVAL_SECONDS
   value: "0"
 {{- end }}
-{{- else if or (eq $c "auth") (eq $c "metadata") }}
-- name: {{ printf "COFFER_%s_HOST" (upper $c) }}
+{{- else if has $c (list "auth" "metadata" "dispatcher") }}
+{{- /* The dispatcher is metadata's process in another role: metadata's settings. */}}
+{{- $svc := ternary "metadata" $c (eq $c "dispatcher") }}
+- name: {{ printf "COFFER_%s_HOST" (upper $svc) }}
   value: "0.0.0.0"
-- name: {{ printf "COFFER_%s_PORT" (upper $c) }}
+- name: {{ printf "COFFER_%s_PORT" (upper $svc) }}
   value: {{ include "coffer.port" (dict "ctx" $ctx "component" $c "port" "http") | quote }}
-{{ include "coffer.secretEnv" (dict "ctx" $ctx "name" (printf "COFFER_%s_DATABASE_URL" (upper $c)) "key" (printf "%sDatabaseUrl" $c)) }}
+{{ include "coffer.secretEnv" (dict "ctx" $ctx "name" (printf "COFFER_%s_DATABASE_URL" (upper $svc)) "key" (printf "%sDatabaseUrl" $svc)) }}
 {{- else }}
 {{- /* blob and cdn: the same process, in different roles */}}
 - name: COFFER_BLOB_HOST

@@ -72,8 +72,14 @@ spec:
     {{- include "coffer.egressRule" $np.egress.redis | nindent 4 }}
     {{- end }}
     {{- end }}
-    {{- if has $c (list "auth" "metadata") }}
+    {{- if has $c (list "auth" "metadata" "dispatcher") }}
     {{- include "coffer.egressRule" $np.egress.postgresql | nindent 4 }}
+    {{- end }}
+    {{- if eq $c (include "coffer.webhookSender" $ctx) }}
+    {{- with include "coffer.webhookEgress" $ctx }}
+    # Webhook receivers (networkPolicy.egress.webhooks).
+    {{- . | nindent 4 }}
+    {{- end }}
     {{- end }}
     {{- if and (has $c (list "blob" "cdn")) (eq $ctx.Values.storage.driver "s3") }}
     {{- include "coffer.egressRule" $np.egress.s3 | nindent 4 }}
