@@ -20,6 +20,10 @@ UPLOAD_TOKEN = "upt"
 EVENT = "evt"
 # A resumable upload (tus, CONTRACT §9).
 TUS_UPLOAD = "tus"
+# Webhooks (CONTRACT §11): an endpoint, a delivery (one event to one endpoint), an attempt.
+WEBHOOK = "whk"
+WEBHOOK_DELIVERY = "whd"
+WEBHOOK_ATTEMPT = "wha"
 
 # What follows the prefix: the ULID's canonical text form.
 _ULID = "[0-9A-Z]{26}"

@@ -10,6 +10,15 @@ from coffer_edge.actor import actor_header
 from coffer_edge.clients.base import ServiceClient
 from coffer_kit import wire
 from coffer_kit.resources import Asset, Folder, FolderWithPath
+from coffer_kit.webhooks import (
+    WebhookAttemptList,
+    WebhookCreate,
+    WebhookDelivery,
+    WebhookEndpoint,
+    WebhookEndpointList,
+    WebhookEndpointWithSecret,
+    WebhookUpdate,
+)
 
 
 def _seg(value: str) -> str:
@@ -188,6 +197,85 @@ class MetadataClient(ServiceClient):
 
     async def finish_intent(self, asset_id: str) -> None:
         await self.call(wire.Done, "DELETE", f"/internal/v1/sweep/intents/{asset_id}")
+
+    # Webhooks (CONTRACT §11): every call is scoped by the caller's organization; another
+    # organization's endpoint is 404, as one that does not exist.
+    async def create_webhook(
+        self, org_id: str, endpoint: WebhookCreate, *, request_id: str
+    ) -> WebhookEndpointWithSecret:
+        """A new endpoint with its signing secret (the only time it is shown)."""
+        return await self.call(
+            WebhookEndpointWithSecret,
+            "POST",
+            f"/internal/v1/orgs/{org_id}/webhooks",
+            json=endpoint.model_dump(mode="json", exclude_unset=True),
+            request_id=request_id,
+        )
+
+    async def list_webhooks(self, org_id: str, *, request_id: str) -> WebhookEndpointList:
+        return await self.call(
+            WebhookEndpointList, "GET", f"/internal/v1/orgs/{org_id}/webhooks", request_id=request_id
+        )
+
+    async def get_webhook(self, org_id: str, webhook_id: str, *, request_id: str) -> WebhookEndpoint:
+        path = f"/internal/v1/orgs/{org_id}/webhooks/{_seg(webhook_id)}"
+        return await self.call(WebhookEndpoint, "GET", path, request_id=request_id)
+
+    async def update_webhook(
+        self, org_id: str, webhook_id: str, changes: WebhookUpdate, *, request_id: str
+    ) -> WebhookEndpoint:
+        """Change only the fields ``changes`` was given (``folderId: None`` drops the filter)."""
+        return await self.call(
+            WebhookEndpoint,
+            "PATCH",
+            f"/internal/v1/orgs/{org_id}/webhooks/{_seg(webhook_id)}",
+            json=changes.model_dump(mode="json", exclude_unset=True),
+            request_id=request_id,
+        )
+
+    async def delete_webhook(self, org_id: str, webhook_id: str, *, request_id: str) -> wire.Done:
+        path = f"/internal/v1/orgs/{org_id}/webhooks/{_seg(webhook_id)}"
+        return await self.call(wire.Done, "DELETE", path, request_id=request_id)
+
+    async def rotate_webhook_secret(
+        self, org_id: str, webhook_id: str, *, request_id: str
+    ) -> WebhookEndpointWithSecret:
+        """A new secret (shown once); the previous one signs too for 24 hours."""
+        return await self.call(
+            WebhookEndpointWithSecret,
+            "POST",
+            f"/internal/v1/orgs/{org_id}/webhooks/{_seg(webhook_id)}/rotate-secret",
+            request_id=request_id,
+        )
+
+    async def test_webhook(self, org_id: str, webhook_id: str, *, request_id: str) -> WebhookDelivery:
+        """Queue a ``ping`` event to the endpoint, sent at once."""
+        return await self.call(
+            WebhookDelivery,
+            "POST",
+            f"/internal/v1/orgs/{org_id}/webhooks/{_seg(webhook_id)}/test",
+            request_id=request_id,
+        )
+
+    async def list_webhook_deliveries(
+        self, org_id: str, webhook_id: str, *, limit: int, offset: int, request_id: str
+    ) -> WebhookAttemptList:
+        """The endpoint's delivery log, newest attempt first."""
+        return await self.call(
+            WebhookAttemptList,
+            "GET",
+            f"/internal/v1/orgs/{org_id}/webhooks/{_seg(webhook_id)}/deliveries",
+            params={"limit": limit, "offset": offset},
+            request_id=request_id,
+        )
+
+    async def redeliver_webhook(
+        self, org_id: str, webhook_id: str, delivery_id: str, *, request_id: str
+    ) -> WebhookDelivery:
+        """Send a delivery again now (same event, same ``webhook-id``)."""
+        endpoint = f"/internal/v1/orgs/{org_id}/webhooks/{_seg(webhook_id)}"
+        path = f"{endpoint}/deliveries/{_seg(delivery_id)}/redeliver"
+        return await self.call(WebhookDelivery, "POST", path, request_id=request_id)
 
     # Resumable uploads (tus, CONTRACT §9)
     async def tus_create(self, org_id: str, upload: wire.TusCreate, *, request_id: str) -> wire.TusUpload:
