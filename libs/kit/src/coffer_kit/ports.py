@@ -12,6 +12,8 @@ AUTH = 8081
 METADATA = 8082
 BLOB = 8083
 CDN = 8090
+# metadata's webhook dispatcher role: health and metrics only.
+WEBHOOKS = 8084
 # edge's health and metrics listener, never exposed publicly.
 EDGE_INTERNAL = 9080
 

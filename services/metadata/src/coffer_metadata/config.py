@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+import ipaddress
+
+from pydantic import Field, SecretStr, model_validator
 
 from coffer_kit import ports
-from coffer_kit.settings import BaseServiceSettings
+from coffer_kit.settings import BaseServiceSettings, checked_secret
+
+# CONTRACT §11: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, then every 10 h.
+DEFAULT_RETRY_SCHEDULE = "5,300,1800,7200,18000,36000"
 
 
 class Settings(BaseServiceSettings):
@@ -19,8 +24,71 @@ class Settings(BaseServiceSettings):
     # them for COFFER_AUDIT_RETENTION_DAYS itself (COFFER_METADATA_EVENT_RETENTION_DAYS).
     metadata_event_retention_days: int = Field(default=7, ge=1)
 
+    # Webhooks (CONTRACT §11). The key that encrypts endpoints' signing secrets at rest
+    # (COFFER_METADATA_WEBHOOK_SECRET_KEY): at least 32 characters outside local mode, generated
+    # in the data dir by the embedded stack. Changing it makes existing secrets unreadable.
+    metadata_webhook_secret_key: SecretStr | None = None
+    # Plain http endpoints are refused unless this is true (COFFER_METADATA_WEBHOOK_ALLOW_HTTP).
+    metadata_webhook_allow_http: bool = False
+    # Internal ranges webhooks may reach anyway, comma-separated CIDRs, e.g. "10.1.0.0/16"
+    # (COFFER_METADATA_WEBHOOK_ALLOWED_NETWORKS). Empty: only public addresses.
+    metadata_webhook_allowed_networks: str = ""
+    # Seconds between attempts of a failing delivery, comma-separated; the last repeats
+    # (COFFER_METADATA_WEBHOOK_RETRY_SCHEDULE), with ±10 % jitter.
+    metadata_webhook_retry_schedule: str = DEFAULT_RETRY_SCHEDULE
+    # A delivery is retried this long after its event, then given up (about 3 days).
+    metadata_webhook_retry_for_seconds: float = Field(default=3 * 86400, gt=0)
+    # An endpoint whose every attempt failed for this long is disabled (5 days).
+    metadata_webhook_disable_after_seconds: float = Field(default=5 * 86400, gt=0)
+    # How often the dispatcher looks for new events and due retries when not woken sooner.
+    metadata_webhook_poll_seconds: float = Field(default=0.1, gt=0, le=60)
+    # A claimed delivery is another dispatcher's to retry after this (a dispatcher that died
+    # mid-send); longer than the 10 s a receiver has to answer.
+    metadata_webhook_lease_seconds: float = Field(default=60, ge=12, le=3600)
+    # Deliveries one dispatcher sends at once, and at most per endpoint (one slow receiver
+    # holds no more than that, so other endpoints and organizations keep their turn).
+    metadata_webhook_concurrency: int = Field(default=64, ge=1, le=1024)
+    metadata_webhook_endpoint_concurrency: int = Field(default=4, ge=1, le=64)
+    # The dispatcher role's health and metrics listener (coffer-metadata dispatch).
+    metadata_dispatcher_port: int = ports.WEBHOOKS
+
     @model_validator(mode="after")
     def _database(self) -> Settings:
         if not self.metadata_database_url:
             self.metadata_database_url = self.sqlite_url("metadata.db")
+        self.metadata_webhook_secret_key = checked_secret(
+            self.metadata_webhook_secret_key,
+            name="COFFER_METADATA_WEBHOOK_SECRET_KEY",
+            mode=self.mode,
+            data_dir=self.data_dir,
+            file="webhook_secret_key",
+        )
+        self.webhook_networks()
+        self.retry_schedule()
         return self
+
+    def webhook_networks(self) -> list[str]:
+        """The allowlisted networks (each checked to be a CIDR)."""
+        networks = [n.strip() for n in self.metadata_webhook_allowed_networks.split(",") if n.strip()]
+        for network in networks:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError as exc:
+                name = "COFFER_METADATA_WEBHOOK_ALLOWED_NETWORKS"
+                raise ValueError(f"{name}: {network!r} is not a CIDR") from exc
+        return networks
+
+    def retry_schedule(self) -> list[float]:
+        """Seconds before each retry; the last repeats."""
+        try:
+            delays = [float(d) for d in self.metadata_webhook_retry_schedule.split(",") if d.strip()]
+        except ValueError as exc:
+            raise ValueError("COFFER_METADATA_WEBHOOK_RETRY_SCHEDULE: seconds, comma-separated") from exc
+        if not delays or any(d < 0 for d in delays):
+            raise ValueError("COFFER_METADATA_WEBHOOK_RETRY_SCHEDULE: at least one delay, none negative")
+        return delays
+
+    def webhook_secret(self) -> str:
+        """The key that encrypts webhook secrets (the validator has set it by now)."""
+        assert self.metadata_webhook_secret_key is not None
+        return self.metadata_webhook_secret_key.get_secret_value()

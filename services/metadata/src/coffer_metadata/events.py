@@ -19,6 +19,7 @@ from sqlmodel import Session
 
 from coffer_kit.ids import EVENT, new_id
 from coffer_kit.timeutil import isoformat, utcnow
+from coffer_kit.tracing import tracing_enabled
 from coffer_kit.wire import ACTOR_HEADER, SYSTEM, Actor, Done
 from coffer_metadata.deps import SessionDep, SettingsDep
 from coffer_metadata.models import Event
@@ -43,6 +44,18 @@ def actor_of(request: Request) -> Actor:
 ActorDep = Annotated[Actor, Depends(actor_of)]
 
 
+def current_trace() -> str | None:
+    """The W3C traceparent of the current span, when traced (a webhook delivery's span links
+    to the trace of the change that caused it); None otherwise, at no cost."""
+    if not tracing_enabled():
+        return None
+    from opentelemetry.propagate import inject
+
+    carrier: dict[str, str] = {}
+    inject(carrier)
+    return carrier.get("traceparent")
+
+
 def record(
     session: Session,
     *,
@@ -63,6 +76,8 @@ def record(
         "changes": json.dumps(changes, separators=(",", ":")) if changes else None,
         "actor": actor.model_dump_json(by_alias=True, exclude_none=True),
         "audited": False,
+        "dispatched": False,
+        "trace": current_trace(),
     }
     session.connection().execute(_NEW_EVENT, values)
 
@@ -95,7 +110,12 @@ def mark_audited(session: Session, *, ids: list[str], keep_days: int) -> None:
     connection.execute(sa.update(_events).where(_events.c.id.in_(ids)).values(audited=True))
     old = (
         sa.select(_events.c.id)
-        .where(_events.c.audited.is_(True), _events.c.created_at < utcnow() - timedelta(days=keep_days))
+        .where(
+            _events.c.audited.is_(True),
+            # Not before the webhook dispatcher has made its deliveries (they keep their own body).
+            _events.c.dispatched.is_(True),
+            _events.c.created_at < utcnow() - timedelta(days=keep_days),
+        )
         .limit(AUDIT_BATCH_MAX)
     )
     connection.execute(sa.delete(_events).where(_events.c.id.in_(old.scalar_subquery())))

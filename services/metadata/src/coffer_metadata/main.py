@@ -20,6 +20,7 @@ from coffer_metadata.events import router as events_router
 from coffer_metadata.folders.router import router as folders_router
 from coffer_metadata.tus import counts as tus_counts
 from coffer_metadata.tus import router as tus_router
+from coffer_metadata.webhooks.router import router as webhooks_router
 
 
 def _backlog(engine: Engine) -> list[tuple[list[str], float]]:
@@ -61,6 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(assets_router, dependencies=internal)
     app.include_router(events_router, dependencies=internal)
     app.include_router(tus_router, dependencies=internal)
+    app.include_router(webhooks_router, dependencies=internal)
     fast_route(app, assets_router, "/internal/v1/orgs/{org_id}/assets/{asset_id}", get_asset_fast)
     # The upload's two writes: per request, FastAPI's routing and solver cost more than the SQL.
     fast_route(app, assets_router, "/internal/v1/orgs/{org_id}/intents", register_intent_fast, method="POST")

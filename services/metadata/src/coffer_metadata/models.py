@@ -5,7 +5,19 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, Column, DateTime, ForeignKey, Index, String, Text, false, text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+    text,
+)
 from sqlmodel import Field, SQLModel
 
 
@@ -185,6 +197,8 @@ class Event(SQLModel, table=True):
         # The relay reads the oldest events auth has not yet recorded.
         Index("ix_events_audit_pending", "audited", "created_at"),
         Index("ix_events_org_created", "organization_id", "created_at"),
+        # The webhook dispatcher reads the events it has not fanned out to endpoints yet.
+        Index("ix_events_dispatch_pending", "dispatched", "created_at"),
     )
 
     id: str = Field(primary_key=True, max_length=40)
@@ -200,6 +214,90 @@ class Event(SQLModel, table=True):
     actor: str = Field(sa_column=Column(Text, nullable=False))
     # Set once auth's audit log holds the event.
     audited: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
+    # Set once the webhook dispatcher has made its deliveries (one per matching endpoint).
+    dispatched: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
+    # The W3C traceparent of the request that made the change (when traced): a delivery's span
+    # links to it.
+    trace: str | None = Field(default=None, max_length=255)
+
+
+class WebhookEndpoint(SQLModel, table=True):
+    """A URL an organization subscribed to some of its events (CONTRACT §11)."""
+
+    __tablename__ = "webhook_endpoints"
+    __table_args__ = (Index("ix_webhook_endpoints_org", "organization_id", "created_at"),)
+
+    id: str = Field(primary_key=True, max_length=40)
+    organization_id: str = Field(max_length=40)
+    url: str = Field(max_length=2048)
+    # JSON list of event types.
+    events: str = Field(sa_column=Column(Text, nullable=False))
+    # Only events inside this folder's subtree.
+    folder_id: str | None = Field(default=None, max_length=40)
+    description: str | None = Field(default=None, max_length=500)
+    enabled: bool
+    # paused | gone | failing
+    disabled_reason: str | None = Field(default=None, max_length=32)
+    # The signing secret, encrypted with COFFER_METADATA_WEBHOOK_SECRET_KEY (webhooks.secrets).
+    secret: str = Field(sa_column=Column(Text, nullable=False))
+    # After a rotation: the previous secret (encrypted), signing too until it expires.
+    previous_secret: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    previous_secret_expires_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    # Since when every attempt failed (None after a success); 5 days of it disable the endpoint.
+    failing_since: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    created_at: datetime = Field(sa_column=_ts())
+    updated_at: datetime = Field(sa_column=_ts())
+
+
+class WebhookDelivery(SQLModel, table=True):
+    """One event to one endpoint: sent until a 2xx, retried on a schedule until ``retry_until``."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        UniqueConstraint("endpoint_id", "event_id", name="uq_webhook_deliveries_event"),
+        Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
+        Index("ix_webhook_deliveries_lease", "endpoint_id", "lease_until"),
+    )
+
+    id: str = Field(primary_key=True, max_length=40)
+    endpoint_id: str = Field(max_length=40)
+    organization_id: str = Field(max_length=40)
+    event_id: str = Field(max_length=40)
+    event_type: str = Field(max_length=32)
+    # The request body, fixed at fan-out: every attempt sends the same bytes.
+    body: str = Field(sa_column=Column(Text, nullable=False))
+    trace: str | None = Field(default=None, max_length=255)
+    # pending | succeeded | failed
+    status: str = Field(max_length=16)
+    attempts: int
+    next_attempt_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    retry_until: datetime = Field(sa_column=_ts())
+    # A dispatcher sending it holds the lease: no other sends it until the lease ends.
+    lease_token: str | None = Field(default=None, max_length=64)
+    lease_until: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    created_at: datetime = Field(sa_column=_ts())
+
+
+class WebhookAttempt(SQLModel, table=True):
+    """One attempt of a delivery: the delivery log."""
+
+    __tablename__ = "webhook_attempts"
+    __table_args__ = (
+        Index("ix_webhook_attempts_endpoint", "endpoint_id", "created_at"),
+        Index("ix_webhook_attempts_delivery", "delivery_id"),
+    )
+
+    id: str = Field(primary_key=True, max_length=40)
+    delivery_id: str = Field(max_length=40)
+    endpoint_id: str = Field(max_length=40)
+    attempt: int
+    # succeeded | failed
+    result: str = Field(max_length=16)
+    response_status: int | None = None
+    error: str | None = Field(default=None, max_length=512)
+    latency_ms: int
+    response: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    created_at: datetime = Field(sa_column=_ts())
 
 
 # Indexes the migrations create on PostgreSQL only.
@@ -209,4 +307,18 @@ POSTGRESQL_ONLY_INDEXES = {"ix_assets_name_key_trgm"}
 SQLITE_SEARCH_TABLE = "assets_name_search"
 
 # SQLModel adds __table__ to table models at class creation; its stubs do not declare it.
-TABLES = [t.__table__ for t in (Folder, Asset, Usage, UploadIntent, TusUpload, Tombstone, Event)]  # type: ignore[union-attr]
+TABLES = [
+    t.__table__  # type: ignore[union-attr]
+    for t in (
+        Folder,
+        Asset,
+        Usage,
+        UploadIntent,
+        TusUpload,
+        Tombstone,
+        Event,
+        WebhookEndpoint,
+        WebhookDelivery,
+        WebhookAttempt,
+    )
+]

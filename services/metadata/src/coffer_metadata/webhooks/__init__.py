@@ -1,0 +1,1 @@
+"""Webhooks (CONTRACT §11): endpoints, the dispatcher that delivers the outbox's events to them."""

@@ -1,0 +1,166 @@
+"""Where webhooks may go (CONTRACT §11, SSRF): https (http where the operator allows it), and a
+host that resolves only to public addresses unless the operator allowlists a range.
+
+The check happens where the connection is made: the dispatcher's aiohttp connector resolves
+through :class:`PublicOnlyResolver`, which refuses internal addresses and hands aiohttp the
+addresses it checked, so aiohttp connects to exactly those (no second lookup a rebinding DNS
+could answer differently) while keeping the URL's host name for the Host header, TLS SNI and
+certificate verification. A URL naming an IP literal is checked before the request (aiohttp
+does not resolve literals). Redirects are never followed (the sender passes
+``allow_redirects=False``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Sequence
+from urllib.parse import urlsplit
+
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# Ranges refused even where the standard library calls an address global (belt and braces:
+# is_global's tables have changed between Python versions).
+_ALWAYS_INTERNAL: tuple[IPNetwork, ...] = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "0.0.0.0/8",  # this network
+        "10.0.0.0/8",  # RFC 1918
+        "100.64.0.0/10",  # carrier-grade NAT (RFC 6598)
+        "127.0.0.0/8",  # loopback
+        "169.254.0.0/16",  # link-local, cloud metadata (169.254.169.254)
+        "172.16.0.0/12",  # RFC 1918
+        "192.0.0.0/24",  # IETF protocol assignments
+        "192.168.0.0/16",  # RFC 1918
+        "198.18.0.0/15",  # benchmarking
+        "224.0.0.0/4",  # multicast
+        "240.0.0.0/4",  # reserved, broadcast
+        "::/128",  # unspecified
+        "::1/128",  # loopback
+        "fc00::/7",  # unique local (ULA)
+        "fe80::/10",  # link-local
+        "ff00::/8",  # multicast
+        "64:ff9b:1::/48",  # local-use NAT64
+    )
+)
+
+
+class RefusedAddress(OSError):
+    """A webhook URL's host is, or resolves to, an address webhooks may not reach."""
+
+
+def _embedded_v4(address: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one carries (mapped, 6to4, Teredo, NAT64), if any."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return address.ipv4_mapped
+        if address.sixtofour is not None:
+            return address.sixtofour
+        if address.teredo is not None:
+            return address.teredo[1]
+        if address in ipaddress.ip_network("64:ff9b::/96"):
+            return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
+class AddressPolicy:
+    """Which addresses webhooks may reach: public ones, and those of the operator's allowlist."""
+
+    def __init__(self, allow: Sequence[str] = ()) -> None:
+        self.allow: tuple[IPNetwork, ...] = tuple(ipaddress.ip_network(n, strict=False) for n in allow)
+
+    def internal(self, address: IPAddress) -> bool:
+        """Whether ``address`` is loopback, private, link-local or otherwise not public."""
+        inner = _embedded_v4(address)
+        if inner is not None and self.internal(inner):
+            return True
+        return (
+            not address.is_global
+            or address.is_multicast
+            or any(address in net for net in _ALWAYS_INTERNAL if net.version == address.version)
+        )
+
+    def permits(self, address: IPAddress) -> bool:
+        if any(address in net for net in self.allow if net.version == address.version):
+            return True
+        return not self.internal(address)
+
+    def check(self, address: str) -> None:
+        """Refuse ``address`` (text) unless webhooks may reach it."""
+        ip = ipaddress.ip_address(address.split("%", 1)[0])  # drop an IPv6 zone
+        if not self.permits(ip):
+            raise RefusedAddress(f"{ip} is an internal address; webhooks may not reach it")
+
+
+def literal_address(host: str) -> str | None:
+    """The host as an IP address if the URL names one (``[::1]`` → ``::1``), else None."""
+    bare = host.strip("[]")
+    try:
+        ipaddress.ip_address(bare.split("%", 1)[0])
+    except ValueError:
+        return None
+    return bare
+
+
+def url_problem(url: str, *, allow_http: bool) -> str | None:
+    """Why ``url`` cannot be a webhook endpoint (its form only: scheme, host, no credentials),
+    or None."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "The URL is not valid."
+    schemes = ("https", "http") if allow_http else ("https",)
+    if parts.scheme not in schemes:
+        return "The URL must use https." if not allow_http else "The URL must use https or http."
+    if not parts.hostname:
+        return "The URL has no host."
+    if parts.username is not None or parts.password is not None:
+        return "The URL must not carry credentials."
+    if port == 0:
+        return "The URL's port is not valid."
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
+        return "The URL must not contain spaces or control characters."
+    return None
+
+
+class PublicOnlyResolver(AbstractResolver):
+    """aiohttp's resolver, refusing a host if any address it resolves to is internal."""
+
+    def __init__(self, policy: AddressPolicy) -> None:
+        self.policy = policy
+        self._inner = DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        results = await self._inner.resolve(host, port, family)
+        for result in results:
+            self.policy.check(result["host"])
+        return results
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+async def resolve_and_check(host: str, policy: AddressPolicy) -> None:
+    """Resolve ``host`` now and refuse it if any address is internal (at creation: a clear 400;
+    the dispatcher checks again at each connection). A name that does not resolve now passes:
+    its deliveries fail and are retried until it does."""
+    literal = literal_address(host)
+    if literal is not None:
+        policy.check(literal)
+        return
+    resolver = PublicOnlyResolver(policy)
+    try:
+        await resolver.resolve(host, 0, socket.AF_UNSPEC)
+    except RefusedAddress:
+        raise
+    except OSError:
+        return
+    finally:
+        await resolver.close()

@@ -1,0 +1,346 @@
+"""Webhook endpoints and their delivery log (CONTRACT §11): every query scoped by organization.
+
+Each change to an endpoint writes an event in its transaction (``webhook.created`` …), which
+the audit relay copies to auth's log like any other change; the dispatcher never sends those.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import sqlalchemy as sa
+from sqlmodel import Session, col, func, select
+
+from coffer_kit.errors import conflict, invalid, not_found
+from coffer_kit.ids import EVENT, WEBHOOK, WEBHOOK_DELIVERY, id_pattern, new_id
+from coffer_kit.timeutil import as_utc, isoformat, utcnow
+from coffer_kit.webhooks import (
+    MAX_ENDPOINTS,
+    PING,
+    ROTATION_OVERLAP_SECONDS,
+    WebhookAttempt,
+    WebhookAttemptList,
+    WebhookCreate,
+    WebhookDelivery,
+    WebhookEndpointWithSecret,
+)
+from coffer_kit.wire import Actor
+from coffer_metadata import events
+from coffer_metadata.config import Settings
+from coffer_metadata.folders.service import check_folder
+from coffer_metadata.models import WebhookAttempt as AttemptRow
+from coffer_metadata.models import WebhookDelivery as DeliveryRow
+from coffer_metadata.models import WebhookEndpoint as EndpointRow
+from coffer_metadata.webhooks.safety import AddressPolicy, RefusedAddress, literal_address, url_problem
+from coffer_metadata.webhooks.secrets import SecretBox, new_secret
+
+_ID = re.compile(id_pattern(WEBHOOK))
+_DELIVERY_ID = re.compile(id_pattern(WEBHOOK_DELIVERY))
+
+
+def view(row: EndpointRow) -> dict[str, Any]:
+    """An endpoint as the public API writes it (never its secret)."""
+    expires = row.previous_secret_expires_at
+    return {
+        "id": row.id,
+        "organizationId": row.organization_id,
+        "url": row.url,
+        "events": json.loads(row.events),
+        "folderId": row.folder_id,
+        "description": row.description,
+        "enabled": row.enabled,
+        "disabledReason": row.disabled_reason,
+        "previousSecretExpiresAt": isoformat(expires) if expires and as_utc(expires) > utcnow() else None,
+        "createdAt": isoformat(row.created_at),
+        "updatedAt": isoformat(row.updated_at),
+    }
+
+
+def check_url(url: str, settings: Settings) -> None:
+    """400 unless ``url`` may be an endpoint: its form, and its host's current addresses."""
+    problem = url_problem(url, allow_http=settings.metadata_webhook_allow_http)
+    if problem is not None:
+        raise invalid(problem, field="url")
+    host = urlsplit(url).hostname or ""
+    policy = AddressPolicy(settings.webhook_networks())
+    try:
+        literal = literal_address(host)
+        if literal is not None:
+            policy.check(literal)
+            return
+        try:
+            infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            # Not resolvable now: deliveries fail (and retry) until it is; each is checked again.
+            return
+        for info in infos:
+            policy.check(str(info[4][0]))
+    except RefusedAddress as exc:
+        raise invalid(f"The URL's host is refused: {exc}.", field="url") from exc
+
+
+def _get(session: Session, *, org_id: str, webhook_id: str) -> EndpointRow:
+    """The organization's endpoint; 404 for an unknown one and for another organization's."""
+    row = session.get(EndpointRow, webhook_id) if _ID.match(webhook_id) else None
+    if row is None or row.organization_id != org_id:
+        raise not_found(f"Webhook {webhook_id} does not exist.")
+    return row
+
+
+def _record(session: Session, row: EndpointRow, type: str, actor: Actor, **extra: Any) -> None:
+    events.record(session, org_id=row.organization_id, type=type, data=view(row), actor=actor, **extra)
+
+
+def create(
+    session: Session, *, org_id: str, body: WebhookCreate, settings: Settings, box: SecretBox, actor: Actor
+) -> WebhookEndpointWithSecret:
+    """A new endpoint and its secret (the only time it is answered)."""
+    check_url(body.url, settings)
+    if body.folderId is not None:
+        check_folder(session, org_id=org_id, folder_id=body.folderId)
+    count = session.exec(
+        select(func.count()).select_from(EndpointRow).where(EndpointRow.organization_id == org_id)
+    ).one()
+    if count >= MAX_ENDPOINTS:
+        raise conflict(f"An organization has at most {MAX_ENDPOINTS} webhook endpoints; delete one first.")
+    now = utcnow()
+    secret = new_secret()
+    row = EndpointRow(
+        id=new_id(WEBHOOK),
+        organization_id=org_id,
+        url=body.url,
+        events=json.dumps(sorted(set(body.events))),
+        folder_id=body.folderId,
+        description=body.description,
+        enabled=True,
+        secret=box.seal(secret),
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(row)
+    session.flush()
+    _record(session, row, "webhook.created", actor, now=now)
+    return WebhookEndpointWithSecret(**view(row), secret=secret)
+
+
+def list_views(session: Session, *, org_id: str) -> list[dict[str, Any]]:
+    rows = session.exec(
+        select(EndpointRow)
+        .where(EndpointRow.organization_id == org_id)
+        .order_by(col(EndpointRow.created_at), col(EndpointRow.id))
+    )
+    return [view(r) for r in rows]
+
+
+def get_view(session: Session, *, org_id: str, webhook_id: str) -> dict[str, Any]:
+    return view(_get(session, org_id=org_id, webhook_id=webhook_id))
+
+
+def update(
+    session: Session,
+    *,
+    org_id: str,
+    webhook_id: str,
+    changes: dict[str, Any],
+    settings: Settings,
+    actor: Actor,
+) -> dict[str, Any]:
+    """Apply the fields sent (``changes``, public names) in this transaction, with its event."""
+    row = _get(session, org_id=org_id, webhook_id=webhook_id)
+    before = view(row)
+    if changes.get("url") is not None:
+        check_url(changes["url"], settings)
+        row.url = changes["url"]
+    if changes.get("events") is not None:
+        row.events = json.dumps(sorted(set(changes["events"])))
+    if "folderId" in changes:
+        if changes["folderId"] is not None:
+            check_folder(session, org_id=org_id, folder_id=changes["folderId"])
+        row.folder_id = changes["folderId"]
+    if "description" in changes:
+        row.description = changes["description"]
+    if changes.get("enabled") is True:
+        row.enabled, row.disabled_reason, row.failing_since = True, None, None
+    elif changes.get("enabled") is False and row.enabled:
+        row.enabled, row.disabled_reason = False, "paused"
+    after = view(row)
+    fields = ("url", "events", "folderId", "description", "enabled")
+    changed = {k: before[k] for k in fields if before[k] != after[k]}
+    if changed:
+        row.updated_at = utcnow()
+        session.add(row)
+        session.flush()
+        _record(session, row, "webhook.updated", actor, changes=changed, now=row.updated_at)
+    return view(row)
+
+
+def delete(session: Session, *, org_id: str, webhook_id: str, actor: Actor) -> None:
+    """Delete the endpoint, its deliveries and their log."""
+    row = _get(session, org_id=org_id, webhook_id=webhook_id)
+    connection = session.connection()
+    attempts, deliveries = AttemptRow.__table__, DeliveryRow.__table__  # type: ignore[attr-defined]
+    connection.execute(sa.delete(attempts).where(attempts.c.endpoint_id == row.id))
+    connection.execute(sa.delete(deliveries).where(deliveries.c.endpoint_id == row.id))
+    _record(session, row, "webhook.deleted", actor)
+    session.delete(row)
+    session.flush()
+
+
+def rotate(
+    session: Session, *, org_id: str, webhook_id: str, box: SecretBox, actor: Actor
+) -> WebhookEndpointWithSecret:
+    """A new secret; the current one keeps signing (a second signature) for 24 hours."""
+    row = _get(session, org_id=org_id, webhook_id=webhook_id)
+    now = utcnow()
+    secret = new_secret()
+    row.previous_secret, row.secret = row.secret, box.seal(secret)
+    row.previous_secret_expires_at = now + timedelta(seconds=ROTATION_OVERLAP_SECONDS)
+    row.updated_at = now
+    session.add(row)
+    session.flush()
+    _record(session, row, "webhook.secret_rotated", actor, now=now)
+    return WebhookEndpointWithSecret(**view(row), secret=secret)
+
+
+def delivery_view(row: DeliveryRow) -> WebhookDelivery:
+    return WebhookDelivery(
+        id=row.id,
+        eventId=row.event_id,
+        eventType=row.event_type,
+        status=row.status,
+        attempts=row.attempts,
+        nextAttemptAt=isoformat(row.next_attempt_at) if row.next_attempt_at else None,
+        createdAt=isoformat(row.created_at),
+    )
+
+
+def body_of(*, event_id: str, type: str, created_at: datetime, org_id: str, data: dict[str, Any]) -> str:
+    """A delivery's request body (CONTRACT §11), fixed once: every attempt sends these bytes."""
+    payload = {
+        "type": type,
+        "id": event_id,
+        "createdAt": isoformat(created_at),
+        "organizationId": org_id,
+        "data": data,
+    }
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+
+def new_delivery(
+    *,
+    endpoint_id: str,
+    org_id: str,
+    event_id: str,
+    type: str,
+    body: str,
+    trace: str | None,
+    now: datetime,
+    retry_for: float,
+) -> dict[str, Any]:
+    """The row of a delivery due now."""
+    return {
+        "id": new_id(WEBHOOK_DELIVERY),
+        "endpoint_id": endpoint_id,
+        "organization_id": org_id,
+        "event_id": event_id,
+        "event_type": type,
+        "body": body,
+        "trace": trace,
+        "status": "pending",
+        "attempts": 0,
+        "next_attempt_at": now,
+        "retry_until": now + timedelta(seconds=retry_for),
+        "lease_token": None,
+        "lease_until": None,
+        "created_at": now,
+    }
+
+
+def ping(session: Session, *, org_id: str, webhook_id: str, settings: Settings) -> WebhookDelivery:
+    """Queue a ``ping`` event to the endpoint, due now."""
+    row = _get(session, org_id=org_id, webhook_id=webhook_id)
+    if not row.enabled:
+        raise conflict("The webhook is disabled; enable it first.")
+    now = utcnow()
+    event_id = new_id(EVENT)
+    data = {"webhook": {"id": row.id, "url": row.url}}
+    body = body_of(event_id=event_id, type=PING, created_at=now, org_id=org_id, data=data)
+    values = new_delivery(
+        endpoint_id=row.id,
+        org_id=org_id,
+        event_id=event_id,
+        type=PING,
+        body=body,
+        trace=events.current_trace(),
+        now=now,
+        retry_for=settings.metadata_webhook_retry_for_seconds,
+    )
+    delivery = DeliveryRow(**values)
+    session.add(delivery)
+    session.flush()
+    return delivery_view(delivery)
+
+
+def redeliver(
+    session: Session, *, org_id: str, webhook_id: str, delivery_id: str, settings: Settings
+) -> WebhookDelivery:
+    """Send a delivery again now, same event and body; 409 while an attempt is in flight."""
+    endpoint = _get(session, org_id=org_id, webhook_id=webhook_id)
+    row = session.get(DeliveryRow, delivery_id) if _DELIVERY_ID.match(delivery_id) else None
+    if row is None or row.endpoint_id != endpoint.id:
+        raise not_found(f"Delivery {delivery_id} does not exist.")
+    if not endpoint.enabled:
+        raise conflict("The webhook is disabled; enable it first.")
+    now = utcnow()
+    if row.lease_until is not None and as_utc(row.lease_until) > now:
+        raise conflict("An attempt of this delivery is in flight; try again when it ends.")
+    row.status, row.next_attempt_at = "pending", now
+    row.retry_until = now + timedelta(seconds=settings.metadata_webhook_retry_for_seconds)
+    row.lease_token = row.lease_until = None
+    session.add(row)
+    session.flush()
+    return delivery_view(row)
+
+
+def attempts_page(
+    session: Session, *, org_id: str, webhook_id: str, limit: int, offset: int
+) -> WebhookAttemptList:
+    """The endpoint's delivery log, newest attempt first."""
+    endpoint = _get(session, org_id=org_id, webhook_id=webhook_id)
+    total = session.exec(
+        select(func.count()).select_from(AttemptRow).where(AttemptRow.endpoint_id == endpoint.id)
+    ).one()
+    rows = session.exec(
+        select(AttemptRow, DeliveryRow)
+        .join(DeliveryRow, col(DeliveryRow.id) == col(AttemptRow.delivery_id))
+        .where(AttemptRow.endpoint_id == endpoint.id)
+        .order_by(col(AttemptRow.created_at).desc(), col(AttemptRow.id).desc())
+        .limit(limit)
+        .offset(offset)
+    )
+    items = [
+        WebhookAttempt(
+            id=attempt.id,
+            deliveryId=delivery.id,
+            eventId=delivery.event_id,
+            eventType=delivery.event_type,
+            attempt=attempt.attempt,
+            result=attempt.result,
+            responseStatus=attempt.response_status,
+            error=attempt.error,
+            latencyMs=attempt.latency_ms,
+            response=attempt.response,
+            createdAt=isoformat(attempt.created_at),
+            deliveryStatus=delivery.status,
+            nextAttemptAt=isoformat(delivery.next_attempt_at)
+            if delivery.status == "pending" and delivery.next_attempt_at
+            else None,
+        )
+        for attempt, delivery in rows
+    ]
+    return WebhookAttemptList(deliveries=items, total=total, limit=limit, offset=offset)
