@@ -393,7 +393,7 @@ def test_the_dispatcher_in_its_own_pods_takes_the_egress_and_metadata_loses_it(s
     assert c["args"] == ["serve", "--role", "dispatcher"]
     (m,) = deployments["metadata"]["spec"]["template"]["spec"]["containers"]
     assert m["args"] == ["serve", "--role", "api"], "metadata stops dispatching"
-    assert "COFFER_METADATA_DATABASE_URL" in env_of(c)
+    assert {"COFFER_METADATA_DATABASE_URL", "COFFER_METADATA_WEBHOOK_SECRET_KEY"} <= set(env_of(c))
     assert not _webhook_rules(scenario, "coffer-metadata")
     (rule,) = _webhook_rules(scenario, "coffer-dispatcher")
     assert {"ipBlock": {"cidr": "10.20.0.0/16"}} in rule["to"], "the operator's internal receivers"
@@ -413,7 +413,16 @@ def test_each_component_reads_only_the_secrets_it_needs(production: Docs) -> Non
     need = {
         "edge": {"COFFER_INTERNAL_TOKEN", "COFFER_REDIS_URL"},
         "auth": {"COFFER_INTERNAL_TOKEN", "COFFER_AUTH_DATABASE_URL"},
-        "metadata": {"COFFER_INTERNAL_TOKEN", "COFFER_METADATA_DATABASE_URL"},
+        "metadata": {
+            "COFFER_INTERNAL_TOKEN",
+            "COFFER_METADATA_DATABASE_URL",
+            "COFFER_METADATA_WEBHOOK_SECRET_KEY",
+        },
+        "dispatcher": {
+            "COFFER_INTERNAL_TOKEN",
+            "COFFER_METADATA_DATABASE_URL",
+            "COFFER_METADATA_WEBHOOK_SECRET_KEY",
+        },
         "blob": {
             "COFFER_INTERNAL_TOKEN",
             "COFFER_SIGNING_SECRET",
@@ -441,7 +450,7 @@ def test_each_component_reads_only_the_secrets_it_needs(production: Docs) -> Non
 def test_generated_secret_is_a_hook_before_the_migrations(render: Callable[..., Docs]) -> None:
     docs = render()
     secret = named(docs, "Secret", "coffer")
-    assert set(secret["data"]) == {"internal-token", "signing-secret"}
+    assert set(secret["data"]) == {"internal-token", "signing-secret", "webhook-secret-key"}
     ann = secret["metadata"]["annotations"]
     assert ann["helm.sh/hook"] == "pre-install,pre-upgrade"
     for job in of_kind(docs, "Job"):
@@ -465,6 +474,7 @@ def test_given_values_reach_the_secret_and_config(render: Callable[..., Docs]) -
     data = named(docs, "Secret", "coffer")["data"]
     assert base64.b64decode(data["auth-database-url"]).decode() == "postgresql+psycopg://u:p@db/auth"
     assert base64.b64decode(data["signing-secret"]).decode() == "s3cr3t"
+    assert len(base64.b64decode(data["webhook-secret-key"])) >= 32, "generated long enough to seal with"
     config = named(docs, "ConfigMap", "coffer-config")["data"]
     assert config["COFFER_MODE"] == "production"
     assert config["COFFER_BASE_URL"] == "https://api.coffer.example"

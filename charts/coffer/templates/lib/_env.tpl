@@ -40,6 +40,9 @@ this component needs, and no others.
 - name: {{ printf "COFFER_%s_PORT" (upper $svc) }}
   value: {{ include "coffer.port" (dict "ctx" $ctx "component" $c "port" "http") | quote }}
 {{ include "coffer.secretEnv" (dict "ctx" $ctx "name" (printf "COFFER_%s_DATABASE_URL" (upper $svc)) "key" (printf "%sDatabaseUrl" $svc)) }}
+{{- if eq $svc "metadata" }}
+{{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "COFFER_METADATA_WEBHOOK_SECRET_KEY" "key" "webhookSecretKey") }}
+{{- end }}
 {{- else }}
 {{- /* blob and cdn: the same process, in different roles */}}
 - name: COFFER_BLOB_HOST
