@@ -267,6 +267,7 @@ def coffer_stack(root: Path, extra_env: dict[str, str]) -> Stack:
         metadata=free_port(),
         blob=free_port(),
         edge_internal=free_port(),
+        dispatcher=free_port(),
     )
     env = {
         # The per-key limit would otherwise be what we measure.

@@ -26,6 +26,7 @@ def running_stack(root: Path, **env: str) -> Iterator[Stack]:
         metadata=free_port(),
         blob=free_port(),
         edge_internal=free_port(),
+        dispatcher=free_port(),
     )
     # Every test client comes from 127.0.0.1, and Redis keeps counters across stacks: the limit
     # on failed authentications per address is lifted, but where a test sets it (test_bounds.py).

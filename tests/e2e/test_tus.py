@@ -143,6 +143,7 @@ def second_edge_and_blob(stack: Stack, tmp_path: Path) -> Iterator[Stack]:
         metadata=stack.ports.metadata,
         blob=free_port(),
         edge_internal=free_port(),
+        dispatcher=free_port(),
     )
     other = Stack(data_dir=stack.data_dir, ports=ports, extra_env=stack.extra_env, log_dir=tmp_path / "logs")
     other.start("blob", "edge")

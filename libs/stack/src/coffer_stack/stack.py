@@ -19,6 +19,8 @@ SERVICES: dict[str, list[str]] = {
     "metadata": ["-m", "coffer_metadata.cli", "serve"],
     "blob": ["-m", "coffer_blob.cli", "serve", "--role", "all"],
     "edge": ["-m", "coffer_edge.cli", "serve"],
+    # metadata's webhook dispatcher role (CONTRACT §11): delivers the outbox's events.
+    "dispatcher": ["-m", "coffer_metadata.cli", "dispatch"],
 }
 MIGRATIONS = [["-m", "coffer_auth.cli", "migrate"], ["-m", "coffer_metadata.cli", "migrate"]]
 
@@ -40,13 +42,16 @@ class Ports:
     metadata: int = ports.METADATA
     blob: int = ports.BLOB
     edge_internal: int = ports.EDGE_INTERNAL
+    dispatcher: int = ports.WEBHOOKS
 
     @classmethod
     def from_env(cls) -> Ports:
-        """Defaults, overridden by ``COFFER_<SVC>_PORT`` (and ``COFFER_EDGE_INTERNAL_PORT``)."""
+        """Defaults, overridden by ``COFFER_<SVC>_PORT`` (and ``COFFER_EDGE_INTERNAL_PORT``,
+        ``COFFER_METADATA_DISPATCHER_PORT``)."""
         ports = cls()
-        for name in ("edge", "cdn", "auth", "metadata", "blob", "edge_internal"):
-            value = os.environ.get(f"COFFER_{name.upper()}_PORT")
+        for name in ("edge", "cdn", "auth", "metadata", "blob", "edge_internal", "dispatcher"):
+            variable = "METADATA_DISPATCHER" if name == "dispatcher" else name.upper()
+            value = os.environ.get(f"COFFER_{variable}_PORT")
             if value:
                 setattr(ports, name, int(value))
         return ports
@@ -97,6 +102,7 @@ class Stack:
                 "COFFER_EDGE_HOST": self.host,
                 "COFFER_EDGE_PORT": str(self.ports.edge),
                 "COFFER_EDGE_INTERNAL_PORT": str(self.ports.edge_internal),
+                "COFFER_METADATA_DISPATCHER_PORT": str(self.ports.dispatcher),
                 "COFFER_AUTH_URL": self.url("auth"),
                 "COFFER_METADATA_URL": self.url("metadata"),
                 "COFFER_BLOB_URL": self.url("blob"),

@@ -170,6 +170,15 @@ def _change_actions(event: dict[str, Any]) -> list[tuple[str, dict[str, Any] | N
     """The audit actions (and details) of one change: an update is one action per field."""
     kind, _, verb = event["type"].partition(".")
     data = event["data"]
+    if kind == "webhook":
+        # An endpoint's changes (CONTRACT §11): created, updated, deleted, secret_rotated, and
+        # disabled by the dispatcher (a 410, or 5 days of failures).
+        details: dict[str, Any] = {"url": data.get("url")}
+        if verb == "updated":
+            details["changed"] = sorted(event["changes"])
+        if verb == "disabled":
+            details["reason"] = data.get("disabledReason")
+        return [(event["type"], details)]
     if verb == "created":
         if kind == "asset":
             fields = ("size", "folderId", "visibility")
@@ -231,7 +240,7 @@ def record_changes(session: Session, changes: list[dict[str, Any]]) -> int:
                 action=action,
                 target_type=kind,
                 target_id=change["data"].get("id"),
-                target_label=(change["data"].get("name") or "")[:1024] or None,
+                target_label=(change["data"].get("name") or change["data"].get("url") or "")[:1024] or None,
                 ip=actor.ip,
                 user_agent=actor.user_agent,
                 request_id=actor.request_id,

@@ -14,6 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("serve", help="run the metadata service")
     sub.add_parser("migrate", help="create or upgrade the metadata database schema")
+    sub.add_parser("dispatch", help="run the webhook dispatcher (health and metrics on its own port)")
     args = parser.parse_args(argv)
     settings = Settings()
     if args.command == "migrate":
@@ -26,6 +27,13 @@ def main(argv: list[str] | None = None) -> int:
     from coffer_kit.serve import Listener, serve
     from coffer_metadata.main import create_app
 
+    if args.command == "dispatch":
+        from coffer_metadata.webhooks.dispatcher import create_dispatcher_app
+
+        configure_logging("webhooks", settings.log_level, settings.log_format)
+        port = settings.metadata_dispatcher_port
+        serve([Listener(create_dispatcher_app(settings), settings.metadata_host, port)], graceful_seconds=15)
+        return 0
     configure_logging("metadata", settings.log_level, settings.log_format)
     serve([Listener(create_app(settings), settings.metadata_host, settings.metadata_port)])
     return 0
