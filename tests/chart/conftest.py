@@ -33,12 +33,10 @@ SCENARIOS: dict[str, list[str]] = {
         "--set",
         "expose.gateway.parentRefs[0].namespace=gateway",
     ],
-    # The webhook dispatcher in its own pods, allowed out to receivers and an internal range.
-    "dispatcher": [
+    # The webhook dispatcher allowed out to receivers and to an internal range.
+    "webhook-egress": [
         "-f",
         str(PRODUCTION),
-        "--set",
-        "dispatcher.enabled=true",
         "--set",
         "networkPolicy.egress.webhooks.enabled=true",
         "--set",

@@ -78,13 +78,11 @@ arguments and the image it runs.
 {{- $apart := $ctx.Values.cdn.enabled -}}
 {{- $blobPorts := list (dict "name" "http" "port" 8083) -}}
 {{- if not $apart -}}{{- $blobPorts = append $blobPorts (dict "name" "cdn" "port" 8090) -}}{{- end -}}
-{{- /* The webhook dispatcher runs in metadata's pods unless dispatcher.enabled gives it its own. */ -}}
-{{- $metadataArgs := ternary (list "serve" "--role" "api") (list "serve") $ctx.Values.dispatcher.enabled -}}
 {{- $specs := dict
   "edge" (dict "ports" (list (dict "name" "http" "port" 8080) (dict "name" "internal" "port" 9080)) "serving" "http" "metrics" "internal" "args" (list "serve") "image" "edge")
   "auth" (dict "ports" (list (dict "name" "http" "port" 8081)) "serving" "http" "metrics" "http" "args" (list "serve") "image" "auth")
-  "metadata" (dict "ports" (list (dict "name" "http" "port" 8082)) "serving" "http" "metrics" "http" "args" $metadataArgs "image" "metadata")
-  "dispatcher" (dict "ports" (list (dict "name" "http" "port" 8082)) "serving" "http" "metrics" "http" "args" (list "serve" "--role" "dispatcher") "image" "metadata")
+  "metadata" (dict "ports" (list (dict "name" "http" "port" 8082)) "serving" "http" "metrics" "http" "args" (list "serve") "image" "metadata")
+  "dispatcher" (dict "ports" (list (dict "name" "http" "port" 8084)) "serving" "http" "metrics" "http" "args" (list "dispatch") "image" "metadata")
   "blob" (dict "ports" $blobPorts "serving" "http" "metrics" "http" "args" (list "serve" "--role" (ternary "api" "all" $apart)) "image" "blob")
   "cdn" (dict "ports" (list (dict "name" "cdn" "port" 8090) (dict "name" "http" "port" 8083)) "serving" "cdn" "ready" "http" "metrics" "http" "args" (list "serve" "--role" "cdn") "image" "blob")
 -}}
@@ -179,14 +177,6 @@ checksum/secret: {{ toJson (list .Values.secrets .Values.database .Values.storag
 {{- $rule := dict "ports" $ports -}}
 {{- with .to -}}{{- $_ := set $rule "to" . -}}{{- end -}}
 {{- toYaml (list $rule) -}}
-{{- end -}}
-
-{{/*
-The pods that send webhooks: metadata's, or the dispatcher's own when dispatcher.enabled.
-Takes the root context; returns the component name.
-*/}}
-{{- define "coffer.webhookSender" -}}
-{{- ternary "dispatcher" "metadata" .Values.dispatcher.enabled -}}
 {{- end -}}
 
 {{/*

@@ -37,7 +37,7 @@ this component needs, and no others.
 {{- $svc := ternary "metadata" $c (eq $c "dispatcher") }}
 - name: {{ printf "COFFER_%s_HOST" (upper $svc) }}
   value: "0.0.0.0"
-- name: {{ printf "COFFER_%s_PORT" (upper $svc) }}
+- name: {{ ternary "COFFER_METADATA_DISPATCHER_PORT" (printf "COFFER_%s_PORT" (upper $c)) (eq $c "dispatcher") }}
   value: {{ include "coffer.port" (dict "ctx" $ctx "component" $c "port" "http") | quote }}
 {{ include "coffer.secretEnv" (dict "ctx" $ctx "name" (printf "COFFER_%s_DATABASE_URL" (upper $svc)) "key" (printf "%sDatabaseUrl" $svc)) }}
 {{- if eq $svc "metadata" }}

@@ -75,7 +75,7 @@ spec:
     {{- if has $c (list "auth" "metadata" "dispatcher") }}
     {{- include "coffer.egressRule" $np.egress.postgresql | nindent 4 }}
     {{- end }}
-    {{- if eq $c (include "coffer.webhookSender" $ctx) }}
+    {{- if eq $c "dispatcher" }}
     {{- with include "coffer.webhookEgress" $ctx }}
     # Webhook receivers (networkPolicy.egress.webhooks).
     {{- . | nindent 4 }}
