@@ -27,12 +27,14 @@ def stack(
     # No sweeper: a test's half-done uploads are its own to look at. A 1 s auth cache: tests of
     # revoked access wait for it (the default 5 s bound is tested end to end, tests/e2e/test_flow.py).
     # Every request comes from 127.0.0.1: failed authentications are not limited here (tested
-    # end to end, tests/e2e/test_bounds.py).
+    # end to end, tests/e2e/test_bounds.py), nor are the dashboard's sign-ups (tests sign up a
+    # user per caller; the per-IP throttle is tested end to end, tests/e2e/test_dashboard_security.py).
     settings = {
         "sweep_interval_seconds": 0,
         "edge_rate_limit": "10000/second",
         "edge_auth_cache_seconds": 1,
         "edge_auth_failure_limit": "1000000/minute",
+        "dashboard_ip_limit": "1000000/minute",
     }
     with serving(s, secrets.token_urlsafe(24), **settings):
         yield s
