@@ -46,12 +46,14 @@ browser: ## Install Debian's chromium for the browser tests when it is missing (
 	  else echo "chromium is missing: the browser tests will skip (install it: apt-get install chromium)"; fi; \
 	fi
 
-# tus-js-client under Node for the resumable-upload tests (tests/e2e/test_tus.py), from the npm
-# registry as tests/e2e/tusjs/package-lock.json pins it.
+# tus-js-client under Node for the resumable-upload tests (tests/e2e/test_tus.py), and
+# standardwebhooks for the Node webhook receiver of docs/webhooks.md
+# (tests/e2e/test_webhook_receivers.py), from the npm registry as their package-lock.json pin them.
 node: ## Install the Node packages of the tests (npm ci; Debian's nodejs and npm when missing)
 	@command -v npm >/dev/null 2>&1 || { echo "installing nodejs and npm with apt-get"; \
 	  apt-get install -y -qq nodejs npm >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null; }; }
 	@[ -d tests/e2e/tusjs/node_modules/tus-js-client ] || (cd tests/e2e/tusjs && npm ci --silent --no-audit --no-fund)
+	@[ -d tests/e2e/webhookjs/node_modules/standardwebhooks ] || (cd tests/e2e/webhookjs && npm ci --silent --no-audit --no-fund)
 
 HTMX_VERSION := 2.0.11
 HTMX_SHA384 := 2OatzQy1H+Zd/IIrjr1TcuDGqLXeHhbooAyJY1KdQMKnr4LZ22k31GBLdYKHmVjg
