@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -46,6 +47,8 @@ from report import Figure, details, table, write
 from seed import MOVING_ASSETS, Seeded, seed_assets
 from servers import Nginx, Production, ReferenceApp, auth_cli, coffer_stack, ensure_tools
 
+from coffer_testkit.testing import free_port
+
 REPO = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024
 BIG = 100 * MIB
@@ -66,11 +69,20 @@ GROUPS = (
     "list",
     "search",
     "move",
+    "webhooks",
 )
 # Name searches over the seeded names (seed.py): one matching a handful of assets, one
 # matching an eighth of them (every count then reads 12,500 matches).
 SEARCH_RARE = "report-0421"
 SEARCH_COMMON = "holiday"
+# Webhooks: the pace of the latency figure's uploads, and how long a delivery may take to count.
+WEBHOOK_UPLOADS_PER_SECOND = 100
+WEBHOOK_WAIT_SECONDS = 30.0
+# The stack lets webhooks reach the bench's receiver on loopback (an operator's allowlist).
+WEBHOOK_ENV = {
+    "COFFER_METADATA_WEBHOOK_ALLOW_HTTP": "true",
+    "COFFER_METADATA_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
+}
 T = TypeVar("T")
 
 
@@ -185,6 +197,7 @@ class Bench:
         self.list_key = ""
         self.seeded: Seeded | None = None
         self.through_blob: list[Figure] = []  # with --production, these measure moto's S3 too
+        self.webhook_upload_rates: list[float] = []  # uploads/s the paced webhook runs reached
 
     # ---- setup ----------------------------------------------------------------------------
 
@@ -205,6 +218,7 @@ class Bench:
         if self.production:
             log("production: fresh PostgreSQL databases and a moto S3 server")
             extra = self.production.start(self.root / "logs" / "moto.log")
+        extra.update(WEBHOOK_ENV)
         extra.update(dict(item.split("=", 1) for item in self.args.stack_env))
         self.stack = coffer_stack(self.root, extra)
         self.stack.migrate()
@@ -885,8 +899,134 @@ class Bench:
             self.search()
         if "move" in want:
             self.folder_move()
+        if small_asset and "webhooks" in want:
+            self.webhooks()
         for f in self.figures:
             f.finish()
+
+    def webhooks(self) -> None:
+        """Webhooks (issue 25): 4 KiB uploads at a fixed 100/s into an organization with one
+        endpoint subscribed to ``asset.created``; the time from each upload's 201 (as the client
+        reads it) to its delivery, verified by a receiver process with the ``standardwebhooks``
+        library. Then the 4 KiB upload rate of that organization against one with no endpoint,
+        alternating in the same run."""
+        p50 = Figure(
+            f"webhook: an upload's 201 → its verified delivery, {WEBHOOK_UPLOADS_PER_SECOND} uploads/s, p50",
+            "ms",
+        )
+        p99 = Figure(
+            f"webhook: an upload's 201 → its verified delivery, {WEBHOOK_UPLOADS_PER_SECOND} uploads/s, p99",
+            "ms",
+            goal="value <= 1000",
+        )
+        rate = Figure(
+            "upload 4 KiB files, 16 concurrent, one webhook endpoint subscribed",
+            "files/s",
+            reference_name="the same, into an organization with no endpoint",
+            goal="ratio >= 0.9",
+        )
+        p50.client = p99.client = (
+            f"the harness: httpx, {WEBHOOK_UPLOADS_PER_SECOND} uploads/s on a schedule (16 threads); "
+            "bench/webhook_receiver.py verifies each delivery"
+        )
+        p50.note = p99.note = (
+            "per repetition, the percentile over its uploads; CLOCK_MONOTONIC read by the client on "
+            "the 201 and by the receiver once the signature verified; a delivery missing after "
+            f"{WEBHOOK_WAIT_SECONDS:g} s fails the figure"
+        )
+        rate.client = "wrk, 16 connections (one new file per request)"
+        rate.note = (
+            "the dispatcher's backlog is drained between repetitions, untimed; its CPU while wrk "
+            "runs is counted"
+        )
+        self.figures += [p50, p99, rate]
+        self.through_blob += [p50, p99, rate]
+        org = auth_cli(self.stack, "create-org", "--name", "bench-hooks", "--quota-bytes", str(2**40))
+        key = str(auth_cli(self.stack, "create-key", "--org", str(org["id"]))["key"])
+        port = free_port()
+        made = httpx.post(
+            self.stack.edge_url + "/api/webhooks",
+            headers=self.headers(key),
+            json={"url": f"http://127.0.0.1:{port}/coffer-hook", "events": ["asset.created"]},
+            timeout=30,
+        )
+        made.raise_for_status()
+        receiver = Receiver(port, made.json()["secret"], self.root / "logs" / "webhook-receiver.log")
+        try:
+            latencies: list[list[float]] = []
+            for _ in range(self.args.reps):
+                got = self.paced_uploads(key, receiver)
+                if isinstance(got, str):
+                    p50.error = p99.error = got
+                    break
+                latencies.append(got)
+            if self.webhook_upload_rates:
+                reached = ", ".join(f"{r:.0f}" for r in self.webhook_upload_rates)
+                p99.note += f"; the uploads reached {reached} per second (of {WEBHOOK_UPLOADS_PER_SECOND})"
+            p50.samples = [_percentile(x, 0.5) for x in latencies]
+            p99.samples = [_percentile(x, 0.99) for x in latencies]
+            body = self.root / "wrk" / "hook-multipart.bin"
+            content_type = multipart_body(body, SMALL)
+            pids = self.coffer_pids()
+
+            def uploads(with_key: str) -> Callable[..., Sample]:
+                return self.wrk_get(
+                    self.stack.edge_url + "/api/assets",
+                    pids,
+                    16,
+                    method="POST",
+                    body_file=body,
+                    headers={**self.headers(with_key), "content-type": content_type},
+                )
+
+            hooked, plain = uploads(key), uploads(self.key)
+
+            def hooked_then_drained(seconds: float | None = None) -> Sample:
+                before = receiver.count()
+                sample = hooked(seconds)
+                receiver.wait_for(before + sample.requests - sample.errors, WEBHOOK_WAIT_SECONDS * 4)
+                return sample
+
+            self.pair(rate, hooked_then_drained, plain, warmup=self.warm(hooked_then_drained, plain))
+            if receiver.bad:
+                rate.error = p50.error = p99.error = f"{receiver.bad} deliveries failed verification"
+        finally:
+            receiver.stop()
+
+    def paced_uploads(self, key: str, receiver: Receiver) -> list[float] | str:
+        """``args.seconds`` of 4 KiB uploads started on a fixed schedule; each one's delay from
+        its 201 to its verified delivery, in ms (or why the repetition failed)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        count = int(self.args.seconds * WEBHOOK_UPLOADS_PER_SECOND)
+        created: dict[str, float] = {}
+        failures: list[str] = []
+        body = os.urandom(SMALL)
+        with httpx.Client(base_url=self.stack.edge_url, headers=self.headers(key), timeout=30) as client:
+
+            def upload() -> None:
+                files = {"file": ("hook.bin", body, "application/octet-stream")}
+                answer = client.post("/api/assets", files=files)
+                at = time.monotonic()
+                if answer.status_code != 201:
+                    failures.append(f"POST /api/assets answered {answer.status_code}")
+                    return
+                created[answer.json()["id"]] = at
+
+            with ThreadPoolExecutor(16) as pool:
+                start = time.monotonic()
+                for i in range(count):
+                    delay = start + i / WEBHOOK_UPLOADS_PER_SECOND - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)  # the schedule of the load, not a wait for a condition
+                    pool.submit(upload)
+        if failures:
+            return f"{len(failures)} of {count} uploads failed: {failures[0]}"
+        missing = receiver.wait_for_ids(set(created), WEBHOOK_WAIT_SECONDS)
+        if missing:
+            return f"{len(missing)} of {count} deliveries did not arrive within {WEBHOOK_WAIT_SECONDS:g} s"
+        self.webhook_upload_rates.append(count / (max(created.values()) - start))
+        return [(receiver.arrived[asset] - at) * 1000 for asset, at in created.items()]
 
     def asset_gets_with_key(self, asset: dict[str, Any]) -> None:
         key, self.key = self.key, self.list_key
@@ -894,6 +1034,72 @@ class Bench:
             self.asset_gets(asset)
         finally:
             self.key = key
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+class Receiver:
+    """bench/webhook_receiver.py on ``port``, and what it printed: when each asset's event
+    arrived (verified), and how many failed verification."""
+
+    def __init__(self, port: int, secret: str, log_path: Path) -> None:
+        self.arrived: dict[str, float] = {}
+        self.bad = 0
+        self._lock = threading.Lock()
+        self._count = 0
+        self._log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(REPO / "bench" / "webhook_receiver.py"), str(port)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(secret + "\n")
+        self.proc.stdin.close()
+        self.proc.stdout.readline()  # {"listening": port}
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            what, _, at = line.strip().partition(" ")
+            with self._lock:
+                self._count += 1
+                if what == "BAD":
+                    self.bad += 1
+                else:
+                    self.arrived[what] = float(at)
+
+    def count(self) -> int:
+        with self._lock:
+            return self._count
+
+    def wait_for(self, count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.count() < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def wait_for_ids(self, ids: set[str], timeout: float) -> set[str]:
+        """Poll until every id arrived; the ones still missing at the deadline."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                missing = ids - self.arrived.keys()
+            if not missing or time.monotonic() > deadline:
+                return missing
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        self._log.close()
 
 
 def main(argv: list[str] | None = None) -> int:
