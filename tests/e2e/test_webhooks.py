@@ -89,7 +89,7 @@ def receiver() -> Iterator[Receiver]:
     state = Receiver()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("content-length", "0")))
             got = Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic())
             with state.lock:
