@@ -62,7 +62,7 @@ from coffer_metadata.models import WebhookAttempt as AttemptRow
 from coffer_metadata.models import WebhookDelivery as DeliveryRow
 from coffer_metadata.models import WebhookEndpoint as EndpointRow
 from coffer_metadata.webhooks import service
-from coffer_metadata.webhooks.safety import AddressPolicy, PublicOnlyResolver, literal_address
+from coffer_metadata.webhooks.safety import AddressPolicy, PublicOnlyResolver, RefusedAddress, literal_address
 from coffer_metadata.webhooks.secrets import SecretBox, signatures
 
 log = logging.getLogger("coffer.metadata.webhooks")
@@ -140,13 +140,22 @@ class Dispatcher:
 
     # The loop -------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Fan out, claim and send until cancelled."""
+    async def open(self) -> None:
+        """Open the HTTP client the deliveries go through."""
         connector = aiohttp.TCPConnector(
             resolver=PublicOnlyResolver(self.policy), use_dns_cache=False, limit=0, ttl_dns_cache=None
         )
         # trust_env stays off: no proxy from the environment carries a webhook elsewhere.
         self._http = aiohttp.ClientSession(connector=connector, headers={"User-Agent": USER_AGENT})
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    async def run(self) -> None:
+        """Fan out, claim and send until stopped."""
+        await self.open()
         try:
             while not self._stopping:
                 try:
@@ -158,7 +167,7 @@ class Dispatcher:
                 self._wake.clear()
         finally:
             await self._drain()
-            await self._http.close()
+            await self.close()
 
     async def step(self) -> None:
         """One round: fan new events out, then start the deliveries there is room for."""
@@ -393,7 +402,7 @@ class Dispatcher:
         except TimeoutError:
             error = f"no answer within {DELIVERY_TIMEOUT_SECONDS:g} s"
         except OSError as exc:  # a refused address (RefusedAddress), and aiohttp's connection errors
-            error = str(exc) or type(exc).__name__
+            error = _why(exc)
         except aiohttp.ClientError as exc:
             error = f"{type(exc).__name__}: {exc}"
         latency = time.monotonic() - start
@@ -590,6 +599,16 @@ class _Tree:
         return any(self.inside(place, root) for place in places if place)
 
 
+def _why(exc: BaseException) -> str:
+    """What made a send fail, in words: a refused address says so (aiohttp wraps it)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, RefusedAddress):
+            return f"refused: {seen}"
+        seen = getattr(seen, "os_error", None) or seen.__cause__
+    return str(exc) or type(exc).__name__
+
+
 async def _read_some(stream: aiohttp.StreamReader, limit: int) -> bytes:
     """Up to ``limit`` bytes of a body; the rest is never read."""
     chunks: list[bytes] = []
@@ -648,7 +667,7 @@ def create_dispatcher_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # A few connections: the loop and the sends' records, not a request pool.
         database = Database.open(
-            settings.metadata_database_url, pool_size=min(settings.database_pool_size, 8)
+            settings.metadata_database_url, pool_size=min(settings.database_pool_size, 4)
         )
         dispatcher = Dispatcher(settings, database.engine)
         install_state(app, DispatcherState(settings=settings, database=database, dispatcher=dispatcher))
