@@ -116,7 +116,7 @@ async def test_at_most_ten_endpoints_and_another_organizations_are_404(api: http
 
 
 async def test_secrets_are_sealed_at_rest_and_changes_audited(
-    api: httpx.AsyncClient, database_url: str, tmp_path: Any
+    api: httpx.AsyncClient, database_url: str
 ) -> None:
     org = new_id("org")
     created = (
