@@ -55,6 +55,8 @@ REFUSED = [
     "https://user:pw@example.com/hook",
     "https:///hook",
     "not a url",
+    "https://exa\x00mple.com/hook",
+    "https://" + "a" * 300 + ".com/hook",  # not a host name
 ]
 
 

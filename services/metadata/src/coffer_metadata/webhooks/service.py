@@ -75,7 +75,7 @@ def check_url(url: str, settings: Settings) -> None:
             return
         try:
             infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-        except (OSError, UnicodeError):
+        except (OSError, UnicodeError, ValueError):
             # Not resolvable now: deliveries fail (and retry) until it is; each is checked again.
             return
         for info in infos:
