@@ -11,12 +11,13 @@ import pytest
 Docs = list[dict[str, Any]]
 Doc = dict[str, Any]
 
-COMPONENTS = ["edge", "auth", "metadata", "blob", "cdn"]
+COMPONENTS = ["edge", "auth", "metadata", "blob", "cdn", "webhooks"]
 # Container ports the public may reach: edge's API listener and the CDN listener.
 PUBLIC_PORTS = {8080, 8090}
 INTERNAL_PATHS = ("/metrics", "/internal", "/healthz", "/readyz")
 # Every Coffer service drains in-flight requests for up to this long on SIGTERM.
-SERVICE_DRAIN_SECONDS = {"edge": 300, "blob": 300, "cdn": 300, "auth": 30, "metadata": 30}
+# The webhook dispatcher lets its sends finish: 10 s each, then records them.
+SERVICE_DRAIN_SECONDS = {"edge": 300, "blob": 300, "cdn": 300, "auth": 30, "metadata": 30, "webhooks": 12}
 
 
 def of_kind(docs: Docs, kind: str) -> list[Doc]:
@@ -345,7 +346,16 @@ def test_each_component_reads_only_the_secrets_it_needs(production: Docs) -> Non
     need = {
         "edge": {"COFFER_INTERNAL_TOKEN", "COFFER_REDIS_URL"},
         "auth": {"COFFER_INTERNAL_TOKEN", "COFFER_AUTH_DATABASE_URL"},
-        "metadata": {"COFFER_INTERNAL_TOKEN", "COFFER_METADATA_DATABASE_URL"},
+        "metadata": {
+            "COFFER_INTERNAL_TOKEN",
+            "COFFER_METADATA_DATABASE_URL",
+            "COFFER_METADATA_WEBHOOK_SECRET_KEY",
+        },
+        "webhooks": {
+            "COFFER_INTERNAL_TOKEN",
+            "COFFER_METADATA_DATABASE_URL",
+            "COFFER_METADATA_WEBHOOK_SECRET_KEY",
+        },
         "blob": {
             "COFFER_INTERNAL_TOKEN",
             "COFFER_SIGNING_SECRET",
@@ -373,7 +383,7 @@ def test_each_component_reads_only_the_secrets_it_needs(production: Docs) -> Non
 def test_generated_secret_is_a_hook_before_the_migrations(render: Callable[..., Docs]) -> None:
     docs = render()
     secret = named(docs, "Secret", "coffer")
-    assert set(secret["data"]) == {"internal-token", "signing-secret"}
+    assert set(secret["data"]) == {"internal-token", "signing-secret", "webhook-secret-key"}
     ann = secret["metadata"]["annotations"]
     assert ann["helm.sh/hook"] == "pre-install,pre-upgrade"
     for job in of_kind(docs, "Job"):

@@ -83,6 +83,7 @@ arguments and the image it runs.
   "metadata" (dict "ports" (list (dict "name" "http" "port" 8082)) "serving" "http" "metrics" "http" "args" (list "serve") "image" "metadata")
   "blob" (dict "ports" $blobPorts "serving" "http" "metrics" "http" "args" (list "serve" "--role" (ternary "api" "all" $apart)) "image" "blob")
   "cdn" (dict "ports" (list (dict "name" "cdn" "port" 8090) (dict "name" "http" "port" 8083)) "serving" "cdn" "ready" "http" "metrics" "http" "args" (list "serve" "--role" "cdn") "image" "blob")
+  "webhooks" (dict "ports" (list (dict "name" "http" "port" 8084)) "serving" "http" "metrics" "http" "args" (list "dispatch") "image" "metadata")
 -}}
 {{- toJson (index $specs .component) -}}
 {{- end -}}

@@ -72,7 +72,7 @@ spec:
     {{- include "coffer.egressRule" $np.egress.redis | nindent 4 }}
     {{- end }}
     {{- end }}
-    {{- if has $c (list "auth" "metadata") }}
+    {{- if has $c (list "auth" "metadata" "webhooks") }}
     {{- include "coffer.egressRule" $np.egress.postgresql | nindent 4 }}
     {{- end }}
     {{- if and (has $c (list "blob" "cdn")) (eq $ctx.Values.storage.driver "s3") }}
