@@ -254,3 +254,87 @@ def test_claims_take_organizations_in_turn_within_the_endpoint_bound() -> None:
     # An endpoint already at its bound (across dispatchers) gets nothing more.
     assert _fair_pick(rows, busy={"ea": 4}, cap=4, free=64) == ["b0", "b1", "b2"]
     assert len(_fair_pick(rows, busy={}, cap=4, free=2)) == 2
+
+
+async def test_leases_five_days_of_failures_and_410(
+    api: httpx.AsyncClient, database_url: str, tmp_path: Any
+) -> None:
+    """Two dispatchers never hold one delivery at once; a lease that ended can be taken again;
+    an endpoint failing for 5 days is disabled, and one answering 410 at once (both audited)."""
+    from sqlalchemy.orm import Session
+
+    from coffer_metadata.models import WebhookDelivery as DeliveryRow
+    from coffer_metadata.webhooks import service
+    from coffer_metadata.webhooks.dispatcher import Outcome
+
+    org = new_id("org")
+    settings = Settings(metadata_database_url=database_url, data_dir=tmp_path)
+    made = []
+    for n in range(2):
+        answer = await api.post(
+            base(org), json={"url": f"https://93.184.216.{n}/h", "events": EVENTS}, headers=AS_KEY
+        )
+        made.append(answer.json()["id"])
+    engine = make_engine(database_url)
+    now = utcnow()
+    with Session(engine) as session:
+        for endpoint in made:
+            body = service.body_of(event_id=new_id("evt"), type="ping", created_at=now, org_id=org, data={})
+            values = service.new_delivery(
+                endpoint_id=endpoint,
+                org_id=org,
+                event_id=new_id("evt"),
+                type="ping",
+                body=body,
+                trace=None,
+                now=now,
+                retry_for=3600,
+            )
+            session.add(DeliveryRow(**values))
+        session.commit()
+    one, two = Dispatcher(settings, engine), Dispatcher(settings, engine)
+    first = one.claim(64)
+    assert sorted(j.endpoint_id for j in first) == sorted(made)
+    assert two.claim(64) == []  # leased by the first
+    with engine.begin() as conn:  # the first dispatcher died: its leases end
+        conn.execute(
+            text("UPDATE webhook_deliveries SET lease_until = :t"), {"t": now - timedelta(seconds=1)}
+        )
+    again = two.claim(64)
+    assert sorted(j.delivery_id for j in again) == sorted(j.delivery_id for j in first)
+    assert all(
+        j.event_id == f.event_id
+        for j, f in zip(
+            sorted(again, key=lambda j: j.delivery_id),
+            sorted(first, key=lambda j: j.delivery_id),
+            strict=True,
+        )
+    )
+
+    failing, gone = sorted(again, key=lambda j: made.index(j.endpoint_id))
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE webhook_endpoints SET failing_since = :t WHERE id = :i"),
+            {"t": now - timedelta(days=5, seconds=1), "i": failing.endpoint_id},
+        )
+    two.record(failing, Outcome(500, None, "no", 5, now))
+    two.record(gone, Outcome(410, None, "bye", 5, now))
+    views = {w["id"]: w for w in (await api.get(base(org))).json()["webhooks"]}
+    assert (views[failing.endpoint_id]["enabled"], views[failing.endpoint_id]["disabledReason"]) == (
+        False,
+        "failing",
+    )
+    assert (views[gone.endpoint_id]["enabled"], views[gone.endpoint_id]["disabledReason"]) == (False, "gone")
+    with engine.connect() as conn:
+        disabled = conn.execute(
+            text("SELECT count(*) FROM events WHERE organization_id = :o AND type = 'webhook.disabled'"),
+            {"o": org},
+        ).scalar()
+        statuses = dict(conn.execute(text("SELECT endpoint_id, status FROM webhook_deliveries")).all())
+    engine.dispose()
+    assert disabled == 2
+    assert statuses[gone.endpoint_id] == "failed" and statuses[failing.endpoint_id] == "pending"
+    log = (await api.get(f"{base(org)}/{failing.endpoint_id}/deliveries")).json()["deliveries"]
+    assert [(a["attempt"], a["result"], a["responseStatus"], a["response"]) for a in log] == [
+        (1, "failed", 500, "no")
+    ]
