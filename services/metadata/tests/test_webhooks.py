@@ -338,3 +338,36 @@ async def test_leases_five_days_of_failures_and_410(
     assert [(a["attempt"], a["result"], a["responseStatus"], a["response"]) for a in log] == [
         (1, "failed", 500, "no")
     ]
+
+
+def test_deliveries_past_their_window_are_given_up(database_url: str, tmp_path: Any) -> None:
+    """A delivery whose attempts never got recorded (a dispatcher dying at each) stops after
+    its retry window instead of being resent forever."""
+    from sqlalchemy.orm import Session
+
+    from coffer_metadata.models import WebhookDelivery as DeliveryRow
+    from coffer_metadata.webhooks import service
+
+    engine = make_engine(database_url)
+    old = utcnow() - timedelta(days=4)
+    values = service.new_delivery(
+        endpoint_id=new_id("whk"),
+        org_id=new_id("org"),
+        event_id=new_id("evt"),
+        type="ping",
+        body="{}",
+        trace=None,
+        now=old,
+        retry_for=3 * 86400,
+    )
+    with Session(engine) as session:
+        session.add(DeliveryRow(**values))
+        session.commit()
+    dispatcher = Dispatcher(Settings(metadata_database_url=database_url, data_dir=tmp_path), engine)
+    assert dispatcher.expire() == 1
+    with engine.connect() as conn:
+        status = conn.execute(
+            text("SELECT status FROM webhook_deliveries WHERE id = :i"), {"i": values["id"]}
+        ).scalar()
+    engine.dispose()
+    assert status == "failed"

@@ -76,6 +76,9 @@ _folders = Folder.__table__  # type: ignore[attr-defined]
 # Events fanned out per transaction, and due deliveries looked at per claim.
 FAN_OUT_BATCH = 500
 CLAIM_WINDOW = 500
+# How often deliveries past their retry window are given up (those whose record never
+# happened: a dispatcher that died at each attempt).
+EXPIRE_EVERY_SECONDS = 60.0
 # Parent links followed to decide whether a folder is inside an endpoint's folder.
 MAX_FOLDER_DEPTH = 1000
 USER_AGENT = "Coffer-Webhooks/1"
@@ -137,6 +140,7 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._stopping = False
         self._http: aiohttp.ClientSession | None = None
+        self._expired_at = 0.0
 
     # The loop -------------------------------------------------------------------------
 
@@ -172,6 +176,9 @@ class Dispatcher:
     async def step(self) -> None:
         """One round: fan new events out, then start the deliveries there is room for."""
         await asyncio.to_thread(self.fan_out)
+        if time.monotonic() - self._expired_at > EXPIRE_EVERY_SECONDS:
+            self._expired_at = time.monotonic()
+            await asyncio.to_thread(self.expire)
         free = self.settings.metadata_webhook_concurrency - len(self.tasks)
         if free <= 0:
             return
@@ -219,7 +226,11 @@ class Dispatcher:
             endpoints: dict[str, list[Any]] = {}
             for endpoint in connection.execute(
                 sa.select(
-                    _endpoints.c.id, _endpoints.c.organization_id, _endpoints.c.events, _endpoints.c.folder_id
+                    _endpoints.c.id,
+                    _endpoints.c.organization_id,
+                    _endpoints.c.events,
+                    _endpoints.c.folder_id,
+                    _endpoints.c.created_at,
                 )
                 .where(_endpoints.c.organization_id.in_(orgs), _endpoints.c.enabled.is_(True))
                 .order_by(_endpoints.c.created_at)
@@ -235,9 +246,7 @@ class Dispatcher:
                 changes = json.loads(row.changes) if row.changes else {}
                 kind = row.type.partition(".")[0]
                 for endpoint in endpoints.get(row.organization_id, ()):
-                    if row.type not in json.loads(endpoint.events):
-                        continue
-                    if endpoint.folder_id and not tree.touches(kind, data, changes, endpoint.folder_id):
+                    if not _wants(endpoint, row, tree, kind, data, changes):
                         continue
                     body = service.body_of(
                         event_id=row.id,
@@ -266,6 +275,27 @@ class Dispatcher:
         if deliveries:
             self._wake.set()
         return len(rows)
+
+    def expire(self) -> int:
+        """Give up pending deliveries past their retry window that no dispatcher holds."""
+        now = utcnow()
+        d = _deliveries
+        with Session(writer(self.engine)) as session:
+            expired = (
+                session.connection()
+                .execute(
+                    sa.update(d)
+                    .where(
+                        d.c.status == "pending",
+                        d.c.retry_until < now,
+                        sa.or_(d.c.lease_until.is_(None), d.c.lease_until < now),
+                    )
+                    .values(status="failed", next_attempt_at=None)
+                )
+                .rowcount
+            )
+            session.commit()
+        return int(expired or 0)
 
     # Claim ------------------------------------------------------------------------------
 
@@ -524,6 +554,18 @@ class Dispatcher:
         oldest = [as_utc(t) for t in (oldest_event, oldest_due) if t is not None]
         age = max((now - min(oldest)).total_seconds(), 0.0) if oldest else 0.0
         return int(events_waiting) + int(due), age
+
+
+def _wants(
+    endpoint: Any, row: Any, tree: _Tree, kind: str, data: dict[str, Any], changes: dict[str, Any]
+) -> bool:
+    """Whether an endpoint subscribed to an event: its type, its time (a change made before
+    the endpoint existed is not), its folder filter."""
+    if row.type not in json.loads(endpoint.events):
+        return False
+    if as_utc(row.created_at) < as_utc(endpoint.created_at):
+        return False
+    return not endpoint.folder_id or tree.touches(kind, data, changes, endpoint.folder_id)
 
 
 def _fair_pick(candidates: Iterable[Any], *, busy: dict[str, int], cap: int, free: int) -> list[str]:
