@@ -255,7 +255,7 @@ def test_410_disables_the_endpoint_at_once(tenant: Any, receiver: Receiver) -> N
     assert (resumed["enabled"], resumed["disabledReason"]) == (True, None)
 
 
-def test_test_ping_and_redeliver(tenant: Any, receiver: Receiver) -> None:
+def test_test_ping_and_redeliver(tenant: Any, receiver: Receiver, stack: Stack) -> None:
     api = tenant.api
     endpoint = subscribe(api, receiver.url + "/ping", events=["asset.deleted"])
     queued = api.post(f"/api/webhooks/{endpoint['id']}/test")
@@ -277,6 +277,24 @@ def test_test_ping_and_redeliver(tenant: Any, receiver: Receiver) -> None:
     third.verified(rotated["secret"])
     third.verified(endpoint["secret"])
     assert len(third.headers["webhook-signature"].split(" ")) == 2
+
+    # Every change to the endpoint reached the organization's audit log (edge's relay).
+    from sqlalchemy import text
+
+    url = stack.extra_env.get("COFFER_AUTH_DATABASE_URL") or f"sqlite:///{stack.data_dir / 'auth.db'}"
+    wanted = {"webhook.created", "webhook.secret_rotated"}
+    with _database(url) as engine:
+        deadline = time.monotonic() + 15
+        while True:
+            with engine.connect() as conn:
+                rows = conn.execute(
+                    text("SELECT action, target_id FROM audit_events WHERE organization_id = :o"),
+                    {"o": tenant.org_id},
+                ).all()
+            if wanted <= {r.action for r in rows if r.target_id == endpoint["id"]}:
+                break
+            assert time.monotonic() < deadline, rows
+            time.sleep(0.05)
 
 
 def test_refused_and_failed_uploads_have_no_event(new_tenant: Any, receiver: Receiver) -> None:
@@ -362,15 +380,20 @@ def test_authorization(tenant: Any, new_tenant: Any, admin: Any, stack: Stack, r
 
 
 @contextlib.contextmanager
-def _outbox(stack: Stack) -> Iterator[Any]:
+def _database(url: str) -> Iterator[Any]:
     from sqlalchemy import create_engine
 
-    url = stack.extra_env.get("COFFER_METADATA_DATABASE_URL") or f"sqlite:///{stack.data_dir / 'metadata.db'}"
     engine = create_engine(url)
     try:
         yield engine
     finally:
         engine.dispose()
+
+
+def _outbox(stack: Stack) -> Any:
+    """metadata's database: the outbox of committed events."""
+    url = stack.extra_env.get("COFFER_METADATA_DATABASE_URL") or f"sqlite:///{stack.data_dir / 'metadata.db'}"
+    return _database(url)
 
 
 def test_a_killed_dispatcher_loses_nothing(own_stack_with: Any, admin_for: Any, receiver: Receiver) -> None:
@@ -399,6 +422,23 @@ def test_a_killed_dispatcher_loses_nothing(own_stack_with: Any, admin_for: Any, 
                 ).scalars()
             )
         assert len(committed) == 30
+        # The audit log holds the same committed events (edge's relay, from the same outbox).
+        auth_url = (
+            stack.extra_env.get("COFFER_AUTH_DATABASE_URL") or f"sqlite:///{stack.data_dir / 'auth.db'}"
+        )
+        with _database(auth_url) as engine:
+            deadline = time.monotonic() + 15
+            while True:
+                with engine.connect() as conn:
+                    audited = set(
+                        conn.execute(
+                            text("SELECT source_id FROM audit_events WHERE organization_id = :o"), {"o": org}
+                        ).scalars()
+                    )
+                if committed <= audited:
+                    break
+                assert time.monotonic() < deadline, f"{len(committed - audited)} events not in the audit log"
+                time.sleep(0.05)
         deadline = time.monotonic() + 40
         while {r.id for r in receiver.on("/kill")} != committed:
             assert time.monotonic() < deadline, (
