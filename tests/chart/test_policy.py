@@ -13,12 +13,13 @@ CHART = Path(__file__).resolve().parents[2] / "charts" / "coffer"
 Docs = list[dict[str, Any]]
 Doc = dict[str, Any]
 
-COMPONENTS = ["edge", "auth", "metadata", "blob", "cdn", "dispatcher"]
+COMPONENTS = ["edge", "auth", "metadata", "blob", "cdn", "webhooks"]
 # Container ports the public may reach: edge's API listener and the CDN listener.
 PUBLIC_PORTS = {8080, 8090}
 INTERNAL_PATHS = ("/metrics", "/internal", "/healthz", "/readyz")
 # Every Coffer service drains in-flight requests for up to this long on SIGTERM.
-SERVICE_DRAIN_SECONDS = {"edge": 300, "blob": 300, "cdn": 300, "auth": 30, "metadata": 30, "dispatcher": 15}
+# The webhook dispatcher lets its sends finish: 10 s each, then records them.
+SERVICE_DRAIN_SECONDS = {"edge": 300, "blob": 300, "cdn": 300, "auth": 30, "metadata": 30, "webhooks": 12}
 
 
 def of_kind(docs: Docs, kind: str) -> list[Doc]:
@@ -337,7 +338,7 @@ def test_egress_only_to_what_each_component_needs(production: Docs) -> None:
     assert egress_ports("coffer-metadata") == dns | otlp | {5432}
     assert egress_ports("coffer-blob") == dns | otlp | {443}
     assert egress_ports("coffer-cdn") == dns | otlp | {443}
-    assert egress_ports("coffer-dispatcher") == dns | otlp | {5432, 443}  # 443: webhook receivers
+    assert egress_ports("coffer-webhooks") == dns | otlp | {5432, 443}  # 443: webhook receivers
     assert egress_ports("coffer-migrate") == dns | {5432}
 
 
@@ -356,7 +357,7 @@ def test_webhook_egress_is_opt_in_and_warned_about(
     render: Callable[..., Docs], helm_run: Callable[..., Any]
 ) -> None:
     docs = render()
-    assert not _webhook_rules(docs, "coffer-dispatcher"), "receivers reached without opting in"
+    assert not _webhook_rules(docs, "coffer-webhooks"), "receivers reached without opting in"
     # A cluster that denies the egress says so at install instead of failing deliveries quietly.
     args = ["--namespace", "coffer", "--set", "dashboard.trustedProxies=10.0.0.0/8"]
     denied = helm_run("install", "coffer", str(CHART), "--dry-run=client", *args)
@@ -369,15 +370,15 @@ def test_webhook_egress_is_opt_in_and_warned_about(
     )  # fmt: skip
     assert allowed.returncode == 0, allowed.stderr
     assert "webhooks cannot be delivered" not in allowed.stdout
-    no_dispatcher = ["--set", "dispatcher.enabled=false"]
+    no_dispatcher = ["--set", "webhooks.enabled=false"]
     off = helm_run("install", "coffer", str(CHART), "--dry-run=client", *args, *no_dispatcher)
     assert "never delivered" in off.stdout
-    assert not any(d["metadata"]["name"] == "coffer-dispatcher" for d in render(*no_dispatcher))
+    assert not any(d["metadata"]["name"] == "coffer-webhooks" for d in render(*no_dispatcher))
 
 
 def test_webhook_egress_reaches_public_https_from_the_dispatcher_only(render: Callable[..., Docs]) -> None:
     docs = render("--set", "networkPolicy.egress.webhooks.enabled=true")
-    (rule,) = _webhook_rules(docs, "coffer-dispatcher")
+    (rule,) = _webhook_rules(docs, "coffer-webhooks")
     assert [p["port"] for p in rule["ports"]] == [443]
     v4 = next(peer["ipBlock"] for peer in rule["to"] if peer["ipBlock"]["cidr"] == "0.0.0.0/0")
     assert PRIVATE_V4 | {"100.64.0.0/10"} <= set(v4["except"]), "internal ranges stay closed"
@@ -389,7 +390,7 @@ def test_webhook_egress_reaches_public_https_from_the_dispatcher_only(render: Ca
 
 def test_the_dispatcher_runs_metadata_in_its_role_and_nothing_calls_it(scenario: Docs) -> None:
     deployments = {component(d): d for d in of_kind(scenario, "Deployment")}
-    (c,) = deployments["dispatcher"]["spec"]["template"]["spec"]["containers"]
+    (c,) = deployments["webhooks"]["spec"]["template"]["spec"]["containers"]
     assert "coffer-metadata:" in c["image"], c["image"]
     assert c["args"] == ["dispatch"]
     env = env_of(c)
@@ -401,11 +402,11 @@ def test_the_dispatcher_runs_metadata_in_its_role_and_nothing_calls_it(scenario:
     (m,) = deployments["metadata"]["spec"]["template"]["spec"]["containers"]
     assert m["args"] == ["serve"]
     assert not _webhook_rules(scenario, "coffer-metadata"), "metadata's pods never reach receivers"
-    policy = named(scenario, "NetworkPolicy", "coffer-dispatcher")
+    policy = named(scenario, "NetworkPolicy", "coffer-webhooks")
     ports_out = {p["port"] for r in policy["spec"]["egress"] for p in r["ports"]}
     assert ports_out - {443, 4317, 4318} == {53, 5432}, "DNS and PostgreSQL, receivers and OTLP only"
     # Nothing calls the dispatcher: at most Prometheus on its metrics port.
-    for peer, peer_ports in _ingress_peers(scenario, "coffer-dispatcher"):
+    for peer, peer_ports in _ingress_peers(scenario, "coffer-webhooks"):
         assert "podSelector" not in peer, peer
         assert peer_ports == {"http"}
 
@@ -415,7 +416,7 @@ def test_operator_cidrs_join_the_receivers(render: Callable[..., Docs]) -> None:
         "--set", "networkPolicy.egress.webhooks.enabled=true",
         "--set", "networkPolicy.egress.webhooks.cidrs[0]=10.20.0.0/16",
     )  # fmt: skip
-    (rule,) = _webhook_rules(docs, "coffer-dispatcher")
+    (rule,) = _webhook_rules(docs, "coffer-webhooks")
     assert {"ipBlock": {"cidr": "10.20.0.0/16"}} in rule["to"]
 
 
@@ -431,7 +432,7 @@ def test_each_component_reads_only_the_secrets_it_needs(production: Docs) -> Non
             "COFFER_METADATA_DATABASE_URL",
             "COFFER_METADATA_WEBHOOK_SECRET_KEY",
         },
-        "dispatcher": {
+        "webhooks": {
             "COFFER_INTERNAL_TOKEN",
             "COFFER_METADATA_DATABASE_URL",
             "COFFER_METADATA_WEBHOOK_SECRET_KEY",

@@ -112,7 +112,7 @@ def test_default_and_production_render_what_they_should(
         "redis.keyPrefix=two words",
         "secrets.webhookSecretKey=too-short-to-seal-with",  # 32+ characters
         "networkPolicy.egress.webhooks.cidrs[0]=not-a-cidr",
-        "dispatcher.replica=2",
+        "webhooks.replica=2",
     ],
 )
 def test_schema_rejects_typos_and_bad_values(helm_run: Callable[..., Any], bad: str) -> None:

@@ -64,7 +64,7 @@ app.kubernetes.io/part-of: coffer
 {{- define "coffer.components" -}}
 {{- $list := list "edge" "auth" "metadata" "blob" -}}
 {{- if .Values.cdn.enabled -}}{{- $list = append $list "cdn" -}}{{- end -}}
-{{- if .Values.dispatcher.enabled -}}{{- $list = append $list "dispatcher" -}}{{- end -}}
+{{- if .Values.webhooks.enabled -}}{{- $list = append $list "webhooks" -}}{{- end -}}
 {{- toJson $list -}}
 {{- end -}}
 
@@ -82,9 +82,9 @@ arguments and the image it runs.
   "edge" (dict "ports" (list (dict "name" "http" "port" 8080) (dict "name" "internal" "port" 9080)) "serving" "http" "metrics" "internal" "args" (list "serve") "image" "edge")
   "auth" (dict "ports" (list (dict "name" "http" "port" 8081)) "serving" "http" "metrics" "http" "args" (list "serve") "image" "auth")
   "metadata" (dict "ports" (list (dict "name" "http" "port" 8082)) "serving" "http" "metrics" "http" "args" (list "serve") "image" "metadata")
-  "dispatcher" (dict "ports" (list (dict "name" "http" "port" 8084)) "serving" "http" "metrics" "http" "args" (list "dispatch") "image" "metadata")
   "blob" (dict "ports" $blobPorts "serving" "http" "metrics" "http" "args" (list "serve" "--role" (ternary "api" "all" $apart)) "image" "blob")
   "cdn" (dict "ports" (list (dict "name" "cdn" "port" 8090) (dict "name" "http" "port" 8083)) "serving" "cdn" "ready" "http" "metrics" "http" "args" (list "serve" "--role" "cdn") "image" "blob")
+  "webhooks" (dict "ports" (list (dict "name" "http" "port" 8084)) "serving" "http" "metrics" "http" "args" (list "dispatch") "image" "metadata")
 -}}
 {{- toJson (index $specs .component) -}}
 {{- end -}}

@@ -16,7 +16,7 @@ from coffer_testkit.testing import free_port, wait_healthy
 # Real processes (servers started for the test): end to end, so not in `make test-fast`.
 pytestmark = pytest.mark.e2e
 
-PORTS = ("EDGE", "CDN", "AUTH", "METADATA", "BLOB", "EDGE_INTERNAL")
+PORTS = ("EDGE", "CDN", "AUTH", "METADATA", "BLOB", "EDGE_INTERNAL", "METADATA_DISPATCHER")
 
 
 def children_of(pid: int) -> list[int]:
@@ -59,7 +59,7 @@ def test_serves_and_stops_every_child_on_sigterm(launched) -> None:
     answer = httpx.get(f"http://127.0.0.1:{env['COFFER_EDGE_PORT']}/api/folders")
     assert answer.status_code == 401  # a real edge, asking for a key
     children = children_of(proc.pid)
-    assert len(children) == 4
+    assert len(children) == 5  # the four services and metadata's webhook dispatcher
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0
     wait_gone(children)

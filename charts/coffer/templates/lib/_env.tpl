@@ -32,17 +32,23 @@ this component needs, and no others.
 - name: COFFER_SWEEP_INTERVAL_SECONDS
   value: "0"
 {{- end }}
-{{- else if has $c (list "auth" "metadata" "dispatcher") }}
-{{- /* The dispatcher is metadata's process in another role: metadata's settings. */}}
-{{- $svc := ternary "metadata" $c (eq $c "dispatcher") }}
-- name: {{ printf "COFFER_%s_HOST" (upper $svc) }}
+{{- else if or (eq $c "auth") (eq $c "metadata") }}
+- name: {{ printf "COFFER_%s_HOST" (upper $c) }}
   value: "0.0.0.0"
-- name: {{ ternary "COFFER_METADATA_DISPATCHER_PORT" (printf "COFFER_%s_PORT" (upper $c)) (eq $c "dispatcher") }}
+- name: {{ printf "COFFER_%s_PORT" (upper $c) }}
   value: {{ include "coffer.port" (dict "ctx" $ctx "component" $c "port" "http") | quote }}
-{{ include "coffer.secretEnv" (dict "ctx" $ctx "name" (printf "COFFER_%s_DATABASE_URL" (upper $svc)) "key" (printf "%sDatabaseUrl" $svc)) }}
-{{- if eq $svc "metadata" }}
+{{ include "coffer.secretEnv" (dict "ctx" $ctx "name" (printf "COFFER_%s_DATABASE_URL" (upper $c)) "key" (printf "%sDatabaseUrl" $c)) }}
+{{- if eq $c "metadata" }}
 {{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "COFFER_METADATA_WEBHOOK_SECRET_KEY" "key" "webhookSecretKey") }}
 {{- end }}
+{{- else if eq $c "webhooks" }}
+{{- /* metadata's webhook dispatcher role: its database, the key of the endpoints' secrets */}}
+- name: COFFER_METADATA_HOST
+  value: "0.0.0.0"
+- name: COFFER_METADATA_DISPATCHER_PORT
+  value: {{ include "coffer.port" (dict "ctx" $ctx "component" "webhooks" "port" "http") | quote }}
+{{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "COFFER_METADATA_DATABASE_URL" "key" "metadataDatabaseUrl") }}
+{{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "COFFER_METADATA_WEBHOOK_SECRET_KEY" "key" "webhookSecretKey") }}
 {{- else }}
 {{- /* blob and cdn: the same process, in different roles */}}
 - name: COFFER_BLOB_HOST

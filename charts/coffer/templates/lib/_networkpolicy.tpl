@@ -72,10 +72,10 @@ spec:
     {{- include "coffer.egressRule" $np.egress.redis | nindent 4 }}
     {{- end }}
     {{- end }}
-    {{- if has $c (list "auth" "metadata" "dispatcher") }}
+    {{- if has $c (list "auth" "metadata" "webhooks") }}
     {{- include "coffer.egressRule" $np.egress.postgresql | nindent 4 }}
     {{- end }}
-    {{- if eq $c "dispatcher" }}
+    {{- if eq $c "webhooks" }}
     {{- with include "coffer.webhookEgress" $ctx }}
     # Webhook receivers (networkPolicy.egress.webhooks).
     {{- . | nindent 4 }}

@@ -6,7 +6,8 @@ Callers: A's organization key; the personal keys of A's owner and of a member of
 personal key of a user in A and B, without ``x-organization-id`` (400), naming A, naming B
 (acting in B), and naming C, where the user is no member (403); B's organization key; no key.
 Acting in another organization, a caller gets 403 for A's folders and assets (contract §5) and
-404 for A's upload tokens; its lists hold nothing of A's.
+404 for A's upload tokens and webhooks; its lists hold nothing of A's. Webhooks (CONTRACT §11)
+are for organization keys and owners only: a member's personal key is 403.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Route:
     ok: int
     in_b: int  # a caller acting in another organization
     listing: bool = False  # answers A's callers with A's data, others with their own
+    member: int | None = None  # a member's (not an owner's) personal key, where it differs
 
 
 def _routes() -> list[Route]:
@@ -109,7 +111,63 @@ def _routes() -> list[Route]:
             404,
         ),
         Route("DELETE /api/uploads/tus/{id}", lambda c, r: c.delete(r["tus"], headers=TUS), 204, 404),
+        # Webhooks (CONTRACT §11): organization keys and owners; another organization's is 404.
+        Route("GET /api/webhooks", lambda c, r: c.get("/api/webhooks"), 200, 200, listing=True, member=403),
+        Route("POST /api/webhooks", lambda c, r: c.post("/api/webhooks", json=HOOK), 201, 201, member=403),
+        Route(
+            "GET /api/webhooks/{id}",
+            lambda c, r: c.get(f"/api/webhooks/{r['webhook']}"),
+            200,
+            404,
+            member=403,
+        ),
+        Route(
+            "PATCH /api/webhooks/{id}",
+            lambda c, r: c.patch(f"/api/webhooks/{r['webhook']}", json={"description": "d"}),
+            200,
+            404,
+            member=403,
+        ),
+        Route(
+            "DELETE /api/webhooks/{id}",
+            lambda c, r: c.delete(f"/api/webhooks/{r['webhook']}"),
+            200,
+            404,
+            member=403,
+        ),
+        Route(
+            "POST /api/webhooks/{id}/rotate-secret",
+            lambda c, r: c.post(f"/api/webhooks/{r['webhook']}/rotate-secret"),
+            200,
+            404,
+            member=403,
+        ),
+        Route(
+            "POST /api/webhooks/{id}/test",
+            lambda c, r: c.post(f"/api/webhooks/{r['webhook']}/test"),
+            202,
+            404,
+            member=403,
+        ),
+        Route(
+            "GET /api/webhooks/{id}/deliveries",
+            lambda c, r: c.get(f"/api/webhooks/{r['webhook']}/deliveries"),
+            200,
+            404,
+            member=403,
+        ),
+        Route(
+            "POST /api/webhooks/{id}/deliveries/{did}/redeliver",
+            lambda c, r: c.post(f"/api/webhooks/{r['webhook']}/deliveries/{r['delivery']}/redeliver"),
+            202,
+            404,
+            member=403,
+        ),
     ]
+
+
+# A public address: URLs are checked (CONTRACT §11), and nothing is sent in process.
+HOOK = {"url": "https://93.184.215.34/hook", "events": ["asset.created"]}
 
 
 TUS = {"Tus-Resumable": "1.0.0"}
@@ -124,6 +182,12 @@ def _tus_create(client: httpx.Client, name: str, folder: str | None = None) -> h
 
 
 EXPECTED = {NO_KEY: 401, NO_ORG: 400, NOT_MEMBER: 403}
+# Callers whose key is a member's, not an owner's, in the organization they act in.
+MEMBERS = {
+    "personal key of a member of A alone",
+    "personal key of a user in A and B, naming A",
+    "personal key of a user in A and B, naming B",
+}
 CALLERS = {
     "A's organization key": OK,
     "A's owner's personal key": OK,
@@ -174,12 +238,16 @@ def world(stack: Any, admin: Any) -> Any:
         client.close()
 
 
-def _fresh_resources(a: httpx.Client) -> dict[str, str]:
+def _fresh_resources(a: httpx.Client, *, webhook: bool = False) -> dict[str, str]:
     folder = a.post("/api/folders", json={"name": new_id("f")}).json()["id"]
     asset = a.post("/api/assets", files={"file": ("a.txt", b"a")}, data={"folderId": folder}).json()["id"]
     token = a.post("/api/upload-tokens", json={}).json()["id"]
     tus = urlsplit(_tus_create(a, "a.bin").headers["location"]).path
-    return {"folder": folder, "asset": asset, "token": token, "tus": tus}
+    resources = {"folder": folder, "asset": asset, "token": token, "tus": tus}
+    if webhook:
+        resources["webhook"] = a.post("/api/webhooks", json=HOOK).json()["id"]
+        resources["delivery"] = a.post(f"/api/webhooks/{resources['webhook']}/test").json()["id"]
+    return resources
 
 
 @pytest.mark.parametrize("caller", list(CALLERS))
@@ -187,10 +255,14 @@ def test_every_route_answers_every_caller_as_the_matrix_says(world: Any, caller:
     owner_a = world["A's organization key"]
     wrong: list[str] = []
     for route in _routes():
-        resources = _fresh_resources(owner_a)
+        resources = _fresh_resources(owner_a, webhook="/api/webhooks/{id}" in route.name)
         answer = route.call(world[caller], resources)
+        if "webhook" in resources:  # at most 10 per organization: never keep one
+            owner_a.delete(f"/api/webhooks/{resources['webhook']}")
         kind = CALLERS[caller]
         expected = route.ok if kind == OK else route.in_b if kind == IN_B else EXPECTED[kind]
+        if route.member is not None and caller in MEMBERS:
+            expected = route.member
         if answer.status_code != expected:
             wrong.append(f"{route.name}: {answer.status_code}, expected {expected} ({answer.text[:120]})")
         elif expected >= 400 and answer.request.method != "HEAD" and "error" not in answer.json():

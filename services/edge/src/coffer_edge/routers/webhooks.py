@@ -111,9 +111,12 @@ async def rotate_webhook_secret(
     return await metadata.rotate_webhook_secret(principal.organization_id, webhook_id, request_id=rid)
 
 
-@router.post("/{webhook_id}/test", status_code=202, response_model=WebhookDelivery, responses=errors(404))
+@router.post(
+    "/{webhook_id}/test", status_code=202, response_model=WebhookDelivery, responses=errors(404, 409)
+)
 async def test_webhook(webhook_id: str, principal: AdminDep, metadata: MetadataDep, rid: RequestIdDep) -> Any:
-    """Send a ``ping`` event to the endpoint now; its attempts show in the delivery log."""
+    """Send a ``ping`` event to the endpoint now; its attempts show in the delivery log (409 if
+    the endpoint is disabled)."""
     return await metadata.test_webhook(principal.organization_id, webhook_id, request_id=rid)
 
 

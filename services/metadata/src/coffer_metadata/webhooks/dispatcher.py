@@ -62,7 +62,7 @@ from coffer_metadata.models import WebhookAttempt as AttemptRow
 from coffer_metadata.models import WebhookDelivery as DeliveryRow
 from coffer_metadata.models import WebhookEndpoint as EndpointRow
 from coffer_metadata.webhooks import service
-from coffer_metadata.webhooks.safety import AddressPolicy, PublicOnlyResolver, literal_address
+from coffer_metadata.webhooks.safety import AddressPolicy, PublicOnlyResolver, RefusedAddress, literal_address
 from coffer_metadata.webhooks.secrets import SecretBox, signatures
 
 log = logging.getLogger("coffer.metadata.webhooks")
@@ -76,6 +76,9 @@ _folders = Folder.__table__  # type: ignore[attr-defined]
 # Events fanned out per transaction, and due deliveries looked at per claim.
 FAN_OUT_BATCH = 500
 CLAIM_WINDOW = 500
+# How often deliveries past their retry window are given up (those whose record never
+# happened: a dispatcher that died at each attempt).
+EXPIRE_EVERY_SECONDS = 60.0
 # Parent links followed to decide whether a folder is inside an endpoint's folder.
 MAX_FOLDER_DEPTH = 1000
 USER_AGENT = "Coffer-Webhooks/1"
@@ -137,16 +140,26 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._stopping = False
         self._http: aiohttp.ClientSession | None = None
+        self._expired_at = 0.0
 
     # The loop -------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Fan out, claim and send until cancelled."""
+    async def open(self) -> None:
+        """Open the HTTP client the deliveries go through."""
         connector = aiohttp.TCPConnector(
             resolver=PublicOnlyResolver(self.policy), use_dns_cache=False, limit=0, ttl_dns_cache=None
         )
         # trust_env stays off: no proxy from the environment carries a webhook elsewhere.
         self._http = aiohttp.ClientSession(connector=connector, headers={"User-Agent": USER_AGENT})
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    async def run(self) -> None:
+        """Fan out, claim and send until stopped."""
+        await self.open()
         try:
             while not self._stopping:
                 try:
@@ -158,11 +171,14 @@ class Dispatcher:
                 self._wake.clear()
         finally:
             await self._drain()
-            await self._http.close()
+            await self.close()
 
     async def step(self) -> None:
         """One round: fan new events out, then start the deliveries there is room for."""
         await asyncio.to_thread(self.fan_out)
+        if time.monotonic() - self._expired_at > EXPIRE_EVERY_SECONDS:
+            self._expired_at = time.monotonic()
+            await asyncio.to_thread(self.expire)
         free = self.settings.metadata_webhook_concurrency - len(self.tasks)
         if free <= 0:
             return
@@ -210,7 +226,11 @@ class Dispatcher:
             endpoints: dict[str, list[Any]] = {}
             for endpoint in connection.execute(
                 sa.select(
-                    _endpoints.c.id, _endpoints.c.organization_id, _endpoints.c.events, _endpoints.c.folder_id
+                    _endpoints.c.id,
+                    _endpoints.c.organization_id,
+                    _endpoints.c.events,
+                    _endpoints.c.folder_id,
+                    _endpoints.c.created_at,
                 )
                 .where(_endpoints.c.organization_id.in_(orgs), _endpoints.c.enabled.is_(True))
                 .order_by(_endpoints.c.created_at)
@@ -226,9 +246,7 @@ class Dispatcher:
                 changes = json.loads(row.changes) if row.changes else {}
                 kind = row.type.partition(".")[0]
                 for endpoint in endpoints.get(row.organization_id, ()):
-                    if row.type not in json.loads(endpoint.events):
-                        continue
-                    if endpoint.folder_id and not tree.touches(kind, data, changes, endpoint.folder_id):
+                    if not _wants(endpoint, row, tree, kind, data, changes):
                         continue
                     body = service.body_of(
                         event_id=row.id,
@@ -257,6 +275,27 @@ class Dispatcher:
         if deliveries:
             self._wake.set()
         return len(rows)
+
+    def expire(self) -> int:
+        """Give up pending deliveries past their retry window that no dispatcher holds."""
+        now = utcnow()
+        d = _deliveries
+        with Session(writer(self.engine)) as session:
+            expired = (
+                session.connection()
+                .execute(
+                    sa.update(d)
+                    .where(
+                        d.c.status == "pending",
+                        d.c.retry_until < now,
+                        sa.or_(d.c.lease_until.is_(None), d.c.lease_until < now),
+                    )
+                    .values(status="failed", next_attempt_at=None)
+                )
+                .rowcount
+            )
+            session.commit()
+        return int(expired or 0)
 
     # Claim ------------------------------------------------------------------------------
 
@@ -393,7 +432,7 @@ class Dispatcher:
         except TimeoutError:
             error = f"no answer within {DELIVERY_TIMEOUT_SECONDS:g} s"
         except OSError as exc:  # a refused address (RefusedAddress), and aiohttp's connection errors
-            error = str(exc) or type(exc).__name__
+            error = _why(exc)
         except aiohttp.ClientError as exc:
             error = f"{type(exc).__name__}: {exc}"
         latency = time.monotonic() - start
@@ -517,6 +556,18 @@ class Dispatcher:
         return int(events_waiting) + int(due), age
 
 
+def _wants(
+    endpoint: Any, row: Any, tree: _Tree, kind: str, data: dict[str, Any], changes: dict[str, Any]
+) -> bool:
+    """Whether an endpoint subscribed to an event: its type, its time (a change made before
+    the endpoint existed is not), its folder filter."""
+    if row.type not in json.loads(endpoint.events):
+        return False
+    if as_utc(row.created_at) < as_utc(endpoint.created_at):
+        return False
+    return not endpoint.folder_id or tree.touches(kind, data, changes, endpoint.folder_id)
+
+
 def _fair_pick(candidates: Iterable[Any], *, busy: dict[str, int], cap: int, free: int) -> list[str]:
     """Delivery ids to claim: organizations in turn (one each per round), each endpoint within
     ``cap`` including what is already in flight, ``free`` in all."""
@@ -590,6 +641,16 @@ class _Tree:
         return any(self.inside(place, root) for place in places if place)
 
 
+def _why(exc: BaseException) -> str:
+    """What made a send fail, in words: a refused address says so (aiohttp wraps it)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, RefusedAddress):
+            return f"refused: {seen}"
+        seen = getattr(seen, "os_error", None) or seen.__cause__
+    return str(exc) or type(exc).__name__
+
+
 async def _read_some(stream: aiohttp.StreamReader, limit: int) -> bytes:
     """Up to ``limit`` bytes of a body; the rest is never read."""
     chunks: list[bytes] = []
@@ -648,7 +709,7 @@ def create_dispatcher_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # A few connections: the loop and the sends' records, not a request pool.
         database = Database.open(
-            settings.metadata_database_url, pool_size=min(settings.database_pool_size, 8)
+            settings.metadata_database_url, pool_size=min(settings.database_pool_size, 4)
         )
         dispatcher = Dispatcher(settings, database.engine)
         install_state(app, DispatcherState(settings=settings, database=database, dispatcher=dispatcher))

@@ -109,6 +109,8 @@ def literal_address(host: str) -> str | None:
 def url_problem(url: str, *, allow_http: bool) -> str | None:
     """Why ``url`` cannot be a webhook endpoint (its form only: scheme, host, no credentials),
     or None."""
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
+        return "The URL must not contain spaces or control characters."
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -123,8 +125,11 @@ def url_problem(url: str, *, allow_http: bool) -> str | None:
         return "The URL must not carry credentials."
     if port == 0:
         return "The URL's port is not valid."
-    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
-        return "The URL must not contain spaces or control characters."
+    if literal_address(parts.hostname) is None:
+        try:
+            parts.hostname.encode("idna")
+        except UnicodeError:
+            return "The URL's host is not a valid name."
     return None
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -39,6 +40,10 @@ from coffer_metadata.models import WebhookEndpoint as EndpointRow
 from coffer_metadata.webhooks.safety import AddressPolicy, RefusedAddress, literal_address, url_problem
 from coffer_metadata.webhooks.secrets import SecretBox, new_secret
 
+# A slow DNS answer holds a request no longer than this (getaddrinfo has no timeout of its
+# own); a few lookups at once, so a flood of creations cannot take every worker thread.
+RESOLVE_TIMEOUT_SECONDS = 3.0
+_RESOLVER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook-dns")
 _ID = re.compile(id_pattern(WEBHOOK))
 _DELIVERY_ID = re.compile(id_pattern(WEBHOOK_DELIVERY))
 
@@ -73,9 +78,10 @@ def check_url(url: str, settings: Settings) -> None:
         if literal is not None:
             policy.check(literal)
             return
+        lookup = _RESOLVER.submit(socket.getaddrinfo, host, None, type=socket.SOCK_STREAM)
         try:
-            infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-        except (OSError, UnicodeError):
+            infos = lookup.result(timeout=RESOLVE_TIMEOUT_SECONDS)
+        except (OSError, UnicodeError, ValueError, TimeoutError):
             # Not resolvable now: deliveries fail (and retry) until it is; each is checked again.
             return
         for info in infos:

@@ -1,0 +1,373 @@
+"""Webhook endpoints in process against metadata (SQLite and PostgreSQL): URLs refused with the
+operator's allowlist empty (each internal range, a name resolving to one, http), the limit of
+10 per organization, another organization's endpoint 404, secrets sealed at rest, each change
+audited; and the dispatcher's own refusal at connection time against a real receiver.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr, ValidationError
+from sqlalchemy import text
+
+from coffer_kit.db import make_engine
+from coffer_kit.ids import new_id
+from coffer_kit.timeutil import utcnow
+from coffer_kit.wire import ACTOR_HEADER
+from coffer_metadata.config import Settings
+from coffer_metadata.webhooks.dispatcher import Dispatcher, Job, _fair_pick
+from coffer_metadata.webhooks.safety import AddressPolicy
+from coffer_metadata.webhooks.secrets import SecretBox
+
+pytestmark = pytest.mark.anyio
+
+AS_KEY = {ACTOR_HEADER: json.dumps({"type": "key", "id": "key_01JD0000000000000000000000"})}
+EVENTS = ["asset.created", "folder.deleted"]
+
+REFUSED = [
+    "https://127.0.0.1/hook",
+    "https://127.1.2.3:8443/hook",
+    "https://localhost/hook",  # a name resolving to loopback
+    "https://10.0.0.1/hook",
+    "https://172.16.5.4/hook",
+    "https://192.168.1.1/hook",
+    "https://169.254.169.254/latest/meta-data/",
+    "https://100.64.0.1/hook",  # carrier-grade NAT
+    "https://0.0.0.0/hook",
+    "https://[::1]/hook",
+    "https://[fd00::1]/hook",  # IPv6 unique local
+    "https://[fe80::1]/hook",
+    "https://[::ffff:127.0.0.1]/hook",  # IPv4-mapped loopback
+    "https://[::]/hook",
+    "https://224.0.0.1/hook",  # multicast
+    "http://example.com/hook",  # http is not allowed by default
+    "ftp://example.com/hook",
+    "https://user:pw@example.com/hook",
+    "https:///hook",
+    "not a url",
+    "https://exa\x00mple.com/hook",
+    "https://" + "a" * 300 + ".com/hook",  # not a host name
+]
+
+
+def base(org: str) -> str:
+    return f"/internal/v1/orgs/{org}/webhooks"
+
+
+@pytest.mark.parametrize("url", REFUSED)
+async def test_internal_and_malformed_urls_are_refused(api: httpx.AsyncClient, url: str) -> None:
+    org = new_id("org")
+    answer = await api.post(base(org), json={"url": url, "events": EVENTS}, headers=AS_KEY)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["code"] == "invalid_request"
+    assert answer.json()["error"]["details"]["field"] == "url"
+    assert (await api.get(base(org))).json() == {"webhooks": []}
+
+
+async def test_an_update_to_an_internal_url_is_refused(api: httpx.AsyncClient) -> None:
+    org = new_id("org")
+    created = await api.post(
+        base(org), json={"url": "https://93.184.215.7/h", "events": EVENTS}, headers=AS_KEY
+    )
+    assert created.status_code == 201, created.text
+    path = f"{base(org)}/{created.json()['id']}"
+    answer = await api.patch(path, json={"url": "https://169.254.169.254/"}, headers=AS_KEY)
+    assert answer.status_code == 400
+    assert (await api.get(path)).json()["url"] == "https://93.184.215.7/h"
+
+
+async def test_at_most_ten_endpoints_and_another_organizations_are_404(api: httpx.AsyncClient) -> None:
+    org, other = new_id("org"), new_id("org")
+    ids = []
+    for n in range(10):
+        answer = await api.post(
+            base(org), json={"url": f"https://93.184.215.{n}/h", "events": EVENTS}, headers=AS_KEY
+        )
+        assert answer.status_code == 201, answer.text
+        ids.append(answer.json()["id"])
+    over = await api.post(
+        base(org), json={"url": "https://93.184.215.99/h", "events": EVENTS}, headers=AS_KEY
+    )
+    assert over.status_code == 409
+    listed = (await api.get(base(org))).json()["webhooks"]
+    assert [w["id"] for w in listed] == ids and all("secret" not in w for w in listed)
+    theirs = f"{base(other)}/{ids[0]}"
+    for method, suffix in [
+        ("GET", ""),
+        ("PATCH", ""),
+        ("DELETE", ""),
+        ("POST", "/rotate-secret"),
+        ("POST", "/test"),
+        ("GET", "/deliveries"),
+        ("POST", f"/deliveries/{new_id('whd')}/redeliver"),
+    ]:
+        kwargs: dict[str, Any] = {"json": {"description": "x"}} if method == "PATCH" else {}
+        answer = await api.request(method, theirs + suffix, headers=AS_KEY, **kwargs)
+        assert answer.status_code == 404, (method, suffix, answer.text)
+    assert (await api.get(f"{base(org)}/{ids[0]}")).status_code == 200
+
+
+async def test_secrets_are_sealed_at_rest_and_changes_audited(
+    api: httpx.AsyncClient, database_url: str
+) -> None:
+    org = new_id("org")
+    created = (
+        await api.post(base(org), json={"url": "https://93.184.215.5/h", "events": EVENTS}, headers=AS_KEY)
+    ).json()
+    rotated = (await api.post(f"{base(org)}/{created['id']}/rotate-secret", headers=AS_KEY)).json()
+    assert rotated["secret"] != created["secret"] and rotated["previousSecretExpiresAt"]
+    assert (await api.delete(f"{base(org)}/{created['id']}", headers=AS_KEY)).json() == {"success": True}
+    engine = make_engine(database_url)
+    with engine.connect() as conn:
+        kinds = list(
+            conn.execute(
+                text("SELECT type FROM events WHERE organization_id = :o ORDER BY created_at, id"), {"o": org}
+            ).scalars()
+        )
+    engine.dispose()
+    assert kinds == ["webhook.created", "webhook.secret_rotated", "webhook.deleted"]
+    box = SecretBox(secrets.token_urlsafe(32))
+    sealed = box.seal(created["secret"])
+    assert created["secret"] not in sealed and box.open(sealed) == created["secret"]
+    with pytest.raises(Exception):  # noqa: B017, PT011 - cryptography's InvalidTag
+        SecretBox(secrets.token_urlsafe(32)).open(sealed)
+
+
+async def test_the_stored_secret_is_not_the_secret(api: httpx.AsyncClient, database_url: str) -> None:
+    org = new_id("org")
+    created = (
+        await api.post(base(org), json={"url": "https://93.184.215.6/h", "events": EVENTS}, headers=AS_KEY)
+    ).json()
+    engine = make_engine(database_url)
+    with engine.connect() as conn:
+        stored = conn.execute(
+            text("SELECT secret FROM webhook_endpoints WHERE id = :i"), {"i": created["id"]}
+        ).scalar()
+    engine.dispose()
+    raw = created["secret"].removeprefix("whsec_")
+    assert stored and raw not in stored and stored.startswith("v1:")
+
+
+def test_production_refuses_an_empty_or_short_secret_key(tmp_path: Any) -> None:
+    common = {"mode": "production", "data_dir": tmp_path, "internal_token": SecretStr("t" * 40)}
+    for key in ("", "short"):
+        with pytest.raises(ValidationError):
+            Settings(metadata_webhook_secret_key=SecretStr(key), metadata_database_url="sqlite://", **common)
+    with pytest.raises(ValidationError):
+        Settings(metadata_webhook_allowed_networks="10.0.0.0/33", data_dir=tmp_path)
+
+
+def test_the_policy() -> None:
+    policy = AddressPolicy([])
+    for address in ("8.8.8.8", "2001:4860:4860::8888", "1.1.1.1"):
+        policy.check(address)
+    allowed = AddressPolicy(["127.0.0.0/8", "fd00::/8"])
+    allowed.check("127.0.0.1")
+    allowed.check("fd00::5")
+    with pytest.raises(OSError, match="internal"):
+        allowed.check("10.0.0.1")
+
+
+@pytest.fixture
+def local_receiver() -> Iterator[tuple[str, list[bytes]]]:
+    got: list[bytes] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            got.append(self.rfile.read(int(self.headers.get("content-length", "0"))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"{server.server_address[1]}", got
+    server.shutdown()
+    server.server_close()
+
+
+def _job(url: str) -> Job:
+    return Job(
+        delivery_id=new_id("whd"),
+        endpoint_id=new_id("whk"),
+        org_id=new_id("org"),
+        event_id=new_id("evt"),
+        event_type="ping",
+        body=b"{}",
+        trace=None,
+        attempts=0,
+        retry_until=utcnow() + timedelta(days=1),
+        url=url,
+        secrets=["whsec_" + "A" * 44],
+        lease_token="t",
+    )
+
+
+@pytest.mark.parametrize("allowlist", ["", "127.0.0.0/8"])
+async def test_the_dispatcher_refuses_an_internal_address_when_it_connects(
+    local_receiver: tuple[str, list[bytes]], database_url: str, tmp_path: Any, allowlist: str
+) -> None:
+    """The check is made on the address the connection goes to: a name that resolves to
+    loopback (localhost), or a loopback literal, is refused unless the operator allowlists it."""
+    port, got = local_receiver
+    settings = Settings(
+        metadata_database_url=database_url,
+        data_dir=tmp_path,
+        metadata_webhook_allow_http=True,
+        metadata_webhook_allowed_networks=allowlist,
+    )
+    engine = make_engine(database_url)
+    dispatcher = Dispatcher(settings, engine)
+    await dispatcher.open()
+    try:
+        for url in (f"http://localhost:{port}/h", f"http://127.0.0.1:{port}/h"):
+            outcome = await dispatcher.send(_job(url))
+            if allowlist:
+                assert (outcome.status, outcome.error) == (204, None)
+            else:
+                assert outcome.status is None and "internal" in (outcome.error or ""), outcome
+    finally:
+        await dispatcher.close()
+        engine.dispose()
+    assert len(got) == (2 if allowlist else 0)
+
+
+def test_claims_take_organizations_in_turn_within_the_endpoint_bound() -> None:
+    rows = [SimpleNamespace(id=f"a{n}", endpoint_id="ea", organization_id="A") for n in range(50)]
+    rows += [SimpleNamespace(id=f"b{n}", endpoint_id="eb", organization_id="B") for n in range(3)]
+    picked = _fair_pick(rows, busy={}, cap=4, free=64)
+    assert picked.count("b0") == 1 and len([p for p in picked if p.startswith("a")]) == 4
+    assert len([p for p in picked if p.startswith("b")]) == 3
+    # An endpoint already at its bound (across dispatchers) gets nothing more.
+    assert _fair_pick(rows, busy={"ea": 4}, cap=4, free=64) == ["b0", "b1", "b2"]
+    assert len(_fair_pick(rows, busy={}, cap=4, free=2)) == 2
+
+
+async def test_leases_five_days_of_failures_and_410(
+    api: httpx.AsyncClient, database_url: str, tmp_path: Any
+) -> None:
+    """Two dispatchers never hold one delivery at once; a lease that ended can be taken again;
+    an endpoint failing for 5 days is disabled, and one answering 410 at once (both audited)."""
+    from sqlalchemy.orm import Session
+
+    from coffer_metadata.models import WebhookDelivery as DeliveryRow
+    from coffer_metadata.webhooks import service
+    from coffer_metadata.webhooks.dispatcher import Outcome
+
+    org = new_id("org")
+    settings = Settings(metadata_database_url=database_url, data_dir=tmp_path)
+    made = []
+    for n in range(2):
+        answer = await api.post(
+            base(org), json={"url": f"https://93.184.216.{n}/h", "events": EVENTS}, headers=AS_KEY
+        )
+        made.append(answer.json()["id"])
+    engine = make_engine(database_url)
+    now = utcnow()
+    with Session(engine) as session:
+        for endpoint in made:
+            body = service.body_of(event_id=new_id("evt"), type="ping", created_at=now, org_id=org, data={})
+            values = service.new_delivery(
+                endpoint_id=endpoint,
+                org_id=org,
+                event_id=new_id("evt"),
+                type="ping",
+                body=body,
+                trace=None,
+                now=now,
+                retry_for=3600,
+            )
+            session.add(DeliveryRow(**values))
+        session.commit()
+    one, two = Dispatcher(settings, engine), Dispatcher(settings, engine)
+    first = one.claim(64)
+    assert sorted(j.endpoint_id for j in first) == sorted(made)
+    assert two.claim(64) == []  # leased by the first
+    with engine.begin() as conn:  # the first dispatcher died: its leases end
+        conn.execute(
+            text("UPDATE webhook_deliveries SET lease_until = :t"), {"t": now - timedelta(seconds=1)}
+        )
+    again = two.claim(64)
+    assert sorted(j.delivery_id for j in again) == sorted(j.delivery_id for j in first)
+    assert all(
+        j.event_id == f.event_id
+        for j, f in zip(
+            sorted(again, key=lambda j: j.delivery_id),
+            sorted(first, key=lambda j: j.delivery_id),
+            strict=True,
+        )
+    )
+
+    failing, gone = sorted(again, key=lambda j: made.index(j.endpoint_id))
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE webhook_endpoints SET failing_since = :t WHERE id = :i"),
+            {"t": now - timedelta(days=5, seconds=1), "i": failing.endpoint_id},
+        )
+    two.record(failing, Outcome(500, None, "no", 5, now))
+    two.record(gone, Outcome(410, None, "bye", 5, now))
+    views = {w["id"]: w for w in (await api.get(base(org))).json()["webhooks"]}
+    assert (views[failing.endpoint_id]["enabled"], views[failing.endpoint_id]["disabledReason"]) == (
+        False,
+        "failing",
+    )
+    assert (views[gone.endpoint_id]["enabled"], views[gone.endpoint_id]["disabledReason"]) == (False, "gone")
+    with engine.connect() as conn:
+        disabled = conn.execute(
+            text("SELECT count(*) FROM events WHERE organization_id = :o AND type = 'webhook.disabled'"),
+            {"o": org},
+        ).scalar()
+        statuses = dict(conn.execute(text("SELECT endpoint_id, status FROM webhook_deliveries")).all())
+    engine.dispose()
+    assert disabled == 2
+    assert statuses[gone.endpoint_id] == "failed" and statuses[failing.endpoint_id] == "pending"
+    log = (await api.get(f"{base(org)}/{failing.endpoint_id}/deliveries")).json()["deliveries"]
+    assert [(a["attempt"], a["result"], a["responseStatus"], a["response"]) for a in log] == [
+        (1, "failed", 500, "no")
+    ]
+
+
+def test_deliveries_past_their_window_are_given_up(database_url: str, tmp_path: Any) -> None:
+    """A delivery whose attempts never got recorded (a dispatcher dying at each) stops after
+    its retry window instead of being resent forever."""
+    from sqlalchemy.orm import Session
+
+    from coffer_metadata.models import WebhookDelivery as DeliveryRow
+    from coffer_metadata.webhooks import service
+
+    engine = make_engine(database_url)
+    old = utcnow() - timedelta(days=4)
+    values = service.new_delivery(
+        endpoint_id=new_id("whk"),
+        org_id=new_id("org"),
+        event_id=new_id("evt"),
+        type="ping",
+        body="{}",
+        trace=None,
+        now=old,
+        retry_for=3 * 86400,
+    )
+    with Session(engine) as session:
+        session.add(DeliveryRow(**values))
+        session.commit()
+    dispatcher = Dispatcher(Settings(metadata_database_url=database_url, data_dir=tmp_path), engine)
+    assert dispatcher.expire() == 1
+    with engine.connect() as conn:
+        status = conn.execute(
+            text("SELECT status FROM webhook_deliveries WHERE id = :i"), {"i": values["id"]}
+        ).scalar()
+    engine.dispose()
+    assert status == "failed"
