@@ -28,7 +28,8 @@ def test_every_page_fits_a_narrow_screen(dashboard: Any, width: int) -> None:
         asset_id = answer.json()["id"]
     base = f"/dashboard/o/{org_id}"
     paths = [base, f"{base}/files", f"{base}/files/{asset_id}", f"{base}/keys", f"{base}/members"]
-    paths += [f"{base}/usage", f"{base}/audit", f"{base}/settings", "/dashboard/account", "/dashboard/orgs"]
+    paths += [f"{base}/usage", f"{base}/audit", f"{base}/settings", f"{base}/webhooks"]
+    paths += ["/dashboard/account", "/dashboard/orgs"]
     for path in paths:
         answer = page.goto(path)
         assert answer is not None and answer.status == 200, path

@@ -200,7 +200,7 @@ def test_headers_and_no_console_errors_on_every_page(dashboard: Any) -> None:
     page.on("response", lambda r: answers.append(r) if "/dashboard" in r.url else None)
     page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
     page.on("pageerror", lambda e: problems.append(str(e)))
-    for path in ("", "/files", "/keys", "/members", "/usage", "/audit", "/settings"):
+    for path in ("", "/files", "/keys", "/members", "/usage", "/audit", "/settings", "/webhooks"):
         page.goto(f"/dashboard/o/{org_id}{path}")
     # The file browser's asset page, with an image preview from the CDN origin (img-src).
     with dashboard.api(dashboard.create_key(page, org_id, name="files")) as api:
