@@ -8,12 +8,14 @@ is in tests/e2e/test_dashboard_webhooks.py."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import create_engine, text
 
 from coffer_kit.ids import new_id
 from coffer_kit.webhooks import EVENT_TYPES, MAX_ENDPOINTS
@@ -280,3 +282,39 @@ def test_another_organizations_endpoint_is_not_found_from_ones_own(
         answer = action.call(other, other.org_id, hook, new_id("whd"))
         assert answer.status_code == 404, (action.name, answer.status_code)
     assert 'class="badge ok">enabled' in owner.http.get(f"{base(owner)}/{hook}").text
+
+
+def test_a_secret_is_shown_only_after_the_password_outside_the_reauth_window(
+    browser: Browser, stack: Any
+) -> None:
+    """As for keys: a signing secret is a credential, so adding an endpoint or rotating its
+    secret asks for the password when it was last entered longer ago than the window."""
+    hook = endpoint_id(add(browser).text)
+    engine = create_engine(stack.auth_database_url)
+    try:
+        aged = (
+            "datetime(authenticated_at, '-3 hours')"
+            if engine.dialect.name == "sqlite"
+            else "authenticated_at - interval '3 hours'"
+        )
+        with engine.begin() as db:  # time passes: the password was entered 3 h ago
+            assert db.execute(text(f"UPDATE sessions SET authenticated_at = {aged}")).rowcount == 1
+    finally:
+        engine.dispose()
+    rotate = f"{base(browser)}/{hook}/rotate"
+
+    def asks() -> httpx.Response | None:
+        # edge keeps a session's answer up to 1 s here: until then the old window still holds
+        # (and the rotation just happens, shown once like any).
+        answer = browser.post(rotate)
+        return answer if answer.status_code == 403 else None
+
+    deadline = time.monotonic() + 10
+    while (asked := asks()) is None:
+        assert time.monotonic() < deadline, "the password was never asked again"
+    assert "Confirm your password" in asked.text and "whsec_" not in asked.text
+    wrong = browser.post(rotate, {"reauth_password": "not the password"})
+    assert wrong.status_code == 400 and "Wrong password." in wrong.text and "whsec_" not in wrong.text
+    new = add(browser, reauth_password="pw-wrong")
+    assert new.status_code == 400 and "whsec_" not in new.text
+    assert browser.http.get(base(browser)).text.count("/webhooks/whk_") == 1, "nothing was added"
