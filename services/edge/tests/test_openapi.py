@@ -156,3 +156,26 @@ async def test_no_third_party_script_page_is_served(app: Any) -> None:
     """Issue 23: /api/docs loaded Swagger UI's script from a CDN onto the dashboard's origin."""
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as client:
         assert (await client.get("/api/docs")).status_code == 404
+
+
+def test_the_requests_sent_to_webhook_endpoints_are_described(document: dict[str, Any]) -> None:
+    """CONTRACT §11: each event's request (body schema, Standard Webhooks headers) is in the
+    document's ``webhooks`` section, and every /api/webhooks route in ``paths``."""
+    events = document["webhooks"]
+    assert set(events) == {
+        "asset.created",
+        "asset.updated",
+        "asset.deleted",
+        "folder.created",
+        "folder.updated",
+        "folder.deleted",
+        "ping",
+    }
+    for operation in (e["post"] for e in events.values()):
+        headers = {p["name"] for p in operation["parameters"] if p["in"] == "header"}
+        assert headers == {"webhook-id", "webhook-timestamp", "webhook-signature"}
+        assert operation["requestBody"]["required"] is True
+    routes = {
+        (m.upper(), p) for p, ops in document["paths"].items() if p.startswith("/api/webhooks") for m in ops
+    }
+    assert len(routes) == 9, routes

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from coffer_kit.resources import Asset, Folder
+
 # The events an endpoint subscribes to; ``ping`` is sent only by POST /api/webhooks/{id}/test.
 EventType = Literal[
     "asset.created",
@@ -143,3 +145,39 @@ class WebhookDelivery(BaseModel):
     attempts: int
     nextAttemptAt: str | None
     createdAt: str
+
+
+class PingTarget(BaseModel):
+    id: str
+    url: str
+
+
+class WebhookEventData(BaseModel):
+    """The resource the event is about, as the public API writes it: exactly one field."""
+
+    asset: Asset | None = Field(
+        default=None, description="asset.* events: the asset after the change (before it, for asset.deleted)."
+    )
+    folder: Folder | None = Field(
+        default=None,
+        description="folder.* events: the folder after the change (before it, for folder.deleted).",
+    )
+    webhook: PingTarget | None = Field(default=None, description="ping: the endpoint tested.")
+
+
+class WebhookEvent(BaseModel):
+    """The body of every webhook request Coffer sends (CONTRACT §11)."""
+
+    type: Literal[
+        "asset.created",
+        "asset.updated",
+        "asset.deleted",
+        "folder.created",
+        "folder.updated",
+        "folder.deleted",
+        "ping",
+    ]
+    id: str = Field(description="The event id; also the `webhook-id` header, the same on every retry.")
+    createdAt: str = Field(description="When the change was committed (ISO 8601 UTC, milliseconds).")
+    organizationId: str
+    data: WebhookEventData

@@ -193,6 +193,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(uploads.json_router)
     app.include_router(tus.router)
     app.include_router(webhooks.router)
+    webhooks.document_events(app)
     app.add_middleware(ResponseHeadersMiddleware, headers_for=api_headers)
     # The dashboard's routes stay out of the OpenAPI document: it describes the public API only.
     dashboard = Dashboard.install(app, settings) if settings.dashboard_enabled else None

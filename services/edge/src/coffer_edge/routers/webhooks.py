@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.routing import APIRoute
 
 from coffer_edge.clients.auth import Principal
@@ -20,12 +20,15 @@ from coffer_edge.schemas import PageLimit, PageOffset, Success, errors
 from coffer_kit.errors import forbidden, invalid
 from coffer_kit.limits import PAGE_LIMIT_DEFAULT, PAGE_OFFSET_DEFAULT
 from coffer_kit.webhooks import (
+    EVENT_TYPES,
+    PING,
     WebhookAttemptList,
     WebhookCreate,
     WebhookDelivery,
     WebhookEndpoint,
     WebhookEndpointList,
     WebhookEndpointWithSecret,
+    WebhookEvent,
     WebhookUpdate,
 )
 
@@ -149,3 +152,35 @@ async def redeliver_webhook(
     attempt of it is in flight)."""
     org_id = principal.organization_id
     return await metadata.redeliver_webhook(org_id, webhook_id, delivery_id, request_id=rid)
+
+
+def document_events(app: FastAPI) -> None:
+    """The requests Coffer sends to endpoints, in the OpenAPI document's ``webhooks`` section."""
+    for name in (*EVENT_TYPES, PING):
+
+        async def event(
+            body: WebhookEvent,
+            webhook_id: Annotated[
+                str, Header(alias="webhook-id", description="The event id (the same on every retry).")
+            ],
+            webhook_timestamp: Annotated[
+                str,
+                Header(alias="webhook-timestamp", description="Unix seconds when this attempt was signed."),
+            ],
+            webhook_signature: Annotated[
+                str,
+                Header(
+                    alias="webhook-signature",
+                    description="`v1,` + base64 HMAC-SHA256 of `id.timestamp.body` with the secret; two "
+                    "space-separated entries for 24 h after a rotation (Standard Webhooks).",
+                ),
+            ],
+        ) -> None:
+            """Answer 2xx within 10 s; anything else is retried (410 disables the endpoint)."""
+
+        app.webhooks.post(
+            name,
+            summary=f"{name} (sent to endpoints)",
+            status_code=204,
+            operation_id=f"webhook_{name.replace('.', '_')}",
+        )(event)
