@@ -211,3 +211,26 @@ def test_a_member_gets_no_webhooks_page(webhook_stack: Any, dashboard_for: Any, 
     answer = member_page.goto(f"/dashboard/o/{org_id}/webhooks")
     assert answer is not None and answer.status == 403
     assert "Only owners can manage webhooks." in member_page.inner_text("main")
+
+
+def test_without_javascript_an_endpoint_is_added_and_its_secret_shown(
+    webhook_stack: Any, dashboard_for: Any, receiver: Receiver
+) -> None:
+    dash = dashboard_for(webhook_stack)
+    page, _owner, org_id = dash.signup_with_org("nojs", "Plain Forms", java_script_enabled=False)
+    page.goto(f"/dashboard/o/{org_id}/webhooks")
+    page.fill("#wh-url", receiver.url)
+    page.uncheck("input[value='folder.created']")
+    page.click("#add button[type=submit]")
+    page.wait_for_selector("#wh-secret")
+    assert SECRET.match(page.input_value("#wh-secret"))
+    assert not page.locator("button[data-copy=wh-secret]").is_visible(), "Copy needs JavaScript"
+    page.click("text=I have saved it")
+    page.wait_for_url("**/webhooks/whk_*")
+    facts = page.inner_text("dl.facts")
+    assert "folder.created" not in facts and "asset.created" in facts
+    page.click("button:text('Disable')")
+    page.wait_for_url("**?done=disabled")
+    assert "Send test" not in page.inner_text("main"), "a paused endpoint offers no test"
+    page.click("button:text('Enable')")
+    page.wait_for_url("**?done=enabled")
