@@ -13,7 +13,10 @@ from coffer_client.errors import (
     FileTooLarge,
     FolderCycle,
     Forbidden,
+    ImageTooLarge,
+    InvalidTransform,
     MethodNotAllowed,
+    NotAnImage,
     NotFound,
     OrganizationRequired,
     PayloadTooLarge,
@@ -25,6 +28,7 @@ from coffer_client.errors import (
     Unavailable,
     UnsupportedMediaType,
 )
+from coffer_client.transforms import Transform
 
 if TYPE_CHECKING:
     from coffer_client._async import AsyncCoffer
@@ -88,7 +92,10 @@ __all__ = [
     "Folder",
     "FolderCycle",
     "Forbidden",
+    "ImageTooLarge",
+    "InvalidTransform",
     "MethodNotAllowed",
+    "NotAnImage",
     "NotFound",
     "OrganizationRequired",
     "PathEntry",
@@ -99,6 +106,7 @@ __all__ = [
     "RetryPolicy",
     "ServerError",
     "SignedUrl",
+    "Transform",
     "TransportError",
     "Unauthorized",
     "Unavailable",
