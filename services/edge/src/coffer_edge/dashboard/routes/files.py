@@ -35,6 +35,7 @@ from coffer_edge.dashboard.web import (
     metadata_of,
     posted,
     redirect,
+    safe_next,
     state_of,
 )
 from coffer_edge.deps import edge_state
@@ -68,6 +69,18 @@ _ID = re.compile(r"^(?:fld|ast)_[0-9A-Za-z]{1,60}$")
 _ASSET_REF = re.compile(r"ast_[0-9A-Za-z]{10,60}")
 TEXT_TYPES = ("application/json", "application/xml", "application/x-ndjson", "application/javascript")
 CYCLE = "A folder cannot move into itself or one of its subfolders."
+# The folder page lists files as a table or as a grid of thumbnails; the choice is kept in a
+# cookie of its own for a year (a display preference: no secret, nothing to authorize).
+VIEWS = ("table", "grid")
+VIEW_COOKIE_SECONDS = 365 * 86400
+# What the CDN makes thumbnails of (CONTRACT §10: JPEG, PNG, WebP, AVIF, GIF, TIFF; never SVG).
+# A file whose bytes are not what its type says gets a 415 there, and the page's script shows
+# the type icon instead of a broken image.
+THUMBNAIL_TYPES = frozenset(
+    ("image/jpeg", "image/png", "image/webp", "image/avif", "image/gif", "image/tiff")
+)
+THUMB_PRESET = "thumb"  # 256x256, cover, webp
+THUMB_SIDE = 256
 
 
 def _check_id(value: str, prefix: str) -> str:
@@ -85,6 +98,27 @@ def _files_url(org_id: str, folder_id: str | None = None, **query: str) -> str:
     params = {"folder": folder_id or "", **query}
     text = urlencode({k: v for k, v in params.items() if v})
     return f"{PREFIX}/o/{org_id}/files" + (f"?{text}" if text else "")
+
+
+def view_cookie_name(request: Request) -> str:
+    """``__Host-`` like the session cookie wherever browsers keep a Secure cookie."""
+    return "__Host-coffer_files_view" if state_of(request).cookie.secure else "coffer_files_view"
+
+
+def chosen_view(request: Request) -> str:
+    value = request.cookies.get(view_cookie_name(request), "")
+    return value if value in VIEWS else "table"
+
+
+def has_thumbnail(asset: Asset) -> bool:
+    return asset.mimeType.split(";", 1)[0].strip().lower() in THUMBNAIL_TYPES
+
+
+def thumbnail_url(asset: Asset) -> str | None:
+    """The public thumbnail of an image asset, or None (private, or not an image the CDN reads)."""
+    if not has_thumbnail(asset) or not asset.publicUrl:
+        return None
+    return f"{asset.publicUrl}?preset={THUMB_PRESET}"
 
 
 async def _audit(
@@ -216,6 +250,8 @@ async def _files_page(
     )
     listing = AssetList.model_validate_json(listing_body)
     pages = max(1, -(-listing.total // PAGE_SIZE))
+    view = chosen_view(request)
+    thumbs = await _thumbnails(listing.assets) if view == "grid" else {}
     return render(
         visit,
         "files.html",
@@ -238,7 +274,17 @@ async def _files_page(
         max_file_bytes=MAX_FILE_BYTES,
         resumable_above=RESUMABLE_ABOVE,
         page_url=lambda n: _files_url(visit.org.id, folder_id, q=q, page=str(n) if n > 1 else ""),
+        here=_files_url(visit.org.id, folder_id, q=q, page=str(page) if page > 1 else ""),
+        view=view,
+        views=VIEWS,
+        thumbs=thumbs,
+        thumb_side=THUMB_SIDE,
     )
+
+
+async def _thumbnails(assets: list[Asset]) -> dict[str, str]:
+    """Thumbnail URLs by asset id, for the images of a grid page."""
+    return {a.id: url for a in assets if (url := thumbnail_url(a))}
 
 
 async def _none() -> list[Folder]:
@@ -256,6 +302,30 @@ async def files(
         "uploaded": "The file was uploaded.",
     }.get(done)
     return await _files_page(visit, folder_id=folder or None, page=_page_number(page), q=q, notice=notice)
+
+
+@router.post("/o/{org_id}/files/view")
+async def choose_view(request: Request, visit: OrgVisitDep) -> Response:
+    """Table or grid: kept in a cookie, then back to the folder page the choice was made on."""
+    form = await posted(request, visit)
+    view = field(form, "view", limit=16)
+    back = safe_next(field(form, "back", limit=2048))
+    listing = f"{PREFIX}/o/{visit.org.id}/files"
+    if not back or (back != listing and not back.startswith(listing + "?")):
+        back = _files_url(visit.org.id)
+    response = redirect(back)
+    if view in VIEWS:
+        secure = state_of(request).cookie.secure
+        response.set_cookie(
+            view_cookie_name(request),
+            view,
+            max_age=VIEW_COOKIE_SECONDS,
+            path="/",
+            secure=secure,
+            httponly=True,
+            samesite="lax",
+        )
+    return response
 
 
 @router.get("/o/{org_id}/files/open")
