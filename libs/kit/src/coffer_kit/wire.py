@@ -45,6 +45,8 @@ class Principal(WireModel):
     key_expires_at: str | None
     # CONTRACT §12: what an upload that does not say becomes.
     default_visibility: Visibility = "public"
+    # A user key's role in the organization (``owner``, ``member``); None for an organization key.
+    role: str | None = None
 
 
 # Who makes a change (edge tells metadata with every call that changes something; metadata
