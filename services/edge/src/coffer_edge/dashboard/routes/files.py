@@ -42,10 +42,11 @@ from coffer_edge.deps import edge_state
 from coffer_edge.routers.assets import UploadScope, counted_upload, delete_stored_asset, update_stored_asset
 from coffer_edge.routers.tus import TUS_PATH
 from coffer_edge.routers.uploads import new_token, token_hash
+from coffer_kit import transforms
 from coffer_kit.errors import CofferError, file_too_large, invalid, not_found
 from coffer_kit.limits import MAX_FILE_BYTES
 from coffer_kit.resources import Asset, AssetList, Folder, FolderList, FolderWithPath
-from coffer_kit.wire import UploadTokenIn
+from coffer_kit.wire import TransformFields, UploadTokenIn
 
 log = logging.getLogger("coffer.edge.dashboard")
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
@@ -81,6 +82,27 @@ THUMBNAIL_TYPES = frozenset(
 )
 THUMB_PRESET = "thumb"  # 256x256, cover, webp
 THUMB_SIDE = 256
+PREVIEW_PRESET = "medium"  # 1280 wide
+FIT_CHOICES = (
+    ("cover", "Cover: fill the box, cropping"),
+    ("contain", "Contain: all of it, padded to the box"),
+    ("inside", "Inside: all of it, within the box"),
+)
+FORMAT_CHOICES = (
+    ("", "As the original"),
+    ("webp", "WebP"),
+    ("avif", "AVIF"),
+    ("jpeg", "JPEG"),
+    ("png", "PNG"),
+    ("auto", "Best the browser takes"),
+)
+PRESET_LABELS = (
+    ("thumb", "256 × 256 WebP"),
+    ("small", "640 wide"),
+    ("medium", "1280 wide"),
+    ("large", "1920 wide"),
+)
+FORMAT_NAMES = dict(FORMAT_CHOICES[1:])
 
 
 def _check_id(value: str, prefix: str) -> str:
@@ -251,7 +273,7 @@ async def _files_page(
     listing = AssetList.model_validate_json(listing_body)
     pages = max(1, -(-listing.total // PAGE_SIZE))
     view = chosen_view(request)
-    thumbs = await _thumbnails(listing.assets) if view == "grid" else {}
+    thumbs = await _thumbnails(visit, listing.assets) if view == "grid" else {}
     return render(
         visit,
         "files.html",
@@ -282,9 +304,23 @@ async def _files_page(
     )
 
 
-async def _thumbnails(assets: list[Asset]) -> dict[str, str]:
-    """Thumbnail URLs by asset id, for the images of a grid page."""
-    return {a.id: url for a in assets if (url := thumbnail_url(a))}
+async def _thumbnails(visit: Visit, assets: list[Asset]) -> dict[str, str]:
+    """Thumbnail URLs by asset id, for the images of a grid page: the public URL's thumb preset,
+    or for a private image a signed URL of it, as short-lived as the asset page's preview."""
+    urls = {a.id: url for a in assets if (url := thumbnail_url(a))}
+    private = [a for a in assets if a.id not in urls and has_thumbnail(a)]
+    if private:
+        blob, gate = state_of(visit.request).blob, asyncio.Semaphore(_LOOKUPS)
+
+        async def sign(asset: Asset) -> str:
+            async with gate:
+                return await blob.sign(
+                    asset.key, PREVIEW_SECONDS, request_id=_rid(visit), preset=THUMB_PRESET
+                )
+
+        signed = await asyncio.gather(*(sign(a) for a in private))
+        urls.update(zip((a.id for a in private), signed, strict=True))
+    return urls
 
 
 async def _none() -> list[Folder]:
@@ -669,14 +705,19 @@ async def _asset_page(
     block: str | None = None,
     expiry: str = "3600",
     custom: str = "",
+    transformed: dict[str, Any] | None = None,
+    transformed_error: str | None = None,
+    tx: dict[str, str] | None = None,
 ) -> Response:
     state = state_of(visit.request)
     kind = preview_kind(asset.mimeType)
+    resizable = has_thumbnail(asset)
     preview_url = None
     folder = None
     tasks: list[Any] = []
     if kind != "none":
-        tasks.append(state.blob.sign(asset.key, PREVIEW_SECONDS, request_id=_rid(visit)))
+        preset = PREVIEW_PRESET if resizable else None
+        tasks.append(state.blob.sign(asset.key, PREVIEW_SECONDS, request_id=_rid(visit), preset=preset))
     if asset.folderId:
         tasks.append(_folder(visit, asset.folderId))
     found = await asyncio.gather(*tasks)
@@ -703,6 +744,14 @@ async def _asset_page(
         expiry_choices=EXPIRY_CHOICES,
         expiry=expiry,
         custom=custom,
+        resizable=resizable,
+        transformed=transformed,
+        transformed_error=transformed_error,
+        tx={"w": "", "h": "", "fit": "cover", "fmt": "", "q": "", "expiry": "3600", **(tx or {})},
+        fit_choices=FIT_CHOICES,
+        format_choices=FORMAT_CHOICES,
+        presets=PRESET_LABELS,
+        max_side=transforms.MAX_SIDE,
     )
 
 
@@ -746,6 +795,62 @@ async def signed_url(request: Request, visit: OrgVisitDep, asset_id: str) -> Res
     await _audit(visit, "signed_url.created", "asset", asset.id, asset.name, expiresIn=seconds)
     signed = {"url": url, "expires_at": datetime.now(UTC) + timedelta(seconds=seconds), "seconds": seconds}
     return await _asset_page(visit, asset, signed=signed, block="signed", expiry=choice, custom=custom)
+
+
+def _box(transform: transforms.Transform) -> tuple[int, int] | None:
+    """The output's shape when both sides are given and filled (cover, contain), else None."""
+    if transform.w and transform.h and transform.fit != "inside":
+        return transform.w, transform.h
+    return None
+
+
+def _summary(transform: transforms.Transform) -> str:
+    """ "300 × 200, cover, PNG, quality 80": what a resized URL serves, in words."""
+    if transform.w and transform.h:
+        size = f"{transform.w} × {transform.h}, {transform.fit}"
+    elif transform.w:
+        size = f"{transform.w} wide"
+    elif transform.h:
+        size = f"{transform.h} high"
+    else:
+        size = "the original size"
+    fmt = FORMAT_NAMES.get(transform.fmt or "", "the original format")
+    return f"{size}, {fmt}, quality {transform.q} (never enlarged)"
+
+
+@router.post("/o/{org_id}/files/{asset_id}/transformed-url")
+async def transformed_url(request: Request, visit: OrgVisitDep, asset_id: str) -> Response:
+    """A signed URL of a resized copy (CONTRACT §10): the signature covers the transform."""
+    form = await posted(request, visit)
+    asset = await _asset(visit, asset_id)
+    tx = {name: field(form, name, limit=16).strip() for name in ("w", "h", "fit", "fmt", "q", "expiry")}
+    if not has_thumbnail(asset):  # the page offers no such form: a forged or stale request
+        message = f"{asset.mimeType} cannot be resized: only JPEG, PNG, WebP, AVIF, GIF and TIFF images."
+        return await _asset_page(visit, asset, status=400, error=message)
+    try:
+        seconds = _expires_in(tx["expiry"], "")
+        query = {k: v for k in transforms.FREE_PARAMS if (v := tx[k])}
+        if not (query.get("w") or query.get("h") or query.get("fmt")):
+            raise invalid("Give a width, a height or a format.", field="w")
+        transform = transforms.parse_free(query)
+    except CofferError as exc:
+        return await _asset_page(
+            visit, asset, status=400, transformed_error=exc.message, block="transformed", tx=tx
+        )
+    state = state_of(request)
+    fields = TransformFields.model_validate(transform.fields())
+    url = await state.blob.sign(asset.key, seconds, request_id=_rid(visit), transform=fields)
+    await _audit(
+        visit, "signed_url.created", "asset", asset.id, asset.name, expiresIn=seconds, transform=query
+    )
+    transformed = {
+        "url": url,
+        "expires_at": datetime.now(UTC) + timedelta(seconds=seconds),
+        "summary": _summary(transform),
+        # The box, when both sides are given and filled exactly (cover, contain).
+        "box": _box(transform),
+    }
+    return await _asset_page(visit, asset, transformed=transformed, block="transformed", tx=tx)
 
 
 @router.get("/o/{org_id}/files/{asset_id}/download")
