@@ -31,6 +31,13 @@ def decoded(data: bytes) -> tuple[int, int, str]:
     return image.width, image.height, loader
 
 
+def get(url: str) -> httpx.Response:
+    """A download by URL. A new variant is computed on its first request; the first ones after
+    blob starts also wait for its worker processes (8.9 s measured on a machine at load 17), so
+    more than httpx's default 5 s."""
+    return httpx.get(url, timeout=30)
+
+
 @pytest.fixture
 def photo(tmp_path: Path) -> Path:
     path = tmp_path / "harbour.jpg"
@@ -88,29 +95,29 @@ def test_signed_transformed_url(sdk: Coffer, photo: Path) -> None:
     a = sdk.upload(photo)
     signed = sdk.signed_url(a.id, expires_in=120, transform=Transform(w=400, h=300, fmt="png"))
     assert signed.expires_in == 120 and signed.asset.id == a.id
-    got = httpx.get(signed.url)
+    got = get(signed.url)
     assert got.status_code == 200, got.text
     assert got.headers["content-type"] == "image/png"
     assert decoded(got.content) == (400, 300, "png")
 
     # The signature covers the transform: another width, or the original, is refused.
-    assert httpx.get(signed.url.replace("w=400", "w=401")).status_code == 403
-    assert httpx.get(signed.url.replace("fmt=png", "fmt=webp")).status_code == 403
+    assert get(signed.url.replace("w=400", "w=401")).status_code == 403
+    assert get(signed.url.replace("fmt=png", "fmt=webp")).status_code == 403
     without = "&".join(p for p in signed.url.split("?", 1)[1].split("&") if not p.startswith("w="))
-    assert httpx.get(signed.url.split("?", 1)[0] + "?" + without).status_code == 403
+    assert get(signed.url.split("?", 1)[0] + "?" + without).status_code == 403
 
     # A width alone keeps the aspect ratio and the source's format; never enlarged.
-    wide = httpx.get(sdk.signed_url(a.id, transform=Transform(w=320)).url)
+    wide = get(sdk.signed_url(a.id, transform=Transform(w=320)).url)
     assert decoded(wide.content) == (320, 240, "jpeg")
-    huge = httpx.get(sdk.signed_url(a.id, transform=Transform(w=4000, fmt="webp")).url)
+    huge = get(sdk.signed_url(a.id, transform=Transform(w=4000, fmt="webp")).url)
     assert decoded(huge.content) == (1600, 1200, "webp")
 
     # A preset on a signed URL, and the same preset on the public URL.
-    thumb = httpx.get(sdk.signed_url(a.id, transform=Transform(preset="thumb")).url)
+    thumb = get(sdk.signed_url(a.id, transform=Transform(preset="thumb")).url)
     assert thumb.headers["content-type"] == "image/webp" and decoded(thumb.content) == (256, 256, "webp")
     public = sdk.public_url(a, preset="medium")
     assert public == f"{a.public_url}?preset=medium"
-    medium = httpx.get(public)
+    medium = get(public)
     assert medium.status_code == 200 and decoded(medium.content) == (1280, 960, "jpeg")
     assert sdk.public_url(a) == a.public_url
 
@@ -119,7 +126,7 @@ def test_refusals(stack: Any, new_tenant: Any, sdk: Coffer, photo: Path, tmp_pat
     a = sdk.upload(photo)
     # Free parameters on the public URL: the CDN's 400 invalid_transform.
     assert a.public_url
-    refused = httpx.get(a.public_url + "?w=100")
+    refused = get(a.public_url + "?w=100")
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_transform"
     # An unknown preset: the service's 400, as the SDK's InvalidTransform (a BadRequest).
     with pytest.raises(cc.InvalidTransform) as bad:
@@ -130,14 +137,14 @@ def test_refusals(stack: Any, new_tenant: Any, sdk: Coffer, photo: Path, tmp_pat
     text = tmp_path / "notes.txt"
     text.write_text("not a picture\n")
     t = sdk.upload(text)
-    answer = httpx.get(sdk.signed_url(t.id, transform=Transform(w=100)).url)
+    answer = get(sdk.signed_url(t.id, transform=Transform(w=100)).url)
     assert answer.status_code == 415 and answer.json()["error"]["code"] == "not_an_image"
     # A private asset has no public URL, transformed or not.
     private = sdk.upload(photo, visibility="private")
     with pytest.raises(ValueError, match="private"):
         sdk.public_url(private, preset="thumb")
     signed = sdk.signed_url(private.id, transform=Transform(preset="thumb"))
-    assert decoded(httpx.get(signed.url).content) == (256, 256, "webp")
+    assert decoded(get(signed.url).content) == (256, 256, "webp")
     # Another organization's asset, with a transform, is refused like without one.
     other = new_tenant("Elsewhere")
     with Coffer(stack.edge_url, other.key) as stranger, pytest.raises(cc.Forbidden):
@@ -172,19 +179,19 @@ def test_cli_url_transforms(cli: Any, photo: Path) -> None:
     out = json.loads(r.stdout)
     assert out["transform"] == {"w": "640", "h": "640", "fit": "inside", "fmt": "webp"}
     assert out["expiresIn"] == 3600
-    got = httpx.get(out["url"])
+    got = get(out["url"])
     assert got.headers["content-type"] == "image/webp" and decoded(got.content) == (640, 480, "webp")
 
     r = cli("url", "/harbour.jpg", "--preset", "small", "--expires", "5m")
     assert r.exit_code == 0, r.stderr
-    assert decoded(httpx.get(r.stdout.strip()).content) == (640, 480, "jpeg")
+    assert decoded(get(r.stdout.strip()).content) == (640, 480, "jpeg")
 
     r = cli("url", asset_id, "--public", "--preset", "thumb")
     assert r.exit_code == 0 and r.stdout.strip().endswith("?preset=thumb")
-    assert decoded(httpx.get(r.stdout.strip()).content) == (256, 256, "webp")
+    assert decoded(get(r.stdout.strip()).content) == (256, 256, "webp")
 
     r = cli("url", asset_id, "--quality", "50", "--format", "jpeg", "--width", "100")
-    small = httpx.get(r.stdout.strip())
+    small = get(r.stdout.strip())
     assert decoded(small.content) == (100, 75, "jpeg")
 
     # Refused before any request: exit 2 and one line on stderr.
@@ -202,3 +209,25 @@ def test_cli_url_transforms(cli: Any, photo: Path) -> None:
     # Refused by the service: an unknown preset is a usage error too (400).
     r = cli("url", asset_id, "--preset", "nope")
     assert r.exit_code == 2 and "invalid_transform" in r.stderr
+
+
+@pytest.mark.e2e
+def test_transforms_on_postgres_and_s3(
+    production_stack: Any, production_key: str, cli_for: Any, photo: Path
+) -> None:
+    """The same client calls on the production data path: variants are computed from, and kept in, S3."""
+    with Coffer(production_stack.edge_url, production_key) as sdk:
+        a = sdk.upload(photo)
+        private = sdk.upload(photo, name="private.jpg", visibility="private")
+        signed = sdk.signed_url(a.id, transform=Transform(w=300, h=300, fit="cover", fmt="avif", q=60))
+        first, again = get(signed.url), get(signed.url)
+        assert first.headers["content-type"] == "image/avif" and decoded(first.content) == (300, 300, "heif")
+        assert again.content == first.content and again.headers["etag"] == first.headers["etag"]
+        assert get(signed.url.replace("q=60", "q=61")).status_code == 403
+        thumb = get(sdk.signed_url(private.id, transform=Transform(preset="thumb")).url)
+        assert decoded(thumb.content) == (256, 256, "webp")
+        assert decoded(get(sdk.public_url(a, preset="large")).content) == (1600, 1200, "jpeg")
+    cli = cli_for(production_stack.edge_url, production_key)
+    r = cli("url", a.id, "--height", "120", "--format", "png")
+    assert r.exit_code == 0, r.stderr
+    assert decoded(get(r.stdout.strip()).content) == (160, 120, "png")

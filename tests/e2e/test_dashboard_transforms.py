@@ -36,6 +36,12 @@ def decoded(data: bytes) -> tuple[int, int, str]:
     return image.width, image.height, loader
 
 
+def get(url: str) -> httpx.Response:
+    """A download by URL; a new variant's first request may wait for blob's worker processes
+    (8.9 s measured at load 17), so more than httpx's default 5 s."""
+    return httpx.get(url, timeout=30)
+
+
 def shots_dir(tmp_path: Path) -> Path:
     out = Path(os.environ.get("COFFER_SCREENSHOTS_DIR") or tmp_path)
     out.mkdir(parents=True, exist_ok=True)
@@ -100,7 +106,7 @@ def test_grid_of_thumbnails_remembered(dashboard: Any, tmp_path: Path, until: An
     assert tile(page, photo["id"]).locator("img").get_attribute("src") == photo["publicUrl"] + "?preset=thumb"
     private_src = tile(page, secret["id"]).locator("img").get_attribute("src")
     assert "signature=" in private_src and "expires=" in private_src
-    assert httpx.get(private_src.split("?", 1)[0] + "?preset=thumb").status_code == 404  # still private
+    assert get(private_src.split("?", 1)[0] + "?preset=thumb").status_code == 404  # still private
 
     # Not an image: the type icon, no <img>; an "image" the CDN cannot read: the icon replaces it.
     assert tile(page, notes["id"]).locator("img").count() == 0
@@ -180,18 +186,18 @@ def test_asset_page_preview_and_resized_url(dashboard: Any, tmp_path: Path) -> N
     page.click("#transformed button[type=submit]")
     page.wait_for_selector("#transformed-url")
     url = page.input_value("#transformed-url")
-    got = httpx.get(url)
+    got = get(url)
     assert got.status_code == 200 and got.headers["content-type"] == "image/png"
     assert decoded(got.content) == (300, 200, "png")
     assert "300 × 200" in page.inner_text("#transformed-summary")
     assert "in 1 h" in page.inner_text("#transformed-summary")
     assert loaded_width(page, "#transformed-preview") == 300
     # Its signature covers the transform.
-    assert httpx.get(url.replace("w=300", "w=600")).status_code == 403
+    assert get(url.replace("w=300", "w=600")).status_code == 403
     # The plain signed URL is still there beside it, and still the original.
     page.click("#signed button[type=submit]")
     page.wait_for_selector("#signed-url")
-    assert decoded(httpx.get(page.input_value("#signed-url")).content) == (1600, 1200, "jpeg")
+    assert decoded(get(page.input_value("#signed-url")).content) == (1600, 1200, "jpeg")
     page.screenshot(path=str(shots_dir(tmp_path) / "asset-transforms.png"), full_page=True)
 
     # A width alone in webp.
@@ -200,7 +206,7 @@ def test_asset_page_preview_and_resized_url(dashboard: Any, tmp_path: Path) -> N
     page.select_option("#tx-format", "webp")
     page.click("#transformed button[type=submit]")
     page.wait_for_selector("#transformed-url")
-    assert decoded(httpx.get(page.input_value("#transformed-url")).content) == (500, 375, "webp")
+    assert decoded(get(page.input_value("#transformed-url")).content) == (500, 375, "webp")
 
     # Refusals, straight to the route (the form's own min/max would stop a person first).
     token = page.get_attribute("input[name=csrf_token]", "value")
