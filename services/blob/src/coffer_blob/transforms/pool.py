@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
 import time
 from concurrent.futures import CancelledError as FutureCancelled
 
@@ -89,7 +90,7 @@ class TransformPool:
             self._pool = ProcessPool(
                 max_workers=self.settings.cdn_transform_workers,
                 initializer=worker.init,
-                initargs=(self.settings,),
+                initargs=(self.settings, {k: v for k, v in os.environ.items() if k.startswith("AWS_")}),
                 context=_context(),
             )
         return self._pool
