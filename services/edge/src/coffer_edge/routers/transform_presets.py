@@ -45,7 +45,7 @@ def _out(name: str, transform: transforms.Transform, *, built_in: bool) -> Trans
     return TransformPreset(name=name, builtIn=built_in, **transform.fields())
 
 
-@router.get("", response_model=TransformPresetList)
+@router.get("", response_model=TransformPresetList, responses=errors())
 async def list_presets(principal: PrincipalDep, blob: BlobDep, rid: RequestIdDep) -> Any:
     """The built-in presets, then the organization's own, by name."""
     own = await blob.transform_presets(principal.organization_id, request_id=rid)
