@@ -339,3 +339,37 @@ async def test_a_render_past_the_time_limit_is_503_and_its_worker_replaced(
     app = create_cdn_app(settings)
     async with app_client(app, CDN_URL) as cdn:
         assert (await cdn.get(await signed(api, key, w=40, fmt="png"))).status_code == 200
+
+
+async def test_organization_presets(api: httpx.AsyncClient, cdn: httpx.AsyncClient) -> None:
+    base = f"/internal/v1/transform-presets/{ORG}"
+    assert (await api.get(base)).json() == {"presets": {}}
+    put = await api.put(f"{base}/hero", json={"w": 500, "fmt": "jpeg", "q": 70})
+    assert put.status_code == 200, put.text
+    assert put.json() == {"w": 500, "h": None, "fit": "cover", "fmt": "jpeg", "q": 70}
+    key = (await store(api, jpeg()))["key"]
+    hero = await cdn.get(key_path(key) + "?preset=hero")  # the test's CDN caches presets 0 s
+    assert hero.status_code == 200, hero.text
+    assert (decode(hero.content).width, hero.headers["content-type"]) == (500, "image/jpeg")
+    signed_hero = await cdn.get(await signed(api, key, preset="hero"))
+    assert signed_hero.content == hero.content
+    # Another organization's preset of that name does not exist for this one.
+    other = "org_01JD4Z3X6Q8ZK3Q0W5N6M7P8RA"
+    assert (await api.get(f"/internal/v1/transform-presets/{other}")).json() == {"presets": {}}
+    # Refusals: built-in or bad names, bad bodies, the 21st.
+    for name in ("thumb", "Hero", "-x", "a" * 33):
+        assert_error(await api.put(f"{base}/{name}", json={"w": 10}), 400, "invalid_transform")
+    for body in ({}, {"q": 50}, {"w": 0}, {"w": 5000}, {"fit": "fill", "w": 5}, {"fmt": "gif"}):
+        assert_error(await api.put(f"{base}/bad", json=body), 400, "invalid_transform")
+    assert_error(await api.put(f"{base}/bad", json={"w": True}), 400, "invalid_request")  # mistyped
+    for i in range(19):
+        assert (await api.put(f"{base}/p{i}", json={"w": 10 + i})).status_code == 200
+    assert_error(await api.put(f"{base}/one-too-many", json={"w": 10}), 409, "conflict")
+    assert (await api.put(f"{base}/hero", json={"w": 600})).status_code == 200  # replacing is fine
+    assert len((await api.get(base)).json()["presets"]) == 20
+    # Deleted: the public URL's preset is unknown again.
+    assert (await api.delete(f"{base}/hero")).status_code == 200
+    assert_error(await api.delete(f"{base}/hero"), 404, "not_found")
+    assert_error(await cdn.get(key_path(key) + "?preset=hero"), 400, "invalid_transform")
+    # The presets' object is no asset: the CDN never serves it.
+    assert_error(await cdn.get(f"/{ORG}/presets/v%25transform-presets"), 404, "not_found")

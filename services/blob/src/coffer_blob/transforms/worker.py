@@ -14,6 +14,7 @@ crosses the process boundary and the CDN process never holds one. It answers a s
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import Any
 
 from coffer_blob.config import Settings
@@ -28,10 +29,15 @@ Outcome = tuple[Any, ...]
 _storage: Storage | None = None
 
 
-def init(settings: Settings) -> None:
-    """Per worker, once: libvips's limits, then the storage driver."""
+def init(settings: Settings, environ: dict[str, str]) -> None:
+    """Per worker, once: libvips's limits, then the storage driver.
+
+    ``environ`` is the CDN process's ``AWS_*`` environment when the pool started: workers fork
+    from a server that may have started earlier, and boto3 reads its credentials from there.
+    """
     import pyvips  # libvips is loaded in workers only, never in the CDN process
 
+    os.environ.update(environ)
     global _storage
     memory = settings.cdn_transform_worker_memory_mb * 1024 * 1024
     # The operation cache helps a pipeline that reuses intermediate images; a worker renders
