@@ -38,6 +38,7 @@ backend_env = _e2e.backend_env
 stack = _e2e.stack
 running_stack_factory = _e2e.running_stack_factory
 own_stack_with = _e2e.own_stack_with
+until = _e2e.until
 
 
 @pytest.fixture(scope="session")

@@ -231,3 +231,44 @@ def test_transforms_on_postgres_and_s3(
     r = cli("url", a.id, "--height", "120", "--format", "png")
     assert r.exit_code == 0, r.stderr
     assert decoded(get(r.stdout.strip()).content) == (160, 120, "png")
+
+
+def test_organization_presets(stack: Any, new_tenant: Any, sdk: Coffer, photo: Path, until: Any) -> None:
+    built_in = [p.name for p in sdk.transform_presets()]
+    assert built_in == ["thumb", "small", "medium", "large"]
+    assert sdk.get_transform_preset("thumb") == cc.TransformPreset(
+        name="thumb", built_in=True, w=256, h=256, fit="cover", fmt="webp", q=80
+    )
+    made = sdk.put_transform_preset("card", Transform(w=400, h=300, fit="cover", fmt="png"))
+    assert (made.name, made.built_in, made.w, made.h, made.fmt) == ("card", False, 400, 300, "png")
+    assert [p.name for p in sdk.transform_presets()] == [*built_in, "card"]
+    a = sdk.upload(photo)
+    signed = get(sdk.signed_url(a.id, transform=Transform(preset="card")).url)
+    assert decoded(signed.content) == (400, 300, "png")
+    # The CDN reads the organization's presets with a cache of at most 5 s.
+    public = sdk.public_url(a, preset="card")
+    until(lambda: get(public).status_code == 200)
+    assert decoded(get(public).content) == (400, 300, "png")
+
+    # Refusals: a preset of a preset (here), a built-in's name, a bad name (the service).
+    with pytest.raises(ValueError, match="free parameters"):
+        sdk.put_transform_preset("again", Transform(preset="card"))
+    with pytest.raises(cc.InvalidTransform):
+        sdk.put_transform_preset("thumb", Transform(w=10))
+    with pytest.raises(cc.InvalidTransform):
+        sdk.put_transform_preset("Bad Name", Transform(w=10))
+    # Another organization neither sees nor uses it.
+    other = new_tenant("Elsewhere")
+    with Coffer(stack.edge_url, other.key) as stranger:
+        assert [p.name for p in stranger.transform_presets()] == built_in
+        with pytest.raises(cc.NotFound):
+            stranger.get_transform_preset("card")
+        b = stranger.upload(photo)
+        with pytest.raises(cc.InvalidTransform):
+            stranger.signed_url(b.id, transform=Transform(preset="card"))
+
+    sdk.delete_transform_preset("card")
+    with pytest.raises(cc.NotFound):
+        sdk.get_transform_preset("card")
+    with pytest.raises(cc.InvalidTransform):
+        sdk.signed_url(a.id, transform=Transform(preset="card"))

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         Folder,
         PathEntry,
         SignedUrl,
+        TransformPreset,
         UploadToken,
         Usage,
     )
@@ -50,7 +51,17 @@ _LAZY = {
     "Coffer": "coffer_client._sync",
     "AsyncCoffer": "coffer_client._async",
     **dict.fromkeys(
-        ("Asset", "AssetPage", "AssetSummary", "Folder", "PathEntry", "SignedUrl", "UploadToken", "Usage"),
+        (
+            "Asset",
+            "AssetPage",
+            "AssetSummary",
+            "Folder",
+            "PathEntry",
+            "SignedUrl",
+            "TransformPreset",
+            "UploadToken",
+            "Usage",
+        ),
         "coffer_client.models",
     ),
 }
@@ -107,6 +118,7 @@ __all__ = [
     "ServerError",
     "SignedUrl",
     "Transform",
+    "TransformPreset",
     "TransportError",
     "Unauthorized",
     "Unavailable",

@@ -40,9 +40,9 @@ from coffer_client._base import (
     source_for,
     transport_error,
 )
-from coffer_client.models import Asset, AssetPage, Folder, SignedUrl, UploadToken, Usage
+from coffer_client.models import Asset, AssetPage, Folder, SignedUrl, TransformPreset, UploadToken, Usage
 from coffer_client.paths import split_path
-from coffer_client.transforms import Transform
+from coffer_client.transforms import Transform, preset_path
 
 
 class Coffer:
@@ -235,6 +235,25 @@ class Coffer:
         if asset.public_url is None:
             raise ValueError(f"{asset.name} is private: it has no public URL (use a signed URL).")
         return asset.public_url if preset is None else Transform(preset=preset).on(asset.public_url)
+
+    # --- image transform presets (CONTRACT §10) -------------------------------------------------
+
+    def transform_presets(self) -> list[TransformPreset]:
+        """The built-in presets, then the organization's own, by name."""
+        r = self._request("GET", "/api/transform-presets")
+        return [TransformPreset.model_validate(p) for p in r.json()["presets"]]
+
+    def get_transform_preset(self, name: str) -> TransformPreset:
+        return parse(TransformPreset, self._request("GET", preset_path(name)))
+
+    def put_transform_preset(self, name: str, transform: Transform) -> TransformPreset:
+        """Create or replace one of the organization's presets (organization keys and owners; at
+        most 20). ``transform`` holds free parameters, at least one of ``w``, ``h``, ``fmt``; the
+        preset then works as ``preset=NAME`` on public URLs (within 5 s) and in ``signed_url``."""
+        return parse(TransformPreset, self._request("PUT", preset_path(name), json=transform.fields()))
+
+    def delete_transform_preset(self, name: str) -> None:
+        self._request("DELETE", preset_path(name))
 
     def usage(self) -> Usage:
         return parse(Usage, self._request("GET", "/api/usage"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal, get_args
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 __all__ = ["BUILTIN_PRESETS", "FITS", "FORMATS", "Fit", "Format", "Transform"]
 
@@ -80,7 +80,19 @@ class Transform:
         pairs = {"w": self.w, "h": self.h, "fit": self.fit, "fmt": self.fmt, "q": self.q}
         return {k: str(v) for k, v in pairs.items() if v is not None}
 
+    def fields(self) -> dict[str, int | str]:
+        """The free parameters as an organization preset's JSON body (``put_transform_preset``)."""
+        if not self.is_free:
+            raise ValueError("A preset is made of free parameters (w, h, fit, fmt, q), not another preset.")
+        pairs = {"w": self.w, "h": self.h, "fit": self.fit, "fmt": self.fmt, "q": self.q}
+        return {k: v for k, v in pairs.items() if v is not None}
+
     def on(self, url: str) -> str:
         """``url`` with this transform's parameters added (for a public URL: presets only)."""
         joiner = "&" if urlsplit(url).query else "?"
         return url + joiner + urlencode(self.params())
+
+
+def preset_path(name: str) -> str:
+    """The API path of one transform preset."""
+    return "/api/transform-presets/" + quote(name, safe="")
