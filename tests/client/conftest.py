@@ -44,7 +44,10 @@ until = _e2e.until
 @pytest.fixture(scope="session")
 def commands() -> tuple[str, ...]:
     """Every command `coffer --help` must list (issue 15)."""
-    return ("ls", "mkdir", "upload", "download", "url", "mv", "rm", "rmdir", "sync", "usage", "configure")
+    return (
+        *("ls", "mkdir", "upload", "download", "url", "presets"),
+        *("mv", "rm", "rmdir", "sync", "usage", "configure"),
+    )
 
 
 @pytest.fixture(scope="session")

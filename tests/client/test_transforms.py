@@ -272,3 +272,30 @@ def test_organization_presets(stack: Any, new_tenant: Any, sdk: Coffer, photo: P
         sdk.get_transform_preset("card")
     with pytest.raises(cc.InvalidTransform):
         sdk.signed_url(a.id, transform=Transform(preset="card"))
+
+
+def test_cli_presets(cli: Any, photo: Path) -> None:
+    r = cli("presets", "ls")
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "thumb\tbuilt-in\tw=256 h=256 fit=cover fmt=webp q=80",
+        "small\tbuilt-in\tw=640 fit=cover q=80",
+        "medium\tbuilt-in\tw=1280 fit=cover q=80",
+        "large\tbuilt-in\tw=1920 fit=cover q=80",
+    ]
+    banner = ("--width", "800", "--height", "200", "--format", "jpeg", "--quality", "70")
+    r = cli("presets", "set", "banner", *banner)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout == "banner\town\tw=800 h=200 fit=cover fmt=jpeg q=70\n"
+    asset_id = json.loads(cli("upload", str(photo), "--json").stdout)["uploaded"][0]["id"]
+    r = cli("url", asset_id, "--preset", "banner")
+    assert decoded(get(r.stdout.strip()).content) == (800, 200, "jpeg")
+    listed = json.loads(cli("presets", "ls", "--json").stdout)["presets"]
+    assert [p["name"] for p in listed][-1] == "banner" and listed[-1]["builtIn"] is False
+
+    assert cli("presets", "set", "empty", "--fit", "inside").exit_code == 2  # needs a size or format
+    assert cli("presets", "set", "thumb", "--width", "10").exit_code == 2  # a built-in's name: 400
+    assert cli("presets", "set", "wide", "--width", "0").exit_code == 2
+    assert cli("presets", "rm", "banner").exit_code == 0
+    assert cli("presets", "rm", "banner").exit_code == 3
+    assert cli("url", asset_id, "--preset", "banner").exit_code == 2

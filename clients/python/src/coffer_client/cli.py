@@ -645,6 +645,78 @@ def url(
         print(result["url"])
 
 
+# --- presets ----------------------------------------------------------------------------------
+
+presets_app = typer.Typer(
+    help="Image transform presets: the built-in ones and the organization's own (CONTRACT §10).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(presets_app, name="presets")
+
+
+def preset_line(p: Any) -> str:
+    params = Transform(w=p.w, h=p.h, fit=p.fit, fmt=p.fmt, q=p.q).params()
+    kind = "built-in" if p.built_in else "own"
+    return f"{p.name}\t{kind}\t" + " ".join(f"{k}={v}" for k, v in params.items())
+
+
+@presets_app.command("ls")
+@handled
+def presets_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """List the presets: built in, then the organization's own, with their parameters."""
+    found = state(ctx).client().transform_presets()
+    if as_json:
+        dump({"presets": found})
+        return
+    for p in found:
+        print(preset_line(p))
+
+
+@presets_app.command("set")
+@handled
+def presets_set(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="a-z, 0-9, - and _; up to 32 characters.")],
+    width: Annotated[int | None, typer.Option("--width", min=1, max=MAX_SIDE, metavar="PX")] = None,
+    height: Annotated[int | None, typer.Option("--height", min=1, max=MAX_SIDE, metavar="PX")] = None,
+    fit: Annotated[Fit | None, typer.Option("--fit")] = None,
+    fmt: Annotated[Format | None, typer.Option("--format")] = None,
+    quality: Annotated[
+        int | None, typer.Option("--quality", min=MIN_QUALITY, max=MAX_QUALITY, metavar="20-100")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create or replace one of the organization's presets (organization keys and owners).
+
+    It needs at least one of --width, --height, --format; then `coffer url --preset NAME` and
+    public URLs with ?preset=NAME serve it.
+    """
+    if width is None and height is None and fmt is None:
+        usage_error("give at least one of --width, --height, --format")
+    transform = Transform(w=width, h=height, fit=fit, fmt=fmt, q=quality)
+    made = state(ctx).client().put_transform_preset(name, transform)
+    if as_json:
+        dump(made)
+    else:
+        print(preset_line(made))
+
+
+@presets_app.command("rm")
+@handled
+def presets_rm(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="One of the organization's presets.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Remove one of the organization's presets (built-in ones stay)."""
+    state(ctx).client().delete_transform_preset(name)
+    if as_json:
+        dump({"deleted": name})
+
+
 @app.command()
 @handled
 def visibility(
