@@ -119,6 +119,13 @@ def test_grid_of_thumbnails_remembered(dashboard: Any, tmp_path: Path, until: An
     page.go_back()
     page.wait_for_selector("#asset-grid")
     page.screenshot(path=str(shots_dir(tmp_path) / "files-grid.png"), full_page=True)
+    # On a phone the tiles shrink to two or three a row and the page never scrolls sideways.
+    page.set_viewport_size({"width": 390, "height": 844})
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    columns = page.evaluate("getComputedStyle(document.getElementById('asset-grid')).gridTemplateColumns")
+    assert len(columns.split()) >= 2, columns
+    page.screenshot(path=str(shots_dir(tmp_path) / "files-grid-390px.png"), full_page=True)
+    page.set_viewport_size({"width": 1280, "height": 900})
 
     # The choice survives a reload, another tab of the same browser, and an upload's refresh.
     page.reload()
