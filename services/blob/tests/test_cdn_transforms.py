@@ -269,6 +269,11 @@ async def test_a_header_claiming_20000_by_20000_is_422(
     response = await cdn.get(key_path(key) + "?preset=thumb")
     assert_error(response, 422, "image_too_large")
     assert response.json()["error"]["details"] == {"pixels": 400_000_000, "limitPixels": 50_000_000}
+    # Remembered: asking again (any variant) costs no worker.
+    refused = sample("coffer_transform_refusals_total", code="image_too_large")
+    again = await cdn.get(key_path(key) + "?preset=small")
+    assert_error(again, 422, "image_too_large")
+    assert sample("coffer_transform_refusals_total", code="image_too_large") == refused
 
 
 async def test_deleting_the_asset_removes_every_variant(
