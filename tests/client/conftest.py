@@ -38,12 +38,16 @@ backend_env = _e2e.backend_env
 stack = _e2e.stack
 running_stack_factory = _e2e.running_stack_factory
 own_stack_with = _e2e.own_stack_with
+until = _e2e.until
 
 
 @pytest.fixture(scope="session")
 def commands() -> tuple[str, ...]:
     """Every command `coffer --help` must list (issue 15)."""
-    return ("ls", "mkdir", "upload", "download", "url", "mv", "rm", "rmdir", "sync", "usage", "configure")
+    return (
+        *("ls", "mkdir", "upload", "download", "url", "presets"),
+        *("mv", "rm", "rmdir", "sync", "usage", "configure"),
+    )
 
 
 @pytest.fixture(scope="session")

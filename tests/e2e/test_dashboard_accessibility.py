@@ -9,6 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
+from coffer_testkit.testing import png_bytes
+
 pytestmark = pytest.mark.e2e
 
 
@@ -42,6 +44,15 @@ def test_every_page_passes_axe(dashboard: Any, admin_for: Any, width: int) -> No
         answer = api.post("/assets", files={"file": ("notes.txt", b"shot list\n", "text/plain")})
         assert answer.status_code == 201, answer.text
         asset_id = answer.json()["id"]
+        # An image, public and private: thumbnails in the grid, the resized-URL form on its page.
+        for visibility in ("public", "private"):
+            answer = api.post(
+                "/assets",
+                files={"file": (f"harbour-{visibility}.png", png_bytes(480, 300), "image/png")},
+                data={"visibility": visibility},
+            )
+            assert answer.status_code == 201, answer.text
+        image_id = answer.json()["id"]
     page.goto(f"/dashboard/o/{org_id}/members")
     page.fill("#invite-email", "grace@example.com")
     page.click("form[action$='/invitations'] button[type=submit]")
@@ -81,6 +92,7 @@ def test_every_page_passes_axe(dashboard: Any, admin_for: Any, width: int) -> No
         base,
         f"{base}/files",
         f"{base}/files/{asset_id}",
+        f"{base}/files/{image_id}",
         f"{base}/files/{asset_id}/move",
         f"{base}/files/{asset_id}/delete",
         f"{base}/files/folders/{folder_id}/move",
@@ -95,4 +107,16 @@ def test_every_page_passes_axe(dashboard: Any, admin_for: Any, width: int) -> No
         answer = page.goto(path)
         assert answer is not None and answer.status == 200 and page.url.endswith(path), (path, page.url)
         found[path] = violations(page)
+    # The files as a grid of thumbnails.
+    page.goto(f"{base}/files")
+    page.click("#view-grid")
+    page.wait_for_selector("#asset-grid")
+    page.wait_for_function("() => [...document.querySelectorAll('#asset-grid img')].every(i => i.complete)")
+    found["the files as a grid"] = violations(page)
+    # The asset page with a resized URL made.
+    page.goto(f"{base}/files/{image_id}")
+    page.fill("#tx-width", "200")
+    page.click("#transformed button[type=submit]")
+    page.wait_for_selector("#transformed-url")
+    found["a resized image URL"] = violations(page)
     assert not {path: v for path, v in found.items() if v}

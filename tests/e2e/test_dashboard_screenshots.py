@@ -102,6 +102,15 @@ def test_every_page(dashboard: Any, admin_for: Any, tmp_path: Path, until: Any) 
     page.wait_for_function("() => document.querySelectorAll('#uploads li.done').length === 2")
     until(lambda: page.locator("#assets tr", has_text="harbour-at-dusk.png").count() == 1)
     shot(page, "files")
+    page.click("#view-grid")
+    page.wait_for_selector("#asset-grid")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#asset-grid img')].every(i => i.complete)",
+        timeout=60_000,  # the first thumbnails wait for blob's worker processes to start
+    )
+    shot(page, "files-grid")
+    page.click("#view-table")
+    page.wait_for_selector("#assets")
     page.locator("#assets tr", has_text="harbour-at-dusk.png").locator("td.name a").click()
     page.wait_for_function("() => document.getElementById('preview-image').naturalWidth === 480")
     page.select_option("#expiry", "86400")

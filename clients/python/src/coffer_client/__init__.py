@@ -13,7 +13,10 @@ from coffer_client.errors import (
     FileTooLarge,
     FolderCycle,
     Forbidden,
+    ImageTooLarge,
+    InvalidTransform,
     MethodNotAllowed,
+    NotAnImage,
     NotFound,
     OrganizationRequired,
     PayloadTooLarge,
@@ -25,6 +28,7 @@ from coffer_client.errors import (
     Unavailable,
     UnsupportedMediaType,
 )
+from coffer_client.transforms import Transform
 
 if TYPE_CHECKING:
     from coffer_client._async import AsyncCoffer
@@ -36,6 +40,7 @@ if TYPE_CHECKING:
         Folder,
         PathEntry,
         SignedUrl,
+        TransformPreset,
         UploadToken,
         Usage,
     )
@@ -46,7 +51,17 @@ _LAZY = {
     "Coffer": "coffer_client._sync",
     "AsyncCoffer": "coffer_client._async",
     **dict.fromkeys(
-        ("Asset", "AssetPage", "AssetSummary", "Folder", "PathEntry", "SignedUrl", "UploadToken", "Usage"),
+        (
+            "Asset",
+            "AssetPage",
+            "AssetSummary",
+            "Folder",
+            "PathEntry",
+            "SignedUrl",
+            "TransformPreset",
+            "UploadToken",
+            "Usage",
+        ),
         "coffer_client.models",
     ),
 }
@@ -88,7 +103,10 @@ __all__ = [
     "Folder",
     "FolderCycle",
     "Forbidden",
+    "ImageTooLarge",
+    "InvalidTransform",
     "MethodNotAllowed",
+    "NotAnImage",
     "NotFound",
     "OrganizationRequired",
     "PathEntry",
@@ -99,6 +117,8 @@ __all__ = [
     "RetryPolicy",
     "ServerError",
     "SignedUrl",
+    "Transform",
+    "TransformPreset",
     "TransportError",
     "Unauthorized",
     "Unavailable",

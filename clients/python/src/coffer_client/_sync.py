@@ -40,8 +40,9 @@ from coffer_client._base import (
     source_for,
     transport_error,
 )
-from coffer_client.models import Asset, AssetPage, Folder, SignedUrl, UploadToken, Usage
+from coffer_client.models import Asset, AssetPage, Folder, SignedUrl, TransformPreset, UploadToken, Usage
 from coffer_client.paths import split_path
+from coffer_client.transforms import Transform, preset_path
 
 
 class Coffer:
@@ -215,9 +216,44 @@ class Coffer:
     def delete_asset(self, asset_id: str) -> None:
         self._request("DELETE", f"/api/assets/{asset_id}")
 
-    def signed_url(self, asset_id: str, expires_in: int | None = None) -> SignedUrl:
-        r = self._request("GET", f"/api/assets/{asset_id}/url", params={"expiresIn": expires_in})
+    def signed_url(
+        self, asset_id: str, expires_in: int | None = None, *, transform: Transform | None = None
+    ) -> SignedUrl:
+        """A URL that reads the asset without a key until it expires (default 1 h, at most 7 d).
+        With ``transform`` it serves a resized, re-encoded image (CONTRACT §10), and the signature
+        covers the transform: changing a parameter in the URL makes it answer 403."""
+        params: dict[str, Any] = {"expiresIn": expires_in}
+        if transform is not None:
+            params.update(transform.params())
+        r = self._request("GET", f"/api/assets/{asset_id}/url", params=params)
         return parse(SignedUrl, r)
+
+    def public_url(self, asset: Asset, *, preset: str | None = None) -> str:
+        """The asset's public URL, served as ``preset`` (``thumb``, ``small``, ``medium``, ``large``
+        or one of the organization's) when given: public URLs take presets only, free parameters
+        need ``signed_url``. A private asset has none: ValueError."""
+        if asset.public_url is None:
+            raise ValueError(f"{asset.name} is private: it has no public URL (use a signed URL).")
+        return asset.public_url if preset is None else Transform(preset=preset).on(asset.public_url)
+
+    # --- image transform presets (CONTRACT §10) -------------------------------------------------
+
+    def transform_presets(self) -> list[TransformPreset]:
+        """The built-in presets, then the organization's own, by name."""
+        r = self._request("GET", "/api/transform-presets")
+        return [TransformPreset.model_validate(p) for p in r.json()["presets"]]
+
+    def get_transform_preset(self, name: str) -> TransformPreset:
+        return parse(TransformPreset, self._request("GET", preset_path(name)))
+
+    def put_transform_preset(self, name: str, transform: Transform) -> TransformPreset:
+        """Create or replace one of the organization's presets (organization keys and owners; at
+        most 20). ``transform`` holds free parameters, at least one of ``w``, ``h``, ``fmt``; the
+        preset then works as ``preset=NAME`` on public URLs (within 5 s) and in ``signed_url``."""
+        return parse(TransformPreset, self._request("PUT", preset_path(name), json=transform.fields()))
+
+    def delete_transform_preset(self, name: str) -> None:
+        self._request("DELETE", preset_path(name))
 
     def usage(self) -> Usage:
         return parse(Usage, self._request("GET", "/api/usage"))

@@ -20,6 +20,7 @@ from coffer_client import errors, profiles
 from coffer_client._options import CHUNK, RetryPolicy
 from coffer_client._progress import counted, human, transfers
 from coffer_client.paths import join_path, split_path
+from coffer_client.transforms import MAX_QUALITY, MAX_SIDE, MIN_QUALITY, Fit, Format, Transform
 
 # The SDK (httpx, pydantic, tenacity) and rich load when a command needs them, not at start:
 # ``coffer --help`` and ``--version`` stay quick, and ``-q`` never loads rich (docs/client.md).
@@ -576,26 +577,144 @@ def url(
         typer.Option("--expires", "-e", metavar="DURATION", help="Validity: 3600, 10m, 2h, 7d (at most 7d)."),
     ] = "1h",
     public: Annotated[bool, typer.Option("--public", help="The permanent public URL instead.")] = False,
+    width: Annotated[
+        int | None,
+        typer.Option("--width", min=1, max=MAX_SIDE, metavar="PX", help="Image: at most this wide."),
+    ] = None,
+    height: Annotated[
+        int | None,
+        typer.Option("--height", min=1, max=MAX_SIDE, metavar="PX", help="Image: at most this high."),
+    ] = None,
+    fit: Annotated[
+        Fit | None,
+        typer.Option(
+            "--fit",
+            help="Image, in a width x height box: crop to fill it (cover), pad to it (contain), "
+            "or fit in it (inside).",
+        ),
+    ] = None,
+    fmt: Annotated[
+        Format | None,
+        typer.Option("--format", help="Image: re-encode (auto: the best the downloader accepts)."),
+    ] = None,
+    quality: Annotated[
+        int | None,
+        typer.Option(
+            "--quality", min=MIN_QUALITY, max=MAX_QUALITY, metavar="20-100", help="Image: quality (80)."
+        ),
+    ] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            "--preset", metavar="NAME", help="Image: a preset (thumb, small, medium, large, or your own)."
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print a signed URL for an asset (or its public URL)."""
+    """Print a signed URL for an asset (or its public URL), optionally of a resized image.
+
+    The image options give a URL that serves a resized, re-encoded copy. A signed URL takes any
+    of them (its signature covers them); a public URL takes --preset only.
+    """
     seconds = parse_duration(expires)
+    transform = None
+    if any(v is not None for v in (width, height, fit, fmt, quality, preset)):
+        if public and preset is None:
+            usage_error("a public URL takes --preset only; leave out --public for a signed URL")
+        try:
+            transform = Transform(w=width, h=height, fit=fit, fmt=fmt, q=quality, preset=preset)
+        except ValueError as exc:
+            usage_error(str(exc))
     c = state(ctx).client()
     a = c.resolve_asset(asset)
+    result: dict[str, Any]
     if public:
         if a.public_url is None:
             raise errors.CofferError(
                 f"{a.name} is private: it has no public URL (leave out --public for a signed one).",
                 code="private",
             )
-        result: dict[str, Any] = {"url": a.public_url, "expiresIn": None}
+        result = {"url": c.public_url(a, preset=preset), "expiresIn": None}
     else:
-        signed = c.signed_url(a.id, expires_in=seconds)
+        signed = c.signed_url(a.id, expires_in=seconds, transform=transform)
         result = {"url": signed.url, "expiresIn": signed.expires_in}
     if as_json:
-        dump({**result, "asset": {"id": a.id, "name": a.name}})
+        extra = {"transform": transform.params()} if transform else {}
+        dump({**result, **extra, "asset": {"id": a.id, "name": a.name}})
     else:
         print(result["url"])
+
+
+# --- presets ----------------------------------------------------------------------------------
+
+presets_app = typer.Typer(
+    help="Image transform presets: the built-in ones and the organization's own (CONTRACT §10).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(presets_app, name="presets")
+
+
+def preset_line(p: Any) -> str:
+    params = Transform(w=p.w, h=p.h, fit=p.fit, fmt=p.fmt, q=p.q).params()
+    kind = "built-in" if p.built_in else "own"
+    return f"{p.name}\t{kind}\t" + " ".join(f"{k}={v}" for k, v in params.items())
+
+
+@presets_app.command("ls")
+@handled
+def presets_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """List the presets: built in, then the organization's own, with their parameters."""
+    found = state(ctx).client().transform_presets()
+    if as_json:
+        dump({"presets": found})
+        return
+    for p in found:
+        print(preset_line(p))
+
+
+@presets_app.command("set")
+@handled
+def presets_set(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="a-z, 0-9, - and _; up to 32 characters.")],
+    width: Annotated[int | None, typer.Option("--width", min=1, max=MAX_SIDE, metavar="PX")] = None,
+    height: Annotated[int | None, typer.Option("--height", min=1, max=MAX_SIDE, metavar="PX")] = None,
+    fit: Annotated[Fit | None, typer.Option("--fit")] = None,
+    fmt: Annotated[Format | None, typer.Option("--format")] = None,
+    quality: Annotated[
+        int | None, typer.Option("--quality", min=MIN_QUALITY, max=MAX_QUALITY, metavar="20-100")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create or replace one of the organization's presets (organization keys and owners).
+
+    It needs at least one of --width, --height, --format; then `coffer url --preset NAME` and
+    public URLs with ?preset=NAME serve it.
+    """
+    if width is None and height is None and fmt is None:
+        usage_error("give at least one of --width, --height, --format")
+    transform = Transform(w=width, h=height, fit=fit, fmt=fmt, q=quality)
+    made = state(ctx).client().put_transform_preset(name, transform)
+    if as_json:
+        dump(made)
+    else:
+        print(preset_line(made))
+
+
+@presets_app.command("rm")
+@handled
+def presets_rm(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="One of the organization's presets.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Remove one of the organization's presets (built-in ones stay)."""
+    state(ctx).client().delete_transform_preset(name)
+    if as_json:
+        dump({"deleted": name})
 
 
 @app.command()

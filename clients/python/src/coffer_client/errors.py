@@ -58,6 +58,11 @@ class BadRequest(APIError):
     status = 400
 
 
+class InvalidTransform(BadRequest):
+    """A transform parameter out of range or unknown (CONTRACT §10), or free parameters on a
+    public URL, which takes ``preset=`` only."""
+
+
 class OrganizationRequired(BadRequest):
     """A user key with several organizations and no organization id."""
 
@@ -119,6 +124,16 @@ class UnsupportedMediaType(APIError):
     status = 415
 
 
+class NotAnImage(UnsupportedMediaType):
+    """A transformed URL of an asset that is no image the service transforms (SVG never is)."""
+
+
+class ImageTooLarge(APIError):
+    """A transformed URL of an image above 50 megapixels."""
+
+    status = 422
+
+
 class RateLimited(APIError):
     status = 429
 
@@ -137,6 +152,9 @@ _BY_CODE: dict[str, type[APIError]] = {
     "file_too_large": FileTooLarge,
     "quota_exceeded": QuotaExceeded,
     "offset_mismatch": OffsetMismatch,
+    "invalid_transform": InvalidTransform,
+    "not_an_image": NotAnImage,
+    "image_too_large": ImageTooLarge,
 }
 _BY_STATUS: dict[int, type[APIError]] = {
     400: BadRequest,

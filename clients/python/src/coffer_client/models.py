@@ -88,3 +88,15 @@ class UploadToken(Model):
     url: str
     expires_at: datetime
     expires_in: int
+
+
+class TransformPreset(Model):
+    """A named image transform (CONTRACT §10): built in, or one of the organization's own."""
+
+    name: str
+    built_in: bool = False
+    w: int | None = None
+    h: int | None = None
+    fit: str = "cover"
+    fmt: str | None = None
+    q: int = 80

@@ -35,16 +35,18 @@ from coffer_edge.dashboard.web import (
     metadata_of,
     posted,
     redirect,
+    safe_next,
     state_of,
 )
 from coffer_edge.deps import edge_state
 from coffer_edge.routers.assets import UploadScope, counted_upload, delete_stored_asset, update_stored_asset
 from coffer_edge.routers.tus import TUS_PATH
 from coffer_edge.routers.uploads import new_token, token_hash
+from coffer_kit import transforms
 from coffer_kit.errors import CofferError, file_too_large, invalid, not_found
 from coffer_kit.limits import MAX_FILE_BYTES
 from coffer_kit.resources import Asset, AssetList, Folder, FolderList, FolderWithPath
-from coffer_kit.wire import UploadTokenIn
+from coffer_kit.wire import TransformFields, UploadTokenIn
 
 log = logging.getLogger("coffer.edge.dashboard")
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
@@ -68,6 +70,39 @@ _ID = re.compile(r"^(?:fld|ast)_[0-9A-Za-z]{1,60}$")
 _ASSET_REF = re.compile(r"ast_[0-9A-Za-z]{10,60}")
 TEXT_TYPES = ("application/json", "application/xml", "application/x-ndjson", "application/javascript")
 CYCLE = "A folder cannot move into itself or one of its subfolders."
+# The folder page lists files as a table or as a grid of thumbnails; the choice is kept in a
+# cookie of its own for a year (a display preference: no secret, nothing to authorize).
+VIEWS = ("table", "grid")
+VIEW_COOKIE_SECONDS = 365 * 86400
+# What the CDN makes thumbnails of (CONTRACT §10: JPEG, PNG, WebP, AVIF, GIF, TIFF; never SVG).
+# A file whose bytes are not what its type says gets a 415 there, and the page's script shows
+# the type icon instead of a broken image.
+THUMBNAIL_TYPES = frozenset(
+    ("image/jpeg", "image/png", "image/webp", "image/avif", "image/gif", "image/tiff")
+)
+THUMB_PRESET = "thumb"  # 256x256, cover, webp
+THUMB_SIDE = 256
+PREVIEW_PRESET = "medium"  # 1280 wide
+FIT_CHOICES = (
+    ("cover", "Cover: fill the box, cropping"),
+    ("contain", "Contain: all of it, padded to the box"),
+    ("inside", "Inside: all of it, within the box"),
+)
+FORMAT_CHOICES = (
+    ("", "As the original"),
+    ("webp", "WebP"),
+    ("avif", "AVIF"),
+    ("jpeg", "JPEG"),
+    ("png", "PNG"),
+    ("auto", "Best the browser takes"),
+)
+PRESET_LABELS = (
+    ("thumb", "256 × 256 WebP"),
+    ("small", "640 wide"),
+    ("medium", "1280 wide"),
+    ("large", "1920 wide"),
+)
+FORMAT_NAMES = dict(FORMAT_CHOICES[1:])
 
 
 def _check_id(value: str, prefix: str) -> str:
@@ -85,6 +120,27 @@ def _files_url(org_id: str, folder_id: str | None = None, **query: str) -> str:
     params = {"folder": folder_id or "", **query}
     text = urlencode({k: v for k, v in params.items() if v})
     return f"{PREFIX}/o/{org_id}/files" + (f"?{text}" if text else "")
+
+
+def view_cookie_name(request: Request) -> str:
+    """``__Host-`` like the session cookie wherever browsers keep a Secure cookie."""
+    return "__Host-coffer_files_view" if state_of(request).cookie.secure else "coffer_files_view"
+
+
+def chosen_view(request: Request) -> str:
+    value = request.cookies.get(view_cookie_name(request), "")
+    return value if value in VIEWS else "table"
+
+
+def has_thumbnail(asset: Asset) -> bool:
+    return asset.mimeType.split(";", 1)[0].strip().lower() in THUMBNAIL_TYPES
+
+
+def thumbnail_url(asset: Asset) -> str | None:
+    """The public thumbnail of an image asset, or None (private, or not an image the CDN reads)."""
+    if not has_thumbnail(asset) or not asset.publicUrl:
+        return None
+    return f"{asset.publicUrl}?preset={THUMB_PRESET}"
 
 
 async def _audit(
@@ -216,6 +272,8 @@ async def _files_page(
     )
     listing = AssetList.model_validate_json(listing_body)
     pages = max(1, -(-listing.total // PAGE_SIZE))
+    view = chosen_view(request)
+    thumbs = await _thumbnails(visit, listing.assets) if view == "grid" else {}
     return render(
         visit,
         "files.html",
@@ -238,7 +296,31 @@ async def _files_page(
         max_file_bytes=MAX_FILE_BYTES,
         resumable_above=RESUMABLE_ABOVE,
         page_url=lambda n: _files_url(visit.org.id, folder_id, q=q, page=str(n) if n > 1 else ""),
+        here=_files_url(visit.org.id, folder_id, q=q, page=str(page) if page > 1 else ""),
+        view=view,
+        views=VIEWS,
+        thumbs=thumbs,
+        thumb_side=THUMB_SIDE,
     )
+
+
+async def _thumbnails(visit: Visit, assets: list[Asset]) -> dict[str, str]:
+    """Thumbnail URLs by asset id, for the images of a grid page: the public URL's thumb preset,
+    or for a private image a signed URL of it, as short-lived as the asset page's preview."""
+    urls = {a.id: url for a in assets if (url := thumbnail_url(a))}
+    private = [a for a in assets if a.id not in urls and has_thumbnail(a)]
+    if private:
+        blob, gate = state_of(visit.request).blob, asyncio.Semaphore(_LOOKUPS)
+
+        async def sign(asset: Asset) -> str:
+            async with gate:
+                return await blob.sign(
+                    asset.key, PREVIEW_SECONDS, request_id=_rid(visit), preset=THUMB_PRESET
+                )
+
+        signed = await asyncio.gather(*(sign(a) for a in private))
+        urls.update(zip((a.id for a in private), signed, strict=True))
+    return urls
 
 
 async def _none() -> list[Folder]:
@@ -256,6 +338,30 @@ async def files(
         "uploaded": "The file was uploaded.",
     }.get(done)
     return await _files_page(visit, folder_id=folder or None, page=_page_number(page), q=q, notice=notice)
+
+
+@router.post("/o/{org_id}/files/view")
+async def choose_view(request: Request, visit: OrgVisitDep) -> Response:
+    """Table or grid: kept in a cookie, then back to the folder page the choice was made on."""
+    form = await posted(request, visit)
+    view = field(form, "view", limit=16)
+    back = safe_next(field(form, "back", limit=2048))
+    listing = f"{PREFIX}/o/{visit.org.id}/files"
+    if not back or (back != listing and not back.startswith(listing + "?")):
+        back = _files_url(visit.org.id)
+    response = redirect(back)
+    if view in VIEWS:
+        secure = state_of(request).cookie.secure
+        response.set_cookie(
+            view_cookie_name(request),
+            view,
+            max_age=VIEW_COOKIE_SECONDS,
+            path="/",
+            secure=secure,
+            httponly=True,
+            samesite="lax",
+        )
+    return response
 
 
 @router.get("/o/{org_id}/files/open")
@@ -599,14 +705,19 @@ async def _asset_page(
     block: str | None = None,
     expiry: str = "3600",
     custom: str = "",
+    transformed: dict[str, Any] | None = None,
+    transformed_error: str | None = None,
+    tx: dict[str, str] | None = None,
 ) -> Response:
     state = state_of(visit.request)
     kind = preview_kind(asset.mimeType)
+    resizable = has_thumbnail(asset)
     preview_url = None
     folder = None
     tasks: list[Any] = []
     if kind != "none":
-        tasks.append(state.blob.sign(asset.key, PREVIEW_SECONDS, request_id=_rid(visit)))
+        preset = PREVIEW_PRESET if resizable else None
+        tasks.append(state.blob.sign(asset.key, PREVIEW_SECONDS, request_id=_rid(visit), preset=preset))
     if asset.folderId:
         tasks.append(_folder(visit, asset.folderId))
     found = await asyncio.gather(*tasks)
@@ -633,6 +744,14 @@ async def _asset_page(
         expiry_choices=EXPIRY_CHOICES,
         expiry=expiry,
         custom=custom,
+        resizable=resizable,
+        transformed=transformed,
+        transformed_error=transformed_error,
+        tx={"w": "", "h": "", "fit": "cover", "fmt": "", "q": "", "expiry": "3600", **(tx or {})},
+        fit_choices=FIT_CHOICES,
+        format_choices=FORMAT_CHOICES,
+        presets=PRESET_LABELS,
+        max_side=transforms.MAX_SIDE,
     )
 
 
@@ -676,6 +795,62 @@ async def signed_url(request: Request, visit: OrgVisitDep, asset_id: str) -> Res
     await _audit(visit, "signed_url.created", "asset", asset.id, asset.name, expiresIn=seconds)
     signed = {"url": url, "expires_at": datetime.now(UTC) + timedelta(seconds=seconds), "seconds": seconds}
     return await _asset_page(visit, asset, signed=signed, block="signed", expiry=choice, custom=custom)
+
+
+def _box(transform: transforms.Transform) -> tuple[int, int] | None:
+    """The output's shape when both sides are given and filled (cover, contain), else None."""
+    if transform.w and transform.h and transform.fit != "inside":
+        return transform.w, transform.h
+    return None
+
+
+def _summary(transform: transforms.Transform) -> str:
+    """ "300 × 200, cover, PNG, quality 80": what a resized URL serves, in words."""
+    if transform.w and transform.h:
+        size = f"{transform.w} × {transform.h}, {transform.fit}"
+    elif transform.w:
+        size = f"{transform.w} wide"
+    elif transform.h:
+        size = f"{transform.h} high"
+    else:
+        size = "the original size"
+    fmt = FORMAT_NAMES.get(transform.fmt or "", "the original format")
+    return f"{size}, {fmt}, quality {transform.q} (never enlarged)"
+
+
+@router.post("/o/{org_id}/files/{asset_id}/transformed-url")
+async def transformed_url(request: Request, visit: OrgVisitDep, asset_id: str) -> Response:
+    """A signed URL of a resized copy (CONTRACT §10): the signature covers the transform."""
+    form = await posted(request, visit)
+    asset = await _asset(visit, asset_id)
+    tx = {name: field(form, name, limit=16).strip() for name in ("w", "h", "fit", "fmt", "q", "expiry")}
+    if not has_thumbnail(asset):  # the page offers no such form: a forged or stale request
+        message = f"{asset.mimeType} cannot be resized: only JPEG, PNG, WebP, AVIF, GIF and TIFF images."
+        return await _asset_page(visit, asset, status=400, error=message)
+    try:
+        seconds = _expires_in(tx["expiry"], "")
+        query = {k: v for k in transforms.FREE_PARAMS if (v := tx[k])}
+        if not (query.get("w") or query.get("h") or query.get("fmt")):
+            raise invalid("Give a width, a height or a format.", field="w")
+        transform = transforms.parse_free(query)
+    except CofferError as exc:
+        return await _asset_page(
+            visit, asset, status=400, transformed_error=exc.message, block="transformed", tx=tx
+        )
+    state = state_of(request)
+    fields = TransformFields.model_validate(transform.fields())
+    url = await state.blob.sign(asset.key, seconds, request_id=_rid(visit), transform=fields)
+    await _audit(
+        visit, "signed_url.created", "asset", asset.id, asset.name, expiresIn=seconds, transform=query
+    )
+    transformed = {
+        "url": url,
+        "expires_at": datetime.now(UTC) + timedelta(seconds=seconds),
+        "summary": _summary(transform),
+        # The box, when both sides are given and filled exactly (cover, contain).
+        "box": _box(transform),
+    }
+    return await _asset_page(visit, asset, transformed=transformed, block="transformed", tx=tx)
 
 
 @router.get("/o/{org_id}/files/{asset_id}/download")

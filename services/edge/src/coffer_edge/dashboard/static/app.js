@@ -281,3 +281,24 @@ document.addEventListener("DOMContentLoaded", () => {
   const pre = document.getElementById("preview-text");
   if (pre) setupTextPreview(pre);
 });
+
+// Grid thumbnails that do not load (a file whose bytes are not the image its type says, a CDN
+// with transforms switched off) give way to the file's type icon, never a broken image. The
+// error event does not bubble: it is caught on the way down, for htmx's swapped-in grids too.
+function thumbFailed(img) {
+  img.hidden = true;
+  const icon = img.nextElementSibling;
+  if (icon && icon.classList.contains("file-icon")) icon.hidden = false;
+}
+
+document.addEventListener("error", (event) => {
+  const img = event.target;
+  if (img instanceof HTMLImageElement && img.hasAttribute("data-thumb")) thumbFailed(img);
+}, true);
+
+// Any that failed before this script ran.
+document.addEventListener("DOMContentLoaded", () => {
+  document.querySelectorAll("img[data-thumb]").forEach((img) => {
+    if (img.complete && img.naturalWidth === 0 && img.getAttribute("src")) thumbFailed(img);
+  });
+});
