@@ -21,9 +21,13 @@ import pytest
 import pyvips
 from prometheus_client import REGISTRY
 
+from coffer_blob.cdn import variant_key
 from coffer_blob.config import Settings
+from coffer_blob.deps import BlobState
 from coffer_blob.main import create_app, create_cdn_app
 from coffer_kit.internal import INTERNAL_TOKEN_HEADER
+from coffer_kit.state import state_of
+from coffer_kit.transforms import Transform
 from coffer_testkit.testing import app_client, assert_error
 
 from .support import CDN_URL, END, MULTIPART, ORG, TOKEN, file_part, new_asset_id
@@ -303,6 +307,13 @@ async def test_concurrent_requests_for_one_new_variant_compute_it_once(
     assert len({a.content for a in answers}) == 1
     assert sample("coffer_transform_variants_computed_total") == computed + 1
     assert sample("coffer_transform_shared_total") > shared
+    # A request that missed the variant just before its render ended asks the pool again
+    # after the flight is over: the worker finds it stored and does not render it again.
+    pool = state_of(cdn.app, BlobState).transforms  # type: ignore[attr-defined]
+    assert pool is not None
+    transform = Transform(w=777, fmt="webp")
+    assert await pool.render(key, variant_key(key, transform), transform, private=False) == ("found",)
+    assert sample("coffer_transform_variants_computed_total") == computed + 1
 
 
 async def test_transforms_off_answer_404(settings: Settings, api: httpx.AsyncClient) -> None:
