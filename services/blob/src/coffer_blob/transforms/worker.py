@@ -6,6 +6,8 @@ crosses the process boundary and the CDN process never holds one. It answers a s
 (never an exception object, which may not survive pickling):
 
 - ``("ok", content_type, size, sha256)``: the variant is committed under its key;
+- ``("found",)``: it was there already (a request that missed it a moment before its render
+  finished asks again: the render is not repeated);
 - ``("gone",)``: the original is not there (deleted meanwhile);
 - ``("refused", status, code, message, details)``: 415 ``not_an_image`` or 422
   ``image_too_large``, raised by :mod:`coffer_blob.transforms.render`.
@@ -71,6 +73,8 @@ def run(key: str, variant_key: str, transform: Transform, private: bool, max_pix
     from coffer_blob.transforms import render  # see init()
 
     assert _storage is not None, "init() runs first"
+    if _storage.stat(variant_key) is not None:
+        return ("found",)
     data = _source(_storage, key)
     if data is None:
         return ("gone",)
