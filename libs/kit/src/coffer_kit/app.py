@@ -65,7 +65,7 @@ def database_service_app(service: str, database_url: str, settings: BaseServiceS
             yield
         finally:
             clear_state(app)
-            database.close()
+            await database.aclose()
 
     def engine() -> Engine:
         return state_of(app, DatabaseState).database.engine
