@@ -206,3 +206,22 @@ def test_the_listeners_use_the_ports_the_services_default_to(production: Docs) -
                 if env["name"] in expected:
                     seen.setdefault(env["name"], set()).add(env["value"])
     assert seen == {name: {str(port)} for name, port in expected.items()}
+
+
+def _memory(docs: Docs, name: str) -> dict[str, str]:
+    deployment = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
+    resources = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]
+    return {kind: resources[kind]["memory"] for kind in ("requests", "limits")}
+
+
+def test_the_pods_serving_the_cdn_get_the_transform_workers_memory(render: Callable[..., Docs]) -> None:
+    # Defaults: blob serves the CDN; 2 workers × 256 MiB on top of blob's 256Mi / 768Mi.
+    assert _memory(render(), "coffer-blob") == {"requests": "768Mi", "limits": "1280Mi"}
+    split = render("--set", "cdn.enabled=true", "--set", "transforms.workers=3")
+    assert _memory(split, "coffer-cdn") == {"requests": f"{192 + 768}Mi", "limits": f"{512 + 768}Mi"}
+    assert _memory(split, "coffer-blob") == {"requests": "256Mi", "limits": "768Mi"}
+    off = render("--set", "transforms.enabled=false")
+    assert _memory(off, "coffer-blob") == {"requests": "256Mi", "limits": "768Mi"}
+    env = next(d for d in off if d["kind"] == "Deployment" and d["metadata"]["name"] == "coffer-blob")
+    values = {e["name"]: e.get("value") for e in env["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert values["COFFER_TRANSFORMS"] == "off"

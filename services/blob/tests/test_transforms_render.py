@@ -12,7 +12,8 @@ import zlib
 import pytest
 import pyvips
 
-from coffer_blob.transforms import params, render
+from coffer_blob.transforms import render
+from coffer_kit import transforms as params
 from coffer_kit.errors import CofferError
 
 

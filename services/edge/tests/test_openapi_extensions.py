@@ -72,3 +72,24 @@ def test_section_12_private_assets_is_in_the_openapi_document(tmp_path: Any) -> 
     assert form["properties"]["visibility"]["enum"] == ["public", "private"]
     token = schemas["UploadTokenCreate"]["properties"]["visibility"]
     assert {"type": "null"} in token["anyOf"]
+
+
+def test_section_10_image_transforms_are_in_the_openapi_document(tmp_path: Any) -> None:
+    doc = document(tmp_path)
+    paths = doc["paths"]
+    assert {"get"} <= set(paths["/api/transform-presets"])
+    assert {"get", "put", "delete"} <= set(paths["/api/transform-presets/{name}"])
+    params = {p["name"]: p["schema"] for p in paths["/api/assets/{asset_id}/url"]["get"]["parameters"]}
+    assert {"expiresIn", "preset", "w", "h", "fit", "fmt", "q"} <= set(params)
+    for side in ("w", "h"):
+        schema = params[side]
+        assert (schema["type"], schema["minimum"], schema["maximum"]) == ("integer", 1, 4096)
+    assert (params["q"]["minimum"], params["q"]["maximum"]) == (20, 100)
+    assert set(params["fit"]["enum"]) == {"cover", "contain", "inside"}
+    assert set(params["fmt"]["enum"]) == {"webp", "avif", "jpeg", "png", "auto"}
+    schemas = doc["components"]["schemas"]
+    assert set(schemas["TransformPreset"]["properties"]) == {"name", "builtIn", "w", "h", "fit", "fmt", "q"}
+    assert set(schemas["TransformPresetBody"]["properties"]) == {"w", "h", "fit", "fmt", "q"}
+    put = paths["/api/transform-presets/{name}"]["put"]
+    assert {"400", "403", "409", "415"} <= set(put["responses"])
+    assert "invalid_transform" in put["responses"]["400"]["description"]

@@ -83,7 +83,7 @@ spec:
                 command: ["sleep", {{ $v.preStopSleepSeconds | quote }}]
           {{- end }}
           resources:
-            {{- toYaml $v.resources | nindent 12 }}
+            {{- include "coffer.lib.containerResources" . | nindent 12 }}
           securityContext:
             {{- toYaml $ctx.Values.securityContext | nindent 12 }}
           volumeMounts:
@@ -103,4 +103,42 @@ spec:
       {{- with include "coffer.lib.scheduling" . | trim }}
       {{- . | nindent 6 }}
       {{- end }}
+{{- end -}}
+
+
+{{/*
+A component's container resources: its values, plus, on the pods serving the CDN host (cdn,
+or blob when cdn.enabled is false) with transforms on, transforms.workers ×
+transforms.workerMemoryMiB on the memory request and limit (the worker processes live in the
+same container). Memory must then be written in Mi or Gi.
+*/}}
+{{- define "coffer.lib.containerResources" -}}
+{{- $ctx := .ctx -}}
+{{- $c := .component -}}
+{{- $v := index $ctx.Values $c -}}
+{{- $resources := deepCopy $v.resources -}}
+{{- $servesCdn := or (eq $c "cdn") (and (eq $c "blob") (not $ctx.Values.cdn.enabled)) -}}
+{{- if and $servesCdn $ctx.Values.transforms.enabled -}}
+{{- $extra := mul (int $ctx.Values.transforms.workers) (int $ctx.Values.transforms.workerMemoryMiB) -}}
+{{- range $kind := list "requests" "limits" -}}
+{{- $block := index $resources $kind -}}
+{{- if and $block (hasKey $block "memory") -}}
+{{- $mebibytes := include "coffer.lib.mebibytes" (index $block "memory") | int -}}
+{{- $_ := set $block "memory" (printf "%dMi" (add $mebibytes $extra)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $resources -}}
+{{- end -}}
+
+{{/* A memory quantity in Mi or Gi, as a number of MiB. */}}
+{{- define "coffer.lib.mebibytes" -}}
+{{- $q := toString . -}}
+{{- if hasSuffix "Gi" $q -}}
+{{- mul (trimSuffix "Gi" $q | int) 1024 -}}
+{{- else if hasSuffix "Mi" $q -}}
+{{- trimSuffix "Mi" $q | int -}}
+{{- else -}}
+{{- fail (printf "memory %s: write it in Mi or Gi (the chart adds the transform workers' memory to it)" $q) -}}
+{{- end -}}
 {{- end -}}

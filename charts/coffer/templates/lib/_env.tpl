@@ -49,6 +49,14 @@ this component needs, and no others.
 - name: COFFER_CDN_PORT
   value: {{ include "coffer.port" (dict "ctx" $ctx "component" "cdn" "port" "cdn") | quote }}
 {{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "COFFER_SIGNING_SECRET" "key" "signingSecret") }}
+- name: COFFER_TRANSFORMS
+  value: {{ ternary "on" "off" $ctx.Values.transforms.enabled | quote }}
+- name: COFFER_CDN_TRANSFORM_WORKERS
+  value: {{ $ctx.Values.transforms.workers | toString | quote }}
+- name: COFFER_CDN_TRANSFORM_QUEUE
+  value: {{ $ctx.Values.transforms.queue | toString | quote }}
+- name: COFFER_CDN_TRANSFORM_WORKER_MEMORY_MB
+  value: {{ $ctx.Values.transforms.workerMemoryMiB | toString | quote }}
 {{- if eq $ctx.Values.storage.driver "s3" }}
 {{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "AWS_ACCESS_KEY_ID" "key" "s3AccessKeyId" "optional" true) }}
 {{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "AWS_SECRET_ACCESS_KEY" "key" "s3SecretAccessKey" "optional" true) }}

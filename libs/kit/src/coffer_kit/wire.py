@@ -45,6 +45,8 @@ class Principal(WireModel):
     key_expires_at: str | None
     # CONTRACT §12: what an upload that does not say becomes.
     default_visibility: Visibility = "public"
+    # A user key's role in the organization (``owner``, ``member``); None for an organization key.
+    role: str | None = None
 
 
 # Who makes a change (edge tells metadata with every call that changes something; metadata
@@ -304,9 +306,34 @@ class Deleted(WireModel):
     deleted: bool = True
 
 
+class TransformFields(WireModel):
+    """An image transform's free parameters (CONTRACT §10), as JSON; None leaves one unset.
+
+    Ranges and choices are checked by :func:`coffer_kit.transforms.preset_from_fields` or
+    :func:`coffer_kit.transforms.parse_free`, whose 400 is ``invalid_transform``."""
+
+    w: StrictInt | None = None
+    h: StrictInt | None = None
+    fit: StrictStr | None = Field(default=None, max_length=16)
+    fmt: StrictStr | None = Field(default=None, max_length=16)
+    q: StrictInt | None = None
+
+
 class SignIn(WireModel):
     key: StrictStr = Field(max_length=2048)
     expires_in: StrictInt = Field(ge=EXPIRES_IN_MIN, le=EXPIRES_IN_MAX)
+    # A transformed URL (CONTRACT §10): a preset's name, or free parameters; never both.
+    preset: StrictStr | None = Field(default=None, max_length=64)
+    transform: TransformFields | None = None
+
+
+# blob: an organization's transform presets (CONTRACT §10), kept in its store.
+
+
+class TransformPresets(WireModel):
+    """An organization's own presets, by name."""
+
+    presets: dict[str, TransformFields]
 
 
 class SignOut(WireModel):

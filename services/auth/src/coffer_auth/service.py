@@ -153,6 +153,7 @@ def resolve_principal(session: Session, *, key_hash: str, organization_id: str |
     if expires_at is not None and expires_at <= now:
         raise unauthorized("The API key has expired.")
 
+    roles: dict[str, str] = {}
     if row.kind == KeyKind.organization:
         if organization_id is not None and organization_id != row.organization_id:
             raise forbidden("This key does not belong to that organization.")
@@ -160,6 +161,7 @@ def resolve_principal(session: Session, *, key_hash: str, organization_id: str |
     else:
         memberships = list(session.exec(select(Membership).where(Membership.user_id == row.user_id)))
         member_of = {m.organization_id for m in memberships}
+        roles = {m.organization_id: m.role for m in memberships}
         if organization_id is not None:
             if organization_id not in member_of:
                 raise forbidden("The key's user is not a member of that organization.")
@@ -183,6 +185,7 @@ def resolve_principal(session: Session, *, key_hash: str, organization_id: str |
         quota_bytes=org.quota_bytes,
         key_expires_at=isoformat(expires_at) if expires_at else None,
         default_visibility=org.default_visibility,
+        role=None if row.kind == KeyKind.organization else roles.get(org.id),
     )
     use = session.get(KeyUse, (row.id, org.id))
     return Resolved(principal, as_utc(use.last_used_at) if use else None)

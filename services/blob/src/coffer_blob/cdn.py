@@ -14,6 +14,7 @@ without looking the key up: downloads need no credentials, so there is nothing t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import time
@@ -34,9 +35,20 @@ from coffer_blob import keys, signing
 from coffer_blob.config import Settings
 from coffer_blob.deps import BlobState, blob_state
 from coffer_blob.observe import DOWNLOAD_BYTES
-from coffer_blob.storage import ObjectInfo, Reader
-from coffer_kit.errors import CofferError, forbidden, not_found, precondition_failed, range_not_satisfiable
+from coffer_blob.storage import ObjectInfo, Reader, Storage
+from coffer_blob.transforms import formats, presets
+from coffer_blob.transforms.pool import CACHE_HITS
+from coffer_kit import transforms
+from coffer_kit.errors import (
+    CofferError,
+    forbidden,
+    not_an_image,
+    not_found,
+    precondition_failed,
+    range_not_satisfiable,
+)
 from coffer_kit.state import state_of
+from coffer_kit.transforms import Transform
 
 router = APIRouter()
 
@@ -86,7 +98,10 @@ async def download(request: Request) -> Response:
         return Response(status_code=204, headers=_PREFLIGHT)
     if not keys.is_valid_key(key):
         raise not_found("No such object.")
-    cache, access = _access(request.query_params, key, state.settings)
+    query = request.query_params
+    if query and transforms.wants_transform(query):
+        return await _transformed(request, key, state)
+    cache, access = _access(query, key, state.settings)
 
     if storage.inline_read_bytes:
         # On the event loop: a page-cache read of a few KiB costs less than a worker-thread
@@ -95,19 +110,31 @@ async def download(request: Request) -> Response:
     else:
         found = await run_in_threadpool(storage.read_small, key, SMALL_OBJECT_BYTES)
     info, body = _servable(found, access)
-    headers = _representation_headers(info, cache)
+    return await _serve(request, storage, info, body, _representation_headers(info, cache), access)
 
+
+async def _serve(
+    request: Request,
+    storage: Storage,
+    info: ObjectInfo,
+    body: bytes | None,
+    headers: dict[str, str],
+    access: str,
+) -> Response:
+    """The answer for an object that may be served (an original, or a variant): 200, 206, 304,
+    412 or 416, its bytes from ``body`` when read already."""
     precondition = _preconditions(request, info)
     if precondition == 412:
         raise precondition_failed()
     if precondition == 304:
         # RFC 9110 §15.4.5: the validators and caching headers a 200 would have had.
-        kept = ("etag", "last-modified", "cache-control")
-        return Response(status_code=304, headers={name: headers[name] for name in kept})
+        kept = ("etag", "last-modified", "cache-control", "vary")
+        return Response(status_code=304, headers={name: headers[name] for name in kept if name in headers})
 
     start, end, status = _chosen_range(request, info, headers)
     if request.method == "HEAD":
         return Response(status_code=status, headers=headers)
+    key = info.key
     if body is None and info.size <= SMALL_OBJECT_BYTES:
         # Too large to read on the event loop, small enough to read whole in one trip.
         found = await run_in_threadpool(storage.read_small, key, SMALL_OBJECT_BYTES)
@@ -121,6 +148,112 @@ async def download(request: Request) -> Response:
     if reader is None:  # deleted since the stat
         raise not_found("No such object.")
     return StreamingResponse(_chunks(reader, _SENT[access]), status_code=status, headers=headers)
+
+
+async def _transformed(request: Request, key: str, state: BlobState) -> Response:
+    """A transformed answer (CONTRACT §10): the stored variant, rendered first if it is new.
+
+    Order: transforms on at all (else 404), the signature over key, expiry and transform
+    (403), the original and its visibility (404, as for any key), then the parameters (400:
+    free parameters on a public URL, an unknown preset), then the variant.
+    """
+    settings, storage, pool = state.settings, state.storage, state.transforms
+    if not settings.transforms or pool is None:
+        raise not_found("Image transforms are switched off on this host.")
+    query = request.query_params
+    cache, access = _access(query, key, settings)
+    info = await run_in_threadpool(storage.stat, key)
+    if info is None or (info.private and access == "public"):
+        raise not_found("No such object.")
+    transform = await _requested(query, key, access, state)
+    auto = transform.fmt == "auto"
+    if auto:
+        accept = request.headers.get("accept", "").lower()
+        chosen = next((fmt for fmt in formats.AUTO_ORDER if formats.MEDIA_TYPES[fmt] in accept), "auto")
+        transform = dataclasses.replace(transform, fmt=chosen)
+    name = variant_key(key, transform)
+    found = await _read_variant(storage, name)
+    if found is None:
+        await _check_source_type(storage, key)
+        outcome = await pool.render(key, name, transform, private=info.private)
+        if outcome[0] == "gone":
+            raise not_found("No such object.")
+        if outcome[0] == "refused":
+            _, status, code, message, details = outcome
+            raise CofferError(status, code, message, details=details)
+        # Deleted while it rendered? The variant must not outlive its original: the delete
+        # removes variants after the original, so one stored after that removal is caught here.
+        if await run_in_threadpool(storage.stat, key) is None:
+            await run_in_threadpool(storage.delete, name)
+            raise not_found("No such object.")
+        found = await _read_variant(storage, name)
+        if found is None:  # deleted since
+            raise not_found("No such object.")
+    else:
+        CACHE_HITS.inc()
+    variant, body = found
+    headers = _representation_headers(variant, cache)
+    stem = info.key.rsplit("/", 1)[-1]
+    stem = stem.rsplit(".", 1)[0] if "." in stem.lstrip(".") else stem
+    filename = stem + _EXTENSIONS.get(variant.content_type, "")
+    headers["content-disposition"] = "inline; filename*=UTF-8''" + quote(filename, safe="")
+    if auto:
+        headers["vary"] = "Accept"
+    return await _serve(request, storage, variant, body, headers, access)
+
+
+_EXTENSIONS = {media: formats.EXTENSIONS[fmt] for fmt, media in formats.MEDIA_TYPES.items()}
+
+
+def variant_key(key: str, transform: Transform) -> str:
+    """Where a variant of ``key`` is kept: beside it, named by the transform's canonical form.
+
+    The name holds ``%``, which no sanitised filename does (``coffer_blob.keys``): no asset's
+    key can be a variant's, the CDN never serves one by its own name, and ``delete_prefix``
+    of the asset removes it with the original.
+    """
+    return key.rsplit("/", 1)[0] + "/v%" + transform.canonical().replace("&", ",")
+
+
+async def _requested(query: QueryParams, key: str, access: str, state: BlobState) -> Transform:
+    """The transform a request names; organization presets only looked up for a name that is
+    not built in."""
+    org_presets: dict[str, Transform] | None = None
+    preset = query.get("preset")
+    if preset is not None and preset not in transforms.BUILTIN_PRESETS and state.presets is not None:
+        org_id = key.split("/", 1)[0]
+        org_presets = state.presets.get(org_id)
+        if org_presets is None:
+            org_presets = await run_in_threadpool(presets.read, state.storage, org_id)
+            state.presets.put(org_id, org_presets)
+    transform = transforms.parse(query, signed=access == "signed", presets=org_presets)
+    assert transform is not None  # wants_transform() held
+    return transform
+
+
+async def _read_variant(storage: Storage, name: str) -> tuple[ObjectInfo, bytes | None] | None:
+    if storage.inline_read_bytes:
+        return storage.read_small(name, storage.inline_read_bytes)
+    return await run_in_threadpool(storage.read_small, name, SMALL_OBJECT_BYTES)
+
+
+async def _check_source_type(storage: Storage, key: str) -> None:
+    """415 ``not_an_image`` from the original's first bytes, before a worker is asked."""
+
+    def head() -> bytes | None:
+        reader = storage.open_reader(key, 0, 32)
+        if reader is None:
+            return None
+        try:
+            return b"".join(reader)
+        finally:
+            reader.close()
+
+    first = await run_in_threadpool(head)
+    if first is None:
+        raise not_found("No such object.")
+    if formats.sniff_format(first) is None:
+        raise not_an_image()
 
 
 def _servable(found: tuple[ObjectInfo, bytes | None] | None, access: str) -> tuple[ObjectInfo, bytes | None]:
@@ -138,10 +271,17 @@ def _access(query: QueryParams, key: str, settings: Settings) -> tuple[str, str]
     expires, sent = query.getlist("expires"), query.getlist("signature")
     if len(expires) != 1 or len(sent) != 1:
         raise forbidden("A signed URL carries exactly one 'expires' and one 'signature'.")
+    spec = ""
+    if transforms.wants_transform(query):
+        try:
+            spec = transforms.signed_spec(query)
+        except CofferError as exc:
+            # edge signs only parameters it has checked: anything else was changed after.
+            raise forbidden("The URL signature does not cover this transform.") from exc
     assert settings.signing_secret is not None
     now = time.time()
     secret = settings.signing_secret.get_secret_value().encode()
-    refusal = signing.check(secret, key, expires[0], sent[0], now=now)
+    refusal = signing.check(secret, key, expires[0], sent[0], now=now, transform=spec)
     if refusal:
         raise forbidden(refusal)
     return f"private, max-age={max(0, int(int(expires[0]) - now))}", "signed"
@@ -194,10 +334,13 @@ class FastDownloads:
         if not storage.inline_read_bytes:
             return None
         query = scope["query_string"]
+        params = QueryParams(query) if query else None
+        if params is not None and transforms.wants_transform(params):
+            return None  # a transform: only the declared route renders or finds the variant
         try:
             cache, access = (
-                _access(QueryParams(query), key, state.settings)
-                if query
+                _access(params, key, state.settings)
+                if params is not None
                 else (public_cache(state.settings.cdn_public_max_age), "public")
             )
         except CofferError:

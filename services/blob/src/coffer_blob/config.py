@@ -19,6 +19,24 @@ class Settings(BaseServiceSettings):
     # Cache lifetime of public CDN answers (CONTRACT §6, §12): a shared cache may keep what it
     # fetched this long after the asset is deleted or made private.
     cdn_public_max_age: int = Field(default=31_536_000, ge=0, le=31_536_000)
+    # Image transforms on the CDN (CONTRACT §10). Off: a transformed URL answers 404.
+    transforms: bool = True  # COFFER_TRANSFORMS=on|off
+    # Worker processes rendering variants (a libvips call cannot be interrupted, so each runs
+    # in a process that is killed and replaced past the time limit).
+    cdn_transform_workers: int = Field(default=2, ge=1, le=64)
+    # Transforms waiting for a worker beyond those running; past it, 503 with Retry-After.
+    cdn_transform_queue: int = Field(default=8, ge=0, le=1024)
+    # Wall time of one transform, queue wait included (CONTRACT §10: 10 s); then 503.
+    cdn_transform_timeout: float = Field(default=10.0, gt=0, le=60)
+    # Memory one worker may use (MiB): libvips's operation cache gets a quarter of it and
+    # its threads are limited to COFFER_CDN_TRANSFORM_THREADS. Size the CDN pod's memory as
+    # (about 100 MiB for the CDN process) + workers × this (docs/operations.md).
+    cdn_transform_worker_memory_mb: int = Field(default=256, ge=64, le=16_384)
+    cdn_transform_threads: int = Field(default=1, ge=1, le=16)
+    # Sources above this many pixels (read from the header) are refused: 422 image_too_large.
+    cdn_transform_max_pixels: int = Field(default=50_000_000, ge=1, le=50_000_000)
+    # How long the CDN keeps an organization's presets before reading them again (<= 5 s).
+    cdn_preset_cache_seconds: float = Field(default=5.0, ge=0, le=5)
     # HMAC secret for signed CDN URLs; only blob knows it.
     signing_secret: SecretStr | None = None
     storage: Literal["fs", "s3"] = "fs"

@@ -10,12 +10,17 @@ from fastapi import Depends, Request
 
 from coffer_blob.config import Settings
 from coffer_blob.storage import Storage
+from coffer_blob.transforms.pool import TransformPool
+from coffer_blob.transforms.presets import PresetCache
 from coffer_kit.state import ServiceState, from_state, request_state
 
 
 @dataclass(slots=True)
 class BlobState(ServiceState[Settings]):
     storage: Storage
+    # The CDN listener's (CONTRACT §10); None on the internal listener.
+    transforms: TransformPool | None = None
+    presets: PresetCache | None = None
 
 
 def blob_state(request: Request) -> BlobState:

@@ -1,28 +1,48 @@
-"""blob's internal API besides uploads: deleting objects and prefixes, visibility, signing CDN URLs."""
+"""blob's internal API besides uploads: deleting objects and prefixes, visibility, signing CDN URLs,
+and organizations' transform presets."""
 
 from __future__ import annotations
 
 import math
 import time
+from urllib.parse import urlencode
 
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from coffer_blob import keys, signing
 from coffer_blob.deps import SettingsDep, StorageDep
+from coffer_blob.transforms import presets
+from coffer_kit import transforms
 from coffer_kit.errors import invalid, not_found
+from coffer_kit.ids import is_org_id
 from coffer_kit.urls import asset_prefix, public_url
-from coffer_kit.wire import Deleted, SignIn, SignOut, VisibilityIn, VisibilityOut
+from coffer_kit.wire import (
+    Deleted,
+    SignIn,
+    SignOut,
+    TransformFields,
+    TransformPresets,
+    VisibilityIn,
+    VisibilityOut,
+)
 
 router = APIRouter(prefix="/internal/v1")
 
 
 @router.delete("/objects/{key:path}")
 async def delete_object(key: str, storage: StorageDep) -> Deleted:
-    """Delete one object; deleting a missing one succeeds too."""
+    """Delete one asset's object and every variant kept beside it (CONTRACT §10); deleting a
+    missing one succeeds too.
+
+    The original goes first: from then on no new variant can be made (the CDN checks the
+    original after storing one and removes it if the original is gone), so deleting the
+    asset's prefix next leaves nothing behind, whichever of the two a crash interrupts (the
+    caller retries, as edge's sweeper does with tombstones)."""
     if not keys.is_valid_key(key):
         raise invalid("Not a storage key.", field="key")
     await run_in_threadpool(storage.delete, key)
+    await run_in_threadpool(storage.delete_prefix, key.rsplit("/", 1)[0] + "/")
     return Deleted()
 
 
@@ -53,8 +73,52 @@ async def sign(body: SignIn, settings: SettingsDep) -> SignOut:
     """A signed CDN URL for ``key``, valid for at least ``expiresIn`` seconds."""
     if not keys.is_valid_key(body.key):
         raise invalid("Not a storage key.", field="key")
+    query = _transform_query(body)
     assert settings.signing_secret is not None
     expires = math.ceil(time.time()) + body.expires_in
-    signature = signing.signature(settings.signing_secret.get_secret_value().encode(), body.key, expires)
-    url = f"{public_url(settings.cdn_url, body.key)}?expires={expires}&signature={signature}"
+    secret = settings.signing_secret.get_secret_value().encode()
+    signature = signing.signature(secret, body.key, expires, transforms.signed_spec(query))
+    signed = urlencode({**query, "expires": expires, "signature": signature})
+    url = f"{public_url(settings.cdn_url, body.key)}?{signed}"
     return SignOut(url=url, expires=expires)
+
+
+def _transform_query(body: SignIn) -> dict[str, str]:
+    """The transform's URL parameters (CONTRACT §10), checked; {} for the original."""
+    if body.preset is not None and body.transform is not None:
+        raise transforms.invalid_transform_both()
+    if body.preset is not None:
+        return {"preset": body.preset}
+    if body.transform is not None:
+        return transforms.preset_from_fields(body.transform.model_dump()).query()
+    return {}
+
+
+def _org(org_id: str) -> str:
+    if not is_org_id(org_id):
+        raise invalid("Not an organization id.", field="org_id")
+    return org_id
+
+
+@router.get("/transform-presets/{org_id}")
+async def list_presets(org_id: str, storage: StorageDep) -> TransformPresets:
+    """The organization's own transform presets."""
+    found = await run_in_threadpool(presets.read, storage, _org(org_id))
+    fields = {name: TransformFields(**transform.fields()) for name, transform in sorted(found.items())}
+    return TransformPresets(presets=fields)
+
+
+@router.put("/transform-presets/{org_id}/{name}")
+async def put_preset(org_id: str, name: str, body: TransformFields, storage: StorageDep) -> TransformFields:
+    """Create or replace one preset (at most 20 per organization: 409 past that)."""
+    transform = transforms.preset_from_fields(body.model_dump())
+    await run_in_threadpool(presets.put, storage, _org(org_id), transforms.check_preset_name(name), transform)
+    return TransformFields(**transform.fields())
+
+
+@router.delete("/transform-presets/{org_id}/{name}")
+async def delete_preset(org_id: str, name: str, storage: StorageDep) -> Deleted:
+    """Remove one preset; 404 if the organization has none of that name."""
+    if not await run_in_threadpool(presets.delete, storage, _org(org_id), name):
+        raise not_found(f"There is no transform preset {name!r}.")
+    return Deleted()

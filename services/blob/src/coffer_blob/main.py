@@ -14,6 +14,8 @@ from coffer_blob import cdn, internal, tus, uploads
 from coffer_blob.config import Settings
 from coffer_blob.deps import BlobState
 from coffer_blob.storage import StorageUnavailable, make_storage
+from coffer_blob.transforms.pool import TransformPool
+from coffer_blob.transforms.presets import PresetCache
 from coffer_kit.app import base_app
 from coffer_kit.errors import error_response, unavailable
 from coffer_kit.health import ReadinessCheck, health_router
@@ -25,15 +27,23 @@ from coffer_kit.state import clear_state, install_state, state_of
 from coffer_kit.tracing import tracing_enabled
 
 
-def _lifespan(settings: Settings) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+def _lifespan(
+    settings: Settings, *, cdn: bool = False
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = BlobState(settings=settings, storage=make_storage(settings))
+        if cdn and settings.transforms:
+            # Workers start with the first transform, not here.
+            state.transforms = TransformPool(settings)
+            state.presets = PresetCache(settings.cdn_preset_cache_seconds)
         install_state(app, state)
         try:
             yield
         finally:
             clear_state(app)
+            if state.transforms is not None:
+                await run_in_threadpool(state.transforms.close)
             state.storage.close()
 
     return lifespan
@@ -87,7 +97,7 @@ def create_cdn_app(settings: Settings | None = None) -> FastAPI:
     app = base_app(
         "coffer-cdn",
         service="cdn",
-        lifespan=_lifespan(settings),
+        lifespan=_lifespan(settings, cdn=True),
         body_limits=settings.body_limits(),
         docs_url=None,
         redoc_url=None,

@@ -21,7 +21,7 @@ from coffer_edge.config import Settings
 from coffer_edge.dashboard import Dashboard
 from coffer_edge.deps import EdgeState
 from coffer_edge.ratelimit import RateLimiter
-from coffer_edge.routers import assets, folders, tus, uploads, usage
+from coffer_edge.routers import assets, folders, transform_presets, tus, uploads, usage
 from coffer_edge.sweeper import sweep_forever
 from coffer_kit.app import base_app
 from coffer_kit.health import ReadinessCheck, health_router
@@ -190,6 +190,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(uploads.router)
     app.include_router(uploads.json_router)
     app.include_router(tus.router)
+    app.include_router(transform_presets.router)
+    app.include_router(transform_presets.json_router)
     app.add_middleware(ResponseHeadersMiddleware, headers_for=api_headers)
     # The dashboard's routes stay out of the OpenAPI document: it describes the public API only.
     dashboard = Dashboard.install(app, settings) if settings.dashboard_enabled else None

@@ -38,6 +38,9 @@ __all__ = [
     "PageOffset",
     "SignedUrl",
     "Success",
+    "TransformPreset",
+    "TransformPresetBody",
+    "TransformPresetList",
     "UploadToken",
     "UploadTokenCreate",
     "Usage",
@@ -130,7 +133,7 @@ class Success(BaseModel):
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries for the contract's error envelope."""
     descriptions = {
-        400: "Invalid request (`invalid_request`, `organization_required`).",
+        400: "Invalid request (`invalid_request`, `organization_required`, `invalid_transform`).",
         401: "Missing, unknown, deleted or expired API key (`unauthorized`).",
         403: "No access to the organization or resource (`forbidden`).",
         404: "Unknown id (`not_found`).",
@@ -146,6 +149,42 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
         s: {"model": ErrorEnvelope, "description": descriptions[s]}
         for s in sorted(set(statuses) | set(common))
     }
+
+
+# Image transforms (CONTRACT §10). Values are checked by coffer_kit.transforms, whose refusal is
+# 400 ``invalid_transform``; the schema states the same bounds for clients.
+SIDE_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": 4096}
+QUALITY_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 20, "maximum": 100}
+FIT_SCHEMA: dict[str, Any] = {"type": "string", "enum": ["cover", "contain", "inside"]}
+FORMAT_SCHEMA: dict[str, Any] = {"type": "string", "enum": ["webp", "avif", "jpeg", "png", "auto"]}
+
+
+class TransformPresetBody(BaseModel):
+    """An organization preset's parameters: at least one of ``w``, ``h``, ``fmt``."""
+
+    w: int | None = Field(default=None, description="Width in pixels.", json_schema_extra=SIDE_SCHEMA)
+    h: int | None = Field(default=None, description="Height in pixels.", json_schema_extra=SIDE_SCHEMA)
+    fit: str | None = Field(default=None, description="Default `cover`.", json_schema_extra=FIT_SCHEMA)
+    fmt: str | None = Field(
+        default=None,
+        description="Output format; omitted keeps the source's (GIF, TIFF: PNG); `auto` follows Accept.",
+        json_schema_extra=FORMAT_SCHEMA,
+    )
+    q: int | None = Field(default=None, description="Quality, default 80.", json_schema_extra=QUALITY_SCHEMA)
+
+
+class TransformPreset(BaseModel):
+    name: str
+    builtIn: bool = Field(description="Built-in presets (thumb, small, medium, large) cannot change.")
+    w: int | None
+    h: int | None
+    fit: str
+    fmt: str | None
+    q: int
+
+
+class TransformPresetList(BaseModel):
+    presets: list[TransformPreset]
 
 
 class SignedAsset(BaseModel):

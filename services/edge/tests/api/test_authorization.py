@@ -6,7 +6,9 @@ Callers: A's organization key; the personal keys of A's owner and of a member of
 personal key of a user in A and B, without ``x-organization-id`` (400), naming A, naming B
 (acting in B), and naming C, where the user is no member (403); B's organization key; no key.
 Acting in another organization, a caller gets 403 for A's folders and assets (contract §5) and
-404 for A's upload tokens; its lists hold nothing of A's.
+404 for A's upload tokens and transform presets; its lists hold nothing of A's. Changing
+transform presets is for organization keys and owners: a member's personal key gets 403
+(``member``), in either of its organizations.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pytest
 from coffer_kit.ids import new_id
 
 OK, IN_B, NO_KEY, NO_ORG, NOT_MEMBER = "ok", "in_b", "no_key", "no_org", "not_member"
+MEMBER, MEMBER_IN_B = "member", "member_in_b"  # a member's personal key, acting in A or in B
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,15 @@ class Route:
     ok: int
     in_b: int  # a caller acting in another organization
     listing: bool = False  # answers A's callers with A's data, others with their own
+    member: int | None = None  # a member (not an owner) acting in A, when not ``ok``
+    member_in_b: int | None = None  # a member acting in B, when not ``in_b``
+
+    def expected(self, kind: str) -> int:
+        if kind == MEMBER:
+            return self.ok if self.member is None else self.member
+        if kind == MEMBER_IN_B:
+            return self.in_b if self.member_in_b is None else self.member_in_b
+        return self.ok if kind == OK else self.in_b if kind == IN_B else EXPECTED[kind]
 
 
 def _routes() -> list[Route]:
@@ -109,6 +121,44 @@ def _routes() -> list[Route]:
             404,
         ),
         Route("DELETE /api/uploads/tus/{id}", lambda c, r: c.delete(r["tus"], headers=TUS), 204, 404),
+        # Image transform presets (CONTRACT §10): members read, organization keys and owners write.
+        Route(
+            "GET /api/transform-presets", lambda c, r: c.get("/api/transform-presets"), 200, 200, listing=True
+        ),
+        Route(
+            "GET /api/transform-presets/{name}",
+            lambda c, r: c.get(f"/api/transform-presets/{r['preset']}"),
+            200,
+            404,
+        ),
+        Route(
+            "PUT /api/transform-presets/{name}",
+            lambda c, r: c.put(f"/api/transform-presets/{new_id('p')[-8:].lower()}", json={"w": 99}),
+            200,
+            200,
+            member=403,
+            member_in_b=403,
+        ),
+        Route(
+            "DELETE /api/transform-presets/{name}",
+            lambda c, r: c.delete(f"/api/transform-presets/{r['preset']}"),
+            200,
+            404,
+            member=403,
+            member_in_b=403,
+        ),
+        Route(
+            "GET /api/assets/{id}/url?preset",
+            lambda c, r: c.get(f"/api/assets/{r['asset']}/url", params={"preset": r["preset"]}),
+            200,
+            403,
+        ),
+        Route(
+            "GET /api/assets/{id}/url?w",
+            lambda c, r: c.get(f"/api/assets/{r['asset']}/url", params={"w": "64", "fmt": "webp"}),
+            200,
+            403,
+        ),
     ]
 
 
@@ -127,9 +177,9 @@ EXPECTED = {NO_KEY: 401, NO_ORG: 400, NOT_MEMBER: 403}
 CALLERS = {
     "A's organization key": OK,
     "A's owner's personal key": OK,
-    "personal key of a member of A alone": OK,
-    "personal key of a user in A and B, naming A": OK,
-    "personal key of a user in A and B, naming B": IN_B,
+    "personal key of a member of A alone": MEMBER,
+    "personal key of a user in A and B, naming A": MEMBER,
+    "personal key of a user in A and B, naming B": MEMBER_IN_B,
     "personal key of a user in A and B, no header": NO_ORG,
     "personal key of a user in A and B, naming C": NOT_MEMBER,
     "B's organization key": IN_B,
@@ -179,7 +229,9 @@ def _fresh_resources(a: httpx.Client) -> dict[str, str]:
     asset = a.post("/api/assets", files={"file": ("a.txt", b"a")}, data={"folderId": folder}).json()["id"]
     token = a.post("/api/upload-tokens", json={}).json()["id"]
     tus = urlsplit(_tus_create(a, "a.bin").headers["location"]).path
-    return {"folder": folder, "asset": asset, "token": token, "tus": tus}
+    # One name, replaced each time: the routes never pile up past the 20 presets allowed.
+    assert a.put("/api/transform-presets/house-style", json={"w": 300, "fmt": "webp"}).status_code == 200
+    return {"folder": folder, "asset": asset, "token": token, "tus": tus, "preset": "house-style"}
 
 
 @pytest.mark.parametrize("caller", list(CALLERS))
@@ -190,11 +242,15 @@ def test_every_route_answers_every_caller_as_the_matrix_says(world: Any, caller:
         resources = _fresh_resources(owner_a)
         answer = route.call(world[caller], resources)
         kind = CALLERS[caller]
-        expected = route.ok if kind == OK else route.in_b if kind == IN_B else EXPECTED[kind]
+        expected = route.expected(kind)
         if answer.status_code != expected:
             wrong.append(f"{route.name}: {answer.status_code}, expected {expected} ({answer.text[:120]})")
         elif expected >= 400 and answer.request.method != "HEAD" and "error" not in answer.json():
             wrong.append(f"{route.name}: {expected} without the error envelope")
-        elif route.listing and kind == IN_B and any(v in answer.text for v in resources.values()):
+        elif (
+            route.listing
+            and kind in (IN_B, MEMBER_IN_B)
+            and any(v in answer.text for v in resources.values())
+        ):
             wrong.append(f"{route.name}: lists A's resources to another organization")
     assert not wrong, "\n".join(wrong)

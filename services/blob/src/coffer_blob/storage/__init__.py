@@ -9,13 +9,18 @@ from coffer_blob.storage.base import ObjectInfo, Reader, Storage, StorageUnavail
 if TYPE_CHECKING:
     from coffer_blob.config import Settings
 
-__all__ = ["ObjectInfo", "Reader", "Storage", "StorageUnavailable", "Writer", "make_storage"]
+__all__ = ["ObjectInfo", "Reader", "Storage", "StorageUnavailable", "Writer", "make_driver", "make_storage"]
 
 
 def make_storage(settings: Settings) -> Storage:
     """The driver that ``COFFER_STORAGE`` names, configured from settings, timed and traced."""
     from coffer_blob.observe import InstrumentedStorage
 
+    return InstrumentedStorage(make_driver(settings))
+
+
+def make_driver(settings: Settings) -> Storage:
+    """The bare driver that ``COFFER_STORAGE`` names (a transform worker's: no metrics to scrape there)."""
     driver: Storage
     if settings.storage == "s3":
         from coffer_blob.storage.s3 import S3Storage
@@ -26,4 +31,4 @@ def make_storage(settings: Settings) -> Storage:
 
         assert settings.blob_dir is not None
         driver = FsStorage(settings.blob_dir)
-    return InstrumentedStorage(driver)
+    return driver

@@ -4,6 +4,18 @@ from __future__ import annotations
 
 import pyvips
 
+from coffer_blob.transforms.formats import sniff_format
+
+__all__ = [
+    "OUTPUT_OPTIONS",
+    "OUTPUT_SAVERS",
+    "SOURCE_LOADERS",
+    "has_operation",
+    "libvips_version",
+    "missing_operations",
+    "sniff_format",
+]
+
 # Source formats of CONTRACT §10, by the libvips loader that reads each from a buffer.
 # SVG (``svgload``) and every other loader libvips knows are deliberately absent.
 SOURCE_LOADERS: dict[str, str] = {
@@ -46,24 +58,3 @@ def missing_operations() -> list[str]:
     """The loaders and savers the contract needs that this libvips lacks (empty when all present)."""
     wanted = [*SOURCE_LOADERS.values(), *OUTPUT_SAVERS.values()]
     return [name for name in wanted if not has_operation(name)]
-
-
-def sniff_format(head: bytes) -> str | None:
-    """The source format from the first bytes of a file, or None if it is not an accepted image.
-
-    Only magic numbers decide: a declared media type or a file name never does, and SVG or
-    anything else textual is refused before any libvips loader sees it.
-    """
-    if head.startswith(b"\xff\xd8\xff"):
-        return "jpeg"
-    if head.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "png"
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "webp"
-    if head[:6] in (b"GIF87a", b"GIF89a"):
-        return "gif"
-    if head[:4] in (b"II*\x00", b"MM\x00*"):
-        return "tiff"
-    if head[4:8] == b"ftyp" and head[8:12] in (b"avif", b"avis"):
-        return "avif"
-    return None

@@ -8,16 +8,12 @@ from __future__ import annotations
 import pyvips
 
 from coffer_blob.transforms import engine
-from coffer_blob.transforms.params import Transform
+from coffer_blob.transforms.formats import AUTO_ORDER, MEDIA_TYPES
 from coffer_kit import errors
+from coffer_kit.transforms import Transform
 
 DEFAULT_MAX_PIXELS = 50_000_000
 UNBOUNDED = 10_000_000  # libvips's VIPS_MAX_COORD
-
-MEDIA_TYPES = {"webp": "image/webp", "avif": "image/avif", "jpeg": "image/jpeg", "png": "image/png"}
-EXTENSIONS = {"webp": ".webp", "avif": ".avif", "jpeg": ".jpg", "png": ".png"}
-# Best first: what ``fmt=auto`` picks from a request's Accept header.
-AUTO_ORDER = ("avif", "webp")
 
 
 def resolve_format(transform: Transform, source: str, accept: str) -> str:

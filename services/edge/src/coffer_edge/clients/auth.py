@@ -38,6 +38,8 @@ class Principal:
     key_expires_at: float | None  # unix seconds
     # CONTRACT §12: what uploads that do not say become (cached with the rest, ≤ 5 s).
     default_visibility: Visibility = "public"
+    # A user key's role in the organization (owner, member); None for an organization key.
+    role: str | None = None
 
 
 class AuthClient(ServiceClient):

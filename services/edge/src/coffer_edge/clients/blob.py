@@ -1,4 +1,4 @@
-"""blob client: streams upload bytes, deletes objects, signs CDN URLs."""
+"""blob client: streams upload bytes, deletes objects, signs CDN URLs, keeps transform presets."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from coffer_kit.wire import (
     SignIn,
     SignOut,
     Stored,
+    TransformFields,
+    TransformPresets,
     TusAppended,
     TusKey,
     TusTarget,
@@ -121,9 +123,47 @@ class BlobClient(ServiceClient):
             request_id=request_id,
         )
 
-    async def sign(self, key: str, expires_in: int, *, request_id: str) -> str:
-        body = SignIn(key=key, expires_in=expires_in)
+    async def sign(
+        self,
+        key: str,
+        expires_in: int,
+        *,
+        request_id: str,
+        preset: str | None = None,
+        transform: TransformFields | None = None,
+    ) -> str:
+        """A signed CDN URL; with ``preset`` or ``transform``, the signature covers it (CONTRACT §10)."""
+        body = SignIn(key=key, expires_in=expires_in, preset=preset, transform=transform)
         signed = await self.call(
-            SignOut, "POST", "/internal/v1/sign", json=body.model_dump(by_alias=True), request_id=request_id
+            SignOut,
+            "POST",
+            "/internal/v1/sign",
+            json=body.model_dump(by_alias=True, exclude_none=True),
+            request_id=request_id,
         )
         return signed.url
+
+    async def transform_presets(self, org_id: str, *, request_id: str) -> TransformPresets:
+        """The organization's own transform presets (built-in ones are not stored)."""
+        return await self.call(
+            TransformPresets, "GET", f"/internal/v1/transform-presets/{org_id}", request_id=request_id
+        )
+
+    async def put_transform_preset(
+        self, org_id: str, name: str, fields: TransformFields, *, request_id: str
+    ) -> TransformFields:
+        return await self.call(
+            TransformFields,
+            "PUT",
+            f"/internal/v1/transform-presets/{org_id}/{quote(name, safe='')}",
+            json=fields.model_dump(by_alias=True),
+            request_id=request_id,
+        )
+
+    async def delete_transform_preset(self, org_id: str, name: str, *, request_id: str) -> None:
+        await self.call(
+            Deleted,
+            "DELETE",
+            f"/internal/v1/transform-presets/{org_id}/{quote(name, safe='')}",
+            request_id=request_id,
+        )

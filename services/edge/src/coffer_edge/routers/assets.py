@@ -20,6 +20,10 @@ from coffer_edge.deps import KEYED, BlobDep, MetadataDep, PrincipalDep, RequestI
 from coffer_edge.metrics import UPLOAD_BYTES, UPLOAD_DURATION, UPLOADS
 from coffer_edge.routers.folders import JSONRoute
 from coffer_edge.schemas import (
+    FIT_SCHEMA,
+    FORMAT_SCHEMA,
+    QUALITY_SCHEMA,
+    SIDE_SCHEMA,
     UPLOAD_BODY,
     AssetList,
     AssetSort,
@@ -33,10 +37,12 @@ from coffer_edge.schemas import (
     errors,
 )
 from coffer_edge.schemas import Asset as AssetOut
+from coffer_kit import transforms
 from coffer_kit.errors import (
     CofferError,
     file_too_large,
     invalid,
+    invalid_transform,
     request_id_of,
     unavailable,
     unsupported_media_type,
@@ -51,7 +57,7 @@ from coffer_kit.limits import (
 )
 from coffer_kit.resources import Visibility
 from coffer_kit.routes import LeanRoute
-from coffer_kit.wire import Stored, UploadCommit
+from coffer_kit.wire import Stored, TransformFields, UploadCommit
 
 log = logging.getLogger("coffer.edge.assets")
 router = APIRouter(prefix="/api/assets", tags=["assets"])
@@ -459,10 +465,55 @@ async def get_signed_url(
     expires_in: Annotated[
         ExpiresIn, Query(alias="expiresIn", description="Validity in seconds, 1–604800.")
     ] = EXPIRES_IN_DEFAULT,
+    preset: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="An image transform preset (built in: thumb, small, medium, large; or the "
+            "organization's own). Not with the free parameters.",
+        ),
+    ] = None,
+    w: Annotated[
+        str | None, Query(description="Transform: width in pixels.", json_schema_extra=SIDE_SCHEMA)
+    ] = None,
+    h: Annotated[
+        str | None, Query(description="Transform: height in pixels.", json_schema_extra=SIDE_SCHEMA)
+    ] = None,
+    fit: Annotated[
+        str | None,
+        Query(description="Transform: `cover` (default), `contain`, `inside`.", json_schema_extra=FIT_SCHEMA),
+    ] = None,
+    fmt: Annotated[
+        str | None,
+        Query(
+            description="Transform: output format; `auto` follows the request's Accept.",
+            json_schema_extra=FORMAT_SCHEMA,
+        ),
+    ] = None,
+    q: Annotated[
+        str | None, Query(description="Transform: quality, default 80.", json_schema_extra=QUALITY_SCHEMA)
+    ] = None,
 ) -> Any:
-    """A time-limited signed CDN URL for an asset."""
+    """A time-limited signed CDN URL for an asset, optionally of an image transform (CONTRACT §10).
+
+    With ``preset`` or the free parameters (``w``, ``h``, ``fit``, ``fmt``, ``q``), the URL serves
+    the transformed image and its signature covers the transform: changing it answers 403. A bad
+    parameter or an unknown preset → 400 ``invalid_transform``.
+    """
+    given = (("w", w), ("h", h), ("fit", fit), ("fmt", fmt), ("q", q))
+    free = {name: value for name, value in given if value is not None}
+    transform: TransformFields | None = None
+    if preset is not None and free:
+        raise transforms.invalid_transform_both()
+    if free:
+        parsed = transforms.parse_free(free)
+        transform = TransformFields(**parsed.fields())
     asset = await metadata.get_asset(principal.organization_id, asset_id, request_id=rid)
-    url = await blob.sign(asset.key, expires_in, request_id=rid)
+    if preset is not None and preset not in transforms.BUILTIN_PRESETS:
+        own = await blob.transform_presets(principal.organization_id, request_id=rid)
+        if preset not in own.presets:
+            raise invalid_transform(f"Unknown preset {preset!r}.", field="preset")
+    url = await blob.sign(asset.key, expires_in, request_id=rid, preset=preset, transform=transform)
     return SignedUrl(
         url=url,
         expiresIn=expires_in,

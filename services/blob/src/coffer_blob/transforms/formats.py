@@ -1,0 +1,29 @@
+"""Formats of image transforms, without libvips: the CDN process uses these; only workers load libvips."""
+
+from __future__ import annotations
+
+MEDIA_TYPES = {"webp": "image/webp", "avif": "image/avif", "jpeg": "image/jpeg", "png": "image/png"}
+EXTENSIONS = {"webp": ".webp", "avif": ".avif", "jpeg": ".jpg", "png": ".png"}
+# Best first: what ``fmt=auto`` picks from a request's Accept header.
+AUTO_ORDER = ("avif", "webp")
+
+
+def sniff_format(head: bytes) -> str | None:
+    """The source format from the first bytes of a file, or None if it is not an accepted image.
+
+    Only magic numbers decide: a declared media type or a file name never does, and SVG or
+    anything else textual is refused before any libvips loader sees it.
+    """
+    if head.startswith(b"\xff\xd8\xff"):
+        return "jpeg"
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
+    if head[:4] in (b"II*\x00", b"MM\x00*"):
+        return "tiff"
+    if head[4:8] == b"ftyp" and head[8:12] in (b"avif", b"avis"):
+        return "avif"
+    return None

@@ -1,0 +1,375 @@
+"""Image transforms on the CDN host (CONTRACT §10, issue 26), in process on both drivers: the
+CDN hook's order of checks, the variant kept beside the original and found again, its headers,
+deletion with the asset, the worker pool's single flight and its 503s.
+
+Images are made here with libvips and every output is decoded to check its type and size.
+Renders run in real worker processes (spawned by the pool, as in production).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import boto3
+import httpx
+import pytest
+import pyvips
+from prometheus_client import REGISTRY
+
+from coffer_blob.config import Settings
+from coffer_blob.main import create_app, create_cdn_app
+from coffer_kit.internal import INTERNAL_TOKEN_HEADER
+from coffer_testkit.testing import app_client, assert_error
+
+from .support import CDN_URL, END, MULTIPART, ORG, TOKEN, file_part, new_asset_id
+from .test_cdn import key_path
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["fs", "s3"])
+def settings(request: pytest.FixtureRequest) -> Settings:
+    chosen: Settings = request.getfixturevalue("settings" if request.param == "fs" else "s3_settings")
+    # One worker: every render of a test runs in the same process, started once.
+    return chosen.model_copy(update={"cdn_transform_workers": 1, "cdn_preset_cache_seconds": 0.0})
+
+
+@pytest.fixture
+async def cdn(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_cdn_app(settings)
+    async with app_client(app, CDN_URL) as client:
+        yield client
+
+
+@pytest.fixture
+async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings)
+    async with app_client(app, "http://blob.internal", {INTERNAL_TOKEN_HEADER: TOKEN}) as client:
+        yield client
+
+
+def jpeg(width: int = 1600, height: int = 1200) -> bytes:
+    return bytes(pyvips.Image.black(width, height, bands=3).new_from_image([200, 100, 50]).jpegsave_buffer())
+
+
+def sample(name: str, **labels: str) -> float:
+    """A metric's current value in this process (the CDN app runs here)."""
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def decode(data: bytes) -> pyvips.Image:
+    return pyvips.Image.new_from_buffer(data, "")
+
+
+async def store(
+    api: httpx.AsyncClient, data: bytes, *, filename: str = "photo.jpg", private: bool = False
+) -> dict[str, Any]:
+    query = "?visibility=private" if private else ""
+    body = file_part(data, filename=filename, content_type="image/jpeg") + END
+    response = await api.post(
+        f"/internal/v1/uploads/{ORG}/{new_asset_id()}{query}",
+        content=body,
+        headers={"content-type": MULTIPART},
+    )
+    assert response.status_code == 201, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+async def signed(api: httpx.AsyncClient, key: str, **transform: Any) -> str:
+    """The CDN path and query of a signed URL for ``key`` covering ``transform``."""
+    body: dict[str, Any] = {"key": key, "expiresIn": 600}
+    if "preset" in transform:
+        body["preset"] = transform.pop("preset")
+    if transform:
+        body["transform"] = transform
+    response = await api.post("/internal/v1/sign", json=body)
+    assert response.status_code == 200, response.text
+    url = urlsplit(response.json()["url"])
+    return f"{url.path}?{url.query}"
+
+
+def stored_names(settings: Settings, key: str) -> list[str]:
+    """Everything the store holds for the asset of ``key`` (its original and its variants)."""
+    org, asset, _ = key.split("/")
+    if settings.storage == "fs":
+        assert settings.blob_dir is not None
+        return sorted(p.name for p in Path(settings.blob_dir, "objects", org).glob(f"*/{asset}[.%]*"))
+    client = boto3.client(
+        "s3",
+        endpoint_url=settings.s3_endpoint_url,
+        region_name=settings.s3_region,
+    )
+    listed = client.list_objects_v2(Bucket=settings.s3_bucket, Prefix=f"{org}/{asset}/")
+    return sorted(item["Key"] for item in listed.get("Contents", []))
+
+
+async def test_a_preset_renders_once_then_is_found_again(
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient, settings: Settings
+) -> None:
+    key = (await store(api, jpeg(), filename="holiday photo.jpg"))["key"]
+    computed = sample("coffer_transform_variants_computed_total")
+    hits = sample("coffer_transform_cache_hits_total")
+    first = await cdn.get(key_path(key) + "?preset=thumb")
+    assert first.status_code == 200, first.text
+    image = decode(first.content)
+    assert (image.width, image.height) == (256, 256)
+    assert image.get("vips-loader") == "webpload_buffer"
+    h = first.headers
+    assert h["content-type"] == "image/webp"
+    assert h["etag"] == f'"{hashlib.sha256(first.content).hexdigest()}"'
+    assert h["cache-control"].startswith("public, max-age=")
+    assert h["access-control-allow-origin"] == "*"
+    assert h["content-disposition"] == "inline; filename*=UTF-8''holiday%20photo.webp"
+    assert "vary" not in h
+    assert len(stored_names(settings, key)) > 1  # the variant is kept beside the original
+    again = await cdn.get(key_path(key) + "?preset=thumb")
+    assert again.content == first.content
+    assert sample("coffer_transform_variants_computed_total") == computed + 1
+    assert sample("coffer_transform_cache_hits_total") == hits + 1
+    # Conditional requests work on variants as on originals.
+    cached = await cdn.get(key_path(key) + "?preset=thumb", headers={"if-none-match": h["etag"]})
+    assert cached.status_code == 304
+    # The original is untouched.
+    original = await cdn.get(key_path(key))
+    assert original.headers["content-type"] == "image/jpeg"
+    small = await cdn.get(key_path(key) + "?preset=small")
+    assert (decode(small.content).width, decode(small.content).height) == (640, 480)
+    assert small.headers["content-type"] == "image/jpeg"
+
+
+async def test_free_parameters_on_a_public_url_are_refused_and_nothing_is_stored(
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient, settings: Settings
+) -> None:
+    key = (await store(api, jpeg()))["key"]
+    before = stored_names(settings, key)
+    for query in ("w=100", "fmt=webp", "h=10&fit=inside", "preset=thumb&w=10", "preset=nope"):
+        assert_error(await cdn.get(f"{key_path(key)}?{query}"), 400, "invalid_transform")
+    assert_error(await cdn.get(key_path(key) + "?preset=thumb&w=10"), 400, "invalid_transform")
+    assert stored_names(settings, key) == before
+
+
+async def test_signed_free_parameters_and_tampering(api: httpx.AsyncClient, cdn: httpx.AsyncClient) -> None:
+    key = (await store(api, jpeg()))["key"]
+    path = await signed(api, key, w=300, h=100, fit="cover", fmt="png")
+    response = await cdn.get(path)
+    assert response.status_code == 200, response.text
+    image = decode(response.content)
+    assert (image.width, image.height, image.get("vips-loader")) == (300, 100, "pngload_buffer")
+    assert response.headers["cache-control"].startswith("private, max-age=")
+    assert response.headers["content-disposition"].endswith(".png")
+    base, query = path.split("?")
+    params = dict(parse_qsl(query))
+    changes = ({"w": "301"}, {"fmt": "webp"}, {"q": "90"}, {"fit": "inside"}, {"w": "0"}, {"preset": "thumb"})
+    for change in changes:
+        tampered = f"{base}?{urlencode({**params, **change})}"
+        assert_error(await cdn.get(tampered), 403, "forbidden")
+    dropped = {name: value for name, value in params.items() if name != "h"}
+    assert_error(await cdn.get(f"{base}?{urlencode(dropped)}"), 403, "forbidden")
+    # A signed original does not take a transform added to it.
+    plain = await signed(api, key)
+    assert_error(await cdn.get(plain + "&preset=thumb"), 403, "forbidden")
+    assert_error(await cdn.get(plain + "&w=10"), 403, "forbidden")
+    # Never enlarged.
+    big = await cdn.get(await signed(api, key, w=4096, fmt="jpeg", q=50))
+    assert (decode(big.content).width, decode(big.content).height) == (1600, 1200)
+
+
+async def test_a_private_assets_variants_are_private(api: httpx.AsyncClient, cdn: httpx.AsyncClient) -> None:
+    key = (await store(api, jpeg(), private=True))["key"]
+    missing = f"{ORG}/{new_asset_id()}/photo.jpg"
+    for query in ("preset=thumb", "w=10"):
+        hidden = await cdn.get(f"{key_path(key)}?{query}")
+        assert_error(hidden, 404, "not_found")
+        absent = await cdn.get(key_path(missing))
+        assert hidden.json()["error"]["message"] == absent.json()["error"]["message"]
+    response = await cdn.get(await signed(api, key, preset="thumb"))
+    assert response.status_code == 200
+    assert response.headers["cache-control"].startswith("private")
+    # Rendered now and stored: still not public.
+    assert_error(await cdn.get(key_path(key) + "?preset=thumb"), 404, "not_found")
+
+
+async def test_fmt_auto_follows_accept(api: httpx.AsyncClient, cdn: httpx.AsyncClient) -> None:
+    key = (await store(api, jpeg()))["key"]
+    path = await signed(api, key, w=100, fmt="auto")
+    for accept, media in [
+        ("image/avif,image/webp,*/*", "image/avif"),
+        ("image/webp,*/*", "image/webp"),
+        ("*/*", "image/jpeg"),
+        (None, "image/jpeg"),
+    ]:
+        headers = {"accept": accept} if accept else {}
+        response = await cdn.get(path, headers=headers)
+        assert response.status_code == 200, response.text
+        assert response.headers["content-type"] == media
+        assert response.headers["vary"] == "Accept"
+        assert decode(response.content).width == 100
+
+
+async def test_orientation_applied_and_no_metadata_leaves(
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient
+) -> None:
+    source = pyvips.Image.black(400, 200, bands=3).new_from_image([10, 200, 30]).copy()
+    source.set_type(pyvips.GValue.gint_type, "orientation", 6)
+    source.set_type(pyvips.GValue.gstr_type, "exif-ifd0-Artist", "someone")
+    source.set_type(pyvips.GValue.gstr_type, "exif-ifd3-GPSLatitudeRef", "N")
+    data = bytes(source.jpegsave_buffer())
+    assert "exif-data" in decode(data).get_fields()
+    key = (await store(api, data))["key"]
+    for fmt in ("jpeg", "webp", "png"):
+        response = await cdn.get(await signed(api, key, w=100, fmt=fmt))
+        image = decode(response.content)
+        assert (image.width, image.height) == (100, 200)
+        metadata = ("exif", "xmp", "iptc", "icc", "orientation")
+        leaked = [f for f in image.get_fields() if f.startswith(metadata)]
+        assert leaked == [], fmt
+        assert b"GPS" not in response.content and b"someone" not in response.content
+
+
+async def test_gif_first_frame(api: httpx.AsyncClient, cdn: httpx.AsyncClient) -> None:
+    red = pyvips.Image.black(40, 30, bands=3).new_from_image([255, 0, 0])
+    blue = pyvips.Image.black(40, 30, bands=3).new_from_image([0, 0, 255])
+    animation = pyvips.Image.arrayjoin([red, blue], across=1).copy()
+    animation.set_type(pyvips.GValue.gint_type, "page-height", 30)
+    key = (await store(api, bytes(animation.gifsave_buffer()), filename="anim.gif"))["key"]
+    response = await cdn.get(key_path(key) + "?preset=small")
+    assert response.headers["content-type"] == "image/png"
+    image = decode(response.content)
+    assert (image.width, image.height) == (40, 30)
+    r, _, b = image.getpoint(20, 15)[:3]
+    assert r > 200 and b < 50
+
+
+@pytest.mark.parametrize(
+    ("data", "filename"),
+    [
+        (b'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"/>', "x.svg"),
+        (b"plain text\n", "a.txt"),
+    ],
+)
+async def test_svg_and_text_are_not_images(
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient, settings: Settings, data: bytes, filename: str
+) -> None:
+    key = (await store(api, data, filename=filename))["key"]
+    assert_error(await cdn.get(key_path(key) + "?preset=thumb"), 415, "not_an_image")
+    assert len(stored_names(settings, key)) == (1 if settings.storage == "s3" else 2)  # data (+ sidecar)
+
+
+async def test_a_header_claiming_20000_by_20000_is_422(
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient
+) -> None:
+    from .test_transforms_render import _png_header_only
+
+    key = (await store(api, _png_header_only(20_000, 20_000), filename="huge.png"))["key"]
+    response = await cdn.get(key_path(key) + "?preset=thumb")
+    assert_error(response, 422, "image_too_large")
+    assert response.json()["error"]["details"] == {"pixels": 400_000_000, "limitPixels": 50_000_000}
+
+
+async def test_deleting_the_asset_removes_every_variant(
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient, settings: Settings
+) -> None:
+    key = (await store(api, jpeg()))["key"]
+    paths = [key_path(key) + "?preset=thumb", key_path(key) + "?preset=medium", await signed(api, key, w=50)]
+    for path in paths:
+        assert (await cdn.get(path)).status_code == 200
+    assert len(stored_names(settings, key)) >= 4
+    response = await api.delete(f"/internal/v1/objects/{key}")
+    assert response.status_code == 200
+    assert stored_names(settings, key) == []
+    for path in paths:
+        assert_error(await cdn.get(path), 404, "not_found")
+
+
+async def test_concurrent_requests_for_one_new_variant_compute_it_once(
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient
+) -> None:
+    key = (await store(api, jpeg(3000, 2000)))["key"]
+    path = await signed(api, key, w=777, fmt="webp")
+    computed = sample("coffer_transform_variants_computed_total")
+    shared = sample("coffer_transform_shared_total")
+    answers = await asyncio.gather(*(cdn.get(path) for _ in range(20)))
+    assert {a.status_code for a in answers} == {200}
+    assert len({a.content for a in answers}) == 1
+    assert sample("coffer_transform_variants_computed_total") == computed + 1
+    assert sample("coffer_transform_shared_total") > shared
+
+
+async def test_transforms_off_answer_404(settings: Settings, api: httpx.AsyncClient) -> None:
+    key = (await store(api, jpeg()))["key"]
+    app = create_cdn_app(settings.model_copy(update={"transforms": False}))
+    async with app_client(app, CDN_URL) as cdn:
+        assert_error(await cdn.get(key_path(key) + "?preset=thumb"), 404, "not_found")
+        assert_error(await cdn.get(await signed(api, key, w=10)), 404, "not_found")
+        assert (await cdn.get(key_path(key))).status_code == 200
+
+
+async def test_a_full_queue_answers_503_and_originals_are_still_served(
+    settings: Settings, api: httpx.AsyncClient
+) -> None:
+    key = (await store(api, jpeg(3000, 2000)))["key"]
+    app = create_cdn_app(settings.model_copy(update={"cdn_transform_queue": 0}))
+    async with app_client(app, CDN_URL) as cdn:
+        paths = [await signed(api, key, w=100 + i, fmt="png") for i in range(6)]
+        answers = await asyncio.gather(*(cdn.get(path) for path in paths), cdn.get(key_path(key)))
+        statuses = [a.status_code for a in answers[:-1]]
+        assert set(statuses) <= {200, 503} and 503 in statuses and 200 in statuses
+        for answer in answers[:-1]:
+            if answer.status_code == 503:
+                assert_error(answer, 503, "unavailable")
+                assert int(answer.headers["retry-after"]) >= 1
+        assert answers[-1].status_code == 200
+
+
+async def test_a_render_past_the_time_limit_is_503_and_its_worker_replaced(
+    settings: Settings, api: httpx.AsyncClient
+) -> None:
+    key = (await store(api, jpeg(6000, 4000)))["key"]
+    app = create_cdn_app(settings.model_copy(update={"cdn_transform_timeout": 0.001}))
+    async with app_client(app, CDN_URL) as cdn:
+        rejected = sample("coffer_transform_rejections_total", reason="timeout")
+        assert_error(await cdn.get(await signed(api, key, w=4000, fmt="png")), 503, "unavailable")
+        assert sample("coffer_transform_rejections_total", reason="timeout") == rejected + 1
+    # A pool with room to work renders the same source.
+    app = create_cdn_app(settings)
+    async with app_client(app, CDN_URL) as cdn:
+        assert (await cdn.get(await signed(api, key, w=40, fmt="png"))).status_code == 200
+
+
+async def test_organization_presets(api: httpx.AsyncClient, cdn: httpx.AsyncClient) -> None:
+    base = f"/internal/v1/transform-presets/{ORG}"
+    assert (await api.get(base)).json() == {"presets": {}}
+    put = await api.put(f"{base}/hero", json={"w": 500, "fmt": "jpeg", "q": 70})
+    assert put.status_code == 200, put.text
+    assert put.json() == {"w": 500, "h": None, "fit": "cover", "fmt": "jpeg", "q": 70}
+    key = (await store(api, jpeg()))["key"]
+    hero = await cdn.get(key_path(key) + "?preset=hero")  # the test's CDN caches presets 0 s
+    assert hero.status_code == 200, hero.text
+    assert (decode(hero.content).width, hero.headers["content-type"]) == (500, "image/jpeg")
+    signed_hero = await cdn.get(await signed(api, key, preset="hero"))
+    assert signed_hero.content == hero.content
+    # Another organization's preset of that name does not exist for this one.
+    other = "org_01JD4Z3X6Q8ZK3Q0W5N6M7P8RA"
+    assert (await api.get(f"/internal/v1/transform-presets/{other}")).json() == {"presets": {}}
+    # Refusals: built-in or bad names, bad bodies, the 21st.
+    for name in ("thumb", "Hero", "-x", "a" * 33):
+        assert_error(await api.put(f"{base}/{name}", json={"w": 10}), 400, "invalid_transform")
+    for body in ({}, {"q": 50}, {"w": 0}, {"w": 5000}, {"fit": "fill", "w": 5}, {"fmt": "gif"}):
+        assert_error(await api.put(f"{base}/bad", json=body), 400, "invalid_transform")
+    assert_error(await api.put(f"{base}/bad", json={"w": True}), 400, "invalid_request")  # mistyped
+    for i in range(19):
+        assert (await api.put(f"{base}/p{i}", json={"w": 10 + i})).status_code == 200
+    assert_error(await api.put(f"{base}/one-too-many", json={"w": 10}), 409, "conflict")
+    assert (await api.put(f"{base}/hero", json={"w": 600})).status_code == 200  # replacing is fine
+    assert len((await api.get(base)).json()["presets"]) == 20
+    # Deleted: the public URL's preset is unknown again.
+    assert (await api.delete(f"{base}/hero")).status_code == 200
+    assert_error(await api.delete(f"{base}/hero"), 404, "not_found")
+    assert_error(await cdn.get(key_path(key) + "?preset=hero"), 400, "invalid_transform")
+    # The presets' object is no asset: the CDN never serves it.
+    assert_error(await cdn.get(f"/{ORG}/presets/v%25transform-presets"), 404, "not_found")

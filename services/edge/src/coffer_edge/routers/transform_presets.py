@@ -1,0 +1,94 @@
+"""``/api/transform-presets`` (CONTRACT §10): an organization's own image transform presets.
+
+Members read; organization keys and owners write (as for the contract's other owner-only
+routes, webhooks). blob keeps them as one object per organization in its store, where the
+CDN reads them without calling another service (a change shows there within 5 s). At most
+20 per organization (409 past that); names never clash with the built-in ones.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path
+
+from coffer_edge.clients.auth import Principal
+from coffer_edge.deps import BlobDep, PrincipalDep, RequestIdDep
+from coffer_edge.routers.folders import JSONRoute
+from coffer_edge.schemas import Success, TransformPreset, TransformPresetBody, TransformPresetList, errors
+from coffer_kit import transforms
+from coffer_kit.errors import forbidden, invalid_transform, not_found
+from coffer_kit.wire import TransformFields
+
+
+async def preset_admin(principal: PrincipalDep) -> Principal:
+    """The caller, if it may change presets: an organization key, or an owner's personal key."""
+    if principal.key_kind == "organization" or principal.role == "owner":
+        return principal
+    raise forbidden("Only organization keys and owners' keys change transform presets.")
+
+
+AdminDep = Annotated[Principal, Depends(preset_admin)]
+PresetName = Annotated[
+    str,
+    Path(
+        description="1 to 32 characters: a-z, 0-9, `-` and `_`, starting with a letter or digit.",
+        max_length=64,
+    ),
+]
+
+router = APIRouter(prefix="/api/transform-presets", tags=["transform presets"])
+json_router = APIRouter(prefix="/api/transform-presets", tags=["transform presets"], route_class=JSONRoute)
+
+
+def _out(name: str, transform: transforms.Transform, *, built_in: bool) -> TransformPreset:
+    return TransformPreset(name=name, builtIn=built_in, **transform.fields())
+
+
+@router.get("", response_model=TransformPresetList, responses=errors())
+async def list_presets(principal: PrincipalDep, blob: BlobDep, rid: RequestIdDep) -> Any:
+    """The built-in presets, then the organization's own, by name."""
+    own = await blob.transform_presets(principal.organization_id, request_id=rid)
+    built_in = [_out(name, t, built_in=True) for name, t in transforms.BUILTIN_PRESETS.items()]
+    mine = [TransformPreset(name=name, builtIn=False, **f.model_dump()) for name, f in own.presets.items()]
+    return TransformPresetList(presets=built_in + mine)
+
+
+@router.get("/{name}", response_model=TransformPreset, responses=errors(404))
+async def get_preset(name: PresetName, principal: PrincipalDep, blob: BlobDep, rid: RequestIdDep) -> Any:
+    """One preset, built in or the organization's own."""
+    if name in transforms.BUILTIN_PRESETS:
+        return _out(name, transforms.BUILTIN_PRESETS[name], built_in=True)
+    own = await blob.transform_presets(principal.organization_id, request_id=rid)
+    fields = own.presets.get(name)
+    if fields is None:
+        raise not_found(f"There is no transform preset {name!r}.")
+    return TransformPreset(name=name, builtIn=False, **fields.model_dump())
+
+
+@json_router.put("/{name}", response_model=TransformPreset, responses=errors(400, 409, 415))
+async def put_preset(
+    name: PresetName, body: TransformPresetBody, principal: AdminDep, blob: BlobDep, rid: RequestIdDep
+) -> Any:
+    """Create or replace one of the organization's presets; the body is the free parameters.
+
+    ``preset=NAME`` then works on the organization's public URLs (within 5 s) and in
+    ``GET /api/assets/:id/url``. At most 20 per organization (409); a built-in name or a bad
+    parameter → 400 ``invalid_transform``.
+    """
+    transforms.check_preset_name(name)
+    fields = TransformFields.model_validate(body.model_dump())
+    transform = transforms.preset_from_fields(fields.model_dump())
+    stored = await blob.put_transform_preset(
+        principal.organization_id, name, TransformFields(**transform.fields()), request_id=rid
+    )
+    return TransformPreset(name=name, builtIn=False, **stored.model_dump())
+
+
+@router.delete("/{name}", response_model=Success, responses=errors(400, 404))
+async def delete_preset(name: PresetName, principal: AdminDep, blob: BlobDep, rid: RequestIdDep) -> Any:
+    """Remove one of the organization's presets; built-in ones cannot be removed (400)."""
+    if name in transforms.BUILTIN_PRESETS:
+        raise invalid_transform(f"{name!r} is a built-in preset.", field="name")
+    await blob.delete_transform_preset(principal.organization_id, name, request_id=rid)
+    return Success(success=True)
