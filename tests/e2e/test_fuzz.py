@@ -51,6 +51,12 @@ checks.positive_data_acceptance.expected-statuses = ["2XX", "3XX", "400", "401",
 include-path = "/api/uploads/tus/{upload_id}"
 include-method = "PATCH"
 checks.positive_data_acceptance.expected-statuses = ["2XX", "3XX", "400", "401", "403", "404", "409", "429"]
+# CONTRACT §10: /url takes preset= or the free transform parameters, never both (400
+# invalid_transform); parameters cannot say "one or the other" in OpenAPI, the description does.
+[[operations]]
+include-path = "/api/assets/{asset_id}/url"
+include-method = "GET"
+checks.positive_data_acceptance.expected-statuses = ["2XX", "3XX", "400", "401", "403", "404", "409", "429"]
 """
 # Stateful scenarios put ids from earlier responses into later requests, also into
 # deliberately invalid ones, which can make them valid again: schemathesis 4.32 then reports

@@ -1,17 +1,21 @@
 """Image transforms (CONTRACT §10, issue 26) over real processes, on both backends: the whole
 flow once (edge's signed URL with a transform, a preset on a public URL, an organization's own
-preset, the variant gone with the asset), one render for 20 concurrent requests (blob's
-metric), and memory: a PNG header claiming 20,000×20,000 refused without decoding, and 50
-concurrent variants of a 24 MP JPEG answered 200 or 503 with blob's processes (the CDN and its
-workers) within the configured bound. The rules the CDN enforces alone (order of checks,
-tampering, fmt=auto, orientation, 415, the queue's 503, COFFER_TRANSFORMS=off) are tested in
-process on both drivers (services/blob/tests/test_cdn_transforms.py)."""
+preset, the variants gone with the asset, also when the sweeper finishes the delete), one
+render for 20 concurrent requests (blob's metric), and memory: a PNG header claiming
+20,000×20,000 refused without decoding, and 50 concurrent variants of a 24 MP JPEG answered
+200 or 503 with blob's processes (the CDN and its workers) within the configured bound. The
+rules the CDN enforces alone (order of checks, tampering, fmt=auto, orientation, 415, the
+queue's 503, COFFER_TRANSFORMS=off) are tested in process on both drivers
+(services/blob/tests/test_cdn_transforms.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import struct
+import subprocess
+import sys
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +26,7 @@ import httpx
 import pytest
 import pyvips
 
+from coffer_testkit.store import stored_objects
 from coffer_testkit.testing import PeakRss, assert_error, rss_bytes
 
 pytestmark = pytest.mark.e2e
@@ -203,3 +208,33 @@ def test_50_concurrent_variants_of_a_24_mp_jpeg_stay_within_the_bound(own_stack_
         f"(CDN {base / MIB:.0f} + {WORKERS} × {WORKER_MB})"
     )
     assert peak < bound
+
+
+def test_the_sweeper_finishes_a_delete_with_every_variant(own_stack, admin_for) -> None:
+    """blob down during a delete: the asset is gone (tombstone), its bytes and variants stay until
+    the sweeper finishes the tombstone, which removes them all."""
+    admin = admin_for(own_stack)
+    org = admin("create-org", "--name", "Swept")["id"]
+    key = admin("create-key", "--org", org)["key"]
+    with httpx.Client(base_url=own_stack.edge_url, headers={"x-api-key": key}, timeout=TIMEOUT) as api:
+        asset = api.post("/api/assets", files={"file": ("p.jpg", jpeg(800, 600), "image/jpeg")}).json()
+        variants = [f"{asset['publicUrl']}?preset={name}" for name in ("thumb", "small")]
+        for variant in variants:
+            assert httpx.get(variant, timeout=TIMEOUT).status_code == 200
+        assert len(stored_objects(own_stack, org)[asset["id"]]) >= 3  # the original and two variants
+        own_stack.kill("blob")
+        assert_error(api.delete(f"/api/assets/{asset['id']}"), 503, "unavailable")
+        own_stack.start("blob")
+        assert asset["id"] in stored_objects(own_stack, org)  # the tombstone's bytes are still there
+        sweep = subprocess.run(
+            [sys.executable, "-m", "coffer_edge.cli", "sweep", "--intent-age", "0", "--tombstone-age", "0"],
+            env=own_stack.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        assert json.loads(sweep.stdout)["tombstones"] == 1, sweep.stdout
+    assert asset["id"] not in stored_objects(own_stack, org)
+    for variant in variants:
+        assert_error(httpx.get(variant, timeout=TIMEOUT), 404, "not_found")

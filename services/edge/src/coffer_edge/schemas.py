@@ -160,7 +160,16 @@ FORMAT_SCHEMA: dict[str, Any] = {"type": "string", "enum": ["webp", "avif", "jpe
 
 
 class TransformPresetBody(BaseModel):
-    """An organization preset's parameters: at least one of ``w``, ``h``, ``fmt``."""
+    """An organization preset's parameters: at least one of ``w``, ``h``, ``fmt`` (null: unset)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+                for name in ("w", "h", "fmt")
+            ]
+        }
+    )
 
     w: int | None = Field(default=None, description="Width in pixels.", json_schema_extra=SIDE_SCHEMA)
     h: int | None = Field(default=None, description="Height in pixels.", json_schema_extra=SIDE_SCHEMA)

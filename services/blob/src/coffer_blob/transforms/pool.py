@@ -58,6 +58,8 @@ DURATION = Histogram(
 )
 _REJECTED_FULL = REJECTED.labels("queue_full")
 _REJECTED_TIMEOUT = REJECTED.labels("timeout")
+# Refused sources remembered per CDN process (a dict: past this it starts afresh).
+REFUSALS_KEPT = 10_000
 # Seconds a client is told to wait after a 503: about one render.
 RETRY_AFTER = 2
 
@@ -80,6 +82,9 @@ class TransformPool:
         self.admitted = 0
         self._pool: ProcessPool | None = None
         self._flights: dict[str, asyncio.Future[worker.Outcome]] = {}
+        # Sources a worker refused (415, 422), by key: keys never change content, so asking
+        # again would only read the whole source again (up to 100 MiB) to refuse it again.
+        self._refused: dict[str, worker.Outcome] = {}
 
     @property
     def capacity(self) -> int:
@@ -99,6 +104,9 @@ class TransformPool:
         self, key: str, variant_key: str, transform: Transform, *, private: bool
     ) -> worker.Outcome:
         """The worker's outcome for this variant, joining a render of it already running."""
+        refused = self._refused.get(key)
+        if refused is not None:
+            return refused
         flight = self._flights.get(variant_key)
         if flight is not None:
             SHARED.inc()
@@ -150,6 +158,9 @@ class TransformPool:
                     COMPUTED.inc()
                 elif result[0] == "refused":
                     REFUSED.labels(result[2]).inc()
+                    if len(self._refused) >= REFUSALS_KEPT:
+                        self._refused.clear()
+                    self._refused[key] = result
                 return result
             except CofferError:
                 raise

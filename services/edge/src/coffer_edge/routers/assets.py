@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
+from pydantic.json_schema import SkipJsonSchema
 from starlette.requests import ClientDisconnect
 
 from coffer_edge.clients.blob import BlobClient
@@ -355,7 +356,7 @@ async def list_assets(
         ),
     ] = None,
     q: Annotated[
-        str | None,
+        str | SkipJsonSchema[None],
         Query(min_length=1, max_length=255, description="Only names containing this, in any case."),
     ] = None,
     sort: Annotated[
@@ -466,7 +467,7 @@ async def get_signed_url(
         ExpiresIn, Query(alias="expiresIn", description="Validity in seconds, 1–604800.")
     ] = EXPIRES_IN_DEFAULT,
     preset: Annotated[
-        str | None,
+        str | SkipJsonSchema[None],
         Query(
             max_length=64,
             description="An image transform preset (built in: thumb, small, medium, large; or the "
@@ -474,24 +475,27 @@ async def get_signed_url(
         ),
     ] = None,
     w: Annotated[
-        str | None, Query(description="Transform: width in pixels.", json_schema_extra=SIDE_SCHEMA)
+        str | SkipJsonSchema[None],
+        Query(description="Transform: width in pixels.", json_schema_extra=SIDE_SCHEMA),
     ] = None,
     h: Annotated[
-        str | None, Query(description="Transform: height in pixels.", json_schema_extra=SIDE_SCHEMA)
+        str | SkipJsonSchema[None],
+        Query(description="Transform: height in pixels.", json_schema_extra=SIDE_SCHEMA),
     ] = None,
     fit: Annotated[
-        str | None,
+        str | SkipJsonSchema[None],
         Query(description="Transform: `cover` (default), `contain`, `inside`.", json_schema_extra=FIT_SCHEMA),
     ] = None,
     fmt: Annotated[
-        str | None,
+        str | SkipJsonSchema[None],
         Query(
             description="Transform: output format; `auto` follows the request's Accept.",
             json_schema_extra=FORMAT_SCHEMA,
         ),
     ] = None,
     q: Annotated[
-        str | None, Query(description="Transform: quality, default 80.", json_schema_extra=QUALITY_SCHEMA)
+        str | SkipJsonSchema[None],
+        Query(description="Transform: quality, default 80.", json_schema_extra=QUALITY_SCHEMA),
     ] = None,
 ) -> Any:
     """A time-limited signed CDN URL for an asset, optionally of an image transform (CONTRACT §10).

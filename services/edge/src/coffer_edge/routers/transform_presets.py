@@ -30,10 +30,19 @@ async def preset_admin(principal: PrincipalDep) -> Principal:
 
 AdminDep = Annotated[Principal, Depends(preset_admin)]
 PresetName = Annotated[
+    str, Path(description="A built-in preset's name or one of the organization's.", max_length=64)
+]
+# The organization's own: described exactly (pattern, not a built-in), checked by
+# coffer_kit.transforms.check_preset_name so that a bad one is 400 invalid_transform.
+OwnPresetName = Annotated[
     str,
     Path(
-        description="1 to 32 characters: a-z, 0-9, `-` and `_`, starting with a letter or digit.",
-        max_length=64,
+        description="1 to 32 characters: a-z, 0-9, `-` and `_`, starting with a letter or digit; "
+        "not a built-in preset's name.",
+        json_schema_extra={
+            "pattern": transforms.PRESET_NAME_PATTERN,
+            "not": {"enum": list(transforms.BUILTIN_PRESETS)},
+        },
     ),
 ]
 
@@ -68,7 +77,7 @@ async def get_preset(name: PresetName, principal: PrincipalDep, blob: BlobDep, r
 
 @json_router.put("/{name}", response_model=TransformPreset, responses=errors(400, 409, 415))
 async def put_preset(
-    name: PresetName, body: TransformPresetBody, principal: AdminDep, blob: BlobDep, rid: RequestIdDep
+    name: OwnPresetName, body: TransformPresetBody, principal: AdminDep, blob: BlobDep, rid: RequestIdDep
 ) -> Any:
     """Create or replace one of the organization's presets; the body is the free parameters.
 
@@ -86,7 +95,7 @@ async def put_preset(
 
 
 @router.delete("/{name}", response_model=Success, responses=errors(400, 404))
-async def delete_preset(name: PresetName, principal: AdminDep, blob: BlobDep, rid: RequestIdDep) -> Any:
+async def delete_preset(name: OwnPresetName, principal: AdminDep, blob: BlobDep, rid: RequestIdDep) -> Any:
     """Remove one of the organization's presets; built-in ones cannot be removed (400)."""
     if name in transforms.BUILTIN_PRESETS:
         raise invalid_transform(f"{name!r} is a built-in preset.", field="name")
