@@ -99,8 +99,16 @@ def main(argv: list[str] | None = None) -> int:
         "--database-url", default=os.environ.get("COFFER_BENCH_DATABASE_URL", DEFAULT_POSTGRES)
     )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "profiles")
+    parser.add_argument(
+        "--stack-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment for Coffer's services (e.g. OTEL_EXPORTER_OTLP_ENDPOINT to profile tracing)",
+    )
     args = parser.parse_args(argv)
-    args.reps, args.warmup, args.stack_env, args.only = 1, 2.0, [], None
+    # The 100,000 seeded assets only for the listing.
+    args.reps, args.warmup, args.only = 1, 2.0, (None if args.scenario == "list" else {args.scenario})
     args.seconds_load = args.seconds
 
     nginx_bin, wrk_bin = ensure_tools()
@@ -111,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.scenario + (f"-c{args.connections}" if args.connections else "")
     stem += "-production" if args.production else ""
+    stem += "-env" if args.stack_env else ""
     try:
         bench.start()
         asset = bench.upload_one(SMALL)  # also fills edge's auth cache for the key

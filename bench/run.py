@@ -45,7 +45,16 @@ from load import (
 )
 from report import Figure, details, table, write
 from seed import MOVING_ASSETS, Seeded, seed_assets
-from servers import Nginx, Production, ReferenceApp, auth_cli, coffer_stack, ensure_tools
+from servers import (
+    Nginx,
+    OtlpSink,
+    Production,
+    ReferenceApp,
+    auth_cli,
+    coffer_stack,
+    ensure_tools,
+    traced_stack,
+)
 
 from coffer_testkit.testing import free_port
 
@@ -66,6 +75,7 @@ GROUPS = (
     "download",
     "cdn-small",
     "asset-get",
+    "asset-get-traced",
     "list",
     "search",
     "move",
@@ -192,6 +202,8 @@ class Bench:
         self.reference = ReferenceApp(log=root / "logs" / "reference.log")
         self.production = Production(args.database_url) if args.production else None
         self.stack = None  # type: ignore[var-annotated]
+        self.traced = self.unsampled = None  # type: ignore[var-annotated]
+        self.sink: OtlpSink | None = None
         self.figures: list[Figure] = []
         self.key = ""
         self.list_key = ""
@@ -229,16 +241,26 @@ class Bench:
         url = (
             extra.get("COFFER_METADATA_DATABASE_URL") or f"sqlite:///{(self.stack.data_dir / 'metadata.db')}"
         )
-        self.seeded = seed_assets(url, org_id=str(list_org["id"]), count=LIST_ASSETS)
-        log(
-            f"seeded {LIST_ASSETS:,} asset rows into metadata's database in "
-            f"{self.seeded.seconds:.1f}s (fixture)"
-        )
+        if (self.args.only or set(GROUPS)) & {"list", "search", "move"}:
+            self.seeded = seed_assets(url, org_id=str(list_org["id"]), count=LIST_ASSETS)
+            log(
+                f"seeded {LIST_ASSETS:,} asset rows into metadata's database in "
+                f"{self.seeded.seconds:.1f}s (fixture)"
+            )
         self.stack.start()
         log(f"Coffer stack up: edge {self.stack.edge_url}, CDN {self.stack.public_cdn_url}")
 
     def stop(self) -> None:
-        for thing in (self.stack, self.reference, self.nginx, self.production):
+        things = (
+            self.traced,
+            self.unsampled,
+            self.sink,
+            self.stack,
+            self.reference,
+            self.nginx,
+            self.production,
+        )
+        for thing in things:
             if thing is not None:
                 with contextlib.suppress(Exception):
                     thing.stop()
@@ -564,6 +586,75 @@ class Bench:
             ref,
             warmup=self.warm(coffer, ref),
             also=[(p99, lambda s: s.p99_ms), (cpu, cpu_ms_per_request)],
+        )
+
+    def traced_asset_gets(self, asset: dict[str, Any]) -> None:
+        """``GET /api/assets/:id`` with tracing on beside tracing off, alternating in the same
+        run: two more stacks on the same data, exporting to bench/otlp_sink.py, one sampling
+        every request, one none (all of tracing's code runs, no span is recorded). Issue 28:
+        with tracing on, the route costs its spans and nothing more."""
+        on = Figure(
+            "GET /api/assets/:id with tracing on, every request traced: CPU per request",
+            "ms",
+            reference_name="tracing off",
+            derived=True,
+        )
+        unsampled = Figure(
+            "GET /api/assets/:id with tracing on, no span recorded: CPU per request",
+            "ms",
+            reference_name="tracing off",
+            goal="ratio <= 1.1",
+            derived=True,
+        )
+        on.client = unsampled.client = "wrk, 32 connections, one key (auth answer cached)"
+        self.figures += [on, unsampled]
+        self.sink = OtlpSink(log=self.root / "logs" / "otlp-sink.log")
+        self.sink.start()
+        self.traced = traced_stack(self.root, self.stack, self.sink)
+        self.unsampled = traced_stack(self.root, self.stack, self.sink, sampled=False)
+        self.traced.start()
+        self.unsampled.start()
+        log(
+            f"traced stacks up: edge {self.traced.edge_url} (every request), {self.unsampled.edge_url} (none)"
+        )
+        path = f"/api/assets/{asset['id']}"
+
+        def load(stack: Any) -> Callable[..., Sample]:
+            pids = {name: [proc.pid] for name, proc in stack.processes.items()}
+            return self.wrk_get(stack.edge_url + path, pids, 32, headers=self.headers())
+
+        traced, quiet, untraced = load(self.traced), load(self.unsampled), load(self.stack)
+        for run in (traced, quiet, untraced):
+            run(self.args.warmup)
+        before, requests = _settled(self.sink.spans), 0
+        runs: list[tuple[Sample, Sample, Sample]] = []
+        for _ in range(self.args.reps):
+            t = traced()
+            requests += t.requests
+            runs.append((t, quiet(), untraced()))
+        spans = _settled(self.sink.spans) - before
+        per_request = spans / requests if requests else 0.0
+        price_ms = span_price_ms(self.sink.url)
+        for figure, index in ((on, 0), (unsampled, 1)):
+            figure.samples = [v for r in runs if (v := cpu_ms_per_request(r[index])) is not None]
+            figure.reference_samples = [v for r in runs if (v := cpu_ms_per_request(r[2])) is not None]
+            figure.server_cpu = {
+                name: statistics.median(r[index].server_cpu.get(name, 0.0) for r in runs)
+                for name in runs[0][index].server_cpu
+            }
+            figure.others_cpu = max(max(s.others_cpu for s in r) for r in runs)
+            errors = sum(r[index].errors + r[2].errors for r in runs)
+            if errors > 0.01 * sum(r[index].requests + r[2].requests for r in runs):
+                figure.error = f"{errors} requests failed or were not 2xx"
+        on.note = (
+            f"{per_request:.2f} spans per request reached the collector ({spans:,} for {requests:,} "
+            f"traced requests); a server span costs {1000 * price_ms:.0f} µs of CPU to make, batch and "
+            "export (priced in the harness in the same run)"
+        )
+        unsampled.note = (
+            "tracing on (FastAPI's server spans, aiohttp's client spans, propagation, the exporter) "
+            "with the sampler set to always_off: the tracing code's cost beside its spans; "
+            "ratio ÷ tracing off, 1.0 = nothing but the spans costs"
         )
 
     def idle_rss(self) -> None:
@@ -893,6 +984,8 @@ class Bench:
                     timeout=30,
                 ).json()
                 self.asset_gets_with_key(listing["assets"][0])
+        if "asset-get-traced" in want and small_asset:
+            self.traced_asset_gets(small_asset)
         if "list" in want:
             self.listing()
         if "search" in want:
@@ -1100,6 +1193,52 @@ class Receiver:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
         self._log.close()
+
+
+def _settled(count: Callable[[], int], quiet: float = 1.0, timeout: float = 30.0) -> int:
+    """``count()`` once it has stopped growing for ``quiet`` seconds (the services export in
+    batches, a few hundred milliseconds after the spans end)."""
+    deadline = time.monotonic() + timeout
+    last, since = count(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = count()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            break
+    return last
+
+
+def span_price_ms(endpoint: str, spans: int = 20_000) -> float:
+    """CPU milliseconds one span costs in this process: started with a server span's
+    attributes, ended, batched and exported over OTLP/HTTP to ``endpoint`` (the export runs
+    in the SDK's own thread, counted too), as a service's spans are."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace import SpanKind
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint + "/v1/traces")))
+    tracer = provider.get_tracer("bench")
+    attributes = {
+        "http.request.method": "GET",
+        "url.scheme": "http",
+        "url.path": "/api/assets/ast_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9",
+        "server.address": "127.0.0.1",
+        "server.port": 8080,
+        "network.protocol.version": "1.1",
+    }
+    started = time.process_time()
+    for done in range(1, spans + 1):
+        span = tracer.start_span("GET", kind=SpanKind.SERVER, attributes=attributes)
+        span.set_attributes({"http.route": "/api/assets/{asset_id}", "http.response.status_code": 200})
+        span.end()
+        if done % 512 == 0:  # in batches the queue holds (2,048): none dropped, every one exported
+            provider.force_flush()
+    provider.shutdown()  # exports what is still queued, in this process's time
+    return 1000 * (time.process_time() - started) / spans
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -299,3 +299,54 @@ def started(*things: object) -> Iterator[None]:
         for thing in reversed(things):
             with contextlib.suppress(Exception):
                 thing.stop()  # type: ignore[attr-defined]
+
+
+@dataclass
+class OtlpSink:
+    """bench/otlp_sink.py: where a traced stack exports its spans (counted, then dropped)."""
+
+    port: int = field(default_factory=free_port)
+    log: Path | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, str(BENCH / "otlp_sink.py"), str(self.port)], stdout=out, stderr=out
+        )
+        _wait_port(self.port, self.proc, "OTLP sink")
+
+    def spans(self) -> int:
+        """Spans received so far."""
+        import httpx
+
+        return int(httpx.get(self.url, timeout=10).text)
+
+    def stop(self) -> None:
+        _stop(self.proc)
+
+
+def traced_stack(root: Path, stack: Stack, sink: OtlpSink, *, sampled: bool = True) -> Stack:
+    """Another stack on ``stack``'s data (its databases, its files, its keys) with tracing on,
+    exporting to ``sink``: every request traced, or (``sampled`` False) none, so that all the
+    tracing code runs but no span is recorded. The same requests, measured beside tracing off."""
+    ports = Ports(
+        edge=free_port(),
+        cdn=free_port(),
+        auth=free_port(),
+        metadata=free_port(),
+        blob=free_port(),
+        edge_internal=free_port(),
+    )
+    env = {
+        **stack.extra_env,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url,
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_TRACES_SAMPLER": "parentbased_always_on" if sampled else "always_off",
+    }
+    logs = root / ("logs-traced" if sampled else "logs-unsampled")
+    return Stack(data_dir=stack.data_dir, ports=ports, log_dir=logs, extra_env=env)

@@ -5,19 +5,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
-from fastapi.telemetry import TelemetryConfig
 
 from coffer_kit.errors import install_error_handlers
 from coffer_kit.guard import BodyGuardMiddleware, BodyLimits, UnhandledErrorMiddleware
 from coffer_kit.middleware import RequestContextMiddleware
 from coffer_kit.settings import BaseServiceSettings
-from coffer_kit.tracing import instrument_app, setup_tracing, tracing_enabled
+from coffer_kit.tracing import setup_tracing, telemetry
 
 if TYPE_CHECKING:  # edge and blob own no database: they never import SQLAlchemy
     from sqlalchemy.engine import Engine
-
-
-_NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 
 
 def base_app(
@@ -30,17 +26,13 @@ def base_app(
     """
     service = service or title.removeprefix("coffer-")
     setup_tracing(service)
-    # FastAPI's own OpenTelemetry bridge asks for the global providers on every request (a
-    # few percent of a hot read's CPU); with Coffer's tracing off none is ever configured.
-    telemetry = None if tracing_enabled() else _NO_TELEMETRY
-    app = FastAPI(title=title, telemetry=telemetry, **kwargs)
+    app = FastAPI(title=title, telemetry=telemetry(), **kwargs)
     install_error_handlers(app)
     # Innermost first: the guard (500 envelope, 405's Allow) answers inside the request-id
     # middleware, so its 500 carries the request id and is counted and logged like any other.
     app.add_middleware(UnhandledErrorMiddleware)
     app.add_middleware(BodyGuardMiddleware, limits=body_limits)
     app.add_middleware(RequestContextMiddleware, service=service)
-    instrument_app(app)
     return app
 
 
@@ -65,7 +57,7 @@ def database_service_app(service: str, database_url: str, settings: BaseServiceS
             yield
         finally:
             clear_state(app)
-            database.close()
+            await database.aclose()
 
     def engine() -> Engine:
         return state_of(app, DatabaseState).database.engine

@@ -9,11 +9,11 @@ import sqlite3
 from collections import namedtuple
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 from sqlalchemy import Select, event, text
-from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.engine import Dialect, Engine, make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.pool import QueuePool
 from sqlmodel import Session, create_engine
@@ -22,6 +22,9 @@ from starlette.concurrency import run_in_threadpool
 from coffer_kit.errors import unavailable
 from coffer_kit.state import ServiceState, SettingsT, request_state
 from coffer_kit.tracing import instrument_engine
+
+if TYPE_CHECKING:  # psycopg is imported where PostgreSQL is used: the embedded default never loads it
+    from psycopg_pool import AsyncConnectionPool
 
 # Execution option marking a transaction that will write (see the SQLite begin hook below).
 WRITE_OPTION = "coffer_write"
@@ -38,6 +41,12 @@ POOL_SIZE = 40
 
 # How long a SQLite statement waits for a lock before it fails (milliseconds).
 BUSY_TIMEOUT_MS = 30_000
+
+# PostgreSQL connections the event loop keeps for KeyedRead (each read a round trip of tens
+# of microseconds: a few serve any rate one process reaches), beside the engine's pool, and
+# how long a read waits for one before it answers 503 (the database is down or unreachable).
+KEYED_READ_CONNECTIONS = 4
+KEYED_READ_WAIT_SECONDS = 5.0
 
 
 def make_engine(url: str, *, pool_size: int = POOL_SIZE, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Engine:
@@ -119,16 +128,18 @@ class Database:
     a second worker) still meet the busy handler.
 
     ``write`` is the group-commit path for hot writes (see ``_GroupCommit``).
-    ``loop_reader()`` (SQLite files only) is one more connection, opened by the first
-    :func:`point_read` (auth never makes one), kept open and used only on the event loop.
+    ``fetch_first`` runs a :class:`KeyedRead` on the event loop: on SQLite files through one
+    more connection, opened by the first read (auth never makes one), on PostgreSQL through a
+    pool of at most ``KEYED_READ_CONNECTIONS`` psycopg async connections, opened alike.
     """
 
-    __slots__ = ("_group", "_loop_reader", "_loop_url", "engine", "write_lock")
+    __slots__ = ("_group", "_loop_reader", "_loop_url", "_pg_pool", "engine", "write_lock")
 
     def __init__(self, engine: Engine, loop_url: str | None = None) -> None:
         self.engine = engine
         self._loop_url = loop_url
-        self._loop_reader: Connection | None = None
+        self._loop_reader: sqlite3.Connection | None = None
+        self._pg_pool: AsyncConnectionPool | None = None
         self.write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
         self._group = _GroupCommit(engine, self.write_lock) if self.write_lock is not None else None
 
@@ -138,23 +149,65 @@ class Database:
         on_disk = engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:")
         return cls(engine, url if on_disk else None)
 
-    def loop_reader(self) -> Connection | None:
-        """The event loop's connection (see :func:`point_read`); None where reads take a thread.
+    async def fetch_first(self, sql: str, values: Any) -> Any | None:
+        """The first row ``sql`` answers, as the driver gives it (see :class:`KeyedRead`)."""
+        if self.engine.dialect.name == "postgresql":
+            return await self._pg_first(sql, values)
+        try:
+            reader = self._sqlite_loop_reader()
+            if reader is not None:
+                # Stepped to its end (fetchall): no statement, so no snapshot, stays open.
+                rows = reader.execute(sql, values).fetchall()
+                return rows[0] if rows else None
+        except sqlite3.OperationalError:  # busy: wait in a thread, as every other statement does
+            pass
+        return await _in_thread(functools.partial(_sqlite_first, self.engine, sql, values))
 
-        Its own engine: a busy timeout of 0, so a read that meets a lock fails at once and is
-        handed to a worker thread. Kept open: connecting an engine with event listeners costs
-        as much as the read (SQLAlchemy joins the listeners into each new Connection).
-        """
+    def _sqlite_loop_reader(self) -> sqlite3.Connection | None:
+        """The event loop's own sqlite3 connection; None for a database not in a file (tests'
+        in-memory ones), whose reads take a worker thread."""
         if self._loop_reader is None and self._loop_url is not None:
-            self._loop_reader = make_engine(self._loop_url, pool_size=1, busy_timeout_ms=0).connect()
+            path = make_url(self._loop_url).database or ""
+            # Autocommit (isolation_level None), never waits for a lock; the engine set WAL.
+            self._loop_reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._loop_reader.execute("PRAGMA busy_timeout=0")
         return self._loop_reader
+
+    async def _pg_first(self, sql: str, values: Any) -> Any | None:
+        from psycopg import OperationalError as PgOperationalError
+        from psycopg_pool import PoolTimeout
+
+        if self._pg_pool is None:
+            self._pg_pool = _keyed_read_pool(self.engine)
+            await self._pg_pool.open(wait=False)
+        values = _nul_safe(None, None, sql, values, None, False)[1]
+        for attempt in (1, 2):
+            try:
+                async with self._pg_pool.connection(timeout=KEYED_READ_WAIT_SECONDS) as connection:
+                    cursor = await connection.execute(sql, values, prepare=True)
+                    return await cursor.fetchone()
+            except PoolTimeout as exc:
+                raise unavailable("The database is unavailable.") from exc
+            except PgOperationalError as exc:
+                # Pooled connections the server closed (a restart) fail their next statement:
+                # the pool drops this one and checks the others; a read is safe to send again.
+                if attempt == 2:
+                    raise unavailable("The database is unavailable.") from exc
+                await self._pg_pool.check()
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         if self._loop_reader is not None:
             self._loop_reader.close()
-            self._loop_reader.engine.dispose()
             self._loop_reader = None
         self.engine.dispose()
+
+    async def aclose(self) -> None:
+        """``close``, and the pool of the event loop's PostgreSQL connections."""
+        if self._pg_pool is not None:
+            await self._pg_pool.close()
+            self._pg_pool = None
+        self.close()
 
     async def write(self, work: Callable[[Session], T]) -> T:
         """``work(session)`` in a write transaction that has committed when this returns.
@@ -376,85 +429,95 @@ async def _in_thread(run: Callable[[], T]) -> T:
         raise
 
 
-async def point_read(database: Database, work: Callable[[Connection], T]) -> T:
-    """``work(connection)``, a read of a few rows by key through Core statements, in one read
-    transaction: on the event loop with SQLite, in a worker thread otherwise.
+class KeyedRead:
+    """A SELECT of a row by key, run on every request (metadata's asset GET), answered as the
+    row (attributes named after its columns) or None: one round trip, on the event loop, on
+    either database.
 
-    A thread trip costs more CPU than such a read: at 32 concurrent ``GET /api/assets/:id``
-    the hand-off to anyio's pool and back, and the GIL passing between forty threads, was
-    the largest share of metadata's time (docs/performance.md), while the read is tens of
-    microseconds of SQLite on pages the OS has cached (blob's CDN reads small files on the
-    loop for the same reason). In WAL mode readers take no lock that writers hold; a read
-    that meets one anyway (recovery, a checkpoint) fails at once on the loop's connection and
-    runs again in a worker thread, where it waits as every other statement does. PostgreSQL
-    answers over the network, so its reads keep the thread. Never for a scan (a deep page).
+    It runs as its SQL, compiled once per dialect, on the driver's own connection, and each
+    value is converted by its column type's result processor, as SQLAlchemy would. Around one
+    such statement, SQLAlchemy's execution, its transaction events, the BEGIN and ROLLBACK and
+    the worker-thread trip cost more CPU than the statement (SQLite: 150 µs against 12;
+    PostgreSQL: three round trips where one will do; docs/performance.md). One statement needs
+    no transaction: both connections are in autocommit mode, so it reads one snapshot of its
+    own and holds none after.
+
+    - **SQLite**: ``Database``'s loop connection, a sqlite3 connection with a busy timeout of
+      0, used only on the event loop (tens of microseconds on pages the OS has cached). A read
+      that meets a lock anyway (WAL recovery, an exclusive lock) fails at once and runs the
+      same SQL again in a worker thread, where it waits as every other statement does.
+    - **PostgreSQL**: a psycopg ``AsyncConnection`` from ``Database``'s small pool of them,
+      the statement prepared on each connection the first time it runs there, so a read is
+      one Bind/Execute/Sync exchange. A read that fails because the connection died (the
+      server restarted) runs once more on another; then it is 503, as through the session.
     """
-    try:
-        connection = database.loop_reader()
-        if connection is not None:
-            return _read_now(connection, work)
-    except OperationalError:
-        pass
-    return await _read_in_thread(database.engine, work)
 
-
-def _read_now(connection: Connection, work: Callable[[Connection], T]) -> T:
-    try:
-        return work(connection)
-    finally:
-        connection.rollback()  # ends the read transaction: no snapshot is held between reads
-
-
-class PointQuery:
-    """A SELECT of one row by key, run on every request (metadata's asset GET), that answers
-    the row (attributes named after its columns) or None.
-
-    With SQLite, on the event loop (as :func:`point_read`), it runs as its SQL, compiled once,
-    straight on the loop's sqlite3 connection, each value converted by its column type's own
-    result processor, as SQLAlchemy would. SQLAlchemy's execution around one statement, its
-    transaction events and the BEGIN and ROLLBACK cost about 150 µs of CPU; the statement
-    takes 12 (docs/performance.md). One statement needs no transaction: in autocommit mode it
-    reads one snapshot, and it is stepped to its end, so no snapshot outlives it. Elsewhere,
-    and when SQLite is busy, it runs through SQLAlchemy in a worker thread.
-    """
+    __slots__ = ("_compiled", "row", "statement")
 
     def __init__(self, statement: Select[Any]) -> None:
         self.statement = statement
         self.row = namedtuple("Row", statement.selected_columns.keys())  # type: ignore[misc]
-        self._sqlite: tuple[str, list[str], list[Callable[[Any], Any] | None]] | None = None
+        self._compiled: dict[str, _Compiled] = {}
 
-    def _compiled(self, dialect: Dialect) -> tuple[str, list[str], list[Callable[[Any], Any] | None]]:
-        if self._sqlite is None:
+    def compiled(self, dialect: Dialect) -> _Compiled:
+        """The statement's SQL for ``dialect``, how its parameters are sent, and the columns'
+        result processors."""
+        done = self._compiled.get(dialect.name)
+        if done is None:
             compiled = self.statement.compile(dialect=dialect)
             processors: list[Callable[[Any], Any] | None] = [
                 column.type.dialect_impl(dialect).result_processor(dialect, None)
                 for column in self.statement.selected_columns
             ]
-            self._sqlite = (str(compiled), list(compiled.positiontup or ()), processors)
-        return self._sqlite
+            positions = list(compiled.positiontup) if compiled.positiontup else None
+            done = self._compiled[dialect.name] = _Compiled(str(compiled), positions, processors)
+        return done
 
     async def first(self, database: Database, params: dict[str, Any]) -> Any | None:
-        try:
-            reader = database.loop_reader()
-            if reader is not None:
-                sql, names, processors = self._compiled(reader.dialect)
-                raw = reader.connection.driver_connection
-                rows = raw.execute(sql, [params[name] for name in names]).fetchall()  # type: ignore[union-attr]
-                if not rows:
-                    return None
-                return self.row(*[p(v) if p else v for p, v in zip(processors, rows[0], strict=True)])
-        except (OperationalError, sqlite3.OperationalError):  # busy: wait in a thread, as point_read does
-            pass
-        statement = self.statement
-        return await _read_in_thread(database.engine, lambda c: c.execute(statement, params).first())
+        compiled = self.compiled(database.engine.dialect)
+        values = [params[name] for name in compiled.positions] if compiled.positions is not None else params
+        raw = await database.fetch_first(compiled.sql, values)
+        if raw is None:
+            return None
+        return self.row(*[p(v) if p else v for p, v in zip(compiled.processors, raw, strict=True)])
 
 
-async def _read_in_thread(engine: Engine, work: Callable[[Connection], T]) -> T:
-    def run() -> T:
-        with engine.connect() as connection:
-            return work(connection)
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    sql: str
+    # The parameters' names in order for a positional paramstyle (SQLite's ?); None: by name.
+    positions: list[str] | None
+    processors: list[Callable[[Any], Any] | None]
 
-    return await _in_thread(run)
+
+def _sqlite_first(engine: Engine, sql: str, values: Any) -> Any | None:
+    """In a worker thread: ``sql`` on a pooled connection, which waits out a lock."""
+    connection = engine.raw_connection()
+    try:
+        rows = connection.cursor().execute(sql, values).fetchall()
+        return rows[0] if rows else None
+    finally:
+        connection.close()
+
+
+def _keyed_read_pool(engine: Engine) -> AsyncConnectionPool:
+    """The event loop's PostgreSQL connections, to the engine's database, for KeyedRead."""
+    from psycopg.conninfo import make_conninfo
+    from psycopg_pool import AsyncConnectionPool
+
+    _, options = engine.dialect.create_connect_args(engine.url)
+    # The connection options; SQLAlchemy's own adapters ("context") are not needed by a
+    # KeyedRead, whose columns' result processors do SQLAlchemy's part.
+    options = {k: v for k, v in options.items() if isinstance(v, str | int) and k != "context"}
+    return AsyncConnectionPool(
+        # Named, so an operator (and a test) can tell them in pg_stat_activity.
+        make_conninfo(**options, application_name="coffer-keyed-read"),
+        min_size=1,
+        max_size=KEYED_READ_CONNECTIONS,
+        kwargs={"autocommit": True},
+        open=False,
+        name="keyed-read",
+    )
 
 
 # scope="function": commit before the response is sent, so a failed commit is never a 2xx.

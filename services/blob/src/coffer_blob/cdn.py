@@ -25,11 +25,9 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
-from fastapi.routing import APIRoute
 from prometheus_client import Counter
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from coffer_blob import keys, signing
 from coffer_blob.config import Settings
@@ -47,10 +45,10 @@ from coffer_kit.errors import (
     precondition_failed,
     range_not_satisfiable,
 )
-from coffer_kit.state import state_of
+from coffer_kit.routes import LeanRoute
 from coffer_kit.transforms import Transform
 
-router = APIRouter()
+router = APIRouter(route_class=LeanRoute)
 
 
 @functools.lru_cache(maxsize=4)
@@ -87,11 +85,11 @@ CDN_HEADERS: list[tuple[bytes, bytes]] = [
 
 
 @router.api_route("/{key:path}", methods=["GET", "HEAD", "OPTIONS"], include_in_schema=False)
-async def download(request: Request) -> Response:
+async def download(request: Request, key: str) -> Response:
     """Serve the object under ``key``: public, or signed with ``expires`` and ``signature``."""
-    # No parameters or dependencies for FastAPI to resolve on this, the busiest route:
-    # resolving them cost about a fifth of a small download's CPU.
-    key: str = request.path_params["key"]
+    # A lean route (coffer_kit.routes): nothing for FastAPI to solve on this, the busiest
+    # route, whose plain downloads are most of the CDN's requests (issue 28: one path for
+    # them all, with tracing on or off).
     state = blob_state(request)
     storage = state.storage
     if request.method == "OPTIONS":
@@ -285,78 +283,6 @@ def _access(query: QueryParams, key: str, settings: Settings) -> tuple[str, str]
     if refusal:
         raise forbidden(refusal)
     return f"private, max-age={max(0, int(int(expires[0]) - now))}", "signed"
-
-
-# A request carrying any of these is left to the declared route (conditional or range).
-_CONDITIONAL = frozenset(
-    (b"range", b"if-range", b"if-match", b"if-none-match", b"if-modified-since", b"if-unmodified-since")
-)
-_ROUTE = next(route for route in router.routes if isinstance(route, APIRoute))
-
-
-class FastDownloads:
-    """The plain download, a GET of a small object with no range or condition, public or
-    signed, answered without FastAPI (issue 16: CPU per CDN request).
-
-    It sits inside the request-id, access-log and CDN-headers middleware, so those see the
-    request as before (``scope["route"]`` is the declared route), and answers with the same
-    functions as :func:`download`. Everything else goes to the app: other methods, conditional
-    and range requests, objects past the driver's inline read, and any refusal or failure
-    (bad key, bad signature, no such object, storage down), which the declared route then
-    answers in the contract's envelope. Nothing is sent before the answer is whole, so
-    handing a request over is always possible.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("root_path"):
-            try:
-                answer = self._answer(scope)
-            except Exception:  # noqa: BLE001 - the declared route meets it again, answers and logs it
-                answer = None
-            if answer is not None:
-                headers, body = answer
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)
-
-    @staticmethod
-    def _answer(scope: Scope) -> tuple[list[tuple[bytes, bytes]], bytes] | None:
-        """(headers, body) of the 200, or None to leave the request to the app."""
-        key = scope["path"][1:]
-        if any(name in _CONDITIONAL for name, _ in scope["headers"]) or not keys.is_valid_key(key):
-            return None
-        state = state_of(scope["app"], BlobState)
-        storage = state.storage
-        if not storage.inline_read_bytes:
-            return None
-        query = scope["query_string"]
-        params = QueryParams(query) if query else None
-        if params is not None and transforms.wants_transform(params):
-            return None  # a transform: only the declared route renders or finds the variant
-        try:
-            cache, access = (
-                _access(params, key, state.settings)
-                if params is not None
-                else (public_cache(state.settings.cdn_public_max_age), "public")
-            )
-        except CofferError:
-            return None
-        found = storage.read_small(key, storage.inline_read_bytes)
-        if found is None:
-            return None
-        info, body = found
-        if body is None or (info.private and access == "public"):
-            return None
-        headers = _representation_headers(info, cache)
-        headers["content-length"] = str(len(body))
-        scope["route"], scope["path_params"] = _ROUTE, {"key": key}
-        _SENT[access].inc(len(body))
-        raw = [(name.encode(), value.encode("latin-1")) for name, value in headers.items()]
-        return raw + CDN_HEADERS, body
 
 
 def _chosen_range(request: Request, info: ObjectInfo, headers: dict[str, str]) -> tuple[int, int, int]:

@@ -24,7 +24,6 @@ from coffer_kit.limits import MAX_FILE_BYTES, MAX_UPLOAD_BODY_BYTES
 from coffer_kit.metrics import metrics_router
 from coffer_kit.middleware import ResponseHeadersMiddleware, inside_request_context
 from coffer_kit.state import clear_state, install_state, state_of
-from coffer_kit.tracing import tracing_enabled
 
 
 def _lifespan(
@@ -107,11 +106,7 @@ def create_cdn_app(settings: Settings | None = None) -> FastAPI:
     # process's internal listener instead).
     _common(app, ready=False)
     app.include_router(cdn.router)
-    # Just inside the request id and access log: the CDN headers, on every answer, errors
-    # included, and ahead of them the fast downloads (which set those headers themselves);
-    # traced requests take the declared route, as fast routes do.
+    # Just inside the request id and access log: the CDN headers, on every answer, errors included.
     layers = [Middleware(ResponseHeadersMiddleware, headers_for=lambda _scope: cdn.CDN_HEADERS)]
-    if not tracing_enabled():
-        layers.insert(0, Middleware(cdn.FastDownloads))
     inside_request_context(app, layers)
     return app

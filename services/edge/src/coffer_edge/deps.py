@@ -84,6 +84,17 @@ async def authenticate(
     return principal
 
 
+async def principal_of(request: Request) -> Principal:
+    """``authenticate`` for a lean route (coffer_kit.routes), which reads its headers itself."""
+    headers = request.headers
+    return await authenticate(request, headers.get("x-api-key"), headers.get("x-organization-id"))
+
+
+# A lean route's security in the OpenAPI document, which its signature does not carry (the
+# document's tidying writes every keyed operation's requirements alike: edge main.py).
+KEYED: dict[str, Any] = {"security": [{"ApiKey": []}]}
+
+
 # Dependencies are async even when trivial: a sync one costs a thread-pool round trip, and
 # edge has no blocking work to do at all.
 async def request_id(request: Request) -> str:

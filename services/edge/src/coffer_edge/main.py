@@ -24,7 +24,6 @@ from coffer_edge.ratelimit import RateLimiter
 from coffer_edge.routers import assets, folders, transform_presets, tus, uploads, usage, webhooks
 from coffer_edge.sweeper import sweep_forever
 from coffer_kit.app import base_app
-from coffer_kit.fastpath import fast_route
 from coffer_kit.health import ReadinessCheck, health_router
 from coffer_kit.internal import internal_client
 from coffer_kit.limits import MAX_FILE_BYTES, MAX_UPLOAD_BODY_BYTES
@@ -184,10 +183,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     _tidy_document(app)
     app.include_router(health_router(_dependency_checks(app)))
     app.include_router(folders.router)
+    app.include_router(assets.lean_router)
     app.include_router(assets.router)
     app.include_router(assets.json_router)
-    fast_route(app, assets.router, "/api/assets/{asset_id}", assets.get_asset_fast)
-    fast_route(app, assets.router, "/api/assets", assets.upload_asset_fast, method="POST")
     app.include_router(usage.router)
     app.include_router(uploads.router)
     app.include_router(uploads.json_router)

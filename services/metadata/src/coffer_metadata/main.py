@@ -8,12 +8,11 @@ from sqlmodel import Session
 
 from coffer_kit.app import database_service_app
 from coffer_kit.db import DatabaseState
-from coffer_kit.fastpath import fast_route
 from coffer_kit.internal_token import require_internal_token
 from coffer_kit.metrics import register_gauge
 from coffer_kit.state import installed_state
 from coffer_metadata.assets import repository
-from coffer_metadata.assets.router import commit_upload_fast, get_asset_fast, register_intent_fast
+from coffer_metadata.assets.router import hot_router as hot_assets_router
 from coffer_metadata.assets.router import router as assets_router
 from coffer_metadata.config import Settings
 from coffer_metadata.events import router as events_router
@@ -58,13 +57,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lambda: _tus(state.database.engine) if (state := installed_state(app, DatabaseState)) else [],
     )
     internal = [Depends(require_internal_token)]
+    # Lean routes: each checks the internal token itself (coffer_kit.routes).
+    app.include_router(hot_assets_router)
     app.include_router(folders_router, dependencies=internal)
     app.include_router(assets_router, dependencies=internal)
     app.include_router(events_router, dependencies=internal)
     app.include_router(tus_router, dependencies=internal)
     app.include_router(webhooks_router, dependencies=internal)
-    fast_route(app, assets_router, "/internal/v1/orgs/{org_id}/assets/{asset_id}", get_asset_fast)
-    # The upload's two writes: per request, FastAPI's routing and solver cost more than the SQL.
-    fast_route(app, assets_router, "/internal/v1/orgs/{org_id}/intents", register_intent_fast, method="POST")
-    fast_route(app, assets_router, "/internal/v1/orgs/{org_id}/assets", commit_upload_fast, method="POST")
     return app

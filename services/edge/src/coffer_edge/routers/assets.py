@@ -17,7 +17,7 @@ from starlette.requests import ClientDisconnect
 
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
-from coffer_edge.deps import BlobDep, MetadataDep, PrincipalDep, RequestIdDep, authenticate, edge_state
+from coffer_edge.deps import KEYED, BlobDep, MetadataDep, PrincipalDep, RequestIdDep, edge_state, principal_of
 from coffer_edge.metrics import UPLOAD_BYTES, UPLOAD_DURATION, UPLOADS
 from coffer_edge.routers.folders import JSONRoute
 from coffer_edge.schemas import (
@@ -57,12 +57,17 @@ from coffer_kit.limits import (
     PAGE_OFFSET_DEFAULT,
 )
 from coffer_kit.resources import Visibility
+from coffer_kit.routes import LeanRoute
 from coffer_kit.wire import Stored, TransformFields, UploadCommit
 
 log = logging.getLogger("coffer.edge.assets")
 router = APIRouter(prefix="/api/assets", tags=["assets"])
 # Routes with a JSON body: the media type is checked before the body is parsed.
 json_router = APIRouter(prefix="/api/assets", tags=["assets"], route_class=JSONRoute)
+# The two hot routes (the asset GET, the upload): lean routes, which read the key and the state
+# themselves instead of through FastAPI's dependency solver (coffer_kit.routes), whose work
+# cost more than the rest of edge's share of a GET; their security is in the document by hand.
+lean_router = APIRouter(prefix="/api/assets", tags=["assets"], route_class=LeanRoute)
 
 
 class _CappedBody:
@@ -175,28 +180,23 @@ def media_type_allowed(mime_type: str, allowed: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(mime_type, pattern) for pattern in allowed)
 
 
-@router.post(
-    "", status_code=201, response_model=AssetOut, responses=errors(404, 413, 415), openapi_extra=UPLOAD_BODY
+@lean_router.post(
+    "",
+    status_code=201,
+    response_model=AssetOut,
+    responses=errors(404, 413, 415),
+    openapi_extra={**UPLOAD_BODY, **KEYED},
 )
-async def upload_asset(
-    request: Request, principal: PrincipalDep, metadata: MetadataDep, blob: BlobDep, rid: RequestIdDep
-) -> Any:
+async def upload_asset(request: Request) -> Response:
     """Upload a file (multipart/form-data: `file`, optional `name` and `folderId`)."""
+    principal = await principal_of(request)
+    state = edge_state(request)
     scope = UploadScope(
         organization_id=principal.organization_id,
         quota_bytes=principal.quota_bytes,
         visibility=principal.default_visibility,
     )
-    return await upload_response(request, scope, metadata, blob, rid)
-
-
-async def upload_asset_fast(request: Request) -> Response:
-    """``upload_asset`` with its dependencies resolved by hand, for coffer_kit.fastpath (as
-    ``get_asset_fast``): the upload is the other hot route."""
-    headers = request.headers
-    principal = await authenticate(request, headers.get("x-api-key"), headers.get("x-organization-id"))
-    state = edge_state(request)
-    return await upload_asset(request, principal, state.metadata, state.blob, request_id_of(request) or "")  # type: ignore[no-any-return]
+    return await upload_response(request, scope, state.metadata, state.blob, request_id_of(request) or "")
 
 
 async def upload_response(
@@ -378,22 +378,15 @@ async def list_assets(
     return Response(page, media_type="application/json")
 
 
-@router.get("/{asset_id}", response_model=AssetOut, responses=errors(404))
-async def get_asset(
-    asset_id: str, principal: PrincipalDep, metadata: MetadataDep, rid: RequestIdDep
-) -> Response:
+@lean_router.get("/{asset_id}", response_model=AssetOut, responses=errors(404), openapi_extra=KEYED)
+async def get_asset(request: Request, asset_id: str) -> Response:
     """One asset."""
-    asset = await metadata.get_asset_body(principal.organization_id, asset_id, request_id=rid)
-    return Response(asset, media_type="application/json")
-
-
-async def get_asset_fast(request: Request) -> Response:
-    """``get_asset`` with its dependencies resolved by hand, for coffer_kit.fastpath: the
-    same authentication, rate limit, client and request id, without FastAPI's solver."""
-    headers = request.headers
-    principal = await authenticate(request, headers.get("x-api-key"), headers.get("x-organization-id"))
+    principal = await principal_of(request)
     metadata = edge_state(request).metadata
-    return await get_asset(request.path_params["asset_id"], principal, metadata, request_id_of(request) or "")
+    asset = await metadata.get_asset_body(
+        principal.organization_id, asset_id, request_id=request_id_of(request) or ""
+    )
+    return Response(asset, media_type="application/json")
 
 
 @json_router.patch("/{asset_id}", response_model=AssetOut, responses=errors(404, 415))

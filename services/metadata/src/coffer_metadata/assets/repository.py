@@ -11,7 +11,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Row
 from sqlmodel import Session, col, delete, select
 
-from coffer_kit.db import Database, PointQuery
+from coffer_kit.db import Database, KeyedRead
 from coffer_metadata.models import Asset, Tombstone, TusUpload, UploadIntent, Usage
 
 
@@ -35,10 +35,10 @@ _VIEW = sa.select(
     _assets.c.updated_at,
     _assets.c.visibility,
 )
-_GET_ROW = PointQuery(
+_GET_ROW = KeyedRead(
     _VIEW.where(_assets.c.organization_id == sa.bindparam("org_id"), _assets.c.id == sa.bindparam("asset_id"))
 )
-_OWNER = sa.select(_assets.c.organization_id).where(_assets.c.id == sa.bindparam("asset_id"))
+_OWNER = KeyedRead(sa.select(_assets.c.organization_id).where(_assets.c.id == sa.bindparam("asset_id")))
 
 # The listing without search: newest first (created_at desc, then id desc), in one of three
 # scopes, each served by an index (organization_id[, folder_id], created_at, id).
@@ -117,7 +117,13 @@ def _scope(folder_id: str | None, root_only: bool) -> Scope:
 
 def owner(connection: Connection, asset_id: str) -> str | None:
     """The organization an asset belongs to, if it exists: tells 403 from 404, reads nothing else."""
-    return connection.execute(_OWNER, {"asset_id": asset_id}).scalar()
+    return connection.execute(_OWNER.statement, {"asset_id": asset_id}).scalar()
+
+
+async def read_owner(database: Database, asset_id: str) -> str | None:
+    """``owner``, read as the asset GET reads its row."""
+    row = await _OWNER.first(database, {"asset_id": asset_id})
+    return None if row is None else str(row.organization_id)
 
 
 async def get_row(database: Database, *, org_id: str, asset_id: str) -> Any | None:

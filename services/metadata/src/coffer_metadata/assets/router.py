@@ -7,12 +7,11 @@ from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from coffer_kit.db import run_read
+from coffer_kit.db import DatabaseState, run_read
 from coffer_kit.errors import invalid
-from coffer_kit.fastpath import json_body
 from coffer_kit.internal_token import require_internal_token
 from coffer_kit.limits import (
     MAX_NAME_CHARS,
@@ -23,6 +22,8 @@ from coffer_kit.limits import (
 )
 from coffer_kit.names import normalize_name
 from coffer_kit.resources import Asset, Visibility
+from coffer_kit.routes import LeanRoute, json_body, json_request_body
+from coffer_kit.state import request_state
 from coffer_kit.urls import asset_prefix
 from coffer_kit.wire import (
     Done,
@@ -35,7 +36,7 @@ from coffer_kit.wire import (
     UploadTarget,
 )
 from coffer_metadata.assets import repository, service
-from coffer_metadata.deps import DatabaseDep, SessionDep, SettingsDep, database_of, get_settings
+from coffer_metadata.deps import DatabaseDep, SessionDep, SettingsDep
 from coffer_metadata.events import ActorDep, actor_of
 from coffer_metadata.folders.service import UNSET, check_folder
 from coffer_metadata.names import default_name
@@ -45,33 +46,32 @@ Sort = repository.Sort
 router = APIRouter(prefix="/internal/v1")
 
 
+# The hot routes (the asset GET, the upload's two writes) are lean routes: each reads its
+# request itself, the internal token first, instead of through FastAPI's dependency solver,
+# whose work per request cost more than the SQL (coffer_kit.routes). main.py includes this
+# router without the internal token dependency, which a lean route would never run.
+hot_router = APIRouter(prefix="/internal/v1", route_class=LeanRoute)
+
+
 # The upload's two writes go through the group commit (``Database.write``): concurrent
 # uploads share a transaction and its fsync, and each costs one worker-thread trip.
-@router.post("/orgs/{org_id}/intents", status_code=201)
-async def register_intent(
-    org_id: str, body: IntentIn, settings: SettingsDep, database: DatabaseDep
-) -> IntentOut:
+@hot_router.post("/orgs/{org_id}/intents", status_code=201, openapi_extra=json_request_body(IntentIn))
+async def register_intent(request: Request, org_id: str) -> Response:
+    await require_internal_token(request)
+    body = await json_body(request, IntentIn)
+    state = request_state(request, DatabaseState)
     intent = functools.partial(
         service.register_intent,
         org_id=org_id,
         asset_id=body.asset_id,
-        max_in_flight=settings.metadata_max_uploads_in_flight,
+        max_in_flight=state.settings.metadata_max_uploads_in_flight,
         reserve_bytes=body.reserve_bytes,
         least_bytes=body.least_bytes,
         quota_bytes=body.quota_bytes,
     )
-    await database.write(intent)
-    return IntentOut(prefix=asset_prefix(org_id, body.asset_id))
-
-
-async def register_intent_fast(request: Request) -> JSONResponse:
-    """``register_intent`` for coffer_kit.fastpath: the upload's first write, once per upload."""
-    await require_internal_token(request)
-    body = await json_body(request, IntentIn)
-    out = await register_intent(
-        request.path_params["org_id"], body, await get_settings(request), await database_of(request)
-    )
-    return JSONResponse(out.model_dump(mode="json", by_alias=True), status_code=201)
+    await state.database.write(intent)
+    out = IntentOut(prefix=asset_prefix(org_id, body.asset_id))
+    return Response(out.wire(), status_code=201, media_type="application/json")
 
 
 @router.delete("/orgs/{org_id}/intents/{asset_id}")
@@ -80,13 +80,14 @@ async def abandon_intent(org_id: str, asset_id: str, database: DatabaseDep) -> D
     return Done()
 
 
-@router.post("/orgs/{org_id}/assets", status_code=201)
-async def commit_upload(
-    org_id: str, body: UploadCommit, settings: SettingsDep, database: DatabaseDep, actor: ActorDep
-) -> JSONResponse:
+@hot_router.post("/orgs/{org_id}/assets", status_code=201, openapi_extra=json_request_body(UploadCommit))
+async def commit_upload(request: Request, org_id: str) -> JSONResponse:
+    await require_internal_token(request)
+    body = await json_body(request, UploadCommit)
+    state = request_state(request, DatabaseState)
     commit = functools.partial(
         service.commit_upload_view,
-        actor=actor,
+        actor=actor_of(request),
         org_id=org_id,
         asset_id=body.id,
         key=body.key,
@@ -97,21 +98,13 @@ async def commit_upload(
         sha256=body.sha256,
         quota_bytes=body.quota_bytes,
         visibility=body.visibility,
-        cdn_url=settings.cdn_url,
+        cdn_url=state.settings.cdn_url,
     )
-    return JSONResponse(await database.write(commit), status_code=201)
-
-
-async def commit_upload_fast(request: Request) -> JSONResponse:
-    """``commit_upload`` for coffer_kit.fastpath: the upload's second write."""
-    await require_internal_token(request)
-    body = await json_body(request, UploadCommit)
-    settings, database = await get_settings(request), await database_of(request)
-    return await commit_upload(request.path_params["org_id"], body, settings, database, actor_of(request))
+    return JSONResponse(await state.database.write(commit), status_code=201)
 
 
 # The two hot reads, answered without re-encoding: a page in one worker-thread trip, one asset
-# by key on the event loop with SQLite (coffer_kit.db.PointQuery).
+# by key on the event loop (coffer_kit.db.KeyedRead).
 @router.get("/orgs/{org_id}/assets")
 async def list_assets(
     org_id: str,
@@ -139,21 +132,12 @@ async def list_assets(
     return JSONResponse(await run_read(database.engine, page))
 
 
-@router.get("/orgs/{org_id}/assets/{asset_id}")
-async def get_asset(org_id: str, asset_id: str, database: DatabaseDep, settings: SettingsDep) -> JSONResponse:
-    return JSONResponse(
-        await service.read_view(database, org_id=org_id, asset_id=asset_id, cdn_url=settings.cdn_url)
-    )
-
-
-async def get_asset_fast(request: Request) -> JSONResponse:
-    """``get_asset`` with its dependencies (the internal token included) resolved by hand,
-    for coffer_kit.fastpath."""
+@hot_router.get("/orgs/{org_id}/assets/{asset_id}")
+async def get_asset(request: Request, org_id: str, asset_id: str) -> JSONResponse:
     await require_internal_token(request)
-    params = request.path_params
-    return await get_asset(
-        params["org_id"], params["asset_id"], await database_of(request), await get_settings(request)
-    )
+    state = request_state(request, DatabaseState)
+    view = service.read_view(state.database, org_id=org_id, asset_id=asset_id, cdn_url=state.settings.cdn_url)
+    return JSONResponse(await view)
 
 
 @router.get("/orgs/{org_id}/usage")

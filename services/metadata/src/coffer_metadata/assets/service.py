@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -11,7 +10,7 @@ from prometheus_client import Counter
 from sqlalchemy.engine import Connection, Row
 from sqlmodel import Session
 
-from coffer_kit.db import Database, point_read
+from coffer_kit.db import Database
 from coffer_kit.errors import (
     CofferError,
     conflict,
@@ -59,8 +58,12 @@ def view(asset: Asset | Row | SimpleNamespace, cdn_url: str) -> dict[str, Any]: 
 def _missing(connection: Connection, asset_id: str) -> CofferError:
     """Why the organization has no such asset: 403 if it is another's, 404 if none."""
     if is_asset_id(asset_id) and repository.owner(connection, asset_id) is not None:
-        return forbidden(f"Asset {asset_id} belongs to another organization.")
+        return _elsewhere(asset_id)
     return not_found(f"Asset {asset_id} does not exist.")
+
+
+def _elsewhere(asset_id: str) -> CofferError:
+    return forbidden(f"Asset {asset_id} belongs to another organization.")
 
 
 async def read_view(database: Database, *, org_id: str, asset_id: str, cdn_url: str) -> dict[str, Any]:
@@ -69,7 +72,9 @@ async def read_view(database: Database, *, org_id: str, asset_id: str, cdn_url: 
         raise not_found(f"Asset {asset_id!r} does not exist.")
     row = await repository.get_row(database, org_id=org_id, asset_id=asset_id)
     if row is None:
-        raise await point_read(database, functools.partial(_missing, asset_id=asset_id))
+        if await repository.read_owner(database, asset_id) is not None:
+            raise _elsewhere(asset_id)
+        raise not_found(f"Asset {asset_id} does not exist.")
     return view(row, cdn_url)
 
 
