@@ -129,7 +129,6 @@ class Dispatcher:
     engine: Engine
     box: SecretBox = field(init=False)
     policy: AddressPolicy = field(init=False)
-    in_flight: dict[str, int] = field(default_factory=dict)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -183,7 +182,6 @@ class Dispatcher:
         if free <= 0:
             return
         for job in await asyncio.to_thread(self.claim, free):
-            self.in_flight[job.endpoint_id] = self.in_flight.get(job.endpoint_id, 0) + 1
             task = asyncio.create_task(self._deliver(job))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
@@ -393,11 +391,6 @@ class Dispatcher:
         except Exception:
             log.exception("webhook delivery crashed", extra={"delivery_id": job.delivery_id})
         finally:
-            left = self.in_flight.get(job.endpoint_id, 1) - 1
-            if left > 0:
-                self.in_flight[job.endpoint_id] = left
-            else:
-                self.in_flight.pop(job.endpoint_id, None)
             self._wake.set()
 
     async def send(self, job: Job) -> Outcome:
