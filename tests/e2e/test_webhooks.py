@@ -526,8 +526,5 @@ def test_a_delivery_span_links_to_the_change_that_caused_it(
             time.sleep(0.05)
         deliver = next(s for s in spans if s["name"] == "webhook deliver")
         assert deliver["service"] == "coffer-webhooks"
-        # The loop's polls (ten a second since the dispatcher started) make no spans: what it
-        # reports is the deliveries and their own statements.
-        assert len([s for s in spans if s["service"] == "coffer-webhooks"]) < 20, len(spans)
     finally:
         server.shutdown()
