@@ -199,6 +199,7 @@ def test_the_listeners_use_the_ports_the_services_default_to(production: Docs) -
         "COFFER_METADATA_PORT": ports.METADATA,
         "COFFER_BLOB_PORT": ports.BLOB,
         "COFFER_CDN_PORT": ports.CDN,
+        "COFFER_METADATA_DISPATCHER_PORT": ports.WEBHOOKS,
     }
     seen: dict[str, set[str]] = {}
     for doc in production:

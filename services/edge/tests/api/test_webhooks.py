@@ -54,6 +54,8 @@ def test_bad_bodies_are_400_or_415(tenant: Any) -> None:
     assert_error(api.patch(path, json={"url": "https://10.0.0.7/"}), 400, "invalid_request")
     assert_error(api.get("/api/webhooks/whk_nope"), 404, "not_found")
     assert_error(api.get(f"{path}/deliveries", params={"limit": 0}), 400, "invalid_request")
+    far = api.get(f"{path}/deliveries", params={"offset": 2**63 - 1})  # the contract's largest offset
+    assert far.status_code == 200 and far.json()["deliveries"] == []
     assert_error(api.post(f"{path}/deliveries/whd_nope/redeliver"), 404, "not_found")
 
 

@@ -112,8 +112,13 @@ def mark_audited(session: Session, *, ids: list[str], keep_days: int) -> None:
         sa.select(_events.c.id)
         .where(
             _events.c.audited.is_(True),
-            # Not before the webhook dispatcher has made its deliveries (they keep their own body).
-            _events.c.dispatched.is_(True),
+            # Not before the webhook dispatcher has made its deliveries (they keep their own
+            # body), unless none has run for twice the retention: the outbox stays bounded in
+            # an install without the dispatcher.
+            sa.or_(
+                _events.c.dispatched.is_(True),
+                _events.c.created_at < utcnow() - timedelta(days=2 * keep_days),
+            ),
             _events.c.created_at < utcnow() - timedelta(days=keep_days),
         )
         .limit(AUDIT_BATCH_MAX)

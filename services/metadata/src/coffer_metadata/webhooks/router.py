@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Query
 
 from coffer_kit.errors import invalid
-from coffer_kit.limits import PAGE_LIMIT_MAX
+from coffer_kit.limits import PAGE_LIMIT_MAX, PAGE_OFFSET_MAX
 from coffer_kit.webhooks import (
     WebhookAttemptList,
     WebhookCreate,
@@ -92,7 +92,7 @@ def list_deliveries(
     webhook_id: str,
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = 50,
-    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    offset: Annotated[int, Query(ge=0, le=PAGE_OFFSET_MAX)] = 0,
 ) -> WebhookAttemptList:
     return service.attempts_page(session, org_id=org_id, webhook_id=webhook_id, limit=limit, offset=offset)
 
