@@ -12,8 +12,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, cast, get_args
 
+import click
 import typer
 
 from coffer_client import errors, profiles
@@ -21,6 +22,11 @@ from coffer_client._options import CHUNK, RetryPolicy
 from coffer_client._progress import counted, human, transfers
 from coffer_client.paths import join_path, split_path
 from coffer_client.transforms import MAX_QUALITY, MAX_SIDE, MIN_QUALITY, Fit, Format, Transform
+
+# --fit and --format as click choices: typer reads Literal types only from a newer release than
+# the oldest the client admits (the lowest-direct install test runs it).
+FIT_CHOICE = click.Choice(get_args(Fit))
+FORMAT_CHOICE = click.Choice(get_args(Format))
 
 # The SDK (httpx, pydantic, tenacity) and rich load when a command needs them, not at start:
 # ``coffer --help`` and ``--version`` stay quick, and ``-q`` never loads rich (docs/client.md).
@@ -586,16 +592,21 @@ def url(
         typer.Option("--height", min=1, max=MAX_SIDE, metavar="PX", help="Image: at most this high."),
     ] = None,
     fit: Annotated[
-        Fit | None,
+        str | None,
         typer.Option(
             "--fit",
+            click_type=FIT_CHOICE,
             help="Image, in a width x height box: crop to fill it (cover), pad to it (contain), "
             "or fit in it (inside).",
         ),
     ] = None,
     fmt: Annotated[
-        Format | None,
-        typer.Option("--format", help="Image: re-encode (auto: the best the downloader accepts)."),
+        str | None,
+        typer.Option(
+            "--format",
+            click_type=FORMAT_CHOICE,
+            help="Image: re-encode (auto: the best the downloader accepts).",
+        ),
     ] = None,
     quality: Annotated[
         int | None,
@@ -622,7 +633,14 @@ def url(
         if public and preset is None:
             usage_error("a public URL takes --preset only; leave out --public for a signed URL")
         try:
-            transform = Transform(w=width, h=height, fit=fit, fmt=fmt, q=quality, preset=preset)
+            transform = Transform(
+                w=width,
+                h=height,
+                fit=cast("Fit | None", fit),
+                fmt=cast("Format | None", fmt),
+                q=quality,
+                preset=preset,
+            )
         except ValueError as exc:
             usage_error(str(exc))
     c = state(ctx).client()
@@ -682,8 +700,8 @@ def presets_set(
     name: Annotated[str, typer.Argument(metavar="NAME", help="a-z, 0-9, - and _; up to 32 characters.")],
     width: Annotated[int | None, typer.Option("--width", min=1, max=MAX_SIDE, metavar="PX")] = None,
     height: Annotated[int | None, typer.Option("--height", min=1, max=MAX_SIDE, metavar="PX")] = None,
-    fit: Annotated[Fit | None, typer.Option("--fit")] = None,
-    fmt: Annotated[Format | None, typer.Option("--format")] = None,
+    fit: Annotated[str | None, typer.Option("--fit", click_type=FIT_CHOICE)] = None,
+    fmt: Annotated[str | None, typer.Option("--format", click_type=FORMAT_CHOICE)] = None,
     quality: Annotated[
         int | None, typer.Option("--quality", min=MIN_QUALITY, max=MAX_QUALITY, metavar="20-100")
     ] = None,
@@ -696,7 +714,9 @@ def presets_set(
     """
     if width is None and height is None and fmt is None:
         usage_error("give at least one of --width, --height, --format")
-    transform = Transform(w=width, h=height, fit=fit, fmt=fmt, q=quality)
+    transform = Transform(
+        w=width, h=height, fit=cast("Fit | None", fit), fmt=cast("Format | None", fmt), q=quality
+    )
     made = state(ctx).client().put_transform_preset(name, transform)
     if as_json:
         dump(made)
