@@ -9,13 +9,15 @@ object is stored with its visibility (CONTRACT §12): the ``visibility`` field, 
 only after the whole body has been parsed, so any refusal or failure leaves nothing in
 storage.
 
-Receiving and writing overlap: the request handler parses and queues batches, and a writer
-task hashes and writes them in order, each in a worker-thread trip, with at most
-``QUEUE_SLOTS`` waiting (so an upload holds a few MiB at most, and a slow disk slows the
-sender down). A task rather than a thread of its own per upload: a thread held for a whole
-upload would take a thread-pool slot from the CDN and readiness checks for as long as the
-slowest client sends. A file that fits in one batch skips the queue: opened, written and
-committed in one worker-thread trip.
+Receiving, hashing and writing overlap, on up to three cores' worth of threads: the request
+handler parses on the event loop and queues batches (the pieces the socket delivered, never
+joined), a hasher task feeds them to SHA-256 and a writer task writes them in order
+(``writev``), each in worker-thread trips, which hashlib and the write spend outside the GIL.
+Each queue holds at most ``QUEUE_SLOTS`` batches (so an upload holds a few MiB at most, and a
+slow disk slows the sender down). Tasks rather than threads of their own per upload: a
+thread held for a whole upload would take a thread-pool slot from the CDN and readiness
+checks for as long as the slowest client sends. A file that fits in one batch skips the
+queues: opened, hashed, written and committed in one worker-thread trip.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ MAX_PART_HEAD_BYTES = 16 * 1024
 MAX_PARTS = 64
 # File bytes handed to the driver in one call: few thread hops, bounded memory.
 WRITE_BATCH = 1024 * 1024
-# Batches queued for the writer task: receiving runs at most this far ahead of writing.
+# Batches queued for the hasher and for the writer task: receiving runs at most this far
+# ahead of either.
 QUEUE_SLOTS = 2
 # After a refusal, read and drop at most this much more so the caller can read the answer
 # (edge caps the whole body at MAX_FILE_BYTES + 1 MiB, so this is never reached through edge).
@@ -117,9 +120,10 @@ class _FileTarget(_PartTarget):
         self.pending.append(chunk)
         self.pending_bytes += len(chunk)
 
-    def take(self) -> bytes:
-        data = b"".join(self.pending)
-        self.pending.clear()
+    def take(self) -> list[bytes]:
+        """The pieces received since the last take, as they came (joined by no one: the
+        driver writes them with one ``writev``)."""
+        data, self.pending = self.pending, []
         self.pending_bytes = 0
         return data
 
@@ -171,6 +175,13 @@ class _PartHeads:
     def feed(self, chunk: bytes) -> None:
         if self.done:
             return
+        if self.head_start is None and self._no_delimiter(chunk):
+            # Inside a part's data with no delimiter in reach (almost every piece of a large
+            # file): keep the tail, without copying the piece onto what was held.
+            keep = min(len(self.delimiter) - 1, len(self.held) + len(chunk))
+            self.base += len(self.held) + len(chunk) - keep
+            self.held = (self.held + chunk)[-keep:] if len(chunk) < keep else chunk[-keep:]
+            return
         data, pos = self.held + chunk, 0
         while True:
             if self.head_start is None:  # in a part's data: look for the next delimiter
@@ -200,6 +211,12 @@ class _PartHeads:
             self.head_start, pos = None, end + 4
         self.base += len(data) - keep
         self.held = data[len(data) - keep :]
+
+    def _no_delimiter(self, chunk: bytes) -> bool:
+        """Whether no delimiter starts in what is held or in ``chunk``: one spanning both is
+        within the held bytes and the first ``len(delimiter) - 1`` of ``chunk``."""
+        reach = len(self.delimiter) - 1
+        return self.delimiter not in self.held + chunk[:reach] and self.delimiter not in chunk
 
 
 class _Preamble:
@@ -267,10 +284,11 @@ class _Upload:
         self.writer: Writer | None = None
         self.sha256 = hashlib.sha256()
         self.committed = False
-        # The writer task and its queue, once the file outgrows one batch (a small file is
-        # written and committed in one worker-thread trip, and needs neither).
+        # The hasher and writer tasks and their queues, once the file outgrows one batch (a
+        # small file is written and committed in one worker-thread trip, and needs neither).
         self._tasks: TaskGroup | None = None
-        self._batches_in: MemoryObjectSendStream[bytes] | None = None
+        self._batches_in: MemoryObjectSendStream[list[bytes]] | None = None
+        self._hashes_in: MemoryObjectSendStream[list[bytes]] | None = None
         self._write_failure: Exception | None = None
         self._discard = False  # the upload was refused: queued batches are dropped
 
@@ -302,6 +320,8 @@ class _Upload:
             finally:
                 if self._batches_in is not None:
                     self._batches_in.close()  # the writer task ends when the queue is empty
+                if self._hashes_in is not None:
+                    self._hashes_in.close()  # and the hasher task likewise
         refused = refused or self._write_failure
         if isinstance(refused, (CofferError, StorageUnavailable)):
             # Refused mid-body: drop what was written, and read the rest of the body so the
@@ -355,12 +375,17 @@ class _Upload:
         if self.file.too_large:
             raise file_too_large()
         if self.file.pending_bytes >= WRITE_BATCH:
-            if self._batches_in is None:
+            if self._batches_in is None or self._hashes_in is None:
                 assert self._tasks is not None
-                self._batches_in, batches_out = anyio.create_memory_object_stream[bytes](QUEUE_SLOTS)
+                self._batches_in, batches_out = anyio.create_memory_object_stream[list[bytes]](QUEUE_SLOTS)
+                self._hashes_in, hashes_out = anyio.create_memory_object_stream[list[bytes]](QUEUE_SLOTS)
                 self._tasks.start_soon(self._write_batches, batches_out)
+                self._tasks.start_soon(self._hash_batches, hashes_out)
+            batch = self.file.take()
+            # Each waits while its queue is full. The hasher never fails, so never stops first.
+            await self._hashes_in.send(batch)
             try:
-                await self._batches_in.send(self.file.take())  # waits while the queue is full
+                await self._batches_in.send(batch)
             except anyio.BrokenResourceError:  # the writer task stopped: a write failed
                 assert self._write_failure is not None
                 raise self._write_failure from None
@@ -383,8 +408,8 @@ class _Upload:
         except UnicodeDecodeError:
             raise invalid(f"The '{name}' field is not valid UTF-8.", field=name) from None
 
-    async def _write_batches(self, batches: MemoryObjectReceiveStream[bytes]) -> None:
-        """The writer task: queued batches, hashed and written in order in worker threads."""
+    async def _write_batches(self, batches: MemoryObjectReceiveStream[list[bytes]]) -> None:
+        """The writer task: queued batches, written in order in worker threads."""
         async with batches:  # closed on the way out, which wakes a waiting sender
             async for data in batches:
                 if self._discard:
@@ -395,15 +420,29 @@ class _Upload:
                     self._write_failure = exc
                     return
 
-    def _write(self, data: bytes) -> None:
-        # In a worker thread: hashlib releases the GIL on large buffers, as does the write.
+    async def _hash_batches(self, batches: MemoryObjectReceiveStream[list[bytes]]) -> None:
+        """The hasher task: queued batches, fed to SHA-256 in order in worker threads, while
+        the writer task writes them (hashlib leaves the GIL on pieces of 2 KiB or more)."""
+        async with batches:
+            async for data in batches:
+                if self._discard:
+                    return
+                await run_in_threadpool(self._hash, data)
+
+    def _hash(self, data: list[bytes]) -> None:
+        update = self.sha256.update
+        for piece in data:
+            update(piece)
+
+    def _write(self, data: list[bytes]) -> None:
+        # In a worker thread: the write leaves the GIL.
         if self.writer is None:
             self.writer = self.storage.open_writer(self.key)
-        self.sha256.update(data)
-        self.writer.write(data)
+        self.writer.write_many(data)
 
-    def _finish(self, data: bytes, content_type: str) -> tuple[ObjectInfo, str]:
+    def _finish(self, data: list[bytes], content_type: str) -> tuple[ObjectInfo, str]:
         """In a worker thread: the last batch (or the whole file) and the commit."""
+        self._hash(data)
         self._write(data)
         assert self.writer is not None
         sha256 = self.sha256.hexdigest()
