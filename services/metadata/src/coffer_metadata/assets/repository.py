@@ -169,6 +169,26 @@ def page(
     return rows[::-1] if from_oldest and walk == "rows" else rows
 
 
+# A page of every asset that skips at most this many entries is read on the event loop with
+# SQLite (``point_read``): the skip and the page are index steps and 50 rows, well under a
+# millisecond; a thread trip and the GIL passing between the pool's threads cost more
+# (docs/performance.md, issue 27).
+LOOP_PAGE_OFFSET_MAX = 500
+
+
+def count_all(connection: Connection, *, org_id: str) -> int:
+    """Every asset of the organization: the usage row's count, kept in the same transactions."""
+    return int(connection.execute(_COUNT["all"], {"org_id": org_id}).scalar() or 0)
+
+
+def first_page(connection: Connection, *, org_id: str, limit: int, offset: int, total: int) -> list[Row]:  # type: ignore[type-arg]
+    """``page`` of every asset, at most ``LOOP_PAGE_OFFSET_MAX`` entries in, on a connection."""
+    if offset >= total:
+        return []
+    params = {"org_id": org_id, "folder_id": None, "limit": limit, "offset": offset}
+    return list(connection.execute(_PAGE["all", False, "rows"], params))
+
+
 def count(session: Session, *, org_id: str, folder_id: str | None, root_only: bool) -> int:
     params = {"org_id": org_id, "folder_id": folder_id}
     return int(session.connection().execute(_COUNT[_scope(folder_id, root_only)], params).scalar() or 0)
