@@ -9,15 +9,16 @@ object is stored with its visibility (CONTRACT §12): the ``visibility`` field, 
 only after the whole body has been parsed, so any refusal or failure leaves nothing in
 storage.
 
-Receiving, hashing and writing overlap, on up to three cores' worth of threads: the request
-handler parses on the event loop and queues batches (the pieces the socket delivered, never
-joined), a hasher task feeds them to SHA-256 and a writer task writes them in order
-(``writev``), each in worker-thread trips, which hashlib and the write spend outside the GIL.
-Each queue holds at most ``QUEUE_SLOTS`` batches (so an upload holds a few MiB at most, and a
-slow disk slows the sender down). Tasks rather than threads of their own per upload: a
-thread held for a whole upload would take a thread-pool slot from the CDN and readiness
-checks for as long as the slowest client sends. A file that fits in one batch skips the
-queues: opened, hashed, written and committed in one worker-thread trip.
+Receiving and writing overlap: the request handler parses on the event loop and queues
+batches (the pieces the socket delivered, never joined), and a writer task hashes them and
+writes them in order (one ``writev``), each batch in a worker-thread trip, which hashlib and
+the write spend outside the GIL, with at most ``QUEUE_SLOTS`` waiting (so an upload holds a
+few MiB at most, and a slow disk slows the sender down). A task rather than a thread of its
+own per upload: a thread held for a whole upload would take a thread-pool slot from the CDN
+and readiness checks for as long as the slowest client sends. (A hasher task of its own,
+beside the writer, was tried: no faster on a loaded machine, and 6-14 MiB more RSS on S3;
+docs/performance.md, issue 27.) A file that fits in one batch skips the queue: opened,
+hashed, written and committed in one worker-thread trip.
 """
 
 from __future__ import annotations
@@ -58,8 +59,7 @@ MAX_PART_HEAD_BYTES = 16 * 1024
 MAX_PARTS = 64
 # File bytes handed to the driver in one call: few thread hops, bounded memory.
 WRITE_BATCH = 1024 * 1024
-# Batches queued for the hasher and for the writer task: receiving runs at most this far
-# ahead of either.
+# Batches queued for the writer task: receiving runs at most this far ahead of writing.
 QUEUE_SLOTS = 2
 # After a refusal, read and drop at most this much more so the caller can read the answer
 # (edge caps the whole body at MAX_FILE_BYTES + 1 MiB, so this is never reached through edge).
@@ -284,11 +284,10 @@ class _Upload:
         self.writer: Writer | None = None
         self.sha256 = hashlib.sha256()
         self.committed = False
-        # The hasher and writer tasks and their queues, once the file outgrows one batch (a
-        # small file is written and committed in one worker-thread trip, and needs neither).
+        # The writer task and its queue, once the file outgrows one batch (a small file is
+        # written and committed in one worker-thread trip, and needs neither).
         self._tasks: TaskGroup | None = None
         self._batches_in: MemoryObjectSendStream[list[bytes]] | None = None
-        self._hashes_in: MemoryObjectSendStream[list[bytes]] | None = None
         self._write_failure: Exception | None = None
         self._discard = False  # the upload was refused: queued batches are dropped
 
@@ -320,8 +319,6 @@ class _Upload:
             finally:
                 if self._batches_in is not None:
                     self._batches_in.close()  # the writer task ends when the queue is empty
-                if self._hashes_in is not None:
-                    self._hashes_in.close()  # and the hasher task likewise
         refused = refused or self._write_failure
         if isinstance(refused, (CofferError, StorageUnavailable)):
             # Refused mid-body: drop what was written, and read the rest of the body so the
@@ -375,17 +372,12 @@ class _Upload:
         if self.file.too_large:
             raise file_too_large()
         if self.file.pending_bytes >= WRITE_BATCH:
-            if self._batches_in is None or self._hashes_in is None:
+            if self._batches_in is None:
                 assert self._tasks is not None
                 self._batches_in, batches_out = anyio.create_memory_object_stream[list[bytes]](QUEUE_SLOTS)
-                self._hashes_in, hashes_out = anyio.create_memory_object_stream[list[bytes]](QUEUE_SLOTS)
                 self._tasks.start_soon(self._write_batches, batches_out)
-                self._tasks.start_soon(self._hash_batches, hashes_out)
-            batch = self.file.take()
-            # Each waits while its queue is full. The hasher never fails, so never stops first.
-            await self._hashes_in.send(batch)
             try:
-                await self._batches_in.send(batch)
+                await self._batches_in.send(self.file.take())  # waits while the queue is full
             except anyio.BrokenResourceError:  # the writer task stopped: a write failed
                 assert self._write_failure is not None
                 raise self._write_failure from None
@@ -409,7 +401,7 @@ class _Upload:
             raise invalid(f"The '{name}' field is not valid UTF-8.", field=name) from None
 
     async def _write_batches(self, batches: MemoryObjectReceiveStream[list[bytes]]) -> None:
-        """The writer task: queued batches, written in order in worker threads."""
+        """The writer task: queued batches, hashed and written in order in worker threads."""
         async with batches:  # closed on the way out, which wakes a waiting sender
             async for data in batches:
                 if self._discard:
@@ -420,29 +412,17 @@ class _Upload:
                     self._write_failure = exc
                     return
 
-    async def _hash_batches(self, batches: MemoryObjectReceiveStream[list[bytes]]) -> None:
-        """The hasher task: queued batches, fed to SHA-256 in order in worker threads, while
-        the writer task writes them (hashlib leaves the GIL on pieces of 2 KiB or more)."""
-        async with batches:
-            async for data in batches:
-                if self._discard:
-                    return
-                await run_in_threadpool(self._hash, data)
-
-    def _hash(self, data: list[bytes]) -> None:
+    def _write(self, data: list[bytes]) -> None:
+        # In a worker thread: hashlib leaves the GIL on pieces of 2 KiB or more, as the write does.
+        if self.writer is None:
+            self.writer = self.storage.open_writer(self.key)
         update = self.sha256.update
         for piece in data:
             update(piece)
-
-    def _write(self, data: list[bytes]) -> None:
-        # In a worker thread: the write leaves the GIL.
-        if self.writer is None:
-            self.writer = self.storage.open_writer(self.key)
         self.writer.write_many(data)
 
     def _finish(self, data: list[bytes], content_type: str) -> tuple[ObjectInfo, str]:
         """In a worker thread: the last batch (or the whole file) and the commit."""
-        self._hash(data)
         self._write(data)
         assert self.writer is not None
         sha256 = self.sha256.hexdigest()
