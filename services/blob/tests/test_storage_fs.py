@@ -42,6 +42,35 @@ def read_all(storage: FsStorage, key: str, start: int = 0, end: int | None = Non
         reader.close()
 
 
+def test_write_many_writes_every_piece_in_order(storage: FsStorage) -> None:
+    """One writev per call, more pieces than one writev takes, empty ones, after a small write."""
+    pieces = [os.urandom(n % 7) for n in range(2 * fs_module._IOV_MAX + 3)]
+    pieces += [os.urandom(3 * READ_CHUNK)]
+    writer = storage.open_writer(KEY)
+    writer.write(b"head")  # buffered by the file object: must land before the pieces
+    writer.write_many(pieces)
+    writer.write_many([])
+    writer.write(b"tail")
+    data = b"head" + b"".join(pieces) + b"tail"
+    writer.commit(content_type="image/jpeg", sha256=hashlib.sha256(data).hexdigest())
+    assert read_all(storage, KEY) == data
+
+
+def test_write_many_flushes_to_disk_every_sync_every_bytes(
+    storage: FsStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(fs_module.os, "fdatasync", lambda fd: (synced.append(fd), real(fd))[1])
+    monkeypatch.setattr(fs_module._FsWriter, "_sync_every", 1000)
+    writer = storage.open_writer(KEY)
+    writer.write_many([b"x" * 600, b"y" * 300])
+    assert synced == []
+    writer.write_many([b"z" * 200])
+    assert len(synced) == 1
+    writer.abort()
+
+
 def test_write_commit_stat_read(storage: FsStorage) -> None:
     data = os.urandom(3 * READ_CHUNK + 5)
     writer = storage.open_writer(KEY)

@@ -124,6 +124,17 @@ def test_multipart_object_and_range_reads(storage: S3Storage, s3_server: S3Serve
     assert storage.open_reader("org_1/ast_1/missing.bin") is None
 
 
+def test_write_many_writes_the_pieces_in_order_across_parts(storage: S3Storage) -> None:
+    """What blob's upload pipeline calls: batches of pieces, spanning part boundaries."""
+    pieces = [os.urandom(n) for n in (1, 0, 65536, PART_SIZE - 3, 7, PART_SIZE + 5, 100)]
+    writer = storage.open_writer(KEY)
+    writer.write_many(pieces[:3])
+    writer.write_many(pieces[3:])
+    data = b"".join(pieces)
+    writer.commit(content_type="video/mp4", sha256=hashlib.sha256(data).hexdigest())
+    assert read_all(storage, KEY) == data
+
+
 def test_100_mib_streams_with_bounded_memory(storage: S3Storage, s3_server: S3Server, bucket: str) -> None:
     size = 100 * 1024 * 1024
     expected = hashlib.sha256()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -277,12 +278,12 @@ async def test_writing_overlaps_receiving_within_a_bounded_queue(
     """While the disk is slow the body keeps arriving, but at most a few batches ahead."""
     received = 0
     leads: list[int] = []
-    real_write = fs_module._FsWriter.write
+    real_write = fs_module._FsWriter.write_many
 
-    def slow_write(self: Any, chunk: bytes) -> None:
-        leads.append(received - self._fh.tell() - len(chunk))
+    def slow_write(self: Any, chunks: list[bytes]) -> None:
+        leads.append(received - os.lseek(self._fh.fileno(), 0, os.SEEK_CUR) - sum(map(len, chunks)))
         time.sleep(0.02)
-        real_write(self, chunk)
+        real_write(self, chunks)
 
     async def body() -> Any:
         nonlocal received
@@ -292,7 +293,7 @@ async def test_writing_overlaps_receiving_within_a_bounded_queue(
             yield chunk
         yield b"\r\n" + END
 
-    monkeypatch.setattr(fs_module._FsWriter, "write", slow_write)
+    monkeypatch.setattr(fs_module._FsWriter, "write_many", slow_write)
     response = await post(api, body())
     assert response.status_code == 201, response.text
     assert response.json()["size"] == 12 * MIB
@@ -305,14 +306,14 @@ async def test_writing_overlaps_receiving_within_a_bounded_queue(
 async def test_a_write_failure_mid_body_is_503_and_stores_nothing(
     api: httpx.AsyncClient, blob_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_write = fs_module._FsWriter.write
+    real_write = fs_module._FsWriter.write_many
 
-    def failing_write(self: Any, chunk: bytes) -> None:
-        if self._fh.tell() >= 3 * MIB:
+    def failing_write(self: Any, chunks: list[bytes]) -> None:
+        if os.lseek(self._fh.fileno(), 0, os.SEEK_CUR) >= 3 * MIB:
             raise StorageUnavailable("disk full")
-        real_write(self, chunk)
+        real_write(self, chunks)
 
-    monkeypatch.setattr(fs_module._FsWriter, "write", failing_write)
+    monkeypatch.setattr(fs_module._FsWriter, "write_many", failing_write)
     response = await post(api, big_body(20 * MIB))
     assert_error(response, 503, "unavailable")
     assert objects(blob_dir) == []

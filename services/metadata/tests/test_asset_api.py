@@ -216,3 +216,58 @@ async def test_ids_and_searches_that_cannot_exist_are_answered_without_the_datab
         assert response.status_code == 404, bad
     found = await api.get(f"{base}/assets", params={"q": "ke\x00"})
     assert (found.status_code, found.json()["total"]) == (200, 0)
+
+
+@pytest.mark.parametrize(
+    "loop_offset_max", [repository.FIRST_PAGE_OFFSET_MAX, -1], ids=["first-pages", "general"]
+)
+async def test_list_views_match_view(
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, loop_offset_max: int
+) -> None:
+    """A page writes each asset as the asset GET does, byte for byte (page_views' shortcuts:
+    the filename alone quoted, naive timestamps formatted as they are), whichever way the page
+    is read (every asset near the start: the usage row's total and an index walk; else the general page)."""
+    monkeypatch.setattr(repository, "FIRST_PAGE_OFFSET_MAX", loop_offset_max)
+    org = new_id("org")
+    folder = (await api.post(f"/internal/v1/orgs/{org}/folders", json={"name": "f"})).json()["id"]
+    made = []
+    for i, key_name in enumerate(["plain.bin", "r é%s #?&=+.pdf", "日本語 ファイル.txt", "a~b_c-d.e"]):
+        response = await commit_asset(
+            api,
+            org,
+            size=i + 1,
+            key_name=key_name,
+            folderId=folder if i % 2 else None,
+            visibility="private" if i == 2 else "public",
+        )
+        assert response.status_code == 201, response.text
+        made.append(response.json())
+    for params in ({}, {"folderId": folder}, {"offset": 1, "limit": 2}):
+        listed = await api.get(f"/internal/v1/orgs/{org}/assets", params=params)
+        assert listed.status_code == 200, listed.text
+        assert listed.json()["assets"], params
+        for asset in listed.json()["assets"]:
+            one = await api.get(f"/internal/v1/orgs/{org}/assets/{asset['id']}")
+            assert asset == one.json(), params
+    listed = await api.get(f"/internal/v1/orgs/{org}/assets")
+    urls = {a["key"]: a["publicUrl"] for a in listed.json()["assets"]}
+    assert (
+        urls[made[1]["key"]] == f"http://cdn.test/{org}/{made[1]['id']}/r%20%C3%A9%25s%20%23%3F%26%3D%2B.pdf"
+    )
+    assert urls[made[2]["key"]] is None  # private: no public URL
+
+
+async def test_a_first_page_counts_and_lists_in_one_snapshot(api: httpx.AsyncClient) -> None:
+    """The first pages of every asset (read on the loop with SQLite) answer the exact total,
+    an empty organization none, and a page past the end nothing."""
+    org = new_id("org")
+    empty = (await api.get(f"/internal/v1/orgs/{org}/assets")).json()
+    assert (empty["assets"], empty["total"]) == ([], 0)
+    for i in range(3):
+        await make_asset(api, org, f"n{i}")
+    listed = (await api.get(f"/internal/v1/orgs/{org}/assets", params={"limit": 2})).json()
+    assert (len(listed["assets"]), listed["total"], listed["limit"], listed["offset"]) == (2, 3, 2, 0)
+    past = (await api.get(f"/internal/v1/orgs/{org}/assets", params={"offset": 3})).json()
+    assert (past["assets"], past["total"]) == ([], 3)
+    other = (await api.get(f"/internal/v1/orgs/{new_id('org')}/assets")).json()
+    assert other["total"] == 0

@@ -8,6 +8,7 @@ the operation; anyio copies the request's context there, so they join the reques
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any
@@ -136,6 +137,10 @@ class _InstrumentedWriter:
         # One observation per batch (about 1 MiB), no span: a 100 MiB file is one trace, not 100.
         with _operation(self.driver, "write", span=False):
             self.inner.write(chunk)
+
+    def write_many(self, chunks: Sequence[bytes]) -> None:
+        with _operation(self.driver, "write", span=False):
+            self.inner.write_many(chunks)
 
     def commit(self, *, content_type: str, sha256: str, private: bool = False) -> ObjectInfo:
         with _operation(self.driver, "commit"):

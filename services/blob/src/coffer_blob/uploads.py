@@ -9,13 +9,16 @@ object is stored with its visibility (CONTRACT §12): the ``visibility`` field, 
 only after the whole body has been parsed, so any refusal or failure leaves nothing in
 storage.
 
-Receiving and writing overlap: the request handler parses and queues batches, and a writer
-task hashes and writes them in order, each in a worker-thread trip, with at most
-``QUEUE_SLOTS`` waiting (so an upload holds a few MiB at most, and a slow disk slows the
-sender down). A task rather than a thread of its own per upload: a thread held for a whole
-upload would take a thread-pool slot from the CDN and readiness checks for as long as the
-slowest client sends. A file that fits in one batch skips the queue: opened, written and
-committed in one worker-thread trip.
+Receiving and writing overlap: the request handler parses on the event loop and queues
+batches (the pieces the socket delivered, never joined), and a writer task hashes them and
+writes them in order (one ``writev``), each batch in a worker-thread trip, which hashlib and
+the write spend outside the GIL, with at most ``QUEUE_SLOTS`` waiting (so an upload holds a
+few MiB at most, and a slow disk slows the sender down). A task rather than a thread of its
+own per upload: a thread held for a whole upload would take a thread-pool slot from the CDN
+and readiness checks for as long as the slowest client sends. (A hasher task of its own,
+beside the writer, was tried: no faster on a loaded machine, and 6-14 MiB more RSS on S3;
+docs/performance.md, issue 27.) A file that fits in one batch skips the queue: opened,
+hashed, written and committed in one worker-thread trip.
 """
 
 from __future__ import annotations
@@ -117,9 +120,10 @@ class _FileTarget(_PartTarget):
         self.pending.append(chunk)
         self.pending_bytes += len(chunk)
 
-    def take(self) -> bytes:
-        data = b"".join(self.pending)
-        self.pending.clear()
+    def take(self) -> list[bytes]:
+        """The pieces received since the last take, as they came (joined by no one: the
+        driver writes them with one ``writev``)."""
+        data, self.pending = self.pending, []
         self.pending_bytes = 0
         return data
 
@@ -171,6 +175,13 @@ class _PartHeads:
     def feed(self, chunk: bytes) -> None:
         if self.done:
             return
+        if self.head_start is None and self._no_delimiter(chunk):
+            # Inside a part's data with no delimiter in reach (almost every piece of a large
+            # file): keep the tail, without copying the piece onto what was held.
+            keep = min(len(self.delimiter) - 1, len(self.held) + len(chunk))
+            self.base += len(self.held) + len(chunk) - keep
+            self.held = (self.held + chunk)[-keep:] if len(chunk) < keep else chunk[-keep:]
+            return
         data, pos = self.held + chunk, 0
         while True:
             if self.head_start is None:  # in a part's data: look for the next delimiter
@@ -200,6 +211,12 @@ class _PartHeads:
             self.head_start, pos = None, end + 4
         self.base += len(data) - keep
         self.held = data[len(data) - keep :]
+
+    def _no_delimiter(self, chunk: bytes) -> bool:
+        """Whether no delimiter starts in what is held or in ``chunk``: one spanning both is
+        within the held bytes and the first ``len(delimiter) - 1`` of ``chunk``."""
+        reach = len(self.delimiter) - 1
+        return self.delimiter not in self.held + chunk[:reach] and self.delimiter not in chunk
 
 
 class _Preamble:
@@ -270,7 +287,7 @@ class _Upload:
         # The writer task and its queue, once the file outgrows one batch (a small file is
         # written and committed in one worker-thread trip, and needs neither).
         self._tasks: TaskGroup | None = None
-        self._batches_in: MemoryObjectSendStream[bytes] | None = None
+        self._batches_in: MemoryObjectSendStream[list[bytes]] | None = None
         self._write_failure: Exception | None = None
         self._discard = False  # the upload was refused: queued batches are dropped
 
@@ -357,7 +374,7 @@ class _Upload:
         if self.file.pending_bytes >= WRITE_BATCH:
             if self._batches_in is None:
                 assert self._tasks is not None
-                self._batches_in, batches_out = anyio.create_memory_object_stream[bytes](QUEUE_SLOTS)
+                self._batches_in, batches_out = anyio.create_memory_object_stream[list[bytes]](QUEUE_SLOTS)
                 self._tasks.start_soon(self._write_batches, batches_out)
             try:
                 await self._batches_in.send(self.file.take())  # waits while the queue is full
@@ -383,7 +400,7 @@ class _Upload:
         except UnicodeDecodeError:
             raise invalid(f"The '{name}' field is not valid UTF-8.", field=name) from None
 
-    async def _write_batches(self, batches: MemoryObjectReceiveStream[bytes]) -> None:
+    async def _write_batches(self, batches: MemoryObjectReceiveStream[list[bytes]]) -> None:
         """The writer task: queued batches, hashed and written in order in worker threads."""
         async with batches:  # closed on the way out, which wakes a waiting sender
             async for data in batches:
@@ -395,14 +412,16 @@ class _Upload:
                     self._write_failure = exc
                     return
 
-    def _write(self, data: bytes) -> None:
-        # In a worker thread: hashlib releases the GIL on large buffers, as does the write.
+    def _write(self, data: list[bytes]) -> None:
+        # In a worker thread: hashlib leaves the GIL on pieces of 2 KiB or more, as the write does.
         if self.writer is None:
             self.writer = self.storage.open_writer(self.key)
-        self.sha256.update(data)
-        self.writer.write(data)
+        update = self.sha256.update
+        for piece in data:
+            update(piece)
+        self.writer.write_many(data)
 
-    def _finish(self, data: bytes, content_type: str) -> tuple[ObjectInfo, str]:
+    def _finish(self, data: list[bytes], content_type: str) -> tuple[ObjectInfo, str]:
         """In a worker thread: the last batch (or the whole file) and the commit."""
         self._write(data)
         assert self.writer is not None

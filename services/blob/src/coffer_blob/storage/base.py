@@ -9,7 +9,7 @@ segments ending in ``/``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -41,6 +41,10 @@ class Writer(Protocol):
     """One object being written. Nothing is visible under the key until ``commit``."""
 
     def write(self, chunk: bytes) -> None: ...
+
+    def write_many(self, chunks: Sequence[bytes]) -> None:
+        """``write`` of each chunk in order; a driver may do it in one call (no join)."""
+        ...
 
     def commit(self, *, content_type: str, sha256: str, private: bool = False) -> ObjectInfo:
         """Publish the object atomically and durably; afterwards it is readable under the key."""

@@ -29,7 +29,7 @@ import contextlib
 import logging
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
@@ -269,6 +269,10 @@ class _S3Writer:
         if len(self._buffer) >= self.storage.part_size:
             # Parts need not be equal: send what is buffered (a little over PART_SIZE).
             self._upload_part(self._take())
+
+    def write_many(self, chunks: Sequence[bytes]) -> None:
+        for chunk in chunks:
+            self.write(chunk)
 
     def commit(self, *, content_type: str, sha256: str, private: bool = False) -> ObjectInfo:
         assert not self._done, "commit after commit or abort"

@@ -252,6 +252,10 @@ async def _relay(
     body: _CappedBody, blob: BlobClient, scope: UploadScope, asset_id: str, content_type: str, rid: str
 ) -> Any:
     """Stream the body to blob; 503 if blob stops taking it (``_CappedBody``'s write timeout)."""
+    # A body with a Content-Length is exactly that long (the server reads no more, and one
+    # that ends short is a disconnect): blob gets the same length, and no chunked framing.
+    declared = body.request.headers.get("content-length")
+    length = int(declared) if declared is not None and declared.isascii() and declared.isdigit() else None
     try:
         async with asyncio.timeout(None) as deadline:
             body.deadline = deadline
@@ -264,6 +268,7 @@ async def _relay(
                     request_id=rid,
                     visibility=scope.visibility,
                     fixed=scope.fixed_visibility,
+                    content_length=length,
                 )
             finally:
                 body.deadline = None  # the body may be finalised after the timeout is left

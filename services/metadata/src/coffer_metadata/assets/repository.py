@@ -175,6 +175,25 @@ def page(
     return rows[::-1] if from_oldest and walk == "rows" else rows
 
 
+# A page of every asset that skips at most this many entries takes its total from the usage row
+# and walks the index (SQLite: the read transaction is one snapshot): the skip and the page are
+# index steps and 50 rows, well under a millisecond (docs/performance.md, issue 27).
+FIRST_PAGE_OFFSET_MAX = 500
+
+
+def count_all(connection: Connection, *, org_id: str) -> int:
+    """Every asset of the organization: the usage row's count, kept in the same transactions."""
+    return int(connection.execute(_COUNT["all"], {"org_id": org_id}).scalar() or 0)
+
+
+def first_page(connection: Connection, *, org_id: str, limit: int, offset: int, total: int) -> list[Row]:  # type: ignore[type-arg]
+    """``page`` of every asset, at most ``FIRST_PAGE_OFFSET_MAX`` entries in, on a connection."""
+    if offset >= total:
+        return []
+    params = {"org_id": org_id, "folder_id": None, "limit": limit, "offset": offset}
+    return list(connection.execute(_PAGE["all", False, "rows"], params))
+
+
 def count(session: Session, *, org_id: str, folder_id: str | None, root_only: bool) -> int:
     params = {"org_id": org_id, "folder_id": folder_id}
     return int(session.connection().execute(_COUNT[_scope(folder_id, root_only)], params).scalar() or 0)

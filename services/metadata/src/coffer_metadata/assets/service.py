@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import quote
 
 from prometheus_client import Counter
 from sqlalchemy.engine import Connection, Row
@@ -53,6 +55,55 @@ def view(asset: Asset | Row | SimpleNamespace, cdn_url: str) -> dict[str, Any]: 
         "updatedAt": isoformat(asset.updated_at),
         "visibility": asset.visibility,
     }
+
+
+def page_views(rows: Iterable[Row], cdn_url: str, org_id: str) -> list[dict[str, Any]]:  # type: ignore[type-arg]
+    """A page's rows (``repository``'s listing columns) as ``view`` writes them, for less.
+
+    ``view`` costs a page of 50 about 1 ms of CPU (half of the listing's own): three
+    ``quote`` calls per public URL, four ``datetime.replace`` per row. Here the key's first
+    two segments, the organization's id and the asset's (letters, digits and ``_``, which
+    ``quote`` leaves as they are), are taken as they are and only the filename is quoted; a
+    naive timestamp (SQLite's) is formatted as it is. Anything else goes through ``view``'s
+    own helpers, so the answer is the same byte for byte (test_list_views_match_view).
+    """
+    base = cdn_url.rstrip("/") + "/"
+    org_safe = quote(org_id, safe="") == org_id
+    views = []
+    for row in rows:
+        # (A search's rows carry their window count after the listing columns.)
+        asset_id, owner, folder_id, key, name, mime_type, size, created, sha256, updated, visibility, *_ = row
+        url = None
+        if visibility != "private":
+            head = f"{owner}/{asset_id}/"
+            if org_safe and owner == org_id and key.startswith(head) and is_asset_id(asset_id):
+                url = base + head + quote(key[len(head) :], safe="")
+            else:
+                url = public_url(cdn_url, key)
+        views.append(
+            {
+                "id": asset_id,
+                "organizationId": owner,
+                "folderId": folder_id,
+                "key": key,
+                "name": name,
+                "mimeType": mime_type,
+                "size": size,
+                "publicUrl": url,
+                "createdAt": _iso(created),
+                "sha256": sha256,
+                "updatedAt": _iso(updated),
+                "visibility": visibility,
+            }
+        )
+    return views
+
+
+def _iso(value: datetime) -> str:
+    """``isoformat``, without its two conversions for a naive (UTC) timestamp."""
+    if value.tzinfo is None:
+        return value.isoformat(timespec="milliseconds") + "Z"
+    return isoformat(value)
 
 
 def _missing(connection: Connection, asset_id: str) -> CofferError:
@@ -242,7 +293,18 @@ def list_views(
                 q_key=q_key,
                 visibility=visibility,
             )
-    return {"assets": [view(a, cdn_url) for a in items], "total": total, "limit": limit, "offset": offset}
+    return {"assets": page_views(items, cdn_url, org_id), "total": total, "limit": limit, "offset": offset}
+
+
+def first_page_views(
+    connection: Connection, *, org_id: str, limit: int, offset: int, cdn_url: str
+) -> dict[str, Any]:
+    """``list_views`` of every asset of the organization, newest first, on a connection (SQLite's
+    read transaction is one snapshot). Only for a page near the start: the total
+    is the usage row's, and the page skips at most ``FIRST_PAGE_OFFSET_MAX`` entries."""
+    total = repository.count_all(connection, org_id=org_id)
+    items = repository.first_page(connection, org_id=org_id, limit=limit, offset=offset, total=total)
+    return {"assets": page_views(items, cdn_url, org_id), "total": total, "limit": limit, "offset": offset}
 
 
 def update(
