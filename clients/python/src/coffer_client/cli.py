@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, cast, get_args
 
-import click
 import typer
 
 from coffer_client import errors, profiles
@@ -23,10 +22,20 @@ from coffer_client._progress import counted, human, transfers
 from coffer_client.paths import join_path, split_path
 from coffer_client.transforms import MAX_QUALITY, MAX_SIDE, MIN_QUALITY, Fit, Format, Transform
 
-# --fit and --format as click choices: typer reads Literal types only from a newer release than
-# the oldest the client admits (the lowest-direct install test runs it).
-FIT_CHOICE = click.Choice(get_args(Fit))
-FORMAT_CHOICE = click.Choice(get_args(Format))
+# --fit and --format are checked here, not typed as Literal: typer reads Literal types only from
+# a newer release than the oldest the client admits (the lowest-direct install test runs it).
+FITS: tuple[str, ...] = get_args(Fit)
+FORMATS: tuple[str, ...] = get_args(Format)
+
+
+def _fit_and_format(fit: str | None, fmt: str | None) -> tuple[Fit | None, Format | None]:
+    """--fit and --format as the transform takes them; a usage error for any other value."""
+    if fit is not None and fit not in FITS:
+        usage_error(f"--fit must be one of {', '.join(FITS)}")
+    if fmt is not None and fmt not in FORMATS:
+        usage_error(f"--format must be one of {', '.join(FORMATS)}")
+    return cast("Fit | None", fit), cast("Format | None", fmt)
+
 
 # The SDK (httpx, pydantic, tenacity) and rich load when a command needs them, not at start:
 # ``coffer --help`` and ``--version`` stay quick, and ``-q`` never loads rich (docs/client.md).
@@ -595,7 +604,7 @@ def url(
         str | None,
         typer.Option(
             "--fit",
-            click_type=FIT_CHOICE,
+            metavar="|".join(FITS),
             help="Image, in a width x height box: crop to fill it (cover), pad to it (contain), "
             "or fit in it (inside).",
         ),
@@ -604,7 +613,7 @@ def url(
         str | None,
         typer.Option(
             "--format",
-            click_type=FORMAT_CHOICE,
+            metavar="|".join(FORMATS),
             help="Image: re-encode (auto: the best the downloader accepts).",
         ),
     ] = None,
@@ -632,12 +641,13 @@ def url(
     if any(v is not None for v in (width, height, fit, fmt, quality, preset)):
         if public and preset is None:
             usage_error("a public URL takes --preset only; leave out --public for a signed URL")
+        fit_, fmt_ = _fit_and_format(fit, fmt)
         try:
             transform = Transform(
                 w=width,
                 h=height,
-                fit=cast("Fit | None", fit),
-                fmt=cast("Format | None", fmt),
+                fit=fit_,
+                fmt=fmt_,
                 q=quality,
                 preset=preset,
             )
@@ -700,8 +710,8 @@ def presets_set(
     name: Annotated[str, typer.Argument(metavar="NAME", help="a-z, 0-9, - and _; up to 32 characters.")],
     width: Annotated[int | None, typer.Option("--width", min=1, max=MAX_SIDE, metavar="PX")] = None,
     height: Annotated[int | None, typer.Option("--height", min=1, max=MAX_SIDE, metavar="PX")] = None,
-    fit: Annotated[str | None, typer.Option("--fit", click_type=FIT_CHOICE)] = None,
-    fmt: Annotated[str | None, typer.Option("--format", click_type=FORMAT_CHOICE)] = None,
+    fit: Annotated[str | None, typer.Option("--fit", metavar="|".join(FITS))] = None,
+    fmt: Annotated[str | None, typer.Option("--format", metavar="|".join(FORMATS))] = None,
     quality: Annotated[
         int | None, typer.Option("--quality", min=MIN_QUALITY, max=MAX_QUALITY, metavar="20-100")
     ] = None,
@@ -714,9 +724,8 @@ def presets_set(
     """
     if width is None and height is None and fmt is None:
         usage_error("give at least one of --width, --height, --format")
-    transform = Transform(
-        w=width, h=height, fit=cast("Fit | None", fit), fmt=cast("Format | None", fmt), q=quality
-    )
+    fit_, fmt_ = _fit_and_format(fit, fmt)
+    transform = Transform(w=width, h=height, fit=fit_, fmt=fmt_, q=quality)
     made = state(ctx).client().put_transform_preset(name, transform)
     if as_json:
         dump(made)
