@@ -56,10 +56,9 @@ _RESERVED = "%"  # first character of the driver's own file names
 # A file being written is flushed to disk every this many bytes, so the fsync at commit
 # (which the answer waits for) has at most this much left to write.
 SYNC_EVERY = 16 * 1024 * 1024
-# A resumable upload's chunk ends in a checkpoint that must be durable before it is answered:
-# flushing as the chunk arrives leaves the checkpoint this much at most (bench: tus 100 MiB in
-# 5 MiB chunks, docs/performance.md).
-RESUMABLE_SYNC_EVERY = 512 * 1024
+# (A resumable upload's part file is flushed the same way: every fdatasync of a growing file
+# also commits the file system's journal, so flushing a 5 MiB chunk every 512 KiB as it
+# arrived cost the disk more than the checkpoint's one fsync saved; docs/performance.md, tus.)
 # Characters of the asset id (after "ast_") that name its bucket: 7 ULID characters are the
 # top 33 bits of a millisecond timestamp, about 33 s of uploads. Part of the on-disk format.
 BUCKET_CHARS = 7
@@ -547,19 +546,6 @@ class _FsResumable(_FsWriter):
         self._fh = open(self._tmp, "r+b" if offset else "a+b")  # noqa: SIM115 (closed at commit)
         self._fh.truncate(offset)  # what a failed request wrote past the offset
         self._fh.seek(offset)
-
-    def write(self, chunk: bytes) -> None:
-        """Write, and flush to disk every ``RESUMABLE_SYNC_EVERY`` bytes: the receiving loop
-        goes on meanwhile, and the checkpoint has at most that much left to make durable."""
-        super().write(chunk)
-        if self._unsynced >= RESUMABLE_SYNC_EVERY:
-            assert self._fh is not None
-            try:
-                self._fh.flush()
-                os.fdatasync(self._fh.fileno())
-            except OSError as exc:
-                raise StorageUnavailable(f"cannot write {self.key}: {exc}") from exc
-            self._unsynced = 0
 
     def checkpoint(self, offset: int) -> dict[str, Any]:  # noqa: ARG002 (the file's length is the offset)
         assert self._fh is not None
