@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +17,7 @@ from coffer_blob.storage import StorageUnavailable
 from coffer_blob.storage import fs as fs_module
 from coffer_blob.storage.base import READ_CHUNK
 from coffer_blob.storage.fs import FsStorage
+from coffer_kit.ids import TUS_UPLOAD, new_id
 
 from .support import files_under, object_path
 
@@ -329,3 +331,33 @@ def test_check(storage: FsStorage, tmp_path: Path) -> None:
         FsStorage(broken).check()
     with pytest.raises(StorageUnavailable):
         FsStorage(broken).open_writer(KEY)
+
+
+def test_a_resumable_chunk_is_durable_at_its_checkpoint_in_one_flush(
+    storage: FsStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 5 MiB chunk is flushed once, at its checkpoint (fsync, before its offset is answered),
+    not every batch as it arrives: each flush of a growing file commits the journal too."""
+    flushed: list[tuple[str, int]] = []
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+
+    def fsync(fd: int) -> None:
+        if stat.S_ISREG(os.fstat(fd).st_mode):  # (not the directories the first one makes)
+            flushed.append(("fsync", os.fstat(fd).st_size))
+        real_fsync(fd)
+
+    def fdatasync(fd: int) -> None:
+        if stat.S_ISREG(os.fstat(fd).st_mode):  # (not the directories the first one makes)
+            flushed.append(("fdatasync", os.fstat(fd).st_size))
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(fs_module.os, "fsync", fsync)
+    monkeypatch.setattr(fs_module.os, "fdatasync", fdatasync)
+    upload_id = new_id(TUS_UPLOAD)
+    batch = b"x" * (512 * 1024)
+    for offset in (0, 10 * len(batch)):
+        writer = storage.open_resumable(KEY, upload_id, offset, {})
+        for _ in range(10):
+            writer.write(batch)
+        writer.checkpoint(offset + 10 * len(batch))
+    assert flushed == [("fsync", 10 * len(batch)), ("fsync", 20 * len(batch))]

@@ -113,9 +113,9 @@ class _Chunk:
         the last batch, not yet written (``finish`` writes it in the same thread trip as what
         follows).
 
-        A pipeline of two: while a worker thread hashes and writes one batch (making it
-        durable as it goes, so the checkpoint has little left to flush), the loop receives
-        the next; at most two batches are held."""
+        A pipeline of two: while a worker thread hashes and writes one batch (flushed to
+        disk as any upload's, every ``SYNC_EVERY``; the checkpoint makes the rest durable),
+        the loop receives the next; at most two batches are held."""
         received, batch = 0, bytearray()
         writing: asyncio.Future[None] | None = None
         try:

@@ -56,10 +56,9 @@ _RESERVED = "%"  # first character of the driver's own file names
 # A file being written is flushed to disk every this many bytes, so the fsync at commit
 # (which the answer waits for) has at most this much left to write.
 SYNC_EVERY = 16 * 1024 * 1024
-# A resumable upload's chunk ends in a checkpoint that must be durable before it is answered:
-# flushing as the chunk arrives leaves the checkpoint this much at most (bench: tus 100 MiB in
-# 5 MiB chunks, docs/performance.md).
-RESUMABLE_SYNC_EVERY = 512 * 1024
+# (A resumable upload's part file is flushed the same way: every fdatasync of a growing file
+# also commits the file system's journal, so flushing a 5 MiB chunk every 512 KiB as it
+# arrived cost the disk more than the checkpoint's one fsync saved; docs/performance.md, tus.)
 # Characters of the asset id (after "ast_") that name its bucket: 7 ULID characters are the
 # top 33 bits of a millisecond timestamp, about 33 s of uploads. Part of the on-disk format.
 BUCKET_CHARS = 7
