@@ -13,7 +13,7 @@ from yarl import URL
 
 from coffer_kit.errors import CofferError, internal, unavailable
 from coffer_kit.internal_token import INTERNAL_TOKEN_HEADER, require_internal_token
-from coffer_kit.tracing import redact_url, tracing_enabled
+from coffer_kit.tracing import client_trace_config, redact_url, tracing_enabled
 
 # Re-exported: callers and tests name the token header and its check from here too.
 __all__ = [
@@ -75,9 +75,7 @@ def internal_client(
     """
     trace_configs: list[aiohttp.TraceConfig] = [_reuse_trace()]
     if tracing_enabled():
-        from opentelemetry.instrumentation.aiohttp_client import create_trace_config
-
-        trace_configs.append(create_trace_config(url_filter=lambda url: redact_url(str(url))))
+        trace_configs.append(client_trace_config(url_filter=lambda url: redact_url(str(url))))
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=5.0),
         headers={INTERNAL_TOKEN_HEADER: token},
