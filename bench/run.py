@@ -653,7 +653,8 @@ class Bench:
         )
         unsampled.note = (
             "tracing on (FastAPI's server spans, aiohttp's client spans, propagation, the exporter) "
-            "with the sampler set to always_off: the tracing code's cost beside its spans; "
+            "with the sampler set to always_off, so no span is made: the tracing code's cost beside "
+            "its spans; "
             "ratio ÷ tracing off, 1.0 = nothing but the spans costs"
         )
 

@@ -249,3 +249,67 @@ def test_logs_never_carry_keys_or_signatures(stack, tenant) -> None:
     for entry in access:
         assert {"request_id", "trace_id", "route", "status", "duration_ms", "organization_id"} <= set(entry)
     assert any(e["organization_id"] == tenant.org_id and e["service"] == "edge" for e in access)
+
+
+def test_unsampled_requests_make_no_span_and_keep_their_trace(own_stack_with, admin_for) -> None:
+    """With the sampler dropping roots (parentbased_always_off), an unsampled request makes no
+    span anywhere (issue 28: its cost is not paid), yet its trace id is propagated to every
+    service it reaches (their log lines carry it); a request whose caller sampled it is traced
+    across the services as ever."""
+    receiver = OtlpReceiver()
+    stack = own_stack_with(
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver.port}",
+        OTEL_BSP_SCHEDULE_DELAY="100",
+        OTEL_TRACES_SAMPLER="parentbased_always_off",
+    )
+    try:
+        admin = admin_for(stack)
+        org = admin("create-org", "--name", "Unsampled")["id"]
+        key = admin("create-key", "--org", org)["key"]
+        api = httpx.Client(base_url=stack.edge_url, headers={"x-api-key": key}, timeout=30)
+        asset = api.post("/api/assets", files={"file": ("u.txt", b"unsampled")}).json()["id"]
+
+        unsampled = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-00"
+        not_sampled = api.get(f"/api/assets/{asset}", headers={"traceparent": unsampled})
+        root = api.get(f"/api/assets/{asset}")  # no traceparent: a root, which the sampler drops
+        sampled = traceparent()
+        assert api.get(f"/api/assets/{asset}", headers={"traceparent": sampled}).status_code == 200
+        assert not_sampled.status_code == root.status_code == 200
+        api.close()
+
+        # The sampled request's spans arrive (each service exports them after the earlier
+        # requests' would have been): edge's server and client spans and metadata's server span.
+        spans = receiver.trace(sampled, {"coffer-edge", "coffer-metadata"})
+        assert {s["service"] for s in spans} == {"coffer-edge", "coffer-metadata"}
+        assert_linked(spans, sampled.split("-")[2])
+        with receiver.lock:
+            traced = {s["trace_id"] for s in receiver.spans}
+        assert traced == {sampled.split("-")[1]}, "an unsampled request made a span"
+
+        def access(request_id: str) -> dict[str, str]:
+            """Each service's access line's trace id for one request, once edge's is written."""
+            deadline = time.monotonic() + 10
+            while True:
+                lines = [
+                    json.loads(line)
+                    for path in sorted((stack.data_dir.parent / "logs").glob("*.log"))
+                    for line in path.read_text().splitlines()
+                    if '"logger": "coffer.access"' in line and request_id in line
+                ]
+                found = {e["service"]: e["trace_id"] for e in lines if e.get("request_id") == request_id}
+                if {"edge", "metadata"} <= set(found) or time.monotonic() > deadline:
+                    return found
+                time.sleep(0.05)
+
+        # The caller's unsampled trace reaches metadata through edge.
+        assert access(not_sampled.headers["x-request-id"]) == {
+            "edge": unsampled.split("-")[1],
+            "metadata": unsampled.split("-")[1],
+        }
+        # The root gets a trace id of its own, which edge propagates to metadata.
+        ids = access(root.headers["x-request-id"])
+        assert set(ids) == {"edge", "metadata"}
+        assert ids["edge"] and ids["edge"] == ids["metadata"], ids
+        assert ids["edge"] != unsampled.split("-")[1]
+    finally:
+        receiver.server.shutdown()

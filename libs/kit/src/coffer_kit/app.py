@@ -10,7 +10,7 @@ from coffer_kit.errors import install_error_handlers
 from coffer_kit.guard import BodyGuardMiddleware, BodyLimits, UnhandledErrorMiddleware
 from coffer_kit.middleware import RequestContextMiddleware
 from coffer_kit.settings import BaseServiceSettings
-from coffer_kit.tracing import setup_tracing, telemetry
+from coffer_kit.tracing import app_class, setup_tracing, telemetry
 
 if TYPE_CHECKING:  # edge and blob own no database: they never import SQLAlchemy
     from sqlalchemy.engine import Engine
@@ -26,7 +26,7 @@ def base_app(
     """
     service = service or title.removeprefix("coffer-")
     setup_tracing(service)
-    app = FastAPI(title=title, telemetry=telemetry(), **kwargs)
+    app = app_class()(title=title, telemetry=telemetry(), **kwargs)
     install_error_handlers(app)
     # Innermost first: the guard (500 envelope, 405's Allow) answers inside the request-id
     # middleware, so its 500 carries the request id and is counted and logged like any other.

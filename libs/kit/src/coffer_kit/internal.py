@@ -13,7 +13,7 @@ from yarl import URL
 
 from coffer_kit.errors import CofferError, internal, unavailable
 from coffer_kit.internal_token import INTERNAL_TOKEN_HEADER, require_internal_token
-from coffer_kit.tracing import redact_url, tracing_enabled
+from coffer_kit.tracing import client_trace_config, redact_url, tracing_enabled
 
 # Re-exported: callers and tests name the token header and its check from here too.
 __all__ = [
@@ -73,11 +73,14 @@ def internal_client(
     call, so an upload streams for as long as its client sends. Traced when tracing is on
     (a client span per call, W3C ``traceparent`` sent along). Open it in a running event loop.
     """
-    trace_configs: list[aiohttp.TraceConfig] = [_reuse_trace()]
-    if tracing_enabled():
-        from opentelemetry.instrumentation.aiohttp_client import create_trace_config
-
-        trace_configs.append(create_trace_config(url_filter=lambda url: redact_url(str(url))))
+    # One trace config: aiohttp builds each signal's parameters once per config and call, so
+    # the reuse hooks ride on the tracing one when there is one.
+    trace_config = (
+        client_trace_config(url_filter=lambda url: redact_url(str(url)))
+        if tracing_enabled()
+        else aiohttp.TraceConfig()
+    )
+    _watch_reuse(trace_config)
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=5.0),
         headers={INTERNAL_TOKEN_HEADER: token},
@@ -87,7 +90,7 @@ def internal_client(
             sock_connect=timeout,
             sock_read=read_timeout if read_timeout is not None else timeout,
         ),
-        trace_configs=trace_configs,
+        trace_configs=[trace_config],
         trust_env=False,
     )
     return InternalClient(base_url, session)
@@ -102,7 +105,9 @@ class Attempt:
         self.reused = False
 
 
-def _reuse_trace() -> aiohttp.TraceConfig:
+def _watch_reuse(trace: aiohttp.TraceConfig) -> None:
+    """Have ``trace`` tell an :class:`Attempt` whether its call reused a pooled connection."""
+
     async def on_reuse(_session: aiohttp.ClientSession, context: Any, _params: Any) -> None:
         attempt = getattr(context, "trace_request_ctx", None)
         if isinstance(attempt, Attempt):
@@ -113,10 +118,8 @@ def _reuse_trace() -> aiohttp.TraceConfig:
         if isinstance(attempt, Attempt):
             attempt.reused = False
 
-    trace = aiohttp.TraceConfig()
     trace.on_connection_reuseconn.append(on_reuse)
     trace.on_connection_create_start.append(on_new)
-    return trace
 
 
 # What a call that never got a whole answer raises: connection failures, timeouts, a body

@@ -9,12 +9,18 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import trace
+from fastapi import FastAPI
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.propagators.textmap import Getter
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from starlette.types import Receive, Scope, Send
 
 if TYPE_CHECKING:  # the SDK is imported only once tracing is on: untraced processes never load it
+    import aiohttp
     from fastapi.telemetry import TelemetryConfig
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import Span, SpanProcessor
@@ -53,12 +59,145 @@ def setup_tracing(service: str) -> bool:
     provider.add_span_processor(_redactor())
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
+    _learn_sampler(provider)
     _enabled = True
     return True
 
 
 def tracing_enabled() -> bool:
     return _enabled
+
+
+# What the configured sampler decides whatever the trace id, learnt once (_learn_sampler):
+# that it drops every span whose parent was not sampled (every parentbased_* sampler, and
+# always_off), and that it drops every span without a parent (always_off,
+# parentbased_always_off). Where the decision is known before a span is made, no span is made:
+# the unsampled context is propagated as it is, and the attributes, the span and its context
+# (FastAPI's server span, aiohttp's client span) are never built.
+_drops_under_unsampled = False
+_drops_roots = False
+_new_ids: Any = None  # the provider's IdGenerator, for the trace id of an unsampled root
+
+
+def _learn_sampler(provider: Any) -> None:
+    """Probe the provider's sampler (its public ``should_sample``) with an unsampled parent,
+    local and remote, and with none, under several trace ids: a sampler that drops them all
+    (the standard ones do so whatever the trace id) gets the shortcut; any other (a ratio for
+    roots, a custom one) makes every span as before."""
+    global _drops_under_unsampled, _drops_roots, _new_ids
+    from opentelemetry.sdk.trace.sampling import Decision
+    from opentelemetry.trace import SpanKind
+
+    sampler = provider.sampler
+    trace_ids = (1, 2**63 - 1, 2**64, 2**128 - 1)
+
+    def drops(parent: Any) -> bool:
+        return all(
+            sampler.should_sample(parent, trace_id, "GET", SpanKind.SERVER).decision is Decision.DROP
+            for trace_id in trace_ids
+            for _ in range(4)
+        )
+
+    unsampled = [
+        trace.set_span_in_context(
+            NonRecordingSpan(SpanContext(0xABC, 0xDEF, is_remote=remote, trace_flags=_UNSAMPLED))
+        )
+        for remote in (True, False)
+    ]
+    _drops_under_unsampled = all(drops(parent) for parent in unsampled)
+    _drops_roots = drops(None)
+    _new_ids = provider.id_generator
+
+
+_UNSAMPLED = TraceFlags(TraceFlags.DEFAULT)
+
+
+class _ScopeHeaders(Getter[list[tuple[bytes, bytes]]]):
+    """Reads propagation headers straight from an ASGI scope's header list (names lowercase)."""
+
+    def get(self, carrier: list[tuple[bytes, bytes]], key: str) -> list[str] | None:
+        name = key.lower().encode("latin-1")
+        values = [value.decode("latin-1") for header, value in carrier if header == name]
+        if not values:
+            return None
+        return [",".join(values)] if name == b"baggage" else values  # as FastAPI's getter
+
+    def keys(self, carrier: list[tuple[bytes, bytes]]) -> list[str]:
+        return [header.decode("latin-1") for header, _ in carrier]
+
+
+_SCOPE_HEADERS = _ScopeHeaders()
+
+
+def unsampled_context(scope: Scope) -> Context | None:
+    """The context to serve a request in when the sampler is known to drop its server span
+    (its ``traceparent`` says not sampled, or it has none and roots are dropped): the incoming
+    context, or a new unsampled trace in it, as the SDK's non-recording span would carry.
+    None when a span may be recorded: FastAPI's telemetry makes it then."""
+    parent = propagate.extract(scope.get("headers") or [], getter=_SCOPE_HEADERS)
+    incoming = trace.get_current_span(parent).get_span_context()
+    if incoming.is_valid:
+        return parent if _drops_under_unsampled and not incoming.trace_flags.sampled else None
+    if not _drops_roots:
+        return None
+    root = SpanContext(_new_ids.generate_trace_id(), _new_ids.generate_span_id(), False, _UNSAMPLED)
+    return trace.set_span_in_context(NonRecordingSpan(root), parent)
+
+
+class TracedFastAPI(FastAPI):
+    """FastAPI with its telemetry skipped for a request whose span the sampler would drop.
+
+    FastAPI 0.165's telemetry builds a server span's attributes (the Host header parsed, the
+    query string re-encoded), extracts and attaches the context and wraps send and receive
+    before its tracer asks the sampler; for a request that is not sampled, this serves it in
+    its unsampled context instead (``"fastapi.telemetry"`` in the scope is FastAPI's own sign
+    that telemetry is handled: a mounted app's), so propagation and log lines' trace ids are
+    as before and only the span that would not be recorded is not made.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        handled = "fastapi.telemetry" in scope  # a mounted app's request, or one seen already
+        if scope["type"] == "http" and not handled and scope["path"] not in EXCLUDED_PATHS:
+            context = unsampled_context(scope)
+            if context is not None:
+                scope["fastapi.telemetry"] = None
+                token = otel_context.attach(context)
+                try:
+                    await super().__call__(scope, receive, send)
+                finally:
+                    otel_context.detach(token)
+                    scope.pop("fastapi.telemetry", None)
+                return
+        await super().__call__(scope, receive, send)
+
+
+def app_class() -> type[FastAPI]:
+    """The FastAPI class a service's app is made from: :class:`TracedFastAPI` with tracing on."""
+    return TracedFastAPI if _enabled else FastAPI
+
+
+def client_trace_config(url_filter: Callable[[Any], str]) -> aiohttp.TraceConfig:
+    """aiohttp's client instrumentation (a client span per call, the context injected), whose
+    span is not made under a parent that was not sampled when the sampler drops such children:
+    the context is injected as it is, and nothing else runs (its end and exception handlers
+    see no span)."""
+    from opentelemetry.instrumentation.aiohttp_client import create_trace_config
+
+    config = create_trace_config(url_filter=url_filter)
+    starts = list(config.on_request_start)
+    config.on_request_start.clear()
+
+    async def on_request_start(session: Any, context: Any, params: Any) -> None:
+        if _drops_under_unsampled:
+            current = trace.get_current_span().get_span_context()
+            if current.is_valid and not current.trace_flags.sampled:
+                propagate.inject(params.headers)
+                return
+        for start in starts:
+            await start(session, context, params)
+
+    config.on_request_start.append(on_request_start)
+    return config
 
 
 # Query parameters that carry a credential (an upload token: POST /api/uploads?token=…).
