@@ -122,6 +122,7 @@ class TreeMemory:
     baseline_rss: int = 0
     peak_rss: int = 0
     peak_pss: int = 0
+    peak_child_rss: int = 0  # the largest one process other than the root (a worker)
     most_processes: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -131,10 +132,13 @@ class TreeMemory:
         pids = process_tree(self.root)
         for pid in pids:
             try:
-                rss += rss_bytes(pid)
+                one = rss_bytes(pid)
                 pss += pss_bytes(pid)
             except OSError:
                 continue  # gone between the listing and the read
+            rss += one
+            if pid != self.root:
+                self.peak_child_rss = max(self.peak_child_rss, one)
         return rss, pss, len(pids)
 
     def _run(self) -> None:
