@@ -1115,11 +1115,12 @@ class Bench:
                 bodies.append(body)
         first_ttfb.others_cpu = first_whole.others_cpu = others.cores()
         first_ttfb.note = (
-            f"{len(first_ttfb.samples)} 12 MP JPEGs ({SIZE_12MP[0]}×{SIZE_12MP[1]}, gradient + noise, "
-            f"q90, {len(bodies) and os.path.getsize(files[1]) / MIB:.1f} MiB), one first request each, "
-            f"after one untimed (workers start); the reference: pyvips.Image.thumbnail(file, 256, "
-            f"height=256, crop=centre) + webpsave Q80 with {threads} libvips thread(s), as the CDN's "
-            "workers run (COFFER_CDN_TRANSFORM_THREADS), right after each request; ratio Coffer ÷ pyvips"
+            f"12 MP JPEGs, {len(first_ttfb.samples)} of them ({SIZE_12MP[0]}×{SIZE_12MP[1]}, "
+            f"gradient + noise, q90, {len(bodies) and os.path.getsize(files[1]) / MIB:.1f} MiB), "
+            "one first request each, after one untimed (workers start); the reference: "
+            f"pyvips.Image.thumbnail(file, 256, height=256, crop=centre) + webpsave Q80 with {threads} "
+            "libvips thread(s), as the CDN's workers run (COFFER_CDN_TRANSFORM_THREADS), right after "
+            "each request; ratio Coffer ÷ pyvips"
         )
         first_whole.note = "the same requests, to their last byte"
         if not bodies:
