@@ -80,6 +80,7 @@ GROUPS = (
     "search",
     "move",
     "webhooks",
+    "transforms",
 )
 # Name searches over the seeded names (seed.py): one matching a handful of assets, one
 # matching an eighth of them (every count then reads 12,500 matches).
@@ -995,8 +996,203 @@ class Bench:
             self.folder_move()
         if small_asset and "webhooks" in want:
             self.webhooks()
+        if small_asset and "transforms" in want:
+            self.transforms()
         for f in self.figures:
             f.finish()
+
+    def image_upload(self, data: bytes, name: str) -> dict[str, Any]:
+        """One JPEG uploaded by the harness (setup, not measured)."""
+        response = httpx.post(
+            self.stack.edge_url + "/api/assets",
+            headers=self.headers(),
+            files={"file": (name, data, "image/jpeg")},
+            timeout=120,
+        )
+        if response.status_code != 201:
+            raise RuntimeError(f"POST /api/assets answered {response.status_code}: {response.text[:300]}")
+        return response.json()  # type: ignore[no-any-return]
+
+    def blob_setting(self, name: str) -> int:
+        """A blob setting as the stack runs it: its environment, else the setting's default."""
+        from coffer_blob.config import Settings
+
+        value = self.stack.env().get(f"COFFER_{name.upper()}")
+        return int(value) if value is not None else int(Settings.model_fields[name].default)
+
+    def transforms(self) -> None:
+        """Image transforms (issue 26): a first ``thumb`` of a 12 MP JPEG against pyvips doing
+        the same in the harness; a stored variant's CPU per request against an original of the
+        same size; blob's peak memory (CDN process and its workers) while 50 variants of a 24 MP
+        JPEG are asked for at once."""
+        from transforms import (
+            SIZE_12MP,
+            SIZE_24MP,
+            TreeMemory,
+            bare_thumbnail_seconds,
+            get_until_served,
+            process_tree,
+            test_jpeg,
+            timed_get,
+        )
+
+        threads = self.blob_setting("cdn_transform_threads")
+        workers = self.blob_setting("cdn_transform_workers")
+        queue = self.blob_setting("cdn_transform_queue")
+        memory_mb = self.blob_setting("cdn_transform_worker_memory_mb")
+        first_ttfb = Figure(
+            "first ?preset=thumb of a 12 MP JPEG: time to first byte",
+            "ms",
+            reference_name="pyvips thumbnail + webpsave of the same file, in the harness",
+            goal="ratio <= 1.5",
+        )
+        first_whole = Figure(
+            "first ?preset=thumb of a 12 MP JPEG: whole answer",
+            "ms",
+            reference_name="pyvips thumbnail + webpsave of the same file, in the harness",
+            goal="ratio <= 1.5",
+            derived=True,
+        )
+        cached = Figure(
+            "public GET of a stored thumb variant",
+            "req/s",
+            reference_name="public GET of an original of the same size",
+        )
+        cached_cpu = Figure(
+            "public GET of a stored thumb variant: CPU per request",
+            "ms",
+            reference_name="public GET of an original of the same size, in the same repetitions",
+            goal="ratio <= 1.2",
+            derived=True,
+        )
+        bound = 100 + workers * memory_mb
+        peak = Figure(
+            "blob's peak RSS (CDN + transform workers), 50 concurrent variants of a 24 MP JPEG",
+            "MiB",
+        )
+        first_ttfb.client = first_whole.client = (
+            "the harness: http.client, one request at a time on a new connection (connect untimed)"
+        )
+        cached.client = cached_cpu.client = "wrk, 32 connections"
+        peak_pss = Figure(
+            "blob's peak PSS (CDN + transform workers, shared pages once), the same run",
+            "MiB",
+            derived=True,
+        )
+        peak.client = peak_pss.client = (
+            "the harness: 50 threads, one variant each, retrying 503s after Retry-After"
+        )
+        self.figures += [first_ttfb, first_whole, cached, cached_cpu, peak, peak_pss]
+        self.through_blob += [first_ttfb, first_whole, cached, cached_cpu, peak, peak_pss]
+        blob_pid = self.stack.processes["blob"].pid
+
+        def pids() -> dict[str, list[int]]:
+            return {**self.coffer_pids(), "blob": process_tree(blob_pid)}
+
+        # 1. First requests, each on an asset never transformed; the first of all (untimed)
+        # starts the fork server and the workers.
+        log("transforms: making and uploading 12 MP JPEGs")
+        files, assets = [], []
+        for rep in range(self.args.reps + 1):
+            data = test_jpeg(*SIZE_12MP, seed=rep + 1)
+            path = self.root / f"photo-12mp-{rep}.jpg"
+            path.write_bytes(data)
+            files.append(str(path))
+            assets.append(self.image_upload(data, f"photo-12mp-{rep}.jpg"))
+        log(f"measuring: {first_ttfb.name}")
+        bodies: list[bytes] = []
+        others = OthersMeter()
+        for rep, (path, asset) in enumerate(zip(files, assets, strict=True)):
+            status, ttfb, whole, body = timed_get(asset["publicUrl"] + "?preset=thumb")
+            if status != 200:
+                first_ttfb.error = first_whole.error = f"the CDN answered {status}: {body[:200]!r}"
+                break
+            bare = bare_thumbnail_seconds(path, threads=threads)
+            if rep:  # the first is the warm-up
+                first_ttfb.samples.append(1000 * ttfb)
+                first_whole.samples.append(1000 * whole)
+                first_ttfb.reference_samples.append(1000 * bare)
+                first_whole.reference_samples.append(1000 * bare)
+                bodies.append(body)
+        first_ttfb.others_cpu = first_whole.others_cpu = others.cores()
+        first_ttfb.note = (
+            f"12 MP JPEGs, {len(first_ttfb.samples)} of them ({SIZE_12MP[0]}×{SIZE_12MP[1]}, "
+            f"gradient + noise, q90, {len(bodies) and os.path.getsize(files[1]) / MIB:.1f} MiB), "
+            "one first request each, after one untimed (workers start); the reference: "
+            f"pyvips.Image.thumbnail(file, 256, height=256, crop=centre) + webpsave Q80 with {threads} "
+            "libvips thread(s), as the CDN's workers run (COFFER_CDN_TRANSFORM_THREADS), right after "
+            "each request; ratio Coffer ÷ pyvips"
+        )
+        first_whole.note = "the same requests, to their last byte"
+        if not bodies:
+            for fig in (cached, cached_cpu, peak, peak_pss):
+                fig.error = "no variant was served"
+            return
+
+        # 2. A stored variant against an original of exactly its size.
+        variant_url = assets[1]["publicUrl"] + "?preset=thumb"
+        twin = self.upload_one(len(bodies[0]))
+        variant = self.wrk_get(variant_url, pids(), 32)
+        original = self.wrk_get(twin["publicUrl"], pids(), 32)
+        self.pair(
+            cached,
+            variant,
+            original,
+            warmup=self.warm(variant, original),
+            also=[(cached_cpu, cpu_ms_per_request)],
+        )
+        cached_cpu.note = (
+            f"the thumb of one 12 MP JPEG above ({len(bodies[0]):,} bytes of webp), and random bytes "
+            "of exactly that size uploaded as a file; CPU (utime + stime) of every Coffer process, "
+            "blob's whole tree (fork server, workers) included, ÷ requests completed, per "
+            "repetition; ratio variant ÷ original"
+        )
+
+        # 3. Memory under 50 concurrent first requests for 50 variants of one 24 MP JPEG.
+        log(f"measuring: {peak.name}")
+        big = self.image_upload(test_jpeg(*SIZE_24MP, seed=1000), "photo-24mp.jpg")
+        urls = []
+        for i in range(50):
+            signed = httpx.get(
+                f"{self.stack.edge_url}/api/assets/{big['id']}/url",
+                params={"expiresIn": 3600, "w": 200 + 40 * i, "fmt": "webp"},
+                headers=self.headers(),
+                timeout=30,
+            )
+            signed.raise_for_status()
+            urls.append(str(signed.json()["url"]))
+        from concurrent.futures import ThreadPoolExecutor
+
+        started = time.monotonic()
+        others = OthersMeter()
+        with TreeMemory(blob_pid) as memory, ThreadPoolExecutor(50) as pool:
+            outcomes = list(pool.map(lambda url: get_until_served(url, started + 120), urls))
+        wall = time.monotonic() - started
+        statuses: dict[int, int] = {}
+        for status, _ in outcomes:
+            statuses[status] = statuses.get(status, 0) + 1
+        retried = sum(n for _, n in outcomes)
+        peak.samples = [memory.peak_rss / MIB]
+        peak_pss.samples = [memory.peak_pss / MIB]
+        peak.others_cpu = peak_pss.others_cpu = others.cores()
+        if statuses != {200: 50}:
+            peak.error = peak_pss.error = f"answers: {statuses}"
+        peak_pss.note = (
+            "PSS from /proc/PID/smaps_rollup, summed over the same tree in the same samples: pages "
+            "the fork server's children share are counted once, as the pod's memory limit counts them"
+        )
+        peak.note = (
+            f"summed VmRSS of blob's process tree (at most {memory.most_processes} processes), sampled "
+            f"every 10 ms: {memory.baseline_rss / MIB:.0f} MiB before, peak {memory.peak_rss / MIB:.0f} "
+            f"MiB (PSS, shared pages counted once: peak {memory.peak_pss / MIB:.0f} MiB); 50 signed "
+            f"URLs, w=200…2160 webp of one {SIZE_24MP[0]}×{SIZE_24MP[1]} JPEG, all asked at once; "
+            f"{retried} answers were 503 (the bound: {workers} workers + {queue} queued) and asked "
+            f"again after Retry-After; served in {wall:.1f} s; the largest one process (a worker) "
+            f"peaked at {memory.peak_child_rss / MIB:.0f} MiB. For context, the configured bound: "
+            f"{workers} workers × COFFER_CDN_TRANSFORM_WORKER_MEMORY_MB {memory_mb} MiB + about "
+            f"100 MiB for the CDN process = {bound} MiB (docs/operations.md's sizing rule; libvips's "
+            "cache gets a quarter of a worker's memory, nothing else enforces it)"
+        )
 
     def webhooks(self) -> None:
         """Webhooks (issue 25): 4 KiB uploads at a fixed 100/s into an organization with one

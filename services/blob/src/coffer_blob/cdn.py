@@ -160,7 +160,10 @@ async def _transformed(request: Request, key: str, state: BlobState) -> Response
         raise not_found("Image transforms are switched off on this host.")
     query = request.query_params
     cache, access = _access(query, key, settings)
-    info = await run_in_threadpool(storage.stat, key)
+    # The original's stat on the event loop where the driver reads small files there (a stat
+    # is less than such a read): a stored variant cost 1.8-2.0x an original's CPU per request
+    # with the stat in a worker thread (bench: transforms).
+    info = storage.stat(key) if storage.inline_read_bytes else await run_in_threadpool(storage.stat, key)
     if info is None or (info.private and access == "public"):
         raise not_found("No such object.")
     transform = await _requested(query, key, access, state)
