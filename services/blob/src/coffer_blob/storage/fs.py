@@ -562,10 +562,6 @@ class _FsResumable(_FsWriter):
     back to the durable offset when opened, fsynced at each checkpoint, published by
     ``commit`` as any object is."""
 
-    # Flushed to disk every this many bytes: the receiving loop goes on meanwhile, and the
-    # checkpoint has at most that much left to make durable.
-    _sync_every = RESUMABLE_SYNC_EVERY
-
     def __init__(self, storage: FsStorage, place: _Place, key: str, upload_id: str, offset: int) -> None:
         if not _UPLOAD_ID.match(upload_id):
             raise ValueError(f"not an upload id: {upload_id!r}")
