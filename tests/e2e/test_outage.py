@@ -50,7 +50,10 @@ def test_postgresql_outage_gives_503_and_recovers(
             assert int(response.headers["retry-after"]) >= 1
         for service in ("auth", "metadata"):
             ready = httpx.get(stack.url(service) + "/readyz", timeout=10)
-            assert ready.status_code == 503 and ready.json()["checks"]["database"] == "down"
+            assert ready.status_code == 503 and ready.json()["checks"]["database"] == "down", (
+                service,
+                ready.text,
+            )
             assert httpx.get(stack.url(service) + "/healthz").status_code == 200  # alive, just not ready
 
         proxy.restore()

@@ -241,7 +241,15 @@ class TcpProxy:
                 continue
             upstream.settimeout(None)
             with self._lock:
-                self._conns += [client, upstream]
+                # A connection accepted just before a cut, and joined to the server after it,
+                # must not outlive the cut (a pool could keep it and the "dead" server answer).
+                alive = self._listener is listener
+                if alive:
+                    self._conns += [client, upstream]
+            if not alive:
+                client.close()
+                upstream.close()
+                return
             for a, b, rate in ((client, upstream, self.upload_rate), (upstream, client, None)):
                 threading.Thread(target=self._pump, args=(a, b, rate), daemon=True).start()
 
@@ -263,11 +271,11 @@ class TcpProxy:
 
     def cut(self) -> None:
         """Refuse new connections and reset every open one, as a dead server would."""
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
         with self._lock:
+            listener, self._listener = self._listener, None
             conns, self._conns = self._conns, []
+        if listener is not None:
+            listener.close()
         for conn in conns:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
