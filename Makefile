@@ -32,6 +32,7 @@ run: setup ## Run the embedded default: all four services on this machine (Ctrl-
 	@.venv/bin/coffer-stack
 
 test: setup browser node ## Run every test (unit, end-to-end over real processes, browser, chart checks)
+	@bash scripts/ensure-postgres-connections.sh
 	@command -v tmux >/dev/null 2>&1 || { echo "installing tmux (the client's terminal test)"; \
 	  apt-get install -y -qq tmux >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq tmux >/dev/null; }; }
 	@$(UV) run --frozen --no-sync pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
