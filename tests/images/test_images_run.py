@@ -141,7 +141,11 @@ def stack(
     }
     own = {
         "auth": {"COFFER_AUTH_DATABASE_URL": fresh_database("images_auth")},
-        "metadata": {"COFFER_METADATA_DATABASE_URL": fresh_database("images_metadata")},
+        "metadata": {
+            "COFFER_METADATA_DATABASE_URL": fresh_database("images_metadata"),
+            # Production mode refuses to start without the key that seals webhook secrets.
+            "COFFER_METADATA_WEBHOOK_SECRET_KEY": secrets.token_urlsafe(36),
+        },
         "blob": {"COFFER_SIGNING_SECRET": secrets.token_urlsafe(32), **s3_server.env(s3_server.new_bucket())},
         "edge": {
             "COFFER_AUTH_URL": url["auth"],
