@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from coffer_stack.stack import Ports, Stack
 from coffer_testkit.testing import free_port, wait_healthy
@@ -158,12 +159,14 @@ class Nginx:
 
 
 @dataclass
-class ReferenceApp:
-    """bench/reference_app.py: one FastAPI route, the same uvicorn settings as our services."""
+class ScriptServer:
+    """A bench script serving on ``port`` (``python bench/SCRIPT PORT``), its output in ``log``."""
 
     port: int = field(default_factory=free_port)
     log: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
+    script: ClassVar[str]
+    what: ClassVar[str]
 
     @property
     def url(self) -> str:
@@ -172,16 +175,27 @@ class ReferenceApp:
     def start(self) -> None:
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, str(BENCH / "reference_app.py"), str(self.port)], stdout=out, stderr=out
+            [sys.executable, str(BENCH / self.script), str(self.port)], stdout=out, stderr=out
         )
-        _wait_port(self.port, self.proc, "reference app")
-        wait_healthy(self.url + "/healthz", timeout=30)
+        _wait_port(self.port, self.proc, self.what)
 
     def pids(self) -> list[int]:
         return [self.proc.pid] if self.proc else []
 
     def stop(self) -> None:
         _stop(self.proc)
+
+
+@dataclass
+class ReferenceApp(ScriptServer):
+    """bench/reference_app.py: one FastAPI route, the same uvicorn settings as our services."""
+
+    script: ClassVar[str] = "reference_app.py"
+    what: ClassVar[str] = "reference app"
+
+    def start(self) -> None:
+        super().start()
+        wait_healthy(self.url + "/healthz", timeout=30)
 
 
 @dataclass
@@ -302,32 +316,17 @@ def started(*things: object) -> Iterator[None]:
 
 
 @dataclass
-class OtlpSink:
+class OtlpSink(ScriptServer):
     """bench/otlp_sink.py: where a traced stack exports its spans (counted, then dropped)."""
 
-    port: int = field(default_factory=free_port)
-    log: Path | None = None
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, str(BENCH / "otlp_sink.py"), str(self.port)], stdout=out, stderr=out
-        )
-        _wait_port(self.port, self.proc, "OTLP sink")
+    script: ClassVar[str] = "otlp_sink.py"
+    what: ClassVar[str] = "OTLP sink"
 
     def spans(self) -> int:
         """Spans received so far."""
         import httpx
 
         return int(httpx.get(self.url, timeout=10).text)
-
-    def stop(self) -> None:
-        _stop(self.proc)
 
 
 def traced_stack(root: Path, stack: Stack, sink: OtlpSink, *, sampled: bool = True) -> Stack:
