@@ -81,23 +81,16 @@ class InProcessStack:
         self._engines.clear()
 
 
-# Per database URL: its tables, children before parents, and its sequences (PostgreSQL).
-_LAYOUTS: dict[str, tuple[list[str], list[str]]] = {}
+# Per database URL: its tables, children before parents.
+_LAYOUTS: dict[str, list[str]] = {}
 
 
-def _layout(engine: Engine) -> tuple[list[str], list[str]]:
+def _layout(engine: Engine) -> list[str]:
     key = engine.url.render_as_string(hide_password=False)
     if key not in _LAYOUTS:
         virtual: list[str] = []
-        sequences: list[str] = []
         with engine.connect() as conn:
-            if engine.dialect.name == "postgresql":
-                sequences = list(
-                    conn.execute(
-                        text("SELECT sequencename FROM pg_sequences WHERE schemaname = current_schema()")
-                    ).scalars()
-                )
-            else:
+            if engine.dialect.name == "sqlite":
                 virtual = list(
                     conn.execute(
                         text("SELECT name FROM sqlite_master WHERE sql LIKE 'CREATE VIRTUAL TABLE%'")
@@ -113,24 +106,22 @@ def _layout(engine: Engine) -> tuple[list[str], list[str]]:
 
         schema = MetaData()
         schema.reflect(bind=engine, only=emptied)
-        tables = [t.name for t in reversed(schema.sorted_tables)]
-        _LAYOUTS[key] = (tables, sequences)
+        _LAYOUTS[key] = [t.name for t in reversed(schema.sorted_tables)]
     return _LAYOUTS[key]
 
 
 def truncate_all(engine: Engine) -> None:
     """Empty every table but Alembic's, keeping the schema: what a test leaves is gone.
 
-    DELETE, children first, then the sequences back at 1 (as ``TRUNCATE … RESTART IDENTITY``):
-    a test leaves a few rows, and PostgreSQL's TRUNCATE makes new files for every table, 130 to
-    210 ms a database against 5 to 7 ms for the DELETEs (measured on the test machine).
+    DELETE, children first: a test leaves a few rows, and PostgreSQL's TRUNCATE makes new files
+    for every table, 130 to 210 ms a database against 5 to 7 ms for the DELETEs (measured on the
+    test machine). Sequences go on counting: a write still in flight from the test before (edge's
+    audit relay, say) may land after the DELETE, and a sequence set back to 1 would hand its id
+    out again (a duplicate key in CI's run of 84a4009).
     """
-    tables, sequences = _layout(engine)
     with engine.begin() as conn:
-        for table in tables:
+        for table in _layout(engine):
             conn.execute(text(f'DELETE FROM "{table}"'))
-        for sequence in sequences:
-            conn.execute(text("SELECT setval(:s, 1, false)"), {"s": sequence})
 
 
 class _Server(uvicorn.Server):

@@ -49,6 +49,9 @@ class EdgeState(ServiceState[Settings]):
     dashboard: DashboardState | None = None
     # Resumable uploads whose lease this edge keeps between two chunks (routers/tus.py, Kept).
     kept_uploads: dict[str, Any] = field(default_factory=dict)
+    # Per upload, its last chunk's record in metadata while it is written (Kept.keep): HEAD
+    # waits for it even while the next chunk, which took the lease, streams.
+    tus_records: dict[str, Any] = field(default_factory=dict)
 
 
 def edge_state(request: Request) -> EdgeState:

@@ -11,6 +11,7 @@ import io
 import os
 import re
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -309,3 +310,78 @@ def _at_once(n: int, call: Callable[[], httpx.Response]) -> list[httpx.Response]
     for t in threads:
         t.join()
     return answers
+
+
+def _held(stack: Any, upload_id: str) -> Any:
+    """A transaction holding the upload's row (PostgreSQL) or the write lock (SQLite): metadata
+    cannot record a chunk until it ends; reads go on."""
+    engine = stack._engine(stack.metadata_database_url)
+    connection = engine.connect()
+    if engine.dialect.name == "sqlite":
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    else:
+        connection.begin()
+        connection.exec_driver_sql(f"SELECT 1 FROM tus_uploads WHERE id = '{upload_id}' FOR UPDATE")
+    return connection
+
+
+def test_head_never_answers_behind_a_chunk_it_acknowledged(stack: Any, tenant: Tenant) -> None:
+    # A chunk is answered before metadata has its record (written while the next one streams);
+    # a client that drops the next chunk and asks HEAD at once must still get the first's end.
+    first, second = os.urandom(2 * MIB), os.urandom(24 * MIB)
+    url = create(tenant.api, len(first) + len(second) + 1).headers["location"]
+    upload_id = path_of(url).rsplit("/", 1)[1].split("?")[0]
+    go_on, streaming, finish = threading.Event(), threading.Event(), threading.Event()
+
+    def body(data: bytes, paused: threading.Event, pause_at: int, reached: threading.Event | None) -> Any:
+        yield data[:pause_at]
+        if reached is not None:
+            reached.set()  # (past what socket buffers hold: the edge is reading this chunk)
+        assert paused.wait(30)
+        yield data[pause_at:]
+
+    answers: dict[str, httpx.Response] = {}
+
+    def send(name: str, data: bytes, paused: threading.Event, pause_at: int, reached: Any, offset: int) -> None:
+        headers = {
+            **TUS,
+            "Upload-Offset": str(offset),
+            "Content-Type": "application/offset+octet-stream",
+            "Content-Length": str(len(data)),  # (chunked: edge would wait for the record first)
+        }
+        content = body(data, paused, pause_at, reached)
+        answers[name] = tenant.api.patch(path_of(url), content=content, headers=headers)
+
+    one = threading.Thread(target=send, args=("first", first, go_on, MIB, None, 0))
+    one.start()
+    sql = f"SELECT lock_token FROM tus_uploads WHERE id = '{upload_id}'"
+    deadline = time.monotonic() + 30
+    while stack.metadata_scalar(sql) is None:  # polled: the first chunk's lease
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    held = _held(stack, upload_id)
+    try:
+        go_on.set()
+        one.join(30)
+        assert answers["first"].status_code == 204
+        assert answers["first"].headers["upload-offset"] == str(len(first))  # its record waits
+        two = threading.Thread(target=send, args=("second", second, finish, 20 * MIB, streaming, len(first)))
+        two.start()
+        assert streaming.wait(30)
+        heads: list[httpx.Response] = []
+        asking = threading.Thread(target=lambda: heads.append(head(tenant.api, url)))
+        asking.start()
+        asking.join(1.0)  # an answer now (before the record) must not be behind
+        if heads:
+            assert int(heads[0].headers["upload-offset"]) >= len(first)
+    finally:
+        held.rollback()
+        held.close()
+    asking.join(30)
+    assert int(heads[0].headers["upload-offset"]) >= len(first)
+    finish.set()
+    two.join(30)
+    assert answers["second"].status_code == 204, answers["second"].text
+    done = patch(tenant.api, url, b"!", len(first) + len(second))
+    asset = tenant.api.get(f"/api/assets/{done.headers['coffer-asset-id']}").json()
+    assert asset["sha256"] == hashlib.sha256(first + second + b"!").hexdigest()

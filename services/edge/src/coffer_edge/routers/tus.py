@@ -292,7 +292,7 @@ class _Chunk:
 # Another edge's request for the upload meanwhile waits for the kept lease to run out
 # (KEEP_SECONDS at most; ``_lock``); a HEAD there may read one chunk behind for a few
 # milliseconds (never ahead: the bytes are durable before the chunk is answered). This edge's
-# HEAD waits for the record.
+# HEAD waits for the record (``tus_records``), also while the next chunk streams.
 KEEP_SECONDS = 2.0
 # The edge uses a kept lease only in the first half of its time in metadata (which counts from
 # the record's landing, later than this edge's count from its sending), and a chunk renews it
@@ -318,6 +318,14 @@ class Kept:
         recorded.add_done_callback(_quiet)
         until = asyncio.get_running_loop().time() + _KEEP_USABLE
         kept[upload.id] = Kept(upload, until, recorded)
+        records: dict[str, asyncio.Future[TusUpload]] = state.tus_records
+        records[upload.id] = recorded
+
+        def forget(done: asyncio.Future[TusUpload]) -> None:
+            if records.get(upload.id) is done:
+                del records[upload.id]
+
+        recorded.add_done_callback(forget)
 
     @staticmethod
     async def take(request: Request, caller: Caller, upload_id: str, offset: int | None) -> Kept | None:
@@ -710,10 +718,10 @@ async def upload_state(upload_id: UploadIdPath, request: Request, token: Token =
     caller = await _caller(request, token)
     rid = request_id_of(request) or ""
     state = edge_state(request)
-    kept = state.kept_uploads.get(upload_id)
-    if kept is not None:  # this edge's last chunk: its record first
+    recorded = state.tus_records.get(upload_id)
+    if recorded is not None:  # this edge's last chunk: its record first
         with contextlib.suppress(CofferError):
-            await kept.recorded
+            await asyncio.shield(recorded)  # (a HEAD that goes away leaves the record be)
     upload = await state.metadata.tus_get(upload_id, caller.organization_id, request_id=rid)
     await _authorized(request, caller, upload)
     headers = _upload_headers(upload)
