@@ -342,7 +342,9 @@ def test_head_never_answers_behind_a_chunk_it_acknowledged(stack: Any, tenant: T
 
     answers: dict[str, httpx.Response] = {}
 
-    def send(name: str, data: bytes, paused: threading.Event, pause_at: int, reached: Any, offset: int) -> None:
+    def send(
+        name: str, data: bytes, paused: threading.Event, pause_at: int, reached: Any, offset: int
+    ) -> None:
         headers = {
             **TUS,
             "Upload-Offset": str(offset),
