@@ -317,8 +317,7 @@ async def test_leases_five_days_of_failures_and_410(
             text("UPDATE webhook_endpoints SET failing_since = :t WHERE id = :i"),
             {"t": now - timedelta(days=5, seconds=1), "i": failing.endpoint_id},
         )
-    two.record(failing, Outcome(500, None, "no", 5, now))
-    two.record(gone, Outcome(410, None, "bye", 5, now))
+    two.record([(failing, Outcome(500, None, "no", 5, now)), (gone, Outcome(410, None, "bye", 5, now))])
     views = {w["id"]: w for w in (await api.get(base(org))).json()["webhooks"]}
     assert (views[failing.endpoint_id]["enabled"], views[failing.endpoint_id]["disabledReason"]) == (
         False,

@@ -26,6 +26,7 @@ nothing when idle, and no write lock) and at once when a send ends.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import random
@@ -142,6 +143,8 @@ class Dispatcher:
         self._stopping = False
         self._http: aiohttp.ClientSession | None = None
         self._expired_at = 0.0
+        self._ended: list[tuple[Job, Outcome, asyncio.Future[None]]] = []
+        self._recorder: asyncio.Task[None] | None = None
 
     # The loop -------------------------------------------------------------------------
 
@@ -389,12 +392,35 @@ class Dispatcher:
                         span.set_attribute("http.response.status_code", outcome.status)
                     if outcome.error:
                         span.set_attribute("error.type", outcome.error[:200])
-                # Recorded inside the delivery's span: its statements are the span's children.
-                await asyncio.to_thread(self.record, job, outcome)
+            await self._recorded(job, outcome)
         except Exception:
             log.exception("webhook delivery crashed", extra={"delivery_id": job.delivery_id})
         finally:
             self._wake.set()
+
+    async def _recorded(self, job: Job, outcome: Outcome) -> None:
+        """Record the attempt with every other that ends meanwhile (``record``): one writer
+        task, which takes what queued while it wrote, until nothing is left."""
+        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ended.append((job, outcome, ended))
+        if self._recorder is None or self._recorder.done():
+            # A context of its own: no delivery's span is the parent of every record.
+            self._recorder = asyncio.create_task(self._record_ended(), context=contextvars.Context())
+        await ended
+
+    async def _record_ended(self) -> None:
+        while self._ended:
+            batch, self._ended = self._ended, []
+            try:
+                await asyncio.to_thread(self.record, [(job, outcome) for job, outcome, _ in batch])
+            except Exception as exc:  # noqa: BLE001 - handed to each waiter (its lease runs out: sent again)
+                for *_, ended in batch:
+                    if not ended.done():
+                        ended.set_exception(exc)
+            else:
+                for *_, ended in batch:
+                    if not ended.done():
+                        ended.set_result(None)
 
     async def send(self, job: Job) -> Outcome:
         """POST the delivery once, signed; never follows a redirect, reads at most 1 KiB."""
@@ -441,9 +467,17 @@ class Dispatcher:
             DELIVERIES.labels("gone" if status == 410 else "failed").inc()
         return Outcome(status, error and error[:512], response, int(latency * 1000), started_at)
 
-    def record(self, job: Job, outcome: Outcome) -> None:
-        """The attempt in the log, the delivery's next step, the endpoint's health: one transaction."""
+    def record(self, done: list[tuple[Job, Outcome]]) -> None:
+        """The attempts in the log, the deliveries' next steps, the endpoints' health: one
+        transaction for every send that ended since the last (a write lock taken once per
+        round, not per delivery: on SQLite the uploads wait for it)."""
         now = utcnow()
+        with Session(writer(self.engine)) as session:
+            for job, outcome in done:
+                self._record(session, job, outcome, now)
+            session.commit()
+
+    def _record(self, session: Session, job: Job, outcome: Outcome, now: datetime) -> None:
         attempt = job.attempts + 1
         ok = outcome.status is not None and 200 <= outcome.status < 300
         gone = outcome.status == 410
@@ -457,41 +491,38 @@ class Dispatcher:
             status = "pending" if next_at <= job.retry_until else "failed"
             next_at = next_at if status == "pending" else None
         d = _deliveries
-        with Session(writer(self.engine)) as session:
-            connection = session.connection()
-            updated = connection.execute(
-                sa.update(d)
-                .where(d.c.id == job.delivery_id, d.c.lease_token == job.lease_token)
-                .values(
-                    status=status,
-                    attempts=attempt,
-                    next_attempt_at=next_at,
-                    lease_token=None,
-                    lease_until=None,
-                )
-            ).rowcount
-            if (
-                not updated
-                and connection.execute(sa.select(d.c.id).where(d.c.id == job.delivery_id)).first() is None
-            ):
-                session.commit()  # the endpoint was deleted meanwhile: nothing to record
-                return
-            connection.execute(
-                sa.insert(_attempts).values(
-                    id=new_id(WEBHOOK_ATTEMPT),
-                    delivery_id=job.delivery_id,
-                    endpoint_id=job.endpoint_id,
-                    attempt=attempt,
-                    result="succeeded" if ok else "failed",
-                    response_status=outcome.status,
-                    error=outcome.error,
-                    latency_ms=outcome.latency_ms,
-                    response=outcome.response,
-                    created_at=outcome.started_at,
-                )
+        connection = session.connection()
+        updated = connection.execute(
+            sa.update(d)
+            .where(d.c.id == job.delivery_id, d.c.lease_token == job.lease_token)
+            .values(
+                status=status,
+                attempts=attempt,
+                next_attempt_at=next_at,
+                lease_token=None,
+                lease_until=None,
             )
-            self._endpoint_health(session, job.endpoint_id, ok=ok, gone=gone, now=now)
-            session.commit()
+        ).rowcount
+        if (
+            not updated
+            and connection.execute(sa.select(d.c.id).where(d.c.id == job.delivery_id)).first() is None
+        ):
+            return  # the endpoint was deleted meanwhile: nothing to record
+        connection.execute(
+            sa.insert(_attempts).values(
+                id=new_id(WEBHOOK_ATTEMPT),
+                delivery_id=job.delivery_id,
+                endpoint_id=job.endpoint_id,
+                attempt=attempt,
+                result="succeeded" if ok else "failed",
+                response_status=outcome.status,
+                error=outcome.error,
+                latency_ms=outcome.latency_ms,
+                response=outcome.response,
+                created_at=outcome.started_at,
+            )
+        )
+        self._endpoint_health(session, job.endpoint_id, ok=ok, gone=gone, now=now)
 
     def _endpoint_health(
         self, session: Session, endpoint_id: str, *, ok: bool, gone: bool, now: datetime
