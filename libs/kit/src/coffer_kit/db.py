@@ -49,8 +49,16 @@ KEYED_READ_CONNECTIONS = 4
 KEYED_READ_WAIT_SECONDS = 5.0
 
 
-def make_engine(url: str, *, pool_size: int = POOL_SIZE, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Engine:
-    """An engine for ``url``; SQLite gets WAL, foreign keys and a busy timeout."""
+def make_engine(
+    url: str, *, pool_size: int = POOL_SIZE, busy_timeout_ms: int = BUSY_TIMEOUT_MS, durable: bool = True
+) -> Engine:
+    """An engine for ``url``; SQLite gets WAL, foreign keys and a busy timeout.
+
+    ``durable=False``: a commit returns before it is on disk (SQLite ``synchronous=NORMAL``,
+    PostgreSQL ``synchronous_commit=off``). A crash of the machine or the server may lose the
+    last commits, never half of one; only for writers that redo whatever such a loss undoes
+    (the webhook dispatcher). On SQLite it then holds the write lock for no flush.
+    """
     if url.startswith("sqlite"):
         engine = create_engine(
             url,
@@ -65,7 +73,7 @@ def make_engine(url: str, *, pool_size: int = POOL_SIZE, busy_timeout_ms: int = 
         def _pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=FULL")
+            cur.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
             cur.close()
@@ -90,6 +98,7 @@ def make_engine(url: str, *, pool_size: int = POOL_SIZE, busy_timeout_ms: int = 
         pool_size=pool_size,
         max_overflow=0,
         pool_timeout=10,
+        **({} if durable else {"connect_args": {"options": "-c synchronous_commit=off"}}),
     )
     event.listen(engine, "before_cursor_execute", _nul_safe, retval=True)
     instrument_engine(engine)
@@ -144,8 +153,8 @@ class Database:
         self._group = _GroupCommit(engine, self.write_lock) if self.write_lock is not None else None
 
     @classmethod
-    def open(cls, url: str, *, pool_size: int = POOL_SIZE) -> Database:
-        engine = make_engine(url, pool_size=pool_size)
+    def open(cls, url: str, *, pool_size: int = POOL_SIZE, durable: bool = True) -> Database:
+        engine = make_engine(url, pool_size=pool_size, durable=durable)
         on_disk = engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:")
         return cls(engine, url if on_disk else None)
 

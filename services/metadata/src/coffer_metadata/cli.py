@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from coffer_metadata.config import Settings
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         from coffer_metadata.webhooks.dispatcher import create_dispatcher_app
 
         configure_logging("webhooks", settings.log_level, settings.log_format)
+        os.nice(settings.metadata_webhook_niceness)
         port = settings.metadata_dispatcher_port
         serve([Listener(create_dispatcher_app(settings), settings.metadata_host, port)], graceful_seconds=15)
         return 0

@@ -49,6 +49,10 @@ class Settings(BaseServiceSettings):
     # holds no more than that, so other endpoints and organizations keep their turn).
     metadata_webhook_concurrency: int = Field(default=64, ge=1, le=1024)
     metadata_webhook_endpoint_concurrency: int = Field(default=4, ge=1, le=64)
+    # The dispatcher's niceness (os.nice): on a machine it shares with the API (the embedded
+    # default), a burst of uploads gets the CPU first and the deliveries catch up after it. In
+    # a pod of its own (its own cgroup) it changes nothing.
+    metadata_webhook_niceness: int = Field(default=10, ge=0, le=19)
     # The dispatcher role's health and metrics listener (coffer-metadata dispatch).
     metadata_dispatcher_port: int = ports.WEBHOOKS
 

@@ -742,9 +742,12 @@ def create_dispatcher_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # A few connections: the loop and the sends' records, not a request pool.
+        # A few connections: the loop and the sends' records, not a request pool. Commits do
+        # not wait for the disk (``durable=False``): what a crash of the machine loses of them
+        # is redone, never lost (the events are metadata's durable writes; a lost fan-out fans
+        # out again, a lost claim's lease or record sends again, with the same webhook-id).
         database = Database.open(
-            settings.metadata_database_url, pool_size=min(settings.database_pool_size, 4)
+            settings.metadata_database_url, pool_size=min(settings.database_pool_size, 4), durable=False
         )
         dispatcher = Dispatcher(settings, database.engine)
         install_state(app, DispatcherState(settings=settings, database=database, dispatcher=dispatcher))
