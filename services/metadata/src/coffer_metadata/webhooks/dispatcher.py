@@ -31,6 +31,7 @@ import json
 import logging
 import random
 import secrets
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager, suppress
@@ -41,6 +42,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import sqlalchemy as sa
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
 from fastapi import FastAPI
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from prometheus_client import Counter, Histogram
@@ -64,7 +67,7 @@ from coffer_metadata.models import WebhookAttempt as AttemptRow
 from coffer_metadata.models import WebhookDelivery as DeliveryRow
 from coffer_metadata.models import WebhookEndpoint as EndpointRow
 from coffer_metadata.webhooks import service
-from coffer_metadata.webhooks.safety import AddressPolicy, PublicOnlyResolver, RefusedAddress, literal_address
+from coffer_metadata.webhooks.safety import AddressPolicy, RefusedAddress, literal_address
 from coffer_metadata.webhooks.secrets import SecretBox, signatures
 
 log = logging.getLogger("coffer.metadata.webhooks")
@@ -97,6 +100,27 @@ LATENCY = Histogram(
     "Time from sending a webhook to its answer (or failure).",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+
+
+class PublicOnlyResolver(AbstractResolver):
+    """aiohttp's resolver, refusing a host if any address it resolves to is internal (safety.py:
+    aiohttp connects to exactly the addresses checked here). Here, not in safety.py: the API's
+    processes never load aiohttp."""
+
+    def __init__(self, policy: AddressPolicy) -> None:
+        self.policy = policy
+        self._inner = DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        results = await self._inner.resolve(host, port, family)
+        for result in results:
+            self.policy.check(result["host"])
+        return results
+
+    async def close(self) -> None:
+        await self._inner.close()
 
 
 @dataclass(slots=True)

@@ -2,7 +2,7 @@
 host that resolves only to public addresses unless the operator allowlists a range.
 
 The check happens where the connection is made: the dispatcher's aiohttp connector resolves
-through :class:`PublicOnlyResolver`, which refuses internal addresses and hands aiohttp the
+through ``dispatcher.PublicOnlyResolver``, which refuses internal addresses and hands aiohttp the
 addresses it checked, so aiohttp connects to exactly those (no second lookup a rebinding DNS
 could answer differently) while keeping the URL's host name for the Host header, TLS SNI and
 certificate verification. A URL naming an IP literal is checked before the request (aiohttp
@@ -12,13 +12,11 @@ does not resolve literals). Redirects are never followed (the sender passes
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import socket
 from collections.abc import Sequence
 from urllib.parse import urlsplit
-
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -133,25 +131,6 @@ def url_problem(url: str, *, allow_http: bool) -> str | None:
     return None
 
 
-class PublicOnlyResolver(AbstractResolver):
-    """aiohttp's resolver, refusing a host if any address it resolves to is internal."""
-
-    def __init__(self, policy: AddressPolicy) -> None:
-        self.policy = policy
-        self._inner = DefaultResolver()
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        results = await self._inner.resolve(host, port, family)
-        for result in results:
-            self.policy.check(result["host"])
-        return results
-
-    async def close(self) -> None:
-        await self._inner.close()
-
-
 async def resolve_and_check(host: str, policy: AddressPolicy) -> None:
     """Resolve ``host`` now and refuse it if any address is internal (at creation: a clear 400;
     the dispatcher checks again at each connection). A name that does not resolve now passes:
@@ -160,12 +139,9 @@ async def resolve_and_check(host: str, policy: AddressPolicy) -> None:
     if literal is not None:
         policy.check(literal)
         return
-    resolver = PublicOnlyResolver(policy)
     try:
-        await resolver.resolve(host, 0, socket.AF_UNSPEC)
-    except RefusedAddress:
-        raise
+        found = await asyncio.get_running_loop().getaddrinfo(host, 0, type=socket.SOCK_STREAM)
     except OSError:
         return
-    finally:
-        await resolver.close()
+    for *_, address in found:
+        policy.check(str(address[0]))
