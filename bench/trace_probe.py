@@ -13,21 +13,15 @@ prints cProfile's top functions of one sampled and one unsampled round.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# bench/profile.py would shadow the standard library's profile module, which cProfile imports.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 import argparse
 import asyncio
-import cProfile
 import io
 import os
-import pstats
 import secrets
 import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from coffer_testkit.testing import free_port, wait_healthy
@@ -44,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--hand-server",
         action="store_true",
-        help="the server span made by a hand-written ASGI layer instead of FastAPI's telemetry (an experiment)",
+        help="the server span made by a hand-written ASGI layer, not FastAPI's telemetry (an experiment)",
     )
     parser.add_argument("--no-call", action="store_true", help="the route answers without calling out")
     args = parser.parse_args(argv)
@@ -123,7 +117,7 @@ async def probe(args: argparse.Namespace, upstream: str) -> None:
     def parent(sampled: bool) -> bytes:
         return f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-{'01' if sampled else '00'}".encode()
 
-    async def round_of(sampled: bool, n: int, profiler: cProfile.Profile | None = None) -> float:
+    async def round_of(sampled: bool, n: int, profiler: Any = None) -> float:
         from opentelemetry import trace
 
         provider: Any = trace.get_tracer_provider()
@@ -151,6 +145,12 @@ async def probe(args: argparse.Namespace, upstream: str) -> None:
         extra = [s - u for s, u in zip(results[True], results[False], strict=True)]
         print(f"    extra: {', '.join(f'{v:.0f}' for v in extra)} µs per traced request (2 spans)")
         if args.profile:
+            # bench/profile.py (first on the path) would shadow the standard library's profile
+            # module, which cProfile imports.
+            sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH]
+            import cProfile
+            import pstats
+
             for sampled, label in ((True, "sampled"), (False, "unsampled")):
                 profiler = cProfile.Profile(time.process_time)
                 await round_of(sampled, args.requests, profiler)

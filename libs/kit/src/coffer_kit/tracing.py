@@ -177,7 +177,9 @@ def app_class() -> type[FastAPI]:
     return TracedFastAPI if _enabled else FastAPI
 
 
-def client_trace_config(url_filter: Callable[[Any], str], tracer: trace.Tracer | None = None) -> aiohttp.TraceConfig:
+def client_trace_config(
+    url_filter: Callable[[Any], str], tracer: trace.Tracer | None = None
+) -> aiohttp.TraceConfig:
     """A client span per call to another service, its context injected as W3C ``traceparent``
     (issue 28: what opentelemetry-instrumentation-aiohttp-client records for these calls, at
     about half its CPU). Under a parent that was not sampled, when the sampler drops such
@@ -203,9 +205,8 @@ def client_trace_config(url_filter: Callable[[Any], str], tracer: trace.Tracer |
                 propagate.inject(params.headers)
                 return
         method = params.method
-        span = spans.start_span(
-            method, kind=SpanKind.CLIENT, attributes={"http.method": method, "http.url": url_filter(params.url)}
-        )
+        attributes = {"http.method": method, "http.url": url_filter(params.url)}
+        span = spans.start_span(method, kind=SpanKind.CLIENT, attributes=attributes)
         context.coffer_span = span
         context.coffer_token = otel_context.attach(trace.set_span_in_context(span))
         propagate.inject(params.headers)
