@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import io
 import os
 import secrets
@@ -41,6 +42,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the server span made by a hand-written ASGI layer, not FastAPI's telemetry (an experiment)",
     )
     parser.add_argument("--no-call", action="store_true", help="the route answers without calling out")
+    parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() once the app has started")
+    parser.add_argument("--gc-threshold", type=int, default=0, help="gc.set_threshold(N) (generation 0)")
+    parser.add_argument(
+        "--heap",
+        action="store_true",
+        help="import edge's and metadata's apps first, so the garbage collector walks a service's heap",
+    )
     args = parser.parse_args(argv)
 
     sink_port, upstream_port = free_port(), free_port()
@@ -67,6 +75,28 @@ async def probe(args: argparse.Namespace, upstream: str) -> None:
         import coffer_kit.app
 
         coffer_kit.app.app_class = hand_server_app  # type: ignore[assignment]
+    if args.heap:
+        import coffer_edge.main  # noqa: F401
+        import coffer_metadata.main  # noqa: F401
+
+    gc_seconds = {True: 0.0, False: 0.0}
+    gc_by_generation = {True: [0.0, 0.0, 0.0], False: [0.0, 0.0, 0.0]}
+    gc_runs: dict[bool, list[int]] = {True: [0, 0, 0], False: [0, 0, 0]}
+    gc_state: dict[str, Any] = {"sampled": None, "started": 0.0}
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        mode = gc_state["sampled"]
+        if mode is None:
+            return
+        if phase == "start":
+            gc_state["started"] = time.process_time()
+        else:
+            spent = time.process_time() - gc_state["started"]
+            gc_seconds[mode] += spent
+            gc_by_generation[mode][info["generation"]] += spent
+            gc_runs[mode][info["generation"]] += 1
+
+    gc.callbacks.append(on_gc)
     app = base_app("coffer-probe")
     assert tracing_enabled()
     client = internal_client(upstream, "token")
@@ -122,12 +152,14 @@ async def probe(args: argparse.Namespace, upstream: str) -> None:
 
         provider: Any = trace.get_tracer_provider()
         provider.force_flush()
+        gc_state["sampled"] = sampled
         started = time.process_time()
         if profiler:
             profiler.enable()
         for _ in range(n):
             await one(parent(sampled))
         provider.force_flush()  # this round's spans exported, in this round's time
+        gc_state["sampled"] = None
         if profiler:
             profiler.disable()
         return 1e6 * (time.process_time() - started) / n
@@ -135,7 +167,15 @@ async def probe(args: argparse.Namespace, upstream: str) -> None:
     async with app.router.lifespan_context(app):
         for sampled in (True, False):
             await round_of(sampled, 300)  # warm-up
+        if args.gc_threshold:
+            gc.set_threshold(args.gc_threshold, *gc.get_threshold()[1:])
+        if args.gc_freeze:
+            gc.collect()
+            gc.freeze()
         results: dict[bool, list[float]] = {True: [], False: []}
+        gc_seconds[True] = gc_seconds[False] = 0.0
+        gc_runs[True], gc_runs[False] = [0, 0, 0], [0, 0, 0]
+        gc_by_generation[True], gc_by_generation[False] = [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]
         for _ in range(args.rounds):
             for sampled in (True, False):
                 results[sampled].append(await round_of(sampled, args.requests))
@@ -143,7 +183,14 @@ async def probe(args: argparse.Namespace, upstream: str) -> None:
             values = ", ".join(f"{v:.0f}" for v in results[sampled])
             print(f"{label:>9}: {values} µs CPU per request")
         extra = [s - u for s, u in zip(results[True], results[False], strict=True)]
-        print(f"    extra: {', '.join(f'{v:.0f}' for v in extra)} µs per traced request (2 spans)")
+        print(f"    extra: {', '.join(f'{v:.0f}' for v in extra)} µs per traced request")
+        for sampled, label in ((True, "sampled"), (False, "unsampled")):
+            n = args.rounds * args.requests
+            print(
+                f"{label:>9}: garbage collection {1e6 * gc_seconds[sampled] / n:.0f} µs per request "
+                f"(collections of generations 0/1/2: {'/'.join(map(str, gc_runs[sampled]))}, µs per "
+                f"request each: {'/'.join(f'{1e6 * t / n:.0f}' for t in gc_by_generation[sampled])})"
+            )
         if args.profile:
             # bench/profile.py (first on the path) would shadow the standard library's profile
             # module, which cProfile imports.
