@@ -647,10 +647,24 @@ class Bench:
             errors = sum(r[index].errors + r[2].errors for r in runs)
             if errors > 0.01 * sum(r[index].requests + r[2].requests for r in runs):
                 figure.error = f"{errors} requests failed or were not 2xx"
+
+        def per_process(index: int) -> str:
+            """Median CPU ms per request of each busy process, in the runs of one stack."""
+            shares = []
+            for name in runs[0][index].server_cpu:
+                ms = [
+                    1000 * r[index].server_cpu.get(name, 0.0) / r[index].rate for r in runs if r[index].rate
+                ]
+                if ms and statistics.median(ms) >= 0.01:
+                    shares.append(f"{name} {statistics.median(ms):.2f}")
+            return ", ".join(shares)
+
         on.note = (
             f"{per_request:.2f} spans per request reached the collector ({spans:,} for {requests:,} "
             f"traced requests); a server span costs {1000 * price_ms:.0f} µs of CPU to make, batch and "
-            "export (priced in the harness in the same run)"
+            "export (priced in the harness in the same run); CPU ms per request by process, every "
+            f"request traced: {per_process(0)}; no span recorded: {per_process(1)}; tracing off: "
+            f"{per_process(2)}"
         )
         unsampled.note = (
             "tracing on (FastAPI's server spans, aiohttp's client spans, propagation, the exporter) "

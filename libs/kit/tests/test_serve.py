@@ -114,3 +114,41 @@ def test_a_listener_with_its_own_loop_never_waits_for_the_others(own_loop: bool,
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+# A served process answers how many objects the collector has frozen, and whether an object made
+# at start-up is among them (gc.get_referrers never looks in the permanent generation).
+_FROZEN = """
+import gc, sys
+from coffer_kit.serve import Listener, serve
+
+made_at_start_up = [[] for _ in range(1000)]
+
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    frozen = gc.get_freeze_count()
+    seen = bool(gc.get_referrers(made_at_start_up[0]))
+    body = f"{frozen} {seen}".encode()
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": body})
+
+serve([Listener(app, "127.0.0.1", int(sys.argv[1]))])
+"""
+
+
+def test_start_up_objects_are_left_out_of_later_collections(tmp_path: Path) -> None:
+    """Issue 28: a traced request's spans outlive it, so collections run; the full ones no longer
+    walk the start-up heap."""
+    port = free_port()
+    script = tmp_path / "frozen.py"
+    script.write_text(_FROZEN)
+    process = subprocess.Popen([sys.executable, str(script), str(port)])
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/", timeout=30)
+        frozen, seen = httpx.get(f"http://127.0.0.1:{port}/", timeout=30).text.split()
+        assert int(frozen) > 1000
+        assert seen == "False"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

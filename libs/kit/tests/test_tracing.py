@@ -3,12 +3,18 @@ known to drop is not made). Real SDK samplers and tracer providers, not installe
 
 from __future__ import annotations
 
+import contextlib
 import secrets
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
+import aiohttp
 import pytest
+from aiohttp import web
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import (
     ALWAYS_OFF,
     ALWAYS_ON,
@@ -18,8 +24,10 @@ from opentelemetry.sdk.trace.sampling import (
     Sampler,
     TraceIdRatioBased,
 )
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode
 
 from coffer_kit import tracing
+from coffer_testkit.testing import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -85,3 +93,106 @@ def test_a_ratio_samplers_roots_are_left_to_the_tracer() -> None:
     assert tracing.unsampled_context(scope()) is None
     unsampled = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-00".encode()
     assert tracing.unsampled_context(scope((b"traceparent", unsampled))) is not None
+
+
+# The client span of a call to another service (client_trace_config): a real aiohttp server on
+# loopback, the span recorded by a provider of the test's own.
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def exported() -> Iterator[tuple[trace.Tracer, InMemorySpanExporter]]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider.get_tracer("test"), exporter
+    provider.shutdown()
+
+
+@contextlib.asynccontextmanager
+async def upstream() -> AsyncIterator[tuple[str, list[str]]]:
+    """An HTTP server answering 200 (``/ok``) or 500 (``/fail``), keeping each traceparent."""
+    seen: list[str] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("traceparent", ""))
+        return web.Response(status=500 if request.path == "/fail" else 200, text="{}")
+
+    app = web.Application()
+    app.router.add_get("/{name}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}", seen
+    finally:
+        await runner.cleanup()
+
+
+def _session(tracer: trace.Tracer) -> aiohttp.ClientSession:
+    config = tracing.client_trace_config(url_filter=lambda url: tracing.redact_url(str(url)), tracer=tracer)
+    return aiohttp.ClientSession(trace_configs=[config])
+
+
+@pytest.mark.anyio
+async def test_a_call_gets_a_client_span_whose_context_is_sent(exported) -> None:
+    tracer, exporter = exported
+    async with upstream() as (url, seen), _session(tracer) as session:
+        with tracer.start_as_current_span("server") as server:
+            async with session.get(f"{url}/ok?token=secret-upload-token&x=1") as response:
+                assert response.status == 200
+            async with session.get(f"{url}/fail") as response:
+                assert response.status == 500
+            # The caller's context is its own again once the call is answered.
+            assert trace.get_current_span() is server
+    ok, failed = [s for s in exporter.get_finished_spans() if s.kind is SpanKind.CLIENT]
+    for span in (ok, failed):
+        assert span.name == "GET"
+        assert span.parent is not None and span.parent.span_id == server.get_span_context().span_id
+        assert span.context.trace_id == server.get_span_context().trace_id
+    # W3C traceparent: the client span is the callee's parent, sampled.
+    assert [value.rsplit("-", 1)[0] for value in seen] == [
+        f"00-{s.context.trace_id:032x}-{s.context.span_id:016x}" for s in (ok, failed)
+    ]
+    assert all(int(value.rsplit("-", 1)[1], 16) & 1 for value in seen)
+    assert ok.attributes["http.method"] == "GET"
+    assert ok.attributes["http.url"] == f"{url}/ok?token=REDACTED&x=1"
+    assert ok.attributes["http.status_code"] == 200
+    assert ok.status.status_code is StatusCode.UNSET
+    assert failed.attributes["http.status_code"] == 500
+    assert failed.status.status_code is StatusCode.ERROR
+
+
+@pytest.mark.anyio
+async def test_a_failed_call_ends_its_span_with_the_error(exported) -> None:
+    tracer, exporter = exported
+    async with _session(tracer) as session:
+        with tracer.start_as_current_span("server") as server:
+            with pytest.raises(aiohttp.ClientConnectionError):
+                await session.get(f"http://127.0.0.1:{free_port()}/nobody")
+            assert trace.get_current_span() is server
+    (span,) = [s for s in exporter.get_finished_spans() if s.kind is SpanKind.CLIENT]
+    assert span.status.status_code is StatusCode.ERROR
+    assert [e.name for e in span.events] == ["exception"]
+
+
+@pytest.mark.anyio
+async def test_an_unsampled_caller_makes_no_client_span_and_passes_its_context_on(exported) -> None:
+    tracer, exporter = exported
+    tracing._learn_sampler(TracerProvider(sampler=DEFAULT_ON))
+    caller = SpanContext(int(secrets.token_hex(16), 16), int(secrets.token_hex(8), 16), is_remote=True)
+    token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(caller)))
+    try:
+        async with upstream() as (url, seen), _session(tracer) as session:
+            response = await session.get(f"{url}/ok")
+            assert response.status == 200
+            response.release()
+    finally:
+        otel_context.detach(token)
+    assert exporter.get_finished_spans() == ()
+    assert seen == [f"00-{caller.trace_id:032x}-{caller.span_id:016x}-00"]
