@@ -60,7 +60,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=100, help="requests per page (default 100)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        ports = Ports(*(free_port() for _ in range(7)))
+        ports = Ports.drawn(free_port)
         stack = Stack(
             data_dir=Path(tmp) / "data",
             ports=ports,

@@ -274,15 +274,7 @@ class Production:
 
 
 def coffer_stack(root: Path, extra_env: dict[str, str]) -> Stack:
-    ports = Ports(
-        edge=free_port(),
-        cdn=free_port(),
-        auth=free_port(),
-        metadata=free_port(),
-        blob=free_port(),
-        edge_internal=free_port(),
-        dispatcher=free_port(),
-    )
+    ports = Ports.drawn(free_port)
     env = {
         # The per-key limit would otherwise be what we measure.
         "COFFER_EDGE_RATE_LIMIT": "1000000/second",
@@ -333,14 +325,7 @@ def traced_stack(root: Path, stack: Stack, sink: OtlpSink, *, sampled: bool = Tr
     """Another stack on ``stack``'s data (its databases, its files, its keys) with tracing on,
     exporting to ``sink``: every request traced, or (``sampled`` False) none, so that all the
     tracing code runs but no span is recorded. The same requests, measured beside tracing off."""
-    ports = Ports(
-        edge=free_port(),
-        cdn=free_port(),
-        auth=free_port(),
-        metadata=free_port(),
-        blob=free_port(),
-        edge_internal=free_port(),
-    )
+    ports = Ports.drawn(free_port)
     env = {
         **stack.extra_env,
         "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url,

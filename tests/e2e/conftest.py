@@ -19,15 +19,7 @@ from coffer_testkit.testing import free_port
 @contextlib.contextmanager
 def running_stack(root: Path, **env: str) -> Iterator[Stack]:
     """Start the four services on free loopback ports with data under ``root``; stop them after."""
-    ports = Ports(
-        edge=free_port(),
-        cdn=free_port(),
-        auth=free_port(),
-        metadata=free_port(),
-        blob=free_port(),
-        edge_internal=free_port(),
-        dispatcher=free_port(),
-    )
+    ports = Ports.drawn(free_port)
     # Every test client comes from 127.0.0.1, and Redis keeps counters across stacks: the limit
     # on failed authentications per address is lifted, but where a test sets it (test_bounds.py).
     env = {"COFFER_EDGE_AUTH_FAILURE_LIMIT": "1000000/minute", **env}

@@ -8,7 +8,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from coffer_kit import ports
@@ -43,6 +44,11 @@ class Ports:
     blob: int = ports.BLOB
     edge_internal: int = ports.EDGE_INTERNAL
     dispatcher: int = ports.WEBHOOKS
+
+    @classmethod
+    def drawn(cls, port: Callable[[], int]) -> Ports:
+        """Every port from ``port()`` (tests and benchmarks: ``free_port``)."""
+        return cls(**{f.name: port() for f in fields(cls)})
 
     @classmethod
     def from_env(cls) -> Ports:
