@@ -69,10 +69,15 @@ class InProcessStack:
         for url in (self.auth_database_url, self.metadata_database_url):
             truncate_all(self._engine(url))
 
+    @property
+    def metadata_engine(self) -> Engine:
+        """metadata's database, for a test that waits for a state no API shows, or holds a lock
+        to stop a write for a while; never for what it asserts."""
+        return self._engine(self.metadata_database_url)
+
     def metadata_scalar(self, sql: str, **params: Any) -> Any:
-        """One value from metadata's database: for a test that waits for a state no API shows
-        (an upload in flight), never for what it asserts."""
-        with self._engine(self.metadata_database_url).connect() as connection:
+        """One value from metadata's database (see ``metadata_engine``)."""
+        with self.metadata_engine.connect() as connection:
             return connection.execute(text(sql), params).scalar()
 
     def close(self) -> None:

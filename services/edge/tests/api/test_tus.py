@@ -315,7 +315,7 @@ def _at_once(n: int, call: Callable[[], httpx.Response]) -> list[httpx.Response]
 def _held(stack: Any, upload_id: str) -> Any:
     """A transaction holding the upload's row (PostgreSQL) or the write lock (SQLite): metadata
     cannot record a chunk until it ends; reads go on."""
-    engine = stack._engine(stack.metadata_database_url)
+    engine = stack.metadata_engine
     connection = engine.connect()
     if engine.dialect.name == "sqlite":
         connection.exec_driver_sql("BEGIN IMMEDIATE")
