@@ -31,9 +31,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import httpx
 from load import python_client
-from run import BIG, DEFAULT_POSTGRES, REPO, SMALL, Bench, log, multipart_body
-from servers import ensure_tools
+from run import BIG, DEFAULT_POSTGRES, REPO, SMALL, Bench, Receiver, log, multipart_body
+from servers import auth_cli, ensure_tools
+
+from coffer_testkit.testing import free_port
 
 # scenario: (services to sample, what the load is)
 SCENARIOS: dict[str, tuple[list[str], str]] = {
@@ -42,6 +45,11 @@ SCENARIOS: dict[str, tuple[list[str], str]] = {
     "upload-small": (["edge", "metadata", "blob"], "wrk, 16 connections: POST /api/assets, 4 KiB"),
     "list": (["edge", "metadata"], "wrk, 1 connection: GET /api/assets?limit=50 at 100k assets"),
     "upload-big": (["edge", "blob"], "bench/client.py: 100 MiB uploads, one after another"),
+    "webhooks": (
+        ["metadata", "dispatcher"],
+        "wrk, 16 connections: POST /api/assets, 4 KiB, into an organization with one webhook "
+        "endpoint (bench/webhook_receiver.py)",
+    ),
 }
 
 
@@ -199,7 +207,8 @@ def _load(bench: Bench, scenario: str, asset: dict[str, Any], pids: dict[str, li
             servers=pids,
             headers=bench.headers(bench.list_key),
         )
-    if scenario == "upload-small":
+    if scenario in ("upload-small", "webhooks"):
+        key = bench.key if scenario == "upload-small" else _hooked_key(bench)
         body = bench.root / "wrk" / "small-multipart.bin"
         content_type = multipart_body(body, SMALL)
         return lambda s: bench.wrk.run(
@@ -209,7 +218,7 @@ def _load(bench: Bench, scenario: str, asset: dict[str, Any], pids: dict[str, li
             servers=pids,
             method="POST",
             body_file=body,
-            headers={**bench.headers(), "content-type": content_type},
+            headers={**bench.headers(key), "content-type": content_type},
         )
     job = {
         "size": BIG,
@@ -220,6 +229,23 @@ def _load(bench: Bench, scenario: str, asset: dict[str, Any], pids: dict[str, li
         "headers": bench.headers(),
     }
     return lambda s: python_client({**job, "duration": s}, servers=pids)[0]["statuses"]
+
+
+def _hooked_key(bench: Bench) -> str:
+    """A key of a new organization with one endpoint, answered by the bench's receiver (it
+    runs until this process ends)."""
+    org = auth_cli(bench.stack, "create-org", "--name", "profile-hooks", "--quota-bytes", str(2**40))
+    key = str(auth_cli(bench.stack, "create-key", "--org", str(org["id"]))["key"])
+    port = free_port()
+    made = httpx.post(
+        bench.stack.edge_url + "/api/webhooks",
+        headers=bench.headers(key),
+        json={"url": f"http://127.0.0.1:{port}/coffer-hook", "events": ["asset.created"]},
+        timeout=30,
+    )
+    made.raise_for_status()
+    Receiver(port, made.json()["secret"], bench.root / "logs" / "webhook-receiver.log")
+    return key
 
 
 if __name__ == "__main__":

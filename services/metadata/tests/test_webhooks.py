@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+from collections import deque
 from collections.abc import Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -213,6 +214,7 @@ def _job(url: str) -> Job:
         url=url,
         secrets=["whsec_" + "A" * 44],
         lease_token="t",
+        lease_until=utcnow() + timedelta(minutes=1),
     )
 
 
@@ -370,3 +372,66 @@ def test_deliveries_past_their_window_are_given_up(database_url: str, tmp_path: 
         ).scalar()
     engine.dispose()
     assert status == "failed"
+
+
+async def test_a_dispatcher_alone_on_a_quick_endpoint_leases_ahead_and_gives_back_what_it_cannot_send(
+    api: httpx.AsyncClient, database_url: str, tmp_path: Any
+) -> None:
+    """Prefetch: alone on an endpoint, a dispatcher leases PREFETCH times the endpoint bound
+    (another then takes none); marked slow, it leases only the bound. A queued delivery whose
+    lease would end before a send could is never sent: its lease goes back in the next cycle
+    and another dispatcher takes it at once."""
+    from sqlalchemy.orm import Session
+
+    from coffer_metadata.models import WebhookDelivery as DeliveryRow
+    from coffer_metadata.webhooks import service
+    from coffer_metadata.webhooks.dispatcher import PREFETCH
+
+    org = new_id("org")
+    settings = Settings(metadata_database_url=database_url, data_dir=tmp_path)
+    cap = settings.metadata_webhook_endpoint_concurrency
+    made = await api.post(
+        base(org), json={"url": "https://93.184.216.34/h", "events": EVENTS}, headers=AS_KEY
+    )
+    endpoint = made.json()["id"]
+    engine = make_engine(database_url)
+    now = utcnow()
+    with Session(engine) as session:
+        for _ in range(cap * PREFETCH + 5):
+            event_id = new_id("evt")
+            body = service.body_of(event_id=event_id, type="ping", created_at=now, org_id=org, data={})
+            values = service.new_delivery(
+                endpoint_id=endpoint,
+                org_id=org,
+                event_id=event_id,
+                type="ping",
+                body=body,
+                trace=None,
+                now=now,
+                retry_for=3600,
+            )
+            session.add(DeliveryRow(**values))
+        session.commit()
+    one, two = Dispatcher(settings, engine), Dispatcher(settings, engine)
+    try:
+        two._slow.add(endpoint)
+        assert len(two.claim(512)) == cap  # slow: the bound only
+        assert one.claim(512) == []  # another holds leases there: not alone, and at the bound
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE webhook_deliveries SET lease_token = NULL, lease_until = NULL"))
+        leased = one.claim(512)
+        assert len(leased) == cap * PREFETCH
+        assert two.claim(512) == []  # over the bound already
+
+        for job in leased:
+            one._queued.setdefault(job.endpoint_id, deque()).append(job)
+            job.lease_until = utcnow() + timedelta(seconds=5)  # ends before a 10 s send could
+        one._pump()
+        assert not one.tasks and len(one._released) == cap * PREFETCH
+        one.cycle([], one._released, 0, {})
+        with engine.connect() as conn:
+            held = conn.execute(text("SELECT count(*) FROM webhook_deliveries WHERE lease_token IS NOT NULL"))
+            assert held.scalar() == 0
+        assert len(two.claim(512)) == cap  # two is still marked slow: the bound
+    finally:
+        engine.dispose()

@@ -13,26 +13,34 @@ hangs, a burst of retries) never slow metadata's API. Several replicas may run:
    killed mid-send leaves a lease that ends, and another sends the delivery again: with the
    same ``webhook-id``. At most COFFER_METADATA_WEBHOOK_ENDPOINT_CONCURRENCY deliveries of one
    endpoint are in flight across all dispatchers, and claims go round-robin across
-   organizations, so a receiver that hangs holds a few slots for 10 s, never the queue.
+   organizations, so a receiver that hangs holds a few slots for 10 s, never the queue. A
+   dispatcher that alone holds an endpoint's leases, and whose last send to it was quick,
+   leases up to PREFETCH times that bound and sends them within it from its own queue: a
+   fast receiver costs one claim per PREFETCH rounds of sends, not one per round. A queued
+   delivery whose lease would end before its send could is released, never sent.
 3. **Send** (safety.py: https, pinned public addresses, no redirects, 10 s, 1 KiB read), then
    **record** the attempt and schedule the retry (5 s, 5 min, 30 min, 2 h, 5 h, 10 h, then
    every 10 h, ±10 %, until about 3 days after the event); 410 disables the endpoint at once,
    5 days of failures too (both audited as ``webhook.disabled``).
 
-The loop wakes every COFFER_METADATA_WEBHOOK_POLL_SECONDS (0.1 s: two indexed reads that find
-nothing when idle, and no write lock) and at once when a send ends.
+A **cycle** does all three writes (record what ended, fan out, claim) in one transaction, at
+most once per CYCLE_GAP_SECONDS: on SQLite each is a turn of the one write lock that the
+API's uploads wait for, so the dispatcher takes it about twenty times a second under load,
+however many deliveries that is. The loop wakes every COFFER_METADATA_WEBHOOK_POLL_SECONDS
+(0.1 s: indexed reads that find nothing when idle, and no write lock) and when a send ends.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import json
 import logging
 import random
 import secrets
 import socket
 import time
+from collections import Counter as Tally
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
@@ -82,6 +90,13 @@ _folders = Folder.__table__  # type: ignore[attr-defined]
 # Events fanned out per transaction, and due deliveries looked at per claim.
 FAN_OUT_BATCH = 500
 CLAIM_WINDOW = 500
+# The shortest time between two cycles (one write transaction each): sends that end meanwhile
+# are recorded together, and new events wait at most this long (plus the poll) to go out.
+CYCLE_GAP_SECONDS = 0.05
+# A dispatcher alone on a quick endpoint leases up to this many times its concurrency bound.
+PREFETCH = 8
+# A send slower than this (or failing) marks its endpoint slow: no prefetch for it.
+QUICK_SECONDS = 1.0
 # How often deliveries past their retry window are given up (those whose record never
 # happened: a dispatcher that died at each attempt).
 EXPIRE_EVERY_SECONDS = 60.0
@@ -139,6 +154,7 @@ class Job:
     url: str
     secrets: list[str]
     lease_token: str
+    lease_until: datetime
 
 
 @dataclass(slots=True)
@@ -148,6 +164,34 @@ class Outcome:
     response: str | None
     latency_ms: int
     started_at: datetime
+
+
+@dataclass(slots=True)
+class _FanOut:
+    """Events to mark dispatched, and the delivery rows they make."""
+
+    event_ids: list[str]
+    deliveries: list[dict[str, Any]]
+
+
+@dataclass(slots=True)
+class _Candidate:
+    """A delivery about to be made, as the claim's read answers one that exists."""
+
+    id: str
+    endpoint_id: str
+    organization_id: str
+
+
+@dataclass(slots=True)
+class _Record:
+    """An ended send, as rows: the delivery's next step (bound parameters) and the attempt."""
+
+    job: Job
+    ok: bool
+    gone: bool
+    delivery: dict[str, Any]
+    attempt: dict[str, Any]
 
 
 @dataclass
@@ -167,8 +211,14 @@ class Dispatcher:
         self._stopping = False
         self._http: aiohttp.ClientSession | None = None
         self._expired_at = 0.0
-        self._ended: list[tuple[Job, Outcome, asyncio.Future[None]]] = []
-        self._recorder: asyncio.Task[None] | None = None
+        # Leased and not yet sent (by endpoint), sending, sent and not yet recorded, and leases
+        # to give back: what this dispatcher holds.
+        self._queued: dict[str, deque[Job]] = {}
+        self._sending: dict[str, int] = {}
+        self._ended: list[tuple[Job, Outcome]] = []
+        self._released: list[Job] = []
+        self._slow: set[str] = set()
+        self._more = False
 
     # The loop -------------------------------------------------------------------------
 
@@ -186,10 +236,11 @@ class Dispatcher:
             self._http = None
 
     async def run(self) -> None:
-        """Fan out, claim and send until stopped."""
+        """Cycle (record, fan out, claim) and send until stopped."""
         await self.open()
         try:
             while not self._stopping:
+                started = time.monotonic()
                 try:
                     await self.step()
                 except Exception:
@@ -197,58 +248,155 @@ class Dispatcher:
                 with suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.settings.metadata_webhook_poll_seconds)
                 self._wake.clear()
+                rest = CYCLE_GAP_SECONDS - (time.monotonic() - started)
+                if rest > 0 and not self._stopping:
+                    await asyncio.sleep(rest)  # a rate bound: what ends meanwhile joins the cycle
         finally:
             await self._drain()
             await self.close()
 
-    async def step(self) -> None:
-        """One round: fan new events out, then start the deliveries there is room for."""
-        await asyncio.to_thread(_untraced, self.fan_out)
+    async def step(self, *, claim: bool = True) -> None:
+        """One cycle: record the sends that ended and release the leases given back, fan new
+        events out, lease the deliveries there is room for (one transaction), then send."""
+        ended, self._ended = self._ended, []
+        released, self._released = self._released, []
+        free = self._room() if claim else 0
+        held = self._held()
+        for job in [*(job for job, _ in ended), *released]:
+            held[job.endpoint_id] = held.get(job.endpoint_id, 0) + 1
+        try:
+            jobs = await asyncio.to_thread(_untraced, self.cycle, ended, released, free, held)
+        except BaseException:
+            self._ended[:0], self._released[:0] = ended, released  # the next cycle tries again
+            raise
+        for job in jobs:
+            self._queued.setdefault(job.endpoint_id, deque()).append(job)
+        if self._more:
+            self._wake.set()  # more than one batch of events was waiting
         if time.monotonic() - self._expired_at > EXPIRE_EVERY_SECONDS:
             self._expired_at = time.monotonic()
             await asyncio.to_thread(_untraced, self.expire)
-        free = self.settings.metadata_webhook_concurrency - len(self.tasks)
-        if free <= 0:
-            return
-        for job in await asyncio.to_thread(_untraced, self.claim, free):
-            task = asyncio.create_task(self._deliver(job))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+        self._pump()
+
+    def _room(self) -> int:
+        """How many more deliveries this dispatcher may lease: what it holds is bounded."""
+        held = sum(map(len, self._queued.values())) + len(self.tasks) + len(self._ended)
+        return max(self.settings.metadata_webhook_concurrency * PREFETCH - held, 0)
+
+    def _pump(self) -> None:
+        """Start queued sends while there is room: at most the endpoint bound of one endpoint
+        and the dispatcher's concurrency in all, endpoints in turn."""
+        cap = self.settings.metadata_webhook_endpoint_concurrency
+        usable = utcnow() + timedelta(seconds=DELIVERY_TIMEOUT_SECONDS + 1)
+        started = True
+        while started and len(self.tasks) < self.settings.metadata_webhook_concurrency:
+            started = False
+            for endpoint_id, queue in list(self._queued.items()):
+                if self._sending.get(endpoint_id, 0) >= cap:
+                    continue
+                job = queue.popleft()
+                if not queue:
+                    del self._queued[endpoint_id]
+                started = True
+                if job.lease_until < usable:
+                    self._released.append(job)  # its lease could end mid-send: give it back
+                    continue
+                self._sending[endpoint_id] = self._sending.get(endpoint_id, 0) + 1
+                task = asyncio.create_task(self._deliver(job))
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
+                if len(self.tasks) >= self.settings.metadata_webhook_concurrency:
+                    break
 
     def stop(self) -> None:
         self._stopping = True
         self._wake.set()
 
     async def _drain(self) -> None:
-        """Let sends in flight finish (each ends within 10 s), so their attempts are recorded."""
+        """Let sends in flight finish (each ends within 10 s), record them and give back the
+        leases of what was never sent, so another dispatcher sends those at once."""
+        self._released.extend(job for queue in self._queued.values() for job in queue)
+        self._queued.clear()
         if self.tasks:
             await asyncio.wait(set(self.tasks), timeout=DELIVERY_TIMEOUT_SECONDS + 2)
         for task in set(self.tasks):
             task.cancel()
+        try:
+            await self.step(claim=False)
+        except Exception:
+            log.exception("webhook dispatcher could not record its last sends; their leases end")
+
+    # The cycle --------------------------------------------------------------------------
+
+    def cycle(
+        self, ended: list[tuple[Job, Outcome]], released: list[Job], free: int, held: dict[str, int]
+    ) -> list[Job]:
+        """Record ``ended``, release ``released``, fan out, and lease up to ``free`` due
+        deliveries (``held``: the leases this dispatcher holds, by endpoint).
+
+        Everything that can be is worked out first from reads (the events' deliveries and
+        bodies, the attempts' rows, which deliveries to lease); the write transaction, taken
+        only when there is something to write, then runs a few statements and commits: on
+        SQLite the API's uploads wait while it holds the lock."""
+        now = utcnow()
+        fan = self._plan_fan_out(now) if free > 0 else _FanOut([], [])
+        # The leases that end in this transaction, before the new ones are taken.
+        ending = Tally(job.endpoint_id for job in [*(job for job, _ in ended), *released])
+        picked = self._plan_claim(now, free, held, fan, ending) if free > 0 else []
+        records = [self._plan_record(job, outcome, now) for job, outcome in ended]
+        health = self._plan_health(records)
+        if not (records or released or fan.event_ids or picked):
+            return []
+        with Session(writer(self.engine)) as session:
+            connection = session.connection()
+            if records:
+                self._write_records(connection, records)
+                self._write_health(session, health, now)
+            if released:
+                self._release(connection, released)
+            if fan.event_ids:
+                self._write_fan_out(connection, fan)
+            rows = self._lease(connection, picked, now) if picked else []
+            session.commit()
+        self._more = len(fan.event_ids) >= FAN_OUT_BATCH  # (set in a worker thread: read by step)
+        return [self._job(row, now) for row in rows]
+
+    def _release(self, connection: Connection, jobs: list[Job]) -> None:
+        d = _deliveries
+        connection.execute(
+            sa.update(d)
+            .where(
+                d.c.id.in_([j.delivery_id for j in jobs]),
+                d.c.lease_token.in_({j.lease_token for j in jobs}),
+            )
+            .values(lease_token=None, lease_until=None)
+        )
 
     # Fan-out ----------------------------------------------------------------------------
 
     def fan_out(self) -> int:
-        """Make the deliveries of events not yet dispatched; answers how many events it took."""
-        with self.engine.connect() as peek:
-            pending = peek.execute(
-                sa.select(_events.c.id).where(_events.c.dispatched.is_(False)).limit(1)
-            ).first()
-        if pending is None:
-            return 0
-        with Session(writer(self.engine)) as session:
-            connection = session.connection()
-            query = (
-                sa.select(_events)
-                .where(_events.c.dispatched.is_(False))
-                .order_by(_events.c.created_at, _events.c.id)
-                .limit(FAN_OUT_BATCH)
+        """Make the deliveries of events not yet dispatched, in a transaction of its own;
+        answers how many events it took."""
+        fan = self._plan_fan_out(utcnow())
+        if fan.event_ids:
+            with Session(writer(self.engine)) as session:
+                self._write_fan_out(session.connection(), fan)
+                session.commit()
+        return len(fan.event_ids)
+
+    def _plan_fan_out(self, now: datetime) -> _FanOut:
+        """The deliveries of up to FAN_OUT_BATCH events not yet dispatched (reads only)."""
+        with self.engine.connect() as connection:
+            rows = list(
+                connection.execute(
+                    sa.select(_events)
+                    .where(_events.c.dispatched.is_(False))
+                    .order_by(_events.c.created_at, _events.c.id)
+                    .limit(FAN_OUT_BATCH)
+                )
             )
-            if self.postgresql:
-                query = query.with_for_update(skip_locked=True)
-            rows = list(connection.execute(query))
             if not rows:
-                return 0
+                return _FanOut([], [])
             orgs = {row.organization_id for row in rows}
             endpoints: dict[str, list[Any]] = {}
             for endpoint in connection.execute(
@@ -264,7 +412,6 @@ class Dispatcher:
             ):
                 endpoints.setdefault(endpoint.organization_id, []).append(endpoint)
             tree = _Tree(connection, rows)
-            now = utcnow()
             deliveries = []
             for row in rows:
                 if row.type not in EVENT_TYPES:
@@ -294,14 +441,23 @@ class Dispatcher:
                             retry_for=self.settings.metadata_webhook_retry_for_seconds,
                         )
                     )
-            if deliveries:
-                connection.execute(sa.insert(_deliveries), deliveries)
-            ids = [row.id for row in rows]
-            connection.execute(sa.update(_events).where(_events.c.id.in_(ids)).values(dispatched=True))
-            session.commit()
+        return _FanOut([row.id for row in rows], deliveries)
+
+    def _write_fan_out(self, connection: Connection, fan: _FanOut) -> None:
+        """Insert the deliveries of the planned events still not dispatched, and mark them: on
+        PostgreSQL those another dispatcher holds are skipped (``FOR UPDATE SKIP LOCKED``);
+        SQLite has one writer. The unique (endpoint, event) pair is the last word."""
+        query = sa.select(_events.c.id).where(
+            _events.c.id.in_(fan.event_ids), _events.c.dispatched.is_(False)
+        )
+        if self.postgresql:
+            query = query.with_for_update(skip_locked=True)
+        still = {row.id for row in connection.execute(query)}
+        deliveries = [row for row in fan.deliveries if row["event_id"] in still]
         if deliveries:
-            self._wake.set()
-        return len(rows)
+            connection.execute(sa.insert(_deliveries), deliveries)
+        if still:
+            connection.execute(sa.update(_events).where(_events.c.id.in_(still)).values(dispatched=True))
 
     def expire(self) -> int:
         """Give up pending deliveries past their retry window that no dispatcher holds."""
@@ -327,19 +483,45 @@ class Dispatcher:
     # Claim ------------------------------------------------------------------------------
 
     def claim(self, free: int) -> list[Job]:
-        """Lease up to ``free`` due deliveries: per endpoint within its bound, organizations in turn."""
+        """Lease up to ``free`` due deliveries, in a transaction of its own."""
         now = utcnow()
+        picked = self._plan_claim(now, free, self._held(), _FanOut([], []), Tally())
+        if not picked:
+            return []
+        with Session(writer(self.engine)) as session:
+            rows = self._lease(session.connection(), picked, now)
+            session.commit()
+        return [self._job(row, now) for row in rows]
+
+    def _plan_claim(
+        self, now: datetime, free: int, held: dict[str, int], fan: _FanOut, ending: Tally[str]
+    ) -> list[str]:
+        """Up to ``free`` due deliveries to lease (reads only), those ``fan`` is about to make
+        included: organizations in turn, each endpoint within its bound (PREFETCH times it
+        where this dispatcher alone holds the endpoint's leases and its last send there was
+        quick). ``held``: this dispatcher's leases by endpoint, ``ending`` among them those
+        the transaction ends first."""
         cap = self.settings.metadata_webhook_endpoint_concurrency
+        slow = frozenset(self._slow)
         d = _deliveries
         with self.engine.connect() as read:
-            busy: dict[str, int] = dict(
+            leased: dict[str, int] = dict(
                 read.execute(
                     sa.select(d.c.endpoint_id, sa.func.count())
                     .where(d.c.status == "pending", d.c.lease_until > now)
                     .group_by(d.c.endpoint_id)
                 ).all()
             )
-            saturated = [endpoint for endpoint, count in busy.items() if count >= cap]
+            alone = {e for e, count in leased.items() if count <= held.get(e, 0)}
+            busy = {e: count - ending[e] for e, count in leased.items() if count > ending[e]}
+
+            def bound(endpoint_id: str) -> int:
+                quick = endpoint_id not in slow
+                return (
+                    cap * PREFETCH if quick and (endpoint_id in alone or endpoint_id not in leased) else cap
+                )
+
+            saturated = [endpoint for endpoint, count in busy.items() if count >= bound(endpoint)]
             due = (
                 sa.select(d.c.id, d.c.endpoint_id, d.c.organization_id)
                 .join(_endpoints, _endpoints.c.id == d.c.endpoint_id)
@@ -354,24 +536,29 @@ class Dispatcher:
             )
             if saturated:
                 due = due.where(d.c.endpoint_id.not_in(saturated))
-            candidates = read.execute(due).all()
-        picked = _fair_pick(candidates, busy=busy, cap=cap, free=free)
-        if not picked:
-            return []
+            candidates: list[Any] = list(read.execute(due).all())
+        candidates += [
+            _Candidate(row["id"], row["endpoint_id"], row["organization_id"]) for row in fan.deliveries
+        ]
+        return _fair_pick(candidates, busy=busy, cap=bound, free=free)
+
+    def _lease(self, connection: Connection, picked: list[str], now: datetime) -> list[Any]:
+        """Lease ``picked`` where no lease holds them (another dispatcher may have been first),
+        and answer the rows leased, with their endpoints' URL and secrets."""
+        d = _deliveries
         token = secrets.token_hex(16)
         until = now + timedelta(seconds=self.settings.metadata_webhook_lease_seconds)
-        with Session(writer(self.engine)) as session:
-            connection = session.connection()
-            connection.execute(
-                sa.update(d)
-                .where(
-                    d.c.id.in_(picked),
-                    d.c.status == "pending",
-                    sa.or_(d.c.lease_until.is_(None), d.c.lease_until < now),
-                )
-                .values(lease_token=token, lease_until=until)
+        connection.execute(
+            sa.update(d)
+            .where(
+                d.c.id.in_(picked),
+                d.c.status == "pending",
+                sa.or_(d.c.lease_until.is_(None), d.c.lease_until < now),
             )
-            rows = connection.execute(
+            .values(lease_token=token, lease_until=until)
+        )
+        return list(
+            connection.execute(
                 sa.select(
                     d,
                     _endpoints.c.url,
@@ -382,8 +569,14 @@ class Dispatcher:
                 .join(_endpoints, _endpoints.c.id == d.c.endpoint_id)
                 .where(d.c.lease_token == token)
             ).all()
-            session.commit()
-        return [self._job(row, now) for row in rows]
+        )
+
+    def _held(self) -> dict[str, int]:
+        """Leases this dispatcher holds, by endpoint (queued or sending)."""
+        held = dict(self._sending)
+        for endpoint_id, queue in self._queued.items():
+            held[endpoint_id] = held.get(endpoint_id, 0) + len(queue)
+        return held
 
     def _job(self, row: Any, now: datetime) -> Job:
         keys = [self.box.open(row.secret)]
@@ -403,11 +596,13 @@ class Dispatcher:
             url=row.url,
             secrets=keys,
             lease_token=row.lease_token,
+            lease_until=as_utc(row.lease_until),
         )
 
     # Send and record --------------------------------------------------------------------
 
     async def _deliver(self, job: Job) -> None:
+        outcome: Outcome | None = None
         try:
             with _span(job) as span:
                 outcome = await self.send(job)
@@ -416,35 +611,23 @@ class Dispatcher:
                         span.set_attribute("http.response.status_code", outcome.status)
                     if outcome.error:
                         span.set_attribute("error.type", outcome.error[:200])
-            await self._recorded(job, outcome)
         except Exception:
             log.exception("webhook delivery crashed", extra={"delivery_id": job.delivery_id})
         finally:
-            self._wake.set()
-
-    async def _recorded(self, job: Job, outcome: Outcome) -> None:
-        """Record the attempt with every other that ends meanwhile (``record``): one writer
-        task, which takes what queued while it wrote, until nothing is left."""
-        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._ended.append((job, outcome, ended))
-        if self._recorder is None or self._recorder.done():
-            # A context of its own: no delivery's span is the parent of every record.
-            self._recorder = asyncio.create_task(self._record_ended(), context=contextvars.Context())
-        await ended
-
-    async def _record_ended(self) -> None:
-        while self._ended:
-            batch, self._ended = self._ended, []
-            try:
-                await asyncio.to_thread(self.record, [(job, outcome) for job, outcome, _ in batch])
-            except Exception as exc:  # noqa: BLE001 - handed to each waiter (its lease runs out: sent again)
-                for *_, ended in batch:
-                    if not ended.done():
-                        ended.set_exception(exc)
+            self._sending[job.endpoint_id] -= 1
+            if not self._sending[job.endpoint_id]:
+                del self._sending[job.endpoint_id]
+            if outcome is None:  # never sent: its lease goes back
+                self._released.append(job)
             else:
-                for *_, ended in batch:
-                    if not ended.done():
-                        ended.set_result(None)
+                self._ended.append((job, outcome))
+                answered = outcome.status is not None and outcome.status < 500
+                if answered and outcome.latency_ms < QUICK_SECONDS * 1000:
+                    self._slow.discard(job.endpoint_id)
+                else:
+                    self._slow.add(job.endpoint_id)
+            self._pump()
+            self._wake.set()
 
     async def send(self, job: Job) -> Outcome:
         """POST the delivery once, signed; never follows a redirect, reads at most 1 KiB."""
@@ -492,16 +675,19 @@ class Dispatcher:
         return Outcome(status, error and error[:512], response, int(latency * 1000), started_at)
 
     def record(self, done: list[tuple[Job, Outcome]]) -> None:
-        """The attempts in the log, the deliveries' next steps, the endpoints' health: one
-        transaction for every send that ended since the last (a write lock taken once per
-        round, not per delivery: on SQLite the uploads wait for it)."""
+        """The attempts in the log, the deliveries' next steps, the endpoints' health, in a
+        transaction of its own (the loop records in its cycle)."""
         now = utcnow()
+        records = [self._plan_record(job, outcome, now) for job, outcome in done]
+        health = self._plan_health(records)
         with Session(writer(self.engine)) as session:
-            for job, outcome in done:
-                self._record(session, job, outcome, now)
+            self._write_records(session.connection(), records)
+            self._write_health(session, health, now)
             session.commit()
 
-    def _record(self, session: Session, job: Job, outcome: Outcome, now: datetime) -> None:
+    def _plan_record(self, job: Job, outcome: Outcome, now: datetime) -> _Record:
+        """An attempt's row and its delivery's next step: retried on the schedule until its
+        window ends, done on a 2xx, failed on a 410."""
         attempt = job.attempts + 1
         ok = outcome.status is not None and 200 <= outcome.status < 300
         gone = outcome.status == 410
@@ -514,46 +700,86 @@ class Dispatcher:
             next_at = now + timedelta(seconds=delay)
             status = "pending" if next_at <= job.retry_until else "failed"
             next_at = next_at if status == "pending" else None
+        return _Record(
+            job=job,
+            ok=ok,
+            gone=gone,
+            delivery={
+                "b_id": job.delivery_id,
+                "b_token": job.lease_token,
+                "b_status": status,
+                "b_attempts": attempt,
+                "b_next": next_at,
+            },
+            attempt={
+                "id": new_id(WEBHOOK_ATTEMPT),
+                "delivery_id": job.delivery_id,
+                "endpoint_id": job.endpoint_id,
+                "attempt": attempt,
+                "result": "succeeded" if ok else "failed",
+                "response_status": outcome.status,
+                "error": outcome.error,
+                "latency_ms": outcome.latency_ms,
+                "response": outcome.response,
+                "created_at": outcome.started_at,
+            },
+        )
+
+    def _write_records(self, connection: Connection, records: list[_Record]) -> None:
+        """Each delivery's next step where this dispatcher still holds its lease, and every
+        attempt whose delivery still exists (its endpoint may have been deleted meanwhile)."""
         d = _deliveries
-        connection = session.connection()
-        updated = connection.execute(
+        ids = [r.job.delivery_id for r in records]
+        existing = {row.id for row in connection.execute(sa.select(d.c.id).where(d.c.id.in_(ids)))}
+        connection.execute(
             sa.update(d)
-            .where(d.c.id == job.delivery_id, d.c.lease_token == job.lease_token)
+            .where(d.c.id == sa.bindparam("b_id"), d.c.lease_token == sa.bindparam("b_token"))
             .values(
-                status=status,
-                attempts=attempt,
-                next_attempt_at=next_at,
+                status=sa.bindparam("b_status"),
+                attempts=sa.bindparam("b_attempts"),
+                next_attempt_at=sa.bindparam("b_next"),
                 lease_token=None,
                 lease_until=None,
-            )
-        ).rowcount
-        if (
-            not updated
-            and connection.execute(sa.select(d.c.id).where(d.c.id == job.delivery_id)).first() is None
-        ):
-            return  # the endpoint was deleted meanwhile: nothing to record
-        connection.execute(
-            sa.insert(_attempts).values(
-                id=new_id(WEBHOOK_ATTEMPT),
-                delivery_id=job.delivery_id,
-                endpoint_id=job.endpoint_id,
-                attempt=attempt,
-                result="succeeded" if ok else "failed",
-                response_status=outcome.status,
-                error=outcome.error,
-                latency_ms=outcome.latency_ms,
-                response=outcome.response,
-                created_at=outcome.started_at,
-            )
+            ),
+            [r.delivery for r in records],
         )
-        self._endpoint_health(session, job.endpoint_id, ok=ok, gone=gone, now=now)
+        attempts = [r.attempt for r in records if r.job.delivery_id in existing]
+        if attempts:
+            connection.execute(sa.insert(_attempts), attempts)
+
+    def _plan_health(self, records: list[_Record]) -> dict[str, list[_Record]]:
+        """The endpoints whose health the records may change (reads only): those with a
+        failure, and those with a success that are marked failing. Most rounds: none."""
+        if not records:
+            return {}
+        by_endpoint: dict[str, list[_Record]] = {}
+        for record in records:
+            by_endpoint.setdefault(record.job.endpoint_id, []).append(record)
+        failed = {e for e, rs in by_endpoint.items() if not all(r.ok for r in rs)}
+        with self.engine.connect() as read:
+            marked = {
+                row.id
+                for row in read.execute(
+                    sa.select(_endpoints.c.id).where(
+                        _endpoints.c.id.in_(set(by_endpoint) - failed),
+                        _endpoints.c.failing_since.is_not(None),
+                    )
+                )
+            }
+        return {e: rs for e, rs in by_endpoint.items() if e in failed or e in marked}
+
+    def _write_health(self, session: Session, health: dict[str, list[_Record]], now: datetime) -> None:
+        """Each endpoint's failing time, cleared by a success; 410 disables it at once, and so do
+        failures for COFFER_METADATA_WEBHOOK_DISABLE_AFTER_SECONDS (audited)."""
+        if not health:
+            return
+        for row in session.scalars(sa.select(EndpointRow).where(_endpoints.c.id.in_(list(health)))):
+            for record in health[row.id]:
+                self._endpoint_health(session, row, ok=record.ok, gone=record.gone, now=now)
 
     def _endpoint_health(
-        self, session: Session, endpoint_id: str, *, ok: bool, gone: bool, now: datetime
+        self, session: Session, row: EndpointRow, *, ok: bool, gone: bool, now: datetime
     ) -> None:
-        row = session.get(EndpointRow, endpoint_id)
-        if row is None:
-            return
         if ok:
             if row.failing_since is not None:
                 row.failing_since = None
@@ -619,9 +845,12 @@ def _wants(
     return not endpoint.folder_id or tree.touches(kind, data, changes, endpoint.folder_id)
 
 
-def _fair_pick(candidates: Iterable[Any], *, busy: dict[str, int], cap: int, free: int) -> list[str]:
+def _fair_pick(
+    candidates: Iterable[Any], *, busy: dict[str, int], cap: int | Callable[[str], int], free: int
+) -> list[str]:
     """Delivery ids to claim: organizations in turn (one each per round), each endpoint within
-    ``cap`` including what is already in flight, ``free`` in all."""
+    ``cap`` (or ``cap(endpoint_id)``) including what is already leased, ``free`` in all."""
+    bound = cap if callable(cap) else lambda _endpoint_id: cap
     by_org: dict[str, list[Any]] = {}
     for row in candidates:
         by_org.setdefault(row.organization_id, []).append(row)
@@ -633,7 +862,7 @@ def _fair_pick(candidates: Iterable[Any], *, busy: dict[str, int], cap: int, fre
         for queue in queues:
             while queue:
                 row = queue.pop()
-                if taken.get(row.endpoint_id, 0) < cap:
+                if taken.get(row.endpoint_id, 0) < bound(row.endpoint_id):
                     taken[row.endpoint_id] = taken.get(row.endpoint_id, 0) + 1
                     picked.append(row.id)
                     break
