@@ -45,6 +45,10 @@ SCENARIOS: dict[str, tuple[list[str], str]] = {
     "upload-small": (["edge", "metadata", "blob"], "wrk, 16 connections: POST /api/assets, 4 KiB"),
     "list": (["edge", "metadata"], "wrk, 1 connection: GET /api/assets?limit=50 at 100k assets"),
     "upload-big": (["edge", "blob"], "bench/client.py: 100 MiB uploads, one after another"),
+    "upload-tus": (
+        ["edge", "blob", "metadata"],
+        "bench/client.py: 100 MiB uploads through tus in 5 MiB chunks, one after another",
+    ),
     "webhooks": (
         ["metadata", "dispatcher"],
         "wrk, 16 connections: POST /api/assets, 4 KiB, into an organization with one webhook "
@@ -228,6 +232,8 @@ def _load(bench: Bench, scenario: str, asset: dict[str, Any], pids: dict[str, li
         "mode": "multipart",
         "headers": bench.headers(),
     }
+    if scenario == "upload-tus":
+        job.update(url=stack.edge_url + "/api/uploads/tus", mode="tus", chunk=5 * 1024 * 1024)
     return lambda s: python_client({**job, "duration": s}, servers=pids)[0]["statuses"]
 
 
