@@ -221,3 +221,22 @@ def count(database_url: str, table: str) -> int:
         n = conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
     engine.dispose()
     return int(n)
+
+
+async def test_a_locked_upload_says_when_to_ask_again(api: httpx.AsyncClient) -> None:
+    """423's internal hint for edge: nothing while a request writes at the recorded offset
+    (another writer: the client is told); a short wait when the caller asks for an offset past
+    the recorded one (the holder answered a chunk whose record is on its way); the rest of
+    the lease once the holder only keeps it between two chunks."""
+    org = new_id("org")
+    upload = await create(api, org, 100)
+    path = f"/internal/v1/tus/{upload['id']}"
+    token = (await lock(api, upload["id"], 0, org)).json()["lockToken"]
+    writing = assert_error(await lock(api, upload["id"], 0, org), 423, "locked")
+    assert writing.get("details") is None
+    ahead = assert_error(await lock(api, upload["id"], 40, org), 423, "locked")
+    assert 0 < ahead["details"]["keptFor"] <= 0.25
+    step = {"lockToken": token, "fromOffset": 0, "offset": 40, "resume": {}, "keepSeconds": 2}
+    assert (await api.post(f"{path}/advance", json=step)).status_code == 200
+    kept = assert_error(await lock(api, upload["id"], 40, org), 423, "locked")
+    assert 1 < kept["details"]["keptFor"] <= 2

@@ -134,6 +134,10 @@ def create(session: Session, *, org_id: str, upload: TusCreate, max_in_flight: i
     return _view(_live(session, upload.id, org_id))
 
 
+# How long a lock that meets a chunk's record on its way is told to wait before asking again.
+RECORD_WAIT_SECONDS = 0.25
+
+
 def lock(session: Session, *, upload_id: str, want: TusLock) -> TusUpload:
     """Take the upload to write at ``want.offset``: 404 if it is not there for this caller,
     answered as it is (no lock) if it is complete, 423 while another request holds it, 409 if
@@ -153,18 +157,25 @@ def lock(session: Session, *, upload_id: str, want: TusLock) -> TusUpload:
         .values(lock_token=token, locked_until=now + timedelta(seconds=want.lease_seconds), lease_kept=False)
     )
     if taken.rowcount != 1:
-        raise _locked(_live(session, upload_id, want.organization_id), now)
+        held = _live(session, upload_id, want.organization_id)
+        raise _locked(held, now, ahead=want.offset > held.offset)
     row = _live(session, upload_id, want.organization_id)  # as it is now that it is ours
     if row.offset != want.offset:
         raise offset_mismatch(row.offset)  # (the rollback gives the lock back)
     return _view(row, token)
 
 
-def _locked(row: Any, now: datetime) -> CofferError:
-    """423, saying how long the lease is only kept (nobody writing) if it is."""
+def _locked(row: Any, now: datetime, *, ahead: bool = False) -> CofferError:
+    """423, saying how long the lease is only kept (nobody writing) if it is. ``ahead``: the
+    caller asks for an offset past the recorded one, so its holder has answered a chunk whose
+    record is on its way (edge writes a chunk's record while its client sends the next): the
+    lease is about to be kept, or given back, and the caller is told to ask again soon."""
     until = _aware(row.locked_until) if row.locked_until is not None else None
-    kept = row.lease_kept and until is not None and until > now
-    return upload_locked((until - now).total_seconds() if kept and until is not None else None)
+    if until is None or until <= now:
+        return upload_locked()
+    if row.lease_kept:
+        return upload_locked((until - now).total_seconds())
+    return upload_locked(min(RECORD_WAIT_SECONDS, (until - now).total_seconds()) if ahead else None)
 
 
 def _held(upload_id: str, token: str) -> sa.ColumnElement[bool]:

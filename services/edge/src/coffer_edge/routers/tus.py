@@ -358,9 +358,11 @@ def _quiet(recorded: asyncio.Future[TusUpload]) -> None:
 
 async def _past_kept_leases(call: Callable[[], Awaitable[T]]) -> T:
     """``call()`` to metadata; when another edge only keeps the upload's lease between two of
-    its writer's chunks (nobody writes), wait for it to run out rather than answer 423."""
+    its writer's chunks (nobody writes), or is about to (it answered a chunk whose record is
+    on its way), wait for the lease to run out rather than answer 423: for the record, then
+    for at most KEEP_SECONDS."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + KEEP_SECONDS + 0.5
+    deadline = loop.time() + 2 * KEEP_SECONDS + 1
     while True:
         try:
             return await call()
