@@ -26,3 +26,9 @@ def test_blob_on_disk_imports_no_s3_client_nor_database_library() -> None:
     loaded = loaded_packages()
     assert "python_multipart" in loaded  # the upload parser is there
     assert not loaded & {"boto3", "botocore", "requests", "sqlalchemy", "aiohttp", "smart_open"}
+
+
+def test_blob_loads_the_transform_pool_and_the_tus_hasher_on_first_use() -> None:
+    # pebble (the transform workers) and rehashes (a resumable upload's hash state): 0.6 MiB of
+    # idle RSS each, in a process that may never transform nor see a tus chunk.
+    assert not loaded_packages() & {"pebble", "rehashes"}

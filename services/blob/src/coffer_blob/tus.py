@@ -20,7 +20,6 @@ import re
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
-import rehashes
 from fastapi import APIRouter, Header, Query, Request
 from starlette.concurrency import run_in_threadpool
 
@@ -60,6 +59,10 @@ class _Chunk:
     def __init__(self, opener: Callable[[], Resumable], hash_state: str | None, checksum: str | None) -> None:
         self.opener = opener
         self.writer: Resumable | None = None  # opened by the first write, in its worker thread
+        # Imported by the first chunk, not at start: 0.6 MiB of idle RSS in a blob that never
+        # sees a resumable upload.
+        import rehashes
+
         self.sha256 = (
             rehashes.PySha256.deserialize(base64.b64decode(hash_state)) if hash_state else rehashes.PySha256()
         )

@@ -53,7 +53,6 @@ import sqlalchemy as sa
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 from fastapi import FastAPI
-from opentelemetry.instrumentation.utils import suppress_instrumentation
 from prometheus_client import Counter, Histogram
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session
@@ -925,6 +924,11 @@ def _untraced(work: Callable[..., T], *args: Any) -> T:
     """``work(*args)`` without spans: the loop polls ten times a second, and no instrumentation
     should ever make each poll a trace of its own (today's SQLAlchemy instrumentation makes
     no span without a parent: this is a guard, not a measured fix)."""
+    if not tracing_enabled():  # then nothing is instrumented, and there is nothing to suppress
+        return work(*args)
+    # Imported with tracing on only: otherwise 0.7 MiB of idle RSS (wrapt with it).
+    from opentelemetry.instrumentation.utils import suppress_instrumentation
+
     with suppress_instrumentation():
         return work(*args)
 

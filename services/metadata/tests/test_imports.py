@@ -1,0 +1,36 @@
+"""What metadata's two roles load at start (issue 27: idle RSS).
+
+Each check imports a role the way ``coffer-metadata serve`` or ``dispatch`` does, in a fresh
+interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+PROBES = {
+    "serve": "import coffer_metadata.main; coffer_metadata.main.create_app()",
+    "dispatch": (
+        "import coffer_metadata.webhooks.dispatcher as d; from coffer_metadata.config import Settings; "
+        "d.create_dispatcher_app(Settings())"
+    ),
+}
+
+
+def loaded_modules(role: str) -> set[str]:
+    probe = f"import json, sys, coffer_metadata.cli\n{PROBES[role]}\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout
+    return set(json.loads(out))
+
+
+def test_neither_role_loads_cryptography_before_a_secret_is_sealed_or_opened() -> None:
+    # 6.5 MiB of idle RSS (webhooks.secrets.SecretBox imports it on first use).
+    for role in PROBES:
+        assert not {name for name in loaded_modules(role) if name.split(".")[0] == "cryptography"}, role
+
+
+def test_the_dispatcher_loads_none_of_the_apis_routers() -> None:
+    loaded = loaded_modules("dispatch")
+    assert not loaded & {"coffer_metadata.main", "coffer_metadata.assets.router", "coffer_metadata.tus"}
