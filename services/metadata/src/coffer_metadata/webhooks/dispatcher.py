@@ -373,16 +373,6 @@ class Dispatcher:
 
     # Fan-out ----------------------------------------------------------------------------
 
-    def fan_out(self) -> int:
-        """Make the deliveries of events not yet dispatched, in a transaction of its own;
-        answers how many events it took."""
-        fan = self._plan_fan_out(utcnow())
-        if fan.event_ids:
-            with Session(writer(self.engine)) as session:
-                self._write_fan_out(session.connection(), fan)
-                session.commit()
-        return len(fan.event_ids)
-
     def _plan_fan_out(self, now: datetime) -> _FanOut:
         """The deliveries of up to FAN_OUT_BATCH events not yet dispatched (reads only)."""
         with self.engine.connect() as connection:
