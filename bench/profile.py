@@ -31,12 +31,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import httpx
 from load import python_client
-from run import BIG, DEFAULT_POSTGRES, REPO, SMALL, Bench, Receiver, log, multipart_body
-from servers import auth_cli, ensure_tools
-
-from coffer_testkit.testing import free_port
+from run import BIG, DEFAULT_POSTGRES, REPO, SMALL, Bench, log, multipart_body
+from servers import ensure_tools
 
 # scenario: (services to sample, what the load is)
 SCENARIOS: dict[str, tuple[list[str], str]] = {
@@ -212,7 +209,8 @@ def _load(bench: Bench, scenario: str, asset: dict[str, Any], pids: dict[str, li
             headers=bench.headers(bench.list_key),
         )
     if scenario in ("upload-small", "webhooks"):
-        key = bench.key if scenario == "upload-small" else _hooked_key(bench)
+        # (the receiver of the webhooks scenario runs until this process ends)
+        key = bench.key if scenario == "upload-small" else bench.hooked_org("profile-hooks")[0]
         body = bench.root / "wrk" / "small-multipart.bin"
         content_type = multipart_body(body, SMALL)
         return lambda s: bench.wrk.run(
@@ -235,23 +233,6 @@ def _load(bench: Bench, scenario: str, asset: dict[str, Any], pids: dict[str, li
     if scenario == "upload-tus":
         job.update(url=stack.edge_url + "/api/uploads/tus", mode="tus", chunk=5 * 1024 * 1024)
     return lambda s: python_client({**job, "duration": s}, servers=pids)[0]["statuses"]
-
-
-def _hooked_key(bench: Bench) -> str:
-    """A key of a new organization with one endpoint, answered by the bench's receiver (it
-    runs until this process ends)."""
-    org = auth_cli(bench.stack, "create-org", "--name", "profile-hooks", "--quota-bytes", str(2**40))
-    key = str(auth_cli(bench.stack, "create-key", "--org", str(org["id"]))["key"])
-    port = free_port()
-    made = httpx.post(
-        bench.stack.edge_url + "/api/webhooks",
-        headers=bench.headers(key),
-        json={"url": f"http://127.0.0.1:{port}/coffer-hook", "events": ["asset.created"]},
-        timeout=30,
-    )
-    made.raise_for_status()
-    Receiver(port, made.json()["secret"], bench.root / "logs" / "webhook-receiver.log")
-    return key
 
 
 if __name__ == "__main__":

@@ -1255,17 +1255,7 @@ class Bench:
         )
         self.figures += [p50, p99, rate]
         self.through_blob += [p50, p99, rate]
-        org = auth_cli(self.stack, "create-org", "--name", "bench-hooks", "--quota-bytes", str(2**40))
-        key = str(auth_cli(self.stack, "create-key", "--org", str(org["id"]))["key"])
-        port = free_port()
-        made = httpx.post(
-            self.stack.edge_url + "/api/webhooks",
-            headers=self.headers(key),
-            json={"url": f"http://127.0.0.1:{port}/coffer-hook", "events": ["asset.created"]},
-            timeout=30,
-        )
-        made.raise_for_status()
-        receiver = Receiver(port, made.json()["secret"], self.root / "logs" / "webhook-receiver.log")
+        key, receiver = self.hooked_org("bench-hooks")
         try:
             latencies: list[list[float]] = []
             for _ in range(self.args.reps):
@@ -1306,6 +1296,21 @@ class Bench:
                 rate.error = p50.error = p99.error = f"{receiver.bad} deliveries failed verification"
         finally:
             receiver.stop()
+
+    def hooked_org(self, name: str) -> tuple[str, Receiver]:
+        """A key of a new organization with one endpoint (asset.created), and the receiver,
+        bench/webhook_receiver.py, that answers it (``stop`` it when done)."""
+        org = auth_cli(self.stack, "create-org", "--name", name, "--quota-bytes", str(2**40))
+        key = str(auth_cli(self.stack, "create-key", "--org", str(org["id"]))["key"])
+        port = free_port()
+        made = httpx.post(
+            self.stack.edge_url + "/api/webhooks",
+            headers=self.headers(key),
+            json={"url": f"http://127.0.0.1:{port}/coffer-hook", "events": ["asset.created"]},
+            timeout=30,
+        )
+        made.raise_for_status()
+        return key, Receiver(port, made.json()["secret"], self.root / "logs" / "webhook-receiver.log")
 
     def paced_uploads(self, key: str, receiver: Receiver) -> list[float] | str:
         """``args.seconds`` of 4 KiB uploads started on a fixed schedule; each one's delay from
