@@ -263,10 +263,7 @@ async def test_leases_five_days_of_failures_and_410(
 ) -> None:
     """Two dispatchers never hold one delivery at once; a lease that ended can be taken again;
     an endpoint failing for 5 days is disabled, and one answering 410 at once (both audited)."""
-    from sqlalchemy.orm import Session
 
-    from coffer_metadata.models import WebhookDelivery as DeliveryRow
-    from coffer_metadata.webhooks import service
     from coffer_metadata.webhooks.dispatcher import Outcome
 
     org = new_id("org")
@@ -279,21 +276,7 @@ async def test_leases_five_days_of_failures_and_410(
         made.append(answer.json()["id"])
     engine = make_engine(database_url)
     now = utcnow()
-    with Session(engine) as session:
-        for endpoint in made:
-            body = service.body_of(event_id=new_id("evt"), type="ping", created_at=now, org_id=org, data={})
-            values = service.new_delivery(
-                endpoint_id=endpoint,
-                org_id=org,
-                event_id=new_id("evt"),
-                type="ping",
-                body=body,
-                trace=None,
-                now=now,
-                retry_for=3600,
-            )
-            session.add(DeliveryRow(**values))
-        session.commit()
+    _pings(engine, org, made, now)
     one, two = Dispatcher(settings, engine), Dispatcher(settings, engine)
     first = one.claim(64)
     assert sorted(j.endpoint_id for j in first) == sorted(made)
@@ -381,10 +364,7 @@ async def test_a_dispatcher_alone_on_a_quick_endpoint_leases_ahead_and_gives_bac
     (another then takes none); marked slow, it leases only the bound. A queued delivery whose
     lease would end before a send could is never sent: its lease goes back in the next cycle
     and another dispatcher takes it at once."""
-    from sqlalchemy.orm import Session
 
-    from coffer_metadata.models import WebhookDelivery as DeliveryRow
-    from coffer_metadata.webhooks import service
     from coffer_metadata.webhooks.dispatcher import PREFETCH
 
     org = new_id("org")
@@ -395,23 +375,7 @@ async def test_a_dispatcher_alone_on_a_quick_endpoint_leases_ahead_and_gives_bac
     )
     endpoint = made.json()["id"]
     engine = make_engine(database_url)
-    now = utcnow()
-    with Session(engine) as session:
-        for _ in range(cap * PREFETCH + 5):
-            event_id = new_id("evt")
-            body = service.body_of(event_id=event_id, type="ping", created_at=now, org_id=org, data={})
-            values = service.new_delivery(
-                endpoint_id=endpoint,
-                org_id=org,
-                event_id=event_id,
-                type="ping",
-                body=body,
-                trace=None,
-                now=now,
-                retry_for=3600,
-            )
-            session.add(DeliveryRow(**values))
-        session.commit()
+    _pings(engine, org, [endpoint] * (cap * PREFETCH + 5), utcnow())
     one, two = Dispatcher(settings, engine), Dispatcher(settings, engine)
     try:
         two._slow.add(endpoint)
@@ -435,3 +399,28 @@ async def test_a_dispatcher_alone_on_a_quick_endpoint_leases_ahead_and_gives_bac
         assert len(two.claim(512)) == cap  # two is still marked slow: the bound
     finally:
         engine.dispose()
+
+
+def _pings(engine: Any, org: str, endpoints: list[str], now: Any) -> None:
+    """A due "ping" delivery to each of ``endpoints`` (one per entry), written straight in."""
+    from sqlalchemy.orm import Session
+
+    from coffer_metadata.models import WebhookDelivery as DeliveryRow
+    from coffer_metadata.webhooks import service
+
+    with Session(engine) as session:
+        for endpoint in endpoints:
+            event_id = new_id("evt")
+            body = service.body_of(event_id=event_id, type="ping", created_at=now, org_id=org, data={})
+            values = service.new_delivery(
+                endpoint_id=endpoint,
+                org_id=org,
+                event_id=event_id,
+                type="ping",
+                body=body,
+                trace=None,
+                now=now,
+                retry_for=3600,
+            )
+            session.add(DeliveryRow(**values))
+        session.commit()
