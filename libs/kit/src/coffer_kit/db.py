@@ -137,7 +137,7 @@ class Database:
     a second worker) still meet the busy handler.
 
     ``write`` is the group-commit path for hot writes (see ``_GroupCommit``).
-    ``fetch_first`` runs a :class:`KeyedRead` on the event loop: on SQLite files through one
+    ``fetch_all`` runs a :class:`KeyedRead` on the event loop: on SQLite files through one
     more connection, opened by the first read (auth never makes one), on PostgreSQL through a
     pool of at most ``KEYED_READ_CONNECTIONS`` psycopg async connections, opened alike.
     """
@@ -158,19 +158,18 @@ class Database:
         on_disk = engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:")
         return cls(engine, url if on_disk else None)
 
-    async def fetch_first(self, sql: str, values: Any) -> Any | None:
-        """The first row ``sql`` answers, as the driver gives it (see :class:`KeyedRead`)."""
+    async def fetch_all(self, sql: str, values: Any) -> list[Any]:
+        """Every row ``sql`` answers, as the driver gives them (see :class:`KeyedRead`)."""
         if self.engine.dialect.name == "postgresql":
-            return await self._pg_first(sql, values)
+            return await self._pg_all(sql, values)
         try:
             reader = self._sqlite_loop_reader()
             if reader is not None:
                 # Stepped to its end (fetchall): no statement, so no snapshot, stays open.
-                rows = reader.execute(sql, values).fetchall()
-                return rows[0] if rows else None
+                return reader.execute(sql, values).fetchall()
         except sqlite3.OperationalError:  # busy: wait in a thread, as every other statement does
             pass
-        return await _in_thread(functools.partial(_sqlite_first, self.engine, sql, values))
+        return await _in_thread(functools.partial(_sqlite_all, self.engine, sql, values))
 
     def _sqlite_loop_reader(self) -> sqlite3.Connection | None:
         """The event loop's own sqlite3 connection; None for a database not in a file (tests'
@@ -182,7 +181,7 @@ class Database:
             self._loop_reader.execute("PRAGMA busy_timeout=0")
         return self._loop_reader
 
-    async def _pg_first(self, sql: str, values: Any) -> Any | None:
+    async def _pg_all(self, sql: str, values: Any) -> list[Any]:
         from psycopg import OperationalError as PgOperationalError
         from psycopg_pool import PoolTimeout
 
@@ -194,7 +193,7 @@ class Database:
             try:
                 async with self._pg_pool.connection(timeout=KEYED_READ_WAIT_SECONDS) as connection:
                     cursor = await connection.execute(sql, values, prepare=True)
-                    return await cursor.fetchone()
+                    return await cursor.fetchall()
             except PoolTimeout as exc:
                 raise unavailable("The database is unavailable.") from exc
             except PgOperationalError as exc:
@@ -439,9 +438,9 @@ async def _in_thread(run: Callable[[], T]) -> T:
 
 
 class KeyedRead:
-    """A SELECT of a row by key, run on every request (metadata's asset GET), answered as the
-    row (attributes named after its columns) or None: one round trip, on the event loop, on
-    either database.
+    """A SELECT by key, run on every request (metadata's asset GET, and the first pages of an
+    organization's assets), answered as rows (attributes named after their columns): one
+    round trip, on the event loop, on either database.
 
     It runs as its SQL, compiled once per dialect, on the driver's own connection, and each
     value is converted by its column type's result processor, as SQLAlchemy would. Around one
@@ -452,7 +451,10 @@ class KeyedRead:
     own and holds none after.
 
     - **SQLite**: ``Database``'s loop connection, a sqlite3 connection with a busy timeout of
-      0, used only on the event loop (tens of microseconds on pages the OS has cached). A read
+      0, used only on the event loop (tens of microseconds on pages the OS has cached; a page
+      of 50 rows, 0.2 ms). Worker threads stepping SQLite statements side by side hand the GIL
+      back and forth at every row: at 16 concurrent pages each cost three times its CPU
+      alone (docs/performance.md, the listing). A read
       that meets a lock anyway (WAL recovery, an exclusive lock) fails at once and runs the
       same SQL again in a worker thread, where it waits as every other statement does.
     - **PostgreSQL**: a psycopg ``AsyncConnection`` from ``Database``'s small pool of them,
@@ -482,13 +484,19 @@ class KeyedRead:
             done = self._compiled[dialect.name] = _Compiled(str(compiled), positions, processors)
         return done
 
-    async def first(self, database: Database, params: dict[str, Any]) -> Any | None:
+    async def all(self, database: Database, params: dict[str, Any]) -> list[Any]:
+        """Every row the statement answers (a page: its LIMIT bounds them)."""
         compiled = self.compiled(database.engine.dialect)
         values = [params[name] for name in compiled.positions] if compiled.positions is not None else params
-        raw = await database.fetch_first(compiled.sql, values)
-        if raw is None:
-            return None
-        return self.row(*[p(v) if p else v for p, v in zip(compiled.processors, raw, strict=True)])
+        processors, row = compiled.processors, self.row
+        return [
+            row(*[p(v) if p else v for p, v in zip(processors, raw, strict=True)])
+            for raw in await database.fetch_all(compiled.sql, values)
+        ]
+
+    async def first(self, database: Database, params: dict[str, Any]) -> Any | None:
+        rows = await self.all(database, params)
+        return rows[0] if rows else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,12 +507,11 @@ class _Compiled:
     processors: list[Callable[[Any], Any] | None]
 
 
-def _sqlite_first(engine: Engine, sql: str, values: Any) -> Any | None:
+def _sqlite_all(engine: Engine, sql: str, values: Any) -> list[Any]:
     """In a worker thread: ``sql`` on a pooled connection, which waits out a lock."""
     connection = engine.raw_connection()
     try:
-        rows = connection.cursor().execute(sql, values).fetchall()
-        return rows[0] if rows else None
+        return list(connection.cursor().execute(sql, values).fetchall())
     finally:
         connection.close()
 

@@ -175,23 +175,25 @@ def page(
     return rows[::-1] if from_oldest and walk == "rows" else rows
 
 
-# A page of every asset that skips at most this many entries takes its total from the usage row
-# and walks the index (SQLite: the read transaction is one snapshot): the skip and the page are
-# index steps and 50 rows, well under a millisecond (docs/performance.md, issue 27).
+# A page of every asset that skips at most this many entries is read on the event loop in one
+# statement (``first_page``): the skip and the page are index steps and 50 rows, a fraction of
+# a millisecond (docs/performance.md, issue 27).
 FIRST_PAGE_OFFSET_MAX = 500
+# The page with the organization's asset count (the usage row's, kept in the same
+# transactions) as its last column: one statement, so one snapshot on both databases.
+_FIRST_PAGE = KeyedRead(
+    _PAGE["all", False, "rows"].add_columns(_COUNT["all"].scalar_subquery().label("total"))
+)
 
 
-def count_all(connection: Connection, *, org_id: str) -> int:
-    """Every asset of the organization: the usage row's count, kept in the same transactions."""
-    return int(connection.execute(_COUNT["all"], {"org_id": org_id}).scalar() or 0)
-
-
-def first_page(connection: Connection, *, org_id: str, limit: int, offset: int, total: int) -> list[Row]:  # type: ignore[type-arg]
-    """``page`` of every asset, at most ``FIRST_PAGE_OFFSET_MAX`` entries in, on a connection."""
-    if offset >= total:
-        return []
-    params = {"org_id": org_id, "folder_id": None, "limit": limit, "offset": offset}
-    return list(connection.execute(_PAGE["all", False, "rows"], params))
+async def first_page(
+    database: Database, *, org_id: str, limit: int, offset: int
+) -> tuple[list[Any], int] | None:
+    """A page of every asset, newest first, at most ``FIRST_PAGE_OFFSET_MAX`` entries in, and
+    the total, read on the event loop; None for an empty page (no asset, or past the end),
+    whose total ``count`` reads apart."""
+    rows = await _FIRST_PAGE.all(database, {"org_id": org_id, "limit": limit, "offset": offset})
+    return (rows, int(rows[0].total or 0)) if rows else None
 
 
 def count(session: Session, *, org_id: str, folder_id: str | None, root_only: bool) -> int:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import functools
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
-from sqlmodel import Session
 
 from coffer_kit.db import DatabaseState, run_read
 from coffer_kit.errors import invalid
@@ -120,21 +119,18 @@ async def list_assets(
     visibility: Annotated[Visibility | None, Query()] = None,
 ) -> JSONResponse:
     if (
-        database.engine.dialect.name == "sqlite"  # (PostgreSQL: one snapshot needs REPEATABLE READ)
-        and folder_id is None
+        folder_id is None
         and q is None
         and sort == repository.DEFAULT_SORT
         and visibility is None
         and offset <= repository.FIRST_PAGE_OFFSET_MAX
     ):
-        # Every asset, near the start: the total is one row, the page a short index walk, in
-        # one read transaction (SQLite's BEGIN: one snapshot).
-        def first(session: Session) -> dict[str, Any]:
-            return service.first_page_views(
-                session.connection(), org_id=org_id, limit=limit, offset=offset, cdn_url=settings.cdn_url
-            )
-
-        return JSONResponse(await run_read(database.engine, first))
+        # Every asset, near the start: the page and its total in one statement on the loop.
+        first = await service.first_page_views(
+            database, org_id=org_id, limit=limit, offset=offset, cdn_url=settings.cdn_url
+        )
+        if first is not None:
+            return JSONResponse(first)
     page = functools.partial(
         service.list_views,
         org_id=org_id,

@@ -296,14 +296,16 @@ def list_views(
     return {"assets": page_views(items, cdn_url, org_id), "total": total, "limit": limit, "offset": offset}
 
 
-def first_page_views(
-    connection: Connection, *, org_id: str, limit: int, offset: int, cdn_url: str
-) -> dict[str, Any]:
-    """``list_views`` of every asset of the organization, newest first, on a connection (SQLite's
-    read transaction is one snapshot). Only for a page near the start: the total
-    is the usage row's, and the page skips at most ``FIRST_PAGE_OFFSET_MAX`` entries."""
-    total = repository.count_all(connection, org_id=org_id)
-    items = repository.first_page(connection, org_id=org_id, limit=limit, offset=offset, total=total)
+async def first_page_views(
+    database: Database, *, org_id: str, limit: int, offset: int, cdn_url: str
+) -> dict[str, Any] | None:
+    """``list_views`` of every asset of the organization, newest first, for a page near the
+    start (``repository.FIRST_PAGE_OFFSET_MAX``), read on the event loop; None for an empty
+    page, which ``list_views`` answers."""
+    found = await repository.first_page(database, org_id=org_id, limit=limit, offset=offset)
+    if found is None:
+        return None
+    items, total = found
     return {"assets": page_views(items, cdn_url, org_id), "total": total, "limit": limit, "offset": offset}
 
 
