@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from dataclasses import replace
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,10 +45,14 @@ def leftovers(s3_server: S3Server, bucket: str) -> tuple[list[str], list[str]]:
 
 
 def put(storage: S3Storage, key: str, data: bytes, content_type: str = "image/jpeg") -> None:
+    """Write ``data`` under ``key``; what the commit answers is what S3 then shows."""
     writer = storage.open_writer(key)
     for i in range(0, len(data), 1 << 20):
         writer.write(data[i : i + (1 << 20)])
-    writer.commit(content_type=content_type, sha256=hashlib.sha256(data).hexdigest())
+    committed = writer.commit(content_type=content_type, sha256=hashlib.sha256(data).hexdigest())
+    shown = storage.stat(key)
+    assert shown is not None and replace(committed, last_modified=shown.last_modified) == shown
+    assert abs((committed.last_modified - shown.last_modified).total_seconds()) <= 2
 
 
 def read_all(storage: S3Storage, key: str, start: int = 0, end: int | None = None) -> bytes:

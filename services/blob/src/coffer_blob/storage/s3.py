@@ -30,7 +30,8 @@ import logging
 import secrets
 import threading
 from collections.abc import Iterator, Sequence
-from datetime import UTC
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -240,6 +241,14 @@ class S3Storage:
             raise StorageUnavailable(f"S3 {operation} under {prefix} failed: {exc}") from exc
 
 
+def _answered_at(response: dict[str, Any]) -> datetime:
+    """When S3 answered a write (its Date header; PutObject answers no Last-Modified)."""
+    date = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    with contextlib.suppress(TypeError, ValueError):
+        return parsedate_to_datetime(date)
+    return datetime.now(UTC)
+
+
 def _check_key(key: str) -> None:
     parts = key.split("/")
     for part in parts:
@@ -257,6 +266,7 @@ class _S3Writer:
         # One growing buffer, handed to boto3 as it is: joining a list of chunks held two
         # copies of a part at once.
         self._buffer = bytearray()
+        self._size = 0  # the object's bytes so far
         self._upload_id: str | None = None
         self._parts: list[dict[str, Any]] = []
         self._temp_exists = False
@@ -266,6 +276,7 @@ class _S3Writer:
     def write(self, chunk: bytes) -> None:
         assert not self._done, "write after commit or abort"
         self._buffer += chunk
+        self._size += len(chunk)
         if len(self._buffer) >= self.storage.part_size:
             # Parts need not be equal: send what is buffered (a little over PART_SIZE).
             self._upload_part(self._take())
@@ -284,7 +295,7 @@ class _S3Writer:
             if self._upload_id is None:
                 body = self._take()
                 self._published = True
-                s3._call(
+                put = s3._call(
                     self.key,
                     "put_object",
                     Key=self.key,
@@ -292,6 +303,7 @@ class _S3Writer:
                     ContentType=content_type,
                     Metadata=metadata,
                 )
+                stored_at = _answered_at(put)
             else:
                 if self._buffer:
                     self._upload_part(self._take())
@@ -304,7 +316,7 @@ class _S3Writer:
                 )
                 self._upload_id = None
                 self._published = True  # from here on, a failure must delete the real key too
-                s3._call(
+                copied = s3._call(
                     self.key,
                     "copy_object",
                     Key=self.key,
@@ -315,16 +327,23 @@ class _S3Writer:
                 )
                 s3._call(self.key, "delete_object", Key=self.temp_key)
                 self._temp_exists = False
-            info = s3.stat(self.key)
-            if info is None:
-                raise StorageUnavailable(f"S3 does not show {self.key} with its metadata after writing it")
+                stored_at = copied.get("CopyObjectResult", {}).get("LastModified") or _answered_at(copied)
         except BaseException as exc:
             self.abort()
             if isinstance(exc, ClientError):
                 raise StorageUnavailable(f"S3 upload of {self.key} failed: {exc}") from exc
             raise
         self._done = True
-        return info
+        # What S3 acknowledged is what it holds (its writes are read-after-write consistent):
+        # no HeadObject to read it back, one request less per upload.
+        return ObjectInfo(
+            key=self.key,
+            size=self._size,
+            sha256=sha256,
+            content_type=content_type,
+            last_modified=stored_at.astimezone(UTC).replace(microsecond=0),
+            private=private,
+        )
 
     def abort(self) -> None:
         if self._done:
@@ -392,6 +411,7 @@ class _S3Resumable(_S3Writer):
         self._prefix = key.rsplit("/", 1)[0]
         self._name = upload_id
         self.temp_key = f"{self._prefix}/{_RESERVED}tus.{upload_id}"
+        self._size = offset  # (the tail read back below is part of it)
         self._upload_id = state.get("uploadId")
         self._parts = [dict(p) for p in state.get("parts", [])]
         self._temp_exists = self._upload_id is not None
