@@ -53,7 +53,7 @@ def ensure_tools() -> tuple[str, str]:
     return nginx, wrk
 
 
-def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 30) -> None:
+def wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 30) -> None:
     import socket
 
     deadline = time.monotonic() + timeout
@@ -66,7 +66,7 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: flo
     raise TimeoutError(f"{what} did not listen on {port} in {timeout}s")
 
 
-def _stop(proc: subprocess.Popen[bytes] | None, timeout: float = 10) -> None:
+def stop_process(proc: subprocess.Popen[bytes] | None, timeout: float = 10) -> None:
     if proc is None or proc.poll() is not None:
         return
     proc.terminate()
@@ -149,13 +149,13 @@ class Nginx:
             group=group,
             extra_groups=[] if user is not None else None,
         )
-        _wait_port(self.port, self.proc, "nginx")
+        wait_port(self.port, self.proc, "nginx")
 
     def pids(self) -> list[int]:
         return [self.proc.pid] if self.proc else []
 
     def stop(self) -> None:
-        _stop(self.proc)
+        stop_process(self.proc)
 
 
 @dataclass
@@ -177,13 +177,13 @@ class ScriptServer:
         self.proc = subprocess.Popen(
             [sys.executable, str(BENCH / self.script), str(self.port)], stdout=out, stderr=out
         )
-        _wait_port(self.port, self.proc, self.what)
+        wait_port(self.port, self.proc, self.what)
 
     def pids(self) -> list[int]:
         return [self.proc.pid] if self.proc else []
 
     def stop(self) -> None:
-        _stop(self.proc)
+        stop_process(self.proc)
 
 
 @dataclass
@@ -259,7 +259,7 @@ class Production:
         return [self.s3_proc.pid] if self.s3_proc else []
 
     def stop(self) -> None:
-        _stop(self.s3_proc)
+        stop_process(self.s3_proc)
         if not self.auth_db:
             return
         from sqlalchemy import create_engine, text

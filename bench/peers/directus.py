@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
 from load import OthersMeter, cpu_seconds, python_client
 from report import Figure, details, table, write
 from run import BIG, DEFAULT_POSTGRES, REPO, commit, disk_rate, log, machine
-from servers import _stop, _wait_port, auth_cli, coffer_stack
+from servers import auth_cli, coffer_stack, stop_process, wait_port
 
 from coffer_testkit.testing import free_port, wait_healthy
 
@@ -173,7 +173,7 @@ class Directus:
         env = self.env()
         subprocess.run([*run, "bootstrap"], cwd=self.root, env=env, stdout=logs, stderr=logs, check=True)
         self.proc = subprocess.Popen([*run, "start"], cwd=self.root, env=env, stdout=logs, stderr=logs)
-        _wait_port(self.port, self.proc, "Directus", timeout=120)
+        wait_port(self.port, self.proc, "Directus", timeout=120)
         wait_healthy(self.url + "/server/ping", timeout=60)
 
     def headers(self) -> dict[str, str]:
@@ -187,7 +187,7 @@ class Directus:
         return [int(p) for p in self._admin("SELECT pid FROM pg_stat_activity WHERE datname = :db")]
 
     def stop(self) -> None:
-        _stop(self.proc)
+        stop_process(self.proc)
         if self.created:
             self._admin(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
 
