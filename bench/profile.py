@@ -17,6 +17,7 @@ the GIL counts where it waits (often right after waking another thread: ``Condit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import os
 import shutil
@@ -129,13 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     stem = args.scenario + (f"-c{args.connections}" if args.connections else "")
     stem += "-production" if args.production else ""
     stem += "-env" if args.stack_env else ""
+    cleanup = contextlib.ExitStack()
     try:
         bench.start()
         asset = bench.upload_one(SMALL)  # also fills edge's auth cache for the key
         bench.warm_auth()
         pids = bench.coffer_pids()
         load_seconds = args.seconds + 4
-        run_load = _load(bench, args.scenario, asset, pids, args.connections)
+        run_load = _load(bench, args.scenario, asset, pids, args.connections, cleanup)
         run_load(2)  # warm-up
         log(f"profiling {', '.join(services)} under: {load}")
         result: dict[str, Any] = {}
@@ -183,12 +185,20 @@ def main(argv: list[str] | None = None) -> int:
             out.unlink()
         print("\n".join(report))
     finally:
+        cleanup.close()
         bench.stop()
         shutil.rmtree(root, ignore_errors=True)
     return 0
 
 
-def _load(bench: Bench, scenario: str, asset: dict[str, Any], pids: dict[str, list[int]], conns: int | None):  # type: ignore[no-untyped-def]
+def _load(  # type: ignore[no-untyped-def]
+    bench: Bench,
+    scenario: str,
+    asset: dict[str, Any],
+    pids: dict[str, list[int]],
+    conns: int | None,
+    cleanup: contextlib.ExitStack,
+):
     stack = bench.stack
     if scenario == "asset-get":
         return lambda s: bench.wrk.run(
@@ -209,8 +219,10 @@ def _load(bench: Bench, scenario: str, asset: dict[str, Any], pids: dict[str, li
             headers=bench.headers(bench.list_key),
         )
     if scenario in ("upload-small", "webhooks"):
-        # (the receiver of the webhooks scenario runs until this process ends)
-        key = bench.key if scenario == "upload-small" else bench.hooked_org("profile-hooks")[0]
+        key = bench.key
+        if scenario == "webhooks":
+            key, receiver = bench.hooked_org("profile-hooks")
+            cleanup.callback(receiver.stop)
         body = bench.root / "wrk" / "small-multipart.bin"
         content_type = multipart_body(body, SMALL)
         return lambda s: bench.wrk.run(
