@@ -42,6 +42,11 @@ class Settings(BaseServiceSettings):
     metadata_webhook_disable_after_seconds: float = Field(default=5 * 86400, gt=0)
     # How often the dispatcher looks for new events and due retries when not woken sooner.
     metadata_webhook_poll_seconds: float = Field(default=0.1, gt=0, le=60)
+    # The shortest time between two of the dispatcher's rounds (one write transaction each):
+    # sends that end meanwhile are recorded together, and new events wait at most this long
+    # (plus the poll) to go out. On SQLite each round is a turn of the write lock the API's
+    # uploads wait for.
+    metadata_webhook_cycle_gap_seconds: float = Field(default=0.05, ge=0, le=5)
     # A claimed delivery is another dispatcher's to retry after this (a dispatcher that died
     # mid-send); longer than the 10 s a receiver has to answer.
     metadata_webhook_lease_seconds: float = Field(default=60, ge=12, le=3600)

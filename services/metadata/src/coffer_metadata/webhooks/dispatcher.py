@@ -24,10 +24,11 @@ hangs, a burst of retries) never slow metadata's API. Several replicas may run:
    5 days of failures too (both audited as ``webhook.disabled``).
 
 A **cycle** does all three writes (record what ended, fan out, claim) in one transaction, at
-most once per CYCLE_GAP_SECONDS: on SQLite each is a turn of the one write lock that the
-API's uploads wait for, so the dispatcher takes it about twenty times a second under load,
-however many deliveries that is. The loop wakes every COFFER_METADATA_WEBHOOK_POLL_SECONDS
-(0.1 s: indexed reads that find nothing when idle, and no write lock) and when a send ends.
+most once per COFFER_METADATA_WEBHOOK_CYCLE_GAP_SECONDS (0.05 s): on SQLite each is a turn
+of the one write lock that the API's uploads wait for, so the dispatcher takes it about
+twenty times a second under load, however many deliveries that is. The loop wakes every
+COFFER_METADATA_WEBHOOK_POLL_SECONDS (0.1 s: indexed reads that find nothing when idle, and
+no write lock) and when a send ends.
 """
 
 from __future__ import annotations
@@ -89,9 +90,6 @@ _folders = Folder.__table__  # type: ignore[attr-defined]
 # Events fanned out per transaction, and due deliveries looked at per claim.
 FAN_OUT_BATCH = 500
 CLAIM_WINDOW = 500
-# The shortest time between two cycles (one write transaction each): sends that end meanwhile
-# are recorded together, and new events wait at most this long (plus the poll) to go out.
-CYCLE_GAP_SECONDS = 0.05
 # A dispatcher alone on a quick endpoint leases up to this many times its concurrency bound.
 PREFETCH = 8
 # A send slower than this (or failing) marks its endpoint slow: no prefetch for it.
@@ -247,7 +245,7 @@ class Dispatcher:
                 with suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.settings.metadata_webhook_poll_seconds)
                 self._wake.clear()
-                rest = CYCLE_GAP_SECONDS - (time.monotonic() - started)
+                rest = self.settings.metadata_webhook_cycle_gap_seconds - (time.monotonic() - started)
                 if rest > 0 and not self._stopping:
                     await asyncio.sleep(rest)  # a rate bound: what ends meanwhile joins the cycle
         finally:
