@@ -24,9 +24,9 @@ hangs, a burst of retries) never slow metadata's API. Several replicas may run:
    5 days of failures too (both audited as ``webhook.disabled``).
 
 A **cycle** does all three writes (record what ended, fan out, claim) in one transaction, at
-most once per COFFER_METADATA_WEBHOOK_CYCLE_GAP_SECONDS (0.05 s): on SQLite each is a turn
+most once per COFFER_METADATA_WEBHOOK_CYCLE_GAP_SECONDS (0.1 s): on SQLite each is a turn
 of the one write lock that the API's uploads wait for, so the dispatcher takes it about
-twenty times a second under load, however many deliveries that is. The loop wakes every
+ten times a second under load, however many deliveries that is. The loop wakes every
 COFFER_METADATA_WEBHOOK_POLL_SECONDS (0.1 s: indexed reads that find nothing when idle, and
 no write lock) and when a send ends.
 """
