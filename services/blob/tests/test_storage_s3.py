@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import replace
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest

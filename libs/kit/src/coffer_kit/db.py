@@ -454,9 +454,9 @@ class KeyedRead:
       0, used only on the event loop (tens of microseconds on pages the OS has cached; a page
       of 50 rows, 0.2 ms). Worker threads stepping SQLite statements side by side hand the GIL
       back and forth at every row: at 16 concurrent pages each cost three times its CPU
-      alone (docs/performance.md, the listing). A read
-      that meets a lock anyway (WAL recovery, an exclusive lock) fails at once and runs the
-      same SQL again in a worker thread, where it waits as every other statement does.
+      alone (docs/performance.md, the listing). A read that meets a lock anyway (WAL
+      recovery, an exclusive lock) fails at once and runs the same SQL again in a worker
+      thread, where it waits as every other statement does.
     - **PostgreSQL**: a psycopg ``AsyncConnection`` from ``Database``'s small pool of them,
       the statement prepared on each connection the first time it runs there, so a read is
       one Bind/Execute/Sync exchange. A read that fails because the connection died (the
