@@ -33,7 +33,7 @@ from coffer_blob import keys, signing
 from coffer_blob.config import Settings
 from coffer_blob.deps import BlobState, blob_state
 from coffer_blob.observe import DOWNLOAD_BYTES
-from coffer_blob.storage import ObjectInfo, Reader, Storage
+from coffer_blob.storage import ObjectInfo, Reader, Storage, read_range
 from coffer_blob.transforms import formats, presets
 from coffer_blob.transforms.pool import CACHE_HITS
 from coffer_kit import transforms
@@ -241,16 +241,7 @@ async def _read_variant(storage: Storage, name: str) -> tuple[ObjectInfo, bytes 
 async def _check_source_type(storage: Storage, key: str) -> None:
     """415 ``not_an_image`` from the original's first bytes, before a worker is asked."""
 
-    def head() -> bytes | None:
-        reader = storage.open_reader(key, 0, 32)
-        if reader is None:
-            return None
-        try:
-            return b"".join(reader)
-        finally:
-            reader.close()
-
-    first = await run_in_threadpool(head)
+    first = await run_in_threadpool(read_range, storage, key, 0, 32)
     if first is None:
         raise not_found("No such object.")
     if formats.sniff_format(first) is None:

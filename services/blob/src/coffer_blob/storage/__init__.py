@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from coffer_blob.storage.base import ObjectInfo, Reader, Storage, StorageUnavailable, Writer
+from coffer_blob.storage.base import ObjectInfo, Reader, Storage, StorageUnavailable, Writer, read_range
 
 if TYPE_CHECKING:
     from coffer_blob.config import Settings
 
-__all__ = ["ObjectInfo", "Reader", "Storage", "StorageUnavailable", "Writer", "make_driver", "make_storage"]
+__all__ = [
+    "ObjectInfo",
+    "Reader",
+    "Storage",
+    "StorageUnavailable",
+    "Writer",
+    "make_driver",
+    "make_storage",
+    "read_range",
+]
 
 
 def make_storage(settings: Settings) -> Storage:

@@ -125,3 +125,16 @@ class Storage(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def read_range(storage: Storage, key: str, start: int, end: int) -> bytes | None:
+    """Bytes ``start`` to ``end`` (exclusive; fewer past the object's end) of the committed
+    object under ``key``, in memory: only for small ranges or files the caller bounds. None if
+    there is no object."""
+    reader = storage.open_reader(key, start, end)
+    if reader is None:
+        return None
+    try:
+        return b"".join(reader)
+    finally:
+        reader.close()

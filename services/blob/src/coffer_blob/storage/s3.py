@@ -38,7 +38,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from coffer_blob.storage.base import READ_CHUNK, ObjectInfo, StorageUnavailable
+from coffer_blob.storage.base import READ_CHUNK, ObjectInfo, StorageUnavailable, read_range
 
 if TYPE_CHECKING:
     from coffer_blob.config import Settings
@@ -184,13 +184,8 @@ class S3Storage:
             return None
         if info.size > limit:
             return info, None
-        reader = self.open_reader(key, 0, info.size)
-        if reader is None:  # deleted since the stat
-            return None
-        try:
-            return info, b"".join(reader)
-        finally:
-            reader.close()
+        data = read_range(self, key, 0, info.size)
+        return None if data is None else (info, data)  # (None: deleted since the stat)
 
     def delete(self, key: str) -> None:
         _check_key(key)

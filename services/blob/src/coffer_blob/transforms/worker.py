@@ -20,7 +20,7 @@ import os
 from typing import Any
 
 from coffer_blob.config import Settings
-from coffer_blob.storage import Storage, make_driver
+from coffer_blob.storage import Storage, make_driver, read_range
 from coffer_blob.transforms import formats
 from coffer_kit.errors import CofferError
 from coffer_kit.limits import MAX_FILE_BYTES
@@ -53,17 +53,6 @@ def init(settings: Settings, environ: dict[str, str]) -> None:
     _storage = make_driver(settings)
 
 
-def _source(storage: Storage, key: str) -> bytes | None:
-    """The original's bytes (at most the file size limit), or None if it is gone."""
-    reader = storage.open_reader(key, 0, MAX_FILE_BYTES)
-    if reader is None:
-        return None
-    try:
-        return b"".join(reader)
-    finally:
-        reader.close()
-
-
 def run(key: str, variant_key: str, transform: Transform, private: bool, max_pixels: int) -> Outcome:
     """Render ``transform`` of the object under ``key`` and commit it under ``variant_key``.
 
@@ -75,7 +64,7 @@ def run(key: str, variant_key: str, transform: Transform, private: bool, max_pix
     assert _storage is not None, "init() runs first"
     if _storage.stat(variant_key) is not None:
         return ("found",)
-    data = _source(_storage, key)
+    data = read_range(_storage, key, 0, MAX_FILE_BYTES)  # (the file size limit bounds it)
     if data is None:
         return ("gone",)
     try:
