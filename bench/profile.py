@@ -11,7 +11,9 @@ stack and its sample count per line) and summaries go to bench/results/profiles/
 py-spy samples wall time of threads that are not asleep: a thread waiting for a CPU or for
 the GIL counts where it waits (often right after waking another thread: ``Condition.notify``,
 ``_write_to_self``, socket ``write``). On a loaded two-core machine read those frames as
-"hand-offs", and take CPU cost per request from bench/anatomy.py and the harness instead.
+"hand-offs", and take CPU cost per request from bench/anatomy.py and the harness instead;
+``--gil`` samples only the thread holding the GIL, which is closer to where Python spends CPU
+(time in C with the GIL released, such as SQLite's fsync, is then not seen at all).
 """
 
 from __future__ import annotations
@@ -104,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--connections", type=int, default=None, help="wrk connections (default: the figure's)"
     )
+    parser.add_argument(
+        "--gil",
+        action="store_true",
+        help="sample only the thread holding the GIL: where Python spends CPU, not where it waits",
+    )
     parser.add_argument("--production", action="store_true")
     parser.add_argument(
         "--database-url", default=os.environ.get("COFFER_BENCH_DATABASE_URL", DEFAULT_POSTGRES)
@@ -130,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     stem = args.scenario + (f"-c{args.connections}" if args.connections else "")
     stem += "-production" if args.production else ""
     stem += "-env" if args.stack_env else ""
+    stem += "-gil" if args.gil else ""
     cleanup = contextlib.ExitStack()
     try:
         bench.start()
@@ -152,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                 "record",
                 "--nonblocking",
                 "--function",
+                *(["--gil"] if args.gil else []),
                 "-r",
                 str(args.rate),
                 "-d",

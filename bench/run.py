@@ -89,6 +89,9 @@ SEARCH_COMMON = "holiday"
 # Webhooks: the pace of the latency figure's uploads, and how long a delivery may take to count.
 WEBHOOK_UPLOADS_PER_SECOND = 100
 WEBHOOK_WAIT_SECONDS = 30.0
+# The rate with an endpoint ÷ without is taken over this many times --reps pairs: one pair's
+# ratio moves between 0.6 and 1.2 here (the disk's), five pairs' median by about ±0.06.
+WEBHOOK_RATE_REPS_FACTOR = 3
 # The stack lets webhooks reach the bench's receiver on loopback (an operator's allowlist).
 WEBHOOK_ENV = {
     "COFFER_METADATA_WEBHOOK_ALLOW_HTTP": "true",
@@ -297,13 +300,15 @@ class Bench:
         warmup: Callable[[], Any] | None = None,
         metric: Callable[[Sample], float | None] = lambda s: s.rate,
         also: list[tuple[Figure, Callable[[Sample], float | None]]] = (),  # type: ignore[assignment]
+        reps: int | None = None,
     ) -> list[tuple[Sample, Sample | None]]:
-        """Warm up, then alternate Coffer and reference ``reps`` times; fill the figure(s)."""
+        """Warm up, then alternate Coffer and reference ``reps`` times (``--reps``); fill the
+        figure(s)."""
         log(f"measuring: {figure.name}")
         if warmup:
             warmup()
         runs: list[tuple[Sample, Sample | None]] = []
-        for _ in range(self.args.reps):
+        for _ in range(reps or self.args.reps):
             c = coffer()
             r = reference() if reference else None
             runs.append((c, r))
@@ -1249,9 +1254,11 @@ class Bench:
             f"{WEBHOOK_WAIT_SECONDS:g} s fails the figure"
         )
         rate.client = "wrk, 16 connections (one new file per request)"
+        rate_reps = WEBHOOK_RATE_REPS_FACTOR * self.args.reps
         rate.note = (
             "the dispatcher's backlog is drained between repetitions, untimed; its CPU while wrk "
-            "runs is counted"
+            f"runs is counted; {rate_reps} pairs ({WEBHOOK_RATE_REPS_FACTOR} times --reps: one "
+            "pair's ratio moves by ±30 % on this machine's disk)"
         )
         self.figures += [p50, p99, rate]
         self.through_blob += [p50, p99, rate]
@@ -1291,7 +1298,9 @@ class Bench:
                 receiver.wait_for(before + sample.requests - sample.errors, WEBHOOK_WAIT_SECONDS * 4)
                 return sample
 
-            self.pair(rate, hooked_then_drained, plain, warmup=self.warm(hooked_then_drained, plain))
+            self.pair(
+                rate, hooked_then_drained, plain, warmup=self.warm(hooked_then_drained, plain), reps=rate_reps
+            )
             if receiver.bad:
                 rate.error = p50.error = p99.error = f"{receiver.bad} deliveries failed verification"
         finally:
