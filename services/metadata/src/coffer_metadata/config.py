@@ -45,10 +45,11 @@ class Settings(BaseServiceSettings):
     # The shortest time between two of the dispatcher's rounds (one write transaction each):
     # sends that end meanwhile are recorded together, and new events wait at most this long
     # (plus the poll) to go out. On SQLite each round is a turn of the write lock the API's
-    # uploads wait for, and each costs CPU whatever it carries: at 0.2 s the dispatcher used
-    # 0.11 cores against 0.16 at 0.1 s (and 0.24 at 0.05) under the same uploads, for about
-    # 60 ms more to a delivery (docs/performance.md).
-    metadata_webhook_cycle_gap_seconds: float = Field(default=0.2, ge=0, le=5)
+    # uploads wait for, and each costs CPU whatever it carries. 0.1 s against 0.05 kept the
+    # upload rate with an endpoint nearer the rate without; 0.2 s saved the dispatcher 0.05
+    # cores more but moved that rate ratio no further, and cost deliveries 0.1-0.3 s on a
+    # busy machine (docs/performance.md).
+    metadata_webhook_cycle_gap_seconds: float = Field(default=0.1, ge=0, le=5)
     # A claimed delivery is another dispatcher's to retry after this (a dispatcher that died
     # mid-send); longer than the 10 s a receiver has to answer.
     metadata_webhook_lease_seconds: float = Field(default=60, ge=12, le=3600)

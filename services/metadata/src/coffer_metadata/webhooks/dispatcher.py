@@ -24,9 +24,9 @@ hangs, a burst of retries) never slow metadata's API. Several replicas may run:
    5 days of failures too (both audited as ``webhook.disabled``).
 
 A **cycle** does all three writes (record what ended, fan out, claim) in one transaction, at
-most once per COFFER_METADATA_WEBHOOK_CYCLE_GAP_SECONDS (0.2 s): on SQLite each is a turn
+most once per COFFER_METADATA_WEBHOOK_CYCLE_GAP_SECONDS (0.1 s): on SQLite each is a turn
 of the one write lock that the API's uploads wait for, so the dispatcher takes it about
-five times a second under load, however many deliveries that is. The loop wakes every
+ten times a second under load, however many deliveries that is. The loop wakes every
 COFFER_METADATA_WEBHOOK_POLL_SECONDS (0.1 s: indexed reads that find nothing when idle, and
 no write lock) and when a send ends.
 """
@@ -465,10 +465,10 @@ class Dispatcher:
             if not rows:
                 return _FanOut([], [])
             endpoints: dict[str, list[_Subscription]] = {}
-            for endpoint in connection.execute(
+            for found in connection.execute(
                 _ORG_ENDPOINTS, {_IDS: list({row.organization_id for row in rows})}
             ):
-                endpoints.setdefault(endpoint.organization_id, []).append(_Subscription.of(endpoint))
+                endpoints.setdefault(found.organization_id, []).append(_Subscription.of(found))
             tree = _Tree(connection, rows)
             deliveries = []
             for row in rows:
