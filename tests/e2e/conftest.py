@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from coffer_stack.stack import Ports, Stack
+from coffer_testkit.otlp import OtlpReceiver
 from coffer_testkit.testing import free_port
 
 
@@ -101,6 +102,15 @@ def own_stack_with(tmp_path_factory: pytest.TempPathFactory, backend_env: Any) -
 @pytest.fixture
 def own_stack(own_stack_with: Any) -> Stack:
     return own_stack_with()  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def otlp() -> Iterator[OtlpReceiver]:
+    """A trace receiver for a test's own stack. Ask for it before ``own_stack_with``: fixtures
+    end in the reverse order, so the stack stops (and flushes its spans) while it still answers."""
+    receiver = OtlpReceiver()
+    yield receiver
+    receiver.close()
 
 
 # The dashboard in a real browser ---------------------------------------------------------

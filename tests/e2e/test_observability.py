@@ -7,84 +7,13 @@ import hashlib
 import json
 import re
 import secrets
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-from coffer_testkit.testing import free_port
 
 pytestmark = pytest.mark.e2e
-
-
-class OtlpReceiver:
-    """An OTLP/HTTP (protobuf) trace receiver on loopback that keeps every span it is sent."""
-
-    def __init__(self) -> None:
-        self.spans: list[dict] = []
-        self.lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["content-length"]))
-                request = ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                with receiver.lock:
-                    for resource_spans in request.resource_spans:
-                        attrs = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
-                        for scope in resource_spans.scope_spans:
-                            for span in scope.spans:
-                                receiver.spans.append(
-                                    {
-                                        "service": attrs.get("service.name"),
-                                        "trace_id": span.trace_id.hex(),
-                                        "span_id": span.span_id.hex(),
-                                        "parent": span.parent_span_id.hex() or None,
-                                        "name": span.name,
-                                        "kind": span.kind,
-                                        "attributes": {a.key: a.value.string_value for a in span.attributes},
-                                    }
-                                )
-                self.send_response(200)
-                self.send_header("content-type", "application/x-protobuf")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.port = free_port()
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def trace(
-        self, traceparent: str, services: set[str], timeout: float = 15, has: tuple[str, ...] = ()
-    ) -> list[dict]:
-        """The spans of one trace, once every named service has reported into it, every span's
-        parent has arrived but the caller's, and for each prefix in ``has`` a span whose name
-        starts with it has (each process exports in its own batches, and a server span ends, so
-        is exported, after the spans inside it; but a batch holding a whole request's spans, one
-        of several a service answered in the trace, can still be on its way)."""
-        _, trace_id, client_parent, _ = traceparent.split("-")
-        deadline = time.monotonic() + timeout
-        while True:
-            with self.lock:
-                spans = [s for s in self.spans if s["trace_id"] == trace_id]
-            ids = {s["span_id"] for s in spans}
-            orphans = [s for s in spans if s["parent"] not in ids]
-            names = {s["name"] for s in spans}
-            complete = (
-                services <= {s["service"] for s in spans}
-                and [o["parent"] for o in orphans] == [client_parent]
-                and all(any(n.startswith(prefix) for n in names) for prefix in has)
-            )
-            if complete or time.monotonic() > deadline:
-                return spans
-            time.sleep(0.1)
 
 
 def traceparent() -> str:
@@ -100,15 +29,13 @@ def assert_linked(spans: list[dict], client_parent: str) -> None:
 
 
 @pytest.fixture
-def traced_stack(own_stack_with):
-    receiver = OtlpReceiver()
+def traced_stack(otlp, own_stack_with):
     stack = own_stack_with(
-        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver.port}",
+        OTEL_EXPORTER_OTLP_ENDPOINT=otlp.url,
         OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
         OTEL_BSP_SCHEDULE_DELAY="100",
     )
-    yield stack, receiver
-    receiver.server.shutdown()
+    return stack, otlp
 
 
 def test_one_trace_per_request_across_the_services(traced_stack, admin_for) -> None:
@@ -251,65 +178,61 @@ def test_logs_never_carry_keys_or_signatures(stack, tenant) -> None:
     assert any(e["organization_id"] == tenant.org_id and e["service"] == "edge" for e in access)
 
 
-def test_unsampled_requests_make_no_span_and_keep_their_trace(own_stack_with, admin_for) -> None:
+def test_unsampled_requests_make_no_span_and_keep_their_trace(otlp, own_stack_with, admin_for) -> None:
     """With the sampler dropping roots (parentbased_always_off), an unsampled request makes no
     span anywhere (issue 28: its cost is not paid), yet its trace id is propagated to every
     service it reaches (their log lines carry it); a request whose caller sampled it is traced
     across the services as ever."""
-    receiver = OtlpReceiver()
+
     stack = own_stack_with(
-        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver.port}",
+        OTEL_EXPORTER_OTLP_ENDPOINT=otlp.url,
         OTEL_BSP_SCHEDULE_DELAY="100",
         OTEL_TRACES_SAMPLER="parentbased_always_off",
     )
-    try:
-        admin = admin_for(stack)
-        org = admin("create-org", "--name", "Unsampled")["id"]
-        key = admin("create-key", "--org", org)["key"]
-        api = httpx.Client(base_url=stack.edge_url, headers={"x-api-key": key}, timeout=30)
-        asset = api.post("/api/assets", files={"file": ("u.txt", b"unsampled")}).json()["id"]
+    admin = admin_for(stack)
+    org = admin("create-org", "--name", "Unsampled")["id"]
+    key = admin("create-key", "--org", org)["key"]
+    api = httpx.Client(base_url=stack.edge_url, headers={"x-api-key": key}, timeout=30)
+    asset = api.post("/api/assets", files={"file": ("u.txt", b"unsampled")}).json()["id"]
 
-        unsampled = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-00"
-        not_sampled = api.get(f"/api/assets/{asset}", headers={"traceparent": unsampled})
-        root = api.get(f"/api/assets/{asset}")  # no traceparent: a root, which the sampler drops
-        sampled = traceparent()
-        assert api.get(f"/api/assets/{asset}", headers={"traceparent": sampled}).status_code == 200
-        assert not_sampled.status_code == root.status_code == 200
-        api.close()
+    unsampled = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-00"
+    not_sampled = api.get(f"/api/assets/{asset}", headers={"traceparent": unsampled})
+    root = api.get(f"/api/assets/{asset}")  # no traceparent: a root, which the sampler drops
+    sampled = traceparent()
+    assert api.get(f"/api/assets/{asset}", headers={"traceparent": sampled}).status_code == 200
+    assert not_sampled.status_code == root.status_code == 200
+    api.close()
 
-        # The sampled request's spans arrive (each service exports them after the earlier
-        # requests' would have been): edge's server and client spans and metadata's server span.
-        spans = receiver.trace(sampled, {"coffer-edge", "coffer-metadata"})
-        assert {s["service"] for s in spans} == {"coffer-edge", "coffer-metadata"}
-        assert_linked(spans, sampled.split("-")[2])
-        with receiver.lock:
-            traced = {s["trace_id"] for s in receiver.spans}
-        assert traced == {sampled.split("-")[1]}, "an unsampled request made a span"
+    # The sampled request's spans arrive (each service exports them after the earlier
+    # requests' would have been): edge's server and client spans and metadata's server span.
+    spans = otlp.trace(sampled, {"coffer-edge", "coffer-metadata"})
+    assert {s["service"] for s in spans} == {"coffer-edge", "coffer-metadata"}
+    assert_linked(spans, sampled.split("-")[2])
+    traced = {s["trace_id"] for s in otlp.snapshot()}
+    assert traced == {sampled.split("-")[1]}, "an unsampled request made a span"
 
-        def access(request_id: str) -> dict[str, str]:
-            """Each service's access line's trace id for one request, once edge's is written."""
-            deadline = time.monotonic() + 10
-            while True:
-                lines = [
-                    json.loads(line)
-                    for path in sorted((stack.data_dir.parent / "logs").glob("*.log"))
-                    for line in path.read_text().splitlines()
-                    if '"logger": "coffer.access"' in line and request_id in line
-                ]
-                found = {e["service"]: e["trace_id"] for e in lines if e.get("request_id") == request_id}
-                if {"edge", "metadata"} <= set(found) or time.monotonic() > deadline:
-                    return found
-                time.sleep(0.05)
+    def access(request_id: str) -> dict[str, str]:
+        """Each service's access line's trace id for one request, once edge's is written."""
+        deadline = time.monotonic() + 10
+        while True:
+            lines = [
+                json.loads(line)
+                for path in sorted((stack.data_dir.parent / "logs").glob("*.log"))
+                for line in path.read_text().splitlines()
+                if '"logger": "coffer.access"' in line and request_id in line
+            ]
+            found = {e["service"]: e["trace_id"] for e in lines if e.get("request_id") == request_id}
+            if {"edge", "metadata"} <= set(found) or time.monotonic() > deadline:
+                return found
+            time.sleep(0.05)
 
-        # The caller's unsampled trace reaches metadata through edge.
-        assert access(not_sampled.headers["x-request-id"]) == {
-            "edge": unsampled.split("-")[1],
-            "metadata": unsampled.split("-")[1],
-        }
-        # The root gets a trace id of its own, which edge propagates to metadata.
-        ids = access(root.headers["x-request-id"])
-        assert set(ids) == {"edge", "metadata"}
-        assert ids["edge"] and ids["edge"] == ids["metadata"], ids
-        assert ids["edge"] != unsampled.split("-")[1]
-    finally:
-        receiver.server.shutdown()
+    # The caller's unsampled trace reaches metadata through edge.
+    assert access(not_sampled.headers["x-request-id"]) == {
+        "edge": unsampled.split("-")[1],
+        "metadata": unsampled.split("-")[1],
+    }
+    # The root gets a trace id of its own, which edge propagates to metadata.
+    ids = access(root.headers["x-request-id"])
+    assert set(ids) == {"edge", "metadata"}
+    assert ids["edge"] and ids["edge"] == ids["metadata"], ids
+    assert ids["edge"] != unsampled.split("-")[1]

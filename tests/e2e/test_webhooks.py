@@ -23,6 +23,7 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from coffer_stack.stack import Stack
+from coffer_testkit.otlp import OtlpReceiver
 
 pytestmark = pytest.mark.e2e
 
@@ -483,64 +484,35 @@ def test_dispatcher_metrics(stack: Stack, tenant: Any, receiver: Receiver) -> No
 
 
 def test_a_delivery_span_links_to_the_change_that_caused_it(
-    own_stack_with: Any, admin_for: Any, receiver: Receiver
+    otlp: OtlpReceiver, own_stack_with: Any, admin_for: Any, receiver: Receiver
 ) -> None:
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-    from coffer_testkit.testing import free_port
-
-    spans: list[dict[str, Any]] = []
-
-    class Otlp(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            request = ExportTraceServiceRequest()
-            request.ParseFromString(self.rfile.read(int(self.headers["content-length"])))
-            for resource in request.resource_spans:
-                attrs = {a.key: a.value.string_value for a in resource.resource.attributes}
-                for scope in resource.scope_spans:
-                    for span in scope.spans:
-                        links = [(link.trace_id.hex(), link.span_id.hex()) for link in span.links]
-                        spans.append(
-                            {"service": attrs.get("service.name"), "name": span.name, "links": links}
-                        )
-            self.send_response(200)
-            self.send_header("content-type", "application/x-protobuf")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    port = free_port()
-    server = ThreadingHTTPServer(("127.0.0.1", port), Otlp)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        stack = own_stack_with(
-            **WEBHOOK_ENV,
-            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
-            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
-            OTEL_BSP_SCHEDULE_DELAY="100",
+    stack = own_stack_with(
+        **WEBHOOK_ENV,
+        OTEL_EXPORTER_OTLP_ENDPOINT=otlp.url,
+        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+        OTEL_BSP_SCHEDULE_DELAY="100",
+    )
+    admin = admin_for(stack)
+    org = admin("create-org", "--name", "Traced")["id"]
+    key = admin("create-key", "--org", org)["key"]
+    with httpx.Client(base_url=stack.edge_url, headers={"x-api-key": key}, timeout=30) as api:
+        subscribe(api, receiver.url + "/traced", events=["asset.created"])
+        trace_id = secrets.token_hex(16)
+        parent = f"00-{trace_id}-{secrets.token_hex(8)}-01"
+        assert (
+            api.post(
+                "/api/assets", files={"file": ("t.txt", b"t")}, headers={"traceparent": parent}
+            ).status_code
+            == 201
         )
-        admin = admin_for(stack)
-        org = admin("create-org", "--name", "Traced")["id"]
-        key = admin("create-key", "--org", org)["key"]
-        with httpx.Client(base_url=stack.edge_url, headers={"x-api-key": key}, timeout=30) as api:
-            subscribe(api, receiver.url + "/traced", events=["asset.created"])
-            trace_id = secrets.token_hex(16)
-            parent = f"00-{trace_id}-{secrets.token_hex(8)}-01"
-            assert (
-                api.post(
-                    "/api/assets", files={"file": ("t.txt", b"t")}, headers={"traceparent": parent}
-                ).status_code
-                == 201
-            )
-        receiver.wait("/traced", 1)
-        deadline = time.monotonic() + 15
-        while not [
-            s for s in spans if s["name"] == "webhook deliver" and any(t == trace_id for t, _ in s["links"])
-        ]:
-            assert time.monotonic() < deadline, [s for s in spans if s["service"] == "coffer-webhooks"]
-            time.sleep(0.05)
-        deliver = next(s for s in spans if s["name"] == "webhook deliver")
-        assert deliver["service"] == "coffer-webhooks"
-    finally:
-        server.shutdown()
+    receiver.wait("/traced", 1)
+    deadline = time.monotonic() + 15
+    while not [
+        s
+        for s in otlp.snapshot()
+        if s["name"] == "webhook deliver" and any(t == trace_id for t, _ in s["links"])
+    ]:
+        assert time.monotonic() < deadline, [s for s in otlp.snapshot() if s["service"] == "coffer-webhooks"]
+        time.sleep(0.05)
+    deliver = next(s for s in otlp.snapshot() if s["name"] == "webhook deliver")
+    assert deliver["service"] == "coffer-webhooks"
