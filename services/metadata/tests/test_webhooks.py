@@ -401,6 +401,44 @@ async def test_a_dispatcher_alone_on_a_quick_endpoint_leases_ahead_and_gives_bac
         engine.dispose()
 
 
+async def test_a_lease_read_that_fails_after_the_commit_records_each_send_once(
+    api: httpx.AsyncClient, database_url: str, tmp_path: Any
+) -> None:
+    """The deliveries a cycle leased are read after its commit (not while it holds SQLite's
+    write lock). If that read fails, the cycle has still recorded what it was given: it
+    answers no jobs instead of raising (which would have the next cycle record the same sends
+    again), and what it leased waits for its lease to end."""
+    from coffer_metadata.webhooks.dispatcher import Outcome
+
+    class Unreadable(Dispatcher):
+        def _leased(self, *_args: Any) -> list[Any]:
+            raise OSError("the read failed")
+
+    org = new_id("org")
+    settings = Settings(metadata_database_url=database_url, data_dir=tmp_path)
+    made = await api.post(
+        base(org), json={"url": "https://93.184.216.34/h", "events": EVENTS}, headers=AS_KEY
+    )
+    endpoint = made.json()["id"]
+    engine = make_engine(database_url)
+    try:
+        _pings(engine, org, [endpoint], utcnow())
+        dispatcher = Unreadable(settings, engine)
+        [sent] = Dispatcher(settings, engine).claim(8)
+        _pings(engine, org, [endpoint], utcnow())  # a second, due: the cycle leases it
+        ended = [(sent, Outcome(500, None, "no", 5, utcnow()))]
+        assert dispatcher.cycle(ended, [], 8, {}) == []
+        assert dispatcher.cycle([], [], 0, {}) == []
+        with engine.connect() as conn:
+            attempts = conn.execute(text("SELECT count(*) FROM webhook_attempts")).scalar()
+            leased = conn.execute(
+                text("SELECT count(*) FROM webhook_deliveries WHERE lease_token IS NOT NULL")
+            ).scalar()
+        assert (attempts, leased) == (1, 1)
+    finally:
+        engine.dispose()
+
+
 def _pings(engine: Any, org: str, endpoints: list[str], now: Any) -> None:
     """A due "ping" delivery to each of ``endpoints`` (one per entry), written straight in."""
     from sqlalchemy.orm import Session

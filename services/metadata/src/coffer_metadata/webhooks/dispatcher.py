@@ -444,10 +444,16 @@ class Dispatcher:
                 self._release(connection, released)
             if fan.event_ids:
                 self._write_fan_out(connection, fan)
-            rows = self._lease(connection, picked, now) if picked else []
+            token = self._lease(connection, picked, now) if picked else None
             session.commit()
         self._more = len(fan.event_ids) >= FAN_OUT_BATCH  # (set in a worker thread: read by step)
-        return self._jobs(rows, now)
+        if token is None:
+            return []
+        try:
+            return self._leased(token, now)
+        except Exception:  # committed: raising would have step record the same sends again
+            log.exception("webhook dispatcher could not read what it leased; sent once the lease ends")
+            return []
 
     def _release(self, connection: Connection, jobs: list[Job]) -> None:
         connection.execute(
@@ -546,9 +552,9 @@ class Dispatcher:
         if not picked:
             return []
         with Session(writer(self.engine)) as session:
-            rows = self._lease(session.connection(), picked, now)
+            token = self._lease(session.connection(), picked, now)
             session.commit()
-        return self._jobs(rows, now)
+        return self._leased(token, now)
 
     def _plan_claim(
         self, now: datetime, free: int, held: dict[str, int], fan: _FanOut, ending: Tally[str]
@@ -583,13 +589,20 @@ class Dispatcher:
         ]
         return _fair_pick(candidates, busy=busy, cap=bound, free=free)
 
-    def _lease(self, connection: Connection, picked: list[str], now: datetime) -> list[Any]:
-        """Lease ``picked`` where no lease holds them (another dispatcher may have been first),
-        and answer the rows leased, with their endpoints' URL and secrets."""
+    def _lease(self, connection: Connection, picked: list[str], now: datetime) -> str:
+        """Lease ``picked`` where no lease holds them (another dispatcher may have been first);
+        answers the lease's token."""
         token = secrets.token_hex(16)
         until = now + timedelta(seconds=self.settings.metadata_webhook_lease_seconds)
         connection.execute(_LEASE, {_IDS: picked, "now": now, "token": token, "until": until})
-        return list(connection.execute(_LEASED_JOBS, {"token": token}).all())
+        return token
+
+    def _leased(self, token: str, now: datetime) -> list[Job]:
+        """The deliveries a committed lease holds, with their endpoints' URL and secrets: read
+        after the commit, not in the write transaction (no other dispatcher changes a row it
+        does not hold, and on SQLite the uploads wait while that transaction holds the lock)."""
+        with self.engine.connect() as read:
+            return self._jobs(list(read.execute(_LEASED_JOBS, {"token": token}).all()), now)
 
     def _held(self) -> dict[str, int]:
         """Leases this dispatcher holds, by endpoint (queued or sending)."""
