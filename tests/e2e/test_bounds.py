@@ -56,13 +56,15 @@ def test_json_nested_10000_deep_is_a_400_not_a_500(tenant) -> None:
     assert tenant.api.get("/api/folders").json() == {"folders": []}
 
 
-def test_a_100_mib_part_header_costs_blob_nothing_and_the_cdn_keeps_serving(stack, tenant, backend) -> None:
+def test_a_100_mib_part_header_costs_blob_nothing_and_the_cdn_keeps_serving(stack, tenant) -> None:
     """Issue 23: blob buffered a 100 MiB part header (200 MiB, 12-51 s of CPU on the loop that
     also serves the CDN); an upload token could repeat it, failed uploads never spend one.
 
-    The downloads' latency is held to 50 ms on the embedded stack; on the production one each
-    download is also a request to the S3 server here (moto, a Python process on the same two
-    cores), whose own time under the suite's load is not blob's to answer for."""
+    The downloads' p99 is held to 250 ms on both stacks: the fault stalled them for seconds,
+    while a download here is a millisecond or two plus whatever the suite's other worker and
+    processes (and on the production stack the S3 server, moto, on the same two cores) make
+    it wait; 50 ms on the embedded stack failed once in a CI run on a machine busier than CI
+    (p99 64 ms over 114 downloads)."""
     small = tenant.api.post("/api/assets", files={"file": ("s.bin", b"s" * 4096)}).json()
     httpx.get(small["publicUrl"])  # warm
     boundary = "bombX7MA4YWxkTrZu0gW"
@@ -100,8 +102,7 @@ def test_a_100_mib_part_header_costs_blob_nothing_and_the_cdn_keeps_serving(stac
     assert "header is longer than 16384 bytes" in error["message"]
     assert rss.growth()["blob"] < 16, rss.growth()
     timings.sort()
-    bound = 0.05 if backend == "embedded" else 0.25
-    assert len(timings) >= 5 and timings[int(len(timings) * 0.99)] < bound, timings[-5:]
+    assert len(timings) >= 5 and timings[int(len(timings) * 0.99)] < 0.25, timings[-5:]
     assert tenant.api.get("/api/assets").json()["total"] == 1
 
 

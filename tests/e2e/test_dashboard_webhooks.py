@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from playwright.sync_api import Error as PlaywrightError
-from standardwebhooks.webhooks import Webhook
+
+from coffer_testkit.webhooks import Receiver, webhook_receiver
 
 pytestmark = pytest.mark.e2e
 
@@ -31,46 +29,16 @@ WEBHOOK_ENV = {
     "COFFER_METADATA_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
 }
 SECRET = re.compile(r"^whsec_[A-Za-z0-9+/]+=*$")
-
-
-@dataclass
-class Receiver:
-    """A receiver that records each request's headers and raw body, and answers 200."""
-
-    url: str = ""
-    got: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def requests(self) -> list[tuple[dict[str, str], bytes]]:
-        with self.lock:
-            return list(self.got)
+HOOK = "/coffer-hook"
 
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    state = Receiver()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("content-length", "0")))
-            with state.lock:
-                state.got.append(({k.lower(): v for k, v in self.headers.items()}, body))
-            answer = b'{"received": true, "by": "the test receiver"}'
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/coffer-hook"
-    yield state
-    server.shutdown()
+    """A receiver at ``/coffer-hook`` answering 200 with a JSON body (the log shows it)."""
+    with webhook_receiver() as state:
+        state.answers[HOOK] = lambda _got: (200, b'{"received": true, "by": "the test receiver"}')
+        state.url += HOOK
+        yield state
 
 
 def settled_content(page: Any) -> str | None:
@@ -135,11 +103,10 @@ def test_an_owner_adds_an_endpoint_tests_it_and_redelivers(
     page.click("button:text('Send test')")
     page.wait_for_url("**?done=test")
     assert "A ping event was queued" in page.inner_text("main")
-    until(lambda: len(receiver.requests()) >= 1)
-    headers, body = receiver.requests()[0]
-    ping = Webhook(secret).verify(body, headers)
+    first = receiver.wait(HOOK, 1)[0]
+    ping = first.verified(secret)
     assert ping["type"] == "ping" and ping["organizationId"] == org_id
-    assert headers["webhook-id"] == ping["id"]
+    assert first.id == ping["id"]
 
     def logged(text: str, count: int = 1) -> bool:
         page.goto(endpoint_url)
@@ -156,8 +123,7 @@ def test_an_owner_adds_an_endpoint_tests_it_and_redelivers(
     # A real event: an upload through the API reaches the receiver and the log.
     asset = api.post("/assets", files={"file": ("cat.png", b"\x89PNG not really", "image/png")})
     assert asset.status_code == 201, asset.text
-    until(lambda: len(receiver.requests()) >= 2, timeout=15)
-    created = Webhook(secret).verify(receiver.requests()[1][1], receiver.requests()[1][0])
+    created = receiver.wait(HOOK, 2)[1].verified(secret)
     assert created["type"] == "asset.created" and created["data"]["asset"]["id"] == asset.json()["id"]
     until(lambda: logged("asset.created"))
     page.screenshot(path=str(shots / "webhooks-log.png"), full_page=True)
@@ -166,10 +132,9 @@ def test_an_owner_adds_an_endpoint_tests_it_and_redelivers(
     page.locator("#log-rows tr", has_text="ping").first.locator("button:text('Redeliver')").click()
     page.wait_for_url("**?done=redelivered")
     assert "same webhook-id" in page.inner_text("main")
-    until(lambda: len(receiver.requests()) >= 3, timeout=15)
-    again_headers, again_body = receiver.requests()[2]
-    assert Webhook(secret).verify(again_body, again_headers)["id"] == ping["id"]
-    assert again_headers["webhook-id"] == headers["webhook-id"]
+    again = receiver.wait(HOOK, 3)[2]
+    assert again.verified(secret)["id"] == ping["id"]
+    assert again.id == first.id
     until(lambda: logged("ping", count=2))
     page.locator("#log-rows summary").first.click()  # one answer open, as a reader would
     page.screenshot(path=str(shots / "webhooks-redelivered.png"), full_page=True)
