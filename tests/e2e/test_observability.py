@@ -30,12 +30,7 @@ def assert_linked(spans: list[dict], client_parent: str) -> None:
 
 @pytest.fixture
 def traced_stack(otlp, own_stack_with):
-    stack = own_stack_with(
-        OTEL_EXPORTER_OTLP_ENDPOINT=otlp.url,
-        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
-        OTEL_BSP_SCHEDULE_DELAY="100",
-    )
-    return stack, otlp
+    return own_stack_with(**otlp.exporter_env()), otlp
 
 
 def test_one_trace_per_request_across_the_services(traced_stack, admin_for) -> None:
@@ -184,11 +179,7 @@ def test_unsampled_requests_make_no_span_and_keep_their_trace(otlp, own_stack_wi
     service it reaches (their log lines carry it); a request whose caller sampled it is traced
     across the services as ever."""
 
-    stack = own_stack_with(
-        OTEL_EXPORTER_OTLP_ENDPOINT=otlp.url,
-        OTEL_BSP_SCHEDULE_DELAY="100",
-        OTEL_TRACES_SAMPLER="parentbased_always_off",
-    )
+    stack = own_stack_with(**otlp.exporter_env(), OTEL_TRACES_SAMPLER="parentbased_always_off")
     admin = admin_for(stack)
     org = admin("create-org", "--name", "Unsampled")["id"]
     key = admin("create-key", "--org", org)["key"]

@@ -414,12 +414,7 @@ def test_dispatcher_metrics(stack: Stack, tenant: Any, receiver: Receiver) -> No
 def test_a_delivery_span_links_to_the_change_that_caused_it(
     otlp: OtlpReceiver, own_stack_with: Any, admin_for: Any, receiver: Receiver
 ) -> None:
-    stack = own_stack_with(
-        **WEBHOOK_ENV,
-        OTEL_EXPORTER_OTLP_ENDPOINT=otlp.url,
-        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
-        OTEL_BSP_SCHEDULE_DELAY="100",
-    )
+    stack = own_stack_with(**WEBHOOK_ENV, **otlp.exporter_env())
     admin = admin_for(stack)
     org = admin("create-org", "--name", "Traced")["id"]
     key = admin("create-key", "--org", org)["key"]

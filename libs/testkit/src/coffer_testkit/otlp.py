@@ -55,6 +55,14 @@ class OtlpReceiver:
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def exporter_env(self) -> dict[str, str]:
+        """The settings that make a stack's services export their spans here, promptly."""
+        return {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": self.url,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+        }
+
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
