@@ -1,6 +1,7 @@
 """KeyedRead (coffer_kit.db): a row by key on the event loop, one round trip, on both
 databases, answering what SQLAlchemy answers; a locked SQLite read waits in a thread, a
-PostgreSQL connection that died is replaced."""
+PostgreSQL connection that died is replaced, reads sent together in one pipeline each get
+their own answer."""
 
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ _things = sa.Table(
     sa.Column("note", sa.String, nullable=True),
 )
 THING = KeyedRead(sa.select(_things).where(_things.c.id == sa.bindparam("thing_id")))
+# A statement that fails on PostgreSQL for one value (a zero divisor) and answers for the others.
+SHARE = KeyedRead(
+    sa.select((_things.c.size // sa.bindparam("parts", type_=sa.BigInteger)).label("share")).where(
+        _things.c.id == sa.bindparam("thing_id")
+    )
+)
 
 
 def _things_database(url: str) -> Database:
@@ -119,6 +126,18 @@ async def test_a_sqlite_keyed_read_that_meets_a_lock_waits_in_a_thread(tmp_path:
         await database.aclose()
 
 
+def _end_keyed_read_connections(database: Database) -> int:
+    """The server ends every connection of the database's KeyedReads, as a restart would, and
+    each backend has exited when this returns (pg_terminate_backend waits up to 5 s): how many."""
+    with database.engine.connect() as connection:
+        return int(
+            connection.exec_driver_sql(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND application_name = 'coffer-keyed-read'"
+            ).scalar_one()
+        )
+
+
 @pytest.mark.anyio
 async def test_a_postgresql_keyed_read_outlives_its_connections(
     request: pytest.FixtureRequest, tmp_path: Path
@@ -127,14 +146,46 @@ async def test_a_postgresql_keyed_read_outlives_its_connections(
     try:
         reads = [THING.first(database, {"thing_id": "a"}) for _ in range(8)]
         assert {row.id for row in await asyncio.gather(*reads)} == {"a"}
-        # The server ends every connection the reads hold (as a restart would).
-        with database.engine.connect() as connection:
-            ended = connection.exec_driver_sql(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND application_name = 'coffer-keyed-read'"
-            ).scalar()
-        assert ended
+        assert _end_keyed_read_connections(database)
         assert (await THING.first(database, {"thing_id": "a"})).id == "a"
+        assert (await THING.first(database, {"thing_id": "b"})).size == 0
+        # Again, with many reads at once: every group sent on a dead connection is sent again.
+        assert _end_keyed_read_connections(database)
+        reads = [THING.first(database, {"thing_id": "ab"[i % 2]}) for i in range(40)]
+        assert [row.id for row in await asyncio.gather(*reads)] == ["ab"[i % 2] for i in range(40)]
+    finally:
+        await database.aclose()
+
+
+@pytest.mark.anyio
+async def test_reads_sent_together_each_get_their_own_answer(things: Database) -> None:
+    """Many reads at once (on PostgreSQL, sent in pipelines) are each answered with their own
+    rows, in any mix of keys found and not."""
+    keys = [("a", "b", "nothing")[i % 3] for i in range(150)]
+    rows = await asyncio.gather(*(THING.first(things, {"thing_id": key}) for key in keys))
+    assert [row.id if row else None for row in rows] == [key if key != "nothing" else None for key in keys]
+
+
+@pytest.mark.anyio
+async def test_a_postgresql_read_that_fails_fails_alone(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A read whose statement fails gets its own error, and the reads sent in the same
+    pipeline get their rows."""
+    database = _things_database(new_database_url(request, "postgresql", tmp_path, "things"))
+    try:
+        parts = [i % 7 for i in range(70)]  # every seventh divides by zero
+        shares = await asyncio.gather(
+            *(SHARE.first(database, {"thing_id": "a", "parts": n}) for n in parts), return_exceptions=True
+        )
+        for n, share in zip(parts, shares, strict=True):
+            if n == 0:
+                assert isinstance(share, Exception)
+                assert "division by zero" in str(share)
+            else:
+                assert not isinstance(share, BaseException)
+                assert share.share == 2**40 // n
+        # The connections are whole after the failures.
         assert (await THING.first(database, {"thing_id": "b"})).size == 0
     finally:
         await database.aclose()

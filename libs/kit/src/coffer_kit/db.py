@@ -47,6 +47,8 @@ BUSY_TIMEOUT_MS = 30_000
 # how long a read waits for one before it answers 503 (the database is down or unreachable).
 KEYED_READ_CONNECTIONS = 4
 KEYED_READ_WAIT_SECONDS = 5.0
+# At most this many KeyedReads sent in one pipeline (see _PgReads).
+KEYED_READ_GROUP_MAX = 32
 
 
 def make_engine(
@@ -142,13 +144,14 @@ class Database:
     pool of at most ``KEYED_READ_CONNECTIONS`` psycopg async connections, opened alike.
     """
 
-    __slots__ = ("_group", "_loop_reader", "_loop_url", "_pg_pool", "engine", "write_lock")
+    __slots__ = ("_group", "_loop_reader", "_loop_url", "_pg_pool", "_pg_reads", "engine", "write_lock")
 
     def __init__(self, engine: Engine, loop_url: str | None = None) -> None:
         self.engine = engine
         self._loop_url = loop_url
         self._loop_reader: sqlite3.Connection | None = None
         self._pg_pool: AsyncConnectionPool | None = None
+        self._pg_reads: _PgReads | None = None
         self.write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
         self._group = _GroupCommit(engine, self.write_lock) if self.write_lock is not None else None
 
@@ -185,15 +188,14 @@ class Database:
         from psycopg import OperationalError as PgOperationalError
         from psycopg_pool import PoolTimeout
 
-        if self._pg_pool is None:
+        if self._pg_pool is None or self._pg_reads is None:
             self._pg_pool = _keyed_read_pool(self.engine)
+            self._pg_reads = _PgReads(self._pg_pool)
             await self._pg_pool.open(wait=False)
         values = _nul_safe(None, None, sql, values, None, False)[1]
         for attempt in (1, 2):
             try:
-                async with self._pg_pool.connection(timeout=KEYED_READ_WAIT_SECONDS) as connection:
-                    cursor = await connection.execute(sql, values, prepare=True)
-                    return await cursor.fetchall()
+                return await self._pg_reads.fetch_all(sql, values)
             except PoolTimeout as exc:
                 raise unavailable("The database is unavailable.") from exc
             except PgOperationalError as exc:
@@ -214,7 +216,7 @@ class Database:
         """``close``, and the pool of the event loop's PostgreSQL connections."""
         if self._pg_pool is not None:
             await self._pg_pool.close()
-            self._pg_pool = None
+            self._pg_pool = self._pg_reads = None
         self.close()
 
     async def write(self, work: Callable[[Session], T]) -> T:
@@ -437,6 +439,112 @@ async def _in_thread(run: Callable[[], T]) -> T:
         raise
 
 
+# A KeyedRead waiting to be sent on PostgreSQL: its SQL, its values, and its answer.
+_Job = tuple[str, Any, "asyncio.Future[list[Any]]"]
+
+
+class _PgReads:
+    """KeyedReads on PostgreSQL, grouped: the reads that arrive while others are on their way
+    go together in one pipeline, on one connection, in the order they came.
+
+    A read alone costs its process about 75 µs of CPU, most of it psycopg's and asyncio's
+    waiting for the answer, not the statement; in a pipeline of 8 about 28 µs each, of 16
+    about 23. Metadata's asset GET at 32 connections: 0.05 ms less CPU a request, 6–11 %
+    more requests a second (docs/performance.md). Reads wait for nothing but a free connection, as before:
+    while fewer than ``KEYED_READ_CONNECTIONS`` groups are out, the next read starts one at
+    once, so a read alone is sent alone.
+
+    Each read still answers on its own: a read whose statement fails gets its error and the
+    others their rows (the pipeline stops at the failure, so they are sent again one by
+    one); a connection that fails fails the reads it carried, which ``Database`` sends once
+    more on another. A read whose caller went away before its group was sent is not sent.
+    """
+
+    __slots__ = ("_groups", "_pool", "_waiting")
+
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self._pool = pool
+        self._waiting: list[_Job] = []
+        self._groups: set[asyncio.Task[None]] = set()
+
+    async def fetch_all(self, sql: str, values: Any) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Any]] = loop.create_future()
+        self._waiting.append((sql, values, future))
+        if len(self._groups) < KEYED_READ_CONNECTIONS:
+            task = loop.create_task(self._send())
+            self._groups.add(task)
+            task.add_done_callback(self._groups.discard)
+        return await future
+
+    async def _send(self) -> None:
+        from psycopg_pool import PoolTimeout
+
+        while self._waiting:
+            # A read whose caller went away (cancelled) before it was sent is not.
+            group = [job for job in self._waiting[:KEYED_READ_GROUP_MAX] if not job[2].done()]
+            del self._waiting[:KEYED_READ_GROUP_MAX]
+            if not group:
+                continue
+            try:
+                # A connection a group at a time: one the server ended goes back to the pool,
+                # which drops it, and ``Database``'s check of the pool reaches every other.
+                async with self._pool.connection(timeout=KEYED_READ_WAIT_SECONDS) as connection:
+                    await _run_group(connection, group)
+            except BaseException as exc:
+                # The group's reads get the error (``Database`` sends them again); with no
+                # connection to be had, every read waiting gets it, rather than each waiting
+                # its turn to time out.
+                failed = group
+                if not isinstance(exc, Exception) or isinstance(exc, PoolTimeout):
+                    failed, self._waiting = group + self._waiting, []
+                for _, _, future in failed:
+                    if future.done():
+                        continue
+                    if isinstance(exc, Exception):
+                        future.set_exception(exc)
+                    else:
+                        future.cancel()
+                if not isinstance(exc, Exception):
+                    raise
+
+
+async def _run_group(connection: Any, group: list[_Job]) -> None:
+    """``group``'s reads on ``connection``, each read's rows or error to its future; raises if
+    the connection fails."""
+    from psycopg import Error as PgError
+    from psycopg import OperationalError as PgOperationalError
+
+    if len(group) > 1:
+        try:
+            async with connection.pipeline():
+                cursors = [await connection.execute(sql, values, prepare=True) for sql, values, _ in group]
+        except PgOperationalError:
+            raise
+        except PgError:
+            pass  # one statement failed, and the pipeline skipped those after it: one by one below
+        else:
+            for cursor, (_, _, future) in zip(cursors, group, strict=True):
+                _answer(future, await cursor.fetchall())
+            return
+    for sql, values, future in group:
+        if future.done():
+            continue
+        try:
+            cursor = await connection.execute(sql, values, prepare=True)
+        except PgOperationalError:
+            raise
+        except PgError as exc:  # this statement's own failure, answered to its read
+            future.set_exception(exc)
+        else:
+            _answer(future, await cursor.fetchall())
+
+
+def _answer(future: asyncio.Future[list[Any]], rows: list[Any]) -> None:
+    if not future.done():  # its caller went away meanwhile
+        future.set_result(rows)
+
+
 class KeyedRead:
     """A SELECT by key, run on every request (metadata's asset GET, and the first pages of an
     organization's assets), answered as rows (attributes named after their columns): one
@@ -459,7 +567,8 @@ class KeyedRead:
       thread, where it waits as every other statement does.
     - **PostgreSQL**: a psycopg ``AsyncConnection`` from ``Database``'s small pool of them,
       the statement prepared on each connection the first time it runs there, so a read is
-      one Bind/Execute/Sync exchange. A read that fails because the connection died (the
+      one Bind/Execute/Sync exchange; reads that arrive while others are out go together in
+      one pipeline (``_PgReads``). A read that fails because the connection died (the
       server restarted) runs once more on another; then it is 503, as through the session.
     """
 
