@@ -165,6 +165,14 @@ async def test_reads_sent_together_each_get_their_own_answer(things: Database) -
     rows = await asyncio.gather(*(THING.first(things, {"thing_id": key}) for key in keys))
     assert [row.id if row else None for row in rows] == [key if key != "nothing" else None for key in keys]
 
+    # Readers that each read again the moment they are answered: every read is sent, whenever
+    # it comes (none waits for a read after it to be sent with).
+    async def reader(key: str) -> list[str]:
+        return [(await THING.first(things, {"thing_id": key})).id for _ in range(40)]
+
+    answers = await asyncio.wait_for(asyncio.gather(*(reader("ab"[i % 2]) for i in range(6))), 30)
+    assert answers == [["ab"[i % 2]] * 40 for i in range(6)]
+
 
 @pytest.mark.anyio
 async def test_a_postgresql_read_that_fails_fails_alone(

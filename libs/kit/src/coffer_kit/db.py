@@ -47,8 +47,10 @@ BUSY_TIMEOUT_MS = 30_000
 # how long a read waits for one before it answers 503 (the database is down or unreachable).
 KEYED_READ_CONNECTIONS = 4
 KEYED_READ_WAIT_SECONDS = 5.0
-# At most this many KeyedReads sent in one pipeline (see _PgReads).
+# At most this many KeyedReads sent in one pipeline, and how many must wait behind the groups
+# out before another connection takes some (see _PgReads).
 KEYED_READ_GROUP_MAX = 32
+KEYED_READ_MORE_AT = 8
 
 
 def make_engine(
@@ -460,24 +462,36 @@ class _PgReads:
     more on another. A read whose caller went away before its group was sent is not sent.
     """
 
-    __slots__ = ("_groups", "_pool", "_waiting")
+    __slots__ = ("_pool", "_senders", "_sending", "_waiting")
 
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self._pool = pool
         self._waiting: list[_Job] = []
-        self._groups: set[asyncio.Task[None]] = set()
+        # The sending tasks (held, so they are not collected), and how many have not yet seen
+        # the queue empty: a task's done callback runs later, after a read may have come.
+        self._senders: set[asyncio.Task[None]] = set()
+        self._sending = 0
 
     async def fetch_all(self, sql: str, values: Any) -> list[Any]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Any]] = loop.create_future()
         self._waiting.append((sql, values, future))
-        if len(self._groups) < KEYED_READ_CONNECTIONS:
+        if not self._sending or (
+            len(self._waiting) >= KEYED_READ_MORE_AT and self._sending < KEYED_READ_CONNECTIONS
+        ):
+            self._sending += 1
             task = loop.create_task(self._send())
-            self._groups.add(task)
-            task.add_done_callback(self._groups.discard)
+            self._senders.add(task)
+            task.add_done_callback(self._senders.discard)
         return await future
 
     async def _send(self) -> None:
+        try:
+            await self._send_waiting()
+        finally:
+            self._sending -= 1  # at once, when the queue is empty (or on a failure)
+
+    async def _send_waiting(self) -> None:
         from psycopg_pool import PoolTimeout
 
         while self._waiting:
