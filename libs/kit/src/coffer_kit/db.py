@@ -451,10 +451,12 @@ class _PgReads:
 
     A read alone costs its process about 75 µs of CPU, most of it psycopg's and asyncio's
     waiting for the answer, not the statement; in a pipeline of 8 about 28 µs each, of 16
-    about 23. Metadata's asset GET at 32 connections: 0.05 ms less CPU a request, 6–11 %
-    more requests a second (docs/performance.md). Reads wait for nothing but a free connection, as before:
-    while fewer than ``KEYED_READ_CONNECTIONS`` groups are out, the next read starts one at
-    once, so a read alone is sent alone.
+    about 23. Metadata's asset GET at 32 connections: 0.04–0.05 ms less CPU a request, 8–16 %
+    more requests a second (docs/performance.md).
+
+    A read that comes while none is out is sent at once, alone. One connection carries the
+    reads while it keeps up; another of the pool's takes some when ``KEYED_READ_MORE_AT``
+    wait behind those out (a slow read, a burst), up to ``KEYED_READ_CONNECTIONS``.
 
     Each read still answers on its own: a read whose statement fails gets its error and the
     others their rows (the pipeline stops at the failure, so they are sent again one by
