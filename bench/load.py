@@ -22,6 +22,7 @@ wrk.method = "{method}"
 {headers}
 {body}
 {request}
+{delay}
 function done(summary, latency, requests)
   local f = assert(io.open("{out}", "w"))
   local e = summary.errors
@@ -184,8 +185,11 @@ class Wrk:
         body_file: Path | None = None,
         unique_path: str | None = None,
         unit_bytes: bool = False,
+        pause_ms: int | None = None,
     ) -> Sample:
-        """One wrk run. ``unique_path``: a path prefix made unique per request (for PUT)."""
+        """One wrk run. ``unique_path``: a path prefix made unique per request (for PUT);
+        ``pause_ms``: each connection waits about this long after an answer before its next
+        request (an even load below what the server can take, instead of as much as it can)."""
         tag = secrets.token_hex(4)
         out = self.workdir / f"wrk-{tag}.json"
         lines = [f"wrk.headers[{_lua_string(k)}] = {_lua_string(v)}" for k, v in (headers or {}).items()]
@@ -200,9 +204,18 @@ class Wrk:
                 f"local n = 0\nfunction request()\n  n = n + 1\n"
                 f'  return wrk.format(nil, "{unique_path}{tag}-" .. n .. ".bin")\nend'
             )
+        # Drawn evenly from 0 to twice the pause: connections that started together drift apart
+        # instead of sending in bursts.
+        delay = (
+            f"function delay()\n  return math.random(0, {2 * int(pause_ms)})\nend"
+            if pause_ms is not None
+            else ""
+        )
         script = self.workdir / f"wrk-{tag}.lua"
         script.write_text(
-            WRK_SCRIPT.format(method=method, headers="\n".join(lines), body=body, request=request, out=out)
+            WRK_SCRIPT.format(
+                method=method, headers="\n".join(lines), body=body, request=request, delay=delay, out=out
+            )
         )
         cmd = [
             self.binary,

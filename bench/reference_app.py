@@ -1,7 +1,9 @@
 """The framework's ceiling: one FastAPI JSON route under uvicorn, served exactly like our services.
 
 It answers ``GET /api/assets/{asset_id}`` with an asset-shaped body of the same size as edge's,
-and does no work besides. ``python bench/reference_app.py PORT``.
+and does no work besides. ``python bench/reference_app.py PORT``. Its FastAPI telemetry is set as
+a service's is (coffer_kit.tracing): off, or with ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, a server
+span per request exported like theirs, which prices one such span (bench/run.py).
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from typing import Any
 from fastapi import FastAPI
 
 from coffer_kit.serve import Listener, serve
+from coffer_kit.tracing import app_class, setup_tracing, telemetry
 
-app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+setup_tracing("reference")
+app: FastAPI = app_class()(docs_url=None, redoc_url=None, openapi_url=None, telemetry=telemetry())
 
 ORG = "org_01JD0000000000000000000000"
 

@@ -54,6 +54,7 @@ from servers import (
     coffer_stack,
     ensure_tools,
     traced_stack,
+    tracing_env,
 )
 
 from coffer_testkit.testing import free_port
@@ -86,6 +87,9 @@ GROUPS = (
 # matching an eighth of them (every count then reads 12,500 matches).
 SEARCH_RARE = "report-0421"
 SEARCH_COMMON = "holiday"
+# The even load of the traced figure: each of wrk's 32 connections waits this long after an
+# answer (about 700 requests a second, well below what any of its sides can take).
+TRACE_PAUSE_MS = 40
 # Webhooks: the pace of the latency figure's uploads, and how long a delivery may take to count.
 WEBHOOK_UPLOADS_PER_SECOND = 100
 WEBHOOK_WAIT_SECONDS = 30.0
@@ -214,6 +218,8 @@ class Bench:
         self.production = Production(args.database_url) if args.production else None
         self.stack = None  # type: ignore[var-annotated]
         self.traced = self.unsampled = None  # type: ignore[var-annotated]
+        self.traced_reference: ReferenceApp | None = None
+        self.pricing_sink: OtlpSink | None = None  # the spans that price a span, counted apart
         self.sink: OtlpSink | None = None
         self.figures: list[Figure] = []
         self.key = ""
@@ -265,7 +271,9 @@ class Bench:
         things = (
             self.traced,
             self.unsampled,
+            self.traced_reference,
             self.sink,
+            self.pricing_sink,
             self.stack,
             self.reference,
             self.nginx,
@@ -623,41 +631,80 @@ class Bench:
             goal="ratio <= 1.1",
             derived=True,
         )
+        beyond = Figure(
+            "GET /api/assets/:id, every request traced: CPU per request beside tracing off and its spans",
+            "ms",
+            reference_name="tracing off + the spans",
+            goal="ratio <= 1.1",
+            derived=True,
+        )
         on.client = unsampled.client = "wrk, 32 connections, one key (auth answer cached)"
-        self.figures += [on, unsampled]
+        beyond.client = (
+            f"wrk, 32 connections, each pausing {TRACE_PAUSE_MS} ms on average after an answer (an even "
+            "load, the same for every side), one key (auth answer cached)"
+        )
+        self.figures += [on, beyond, unsampled]
         self.sink = OtlpSink(log=self.root / "logs" / "otlp-sink.log")
         self.sink.start()
+        self.pricing_sink = OtlpSink(log=self.root / "logs" / "otlp-sink-pricing.log")
+        self.pricing_sink.start()
         self.traced = traced_stack(self.root, self.stack, self.sink)
         self.unsampled = traced_stack(self.root, self.stack, self.sink, sampled=False)
-        self.traced.start()
-        self.unsampled.start()
+        self.traced_reference = ReferenceApp(
+            log=self.root / "logs" / "reference-traced.log", env=tracing_env(self.pricing_sink)
+        )
+        for server in (self.traced, self.unsampled, self.traced_reference):
+            server.start()
         log(
             f"traced stacks up: edge {self.traced.edge_url} (every request), {self.unsampled.edge_url} (none)"
         )
         path = f"/api/assets/{asset['id']}"
 
-        def load(stack: Any) -> Callable[..., Sample]:
+        def load(stack: Any, **kw: Any) -> Callable[..., Sample]:
             pids = {name: [proc.pid] for name, proc in stack.processes.items()}
-            return self.wrk_get(stack.edge_url + path, pids, 32, headers=self.headers())
+            return self.wrk_get(stack.edge_url + path, pids, 32, headers=self.headers(), **kw)
+
+        def minimal(app: ReferenceApp) -> Callable[..., Sample]:
+            pids = {"reference": app.pids()}
+            return self.wrk_get(app.url + path, pids, 32, headers=self.headers(), pause_ms=TRACE_PAUSE_MS)
 
         traced, quiet, untraced = load(self.traced), load(self.unsampled), load(self.stack)
-        for run in (traced, quiet, untraced):
+        # The same requests at an even load: CPU per request falls as a service gets busier
+        # (reads share a pipeline, the loop wakes less often), so a slower traced stack at full
+        # load would pay for its lower rate as well as for its spans.
+        even = (
+            load(self.traced, pause_ms=TRACE_PAUSE_MS),
+            load(self.stack, pause_ms=TRACE_PAUSE_MS),
+            minimal(self.traced_reference),
+            minimal(self.reference),
+        )
+        for run in (traced, quiet, untraced, *even):
             run(self.args.warmup)
         before, requests = _settled(self.sink.spans), 0
         runs: list[tuple[Sample, Sample, Sample]] = []
+        even_runs: list[list[Sample]] = []
         for _ in range(self.args.reps):
             t = traced()
-            requests += t.requests
             runs.append((t, quiet(), untraced()))
+            even_runs.append([run() for run in even])
+            requests += t.requests + even_runs[-1][0].requests
         spans = _settled(self.sink.spans) - before
         # Stopped at once: each runs a webhook dispatcher of its own on this stack's database,
         # and dispatchers that share an endpoint's queue hold it to its concurrency bound (the
         # webhook figures ran at 40 deliveries a second beside them, in every full run).
-        for extra in (self.traced, self.unsampled):
+        for extra in (self.traced, self.unsampled, self.traced_reference):
             extra.stop()
-        self.traced = self.unsampled = None
+        self.traced = self.unsampled = self.traced_reference = None
         per_request = spans / requests if requests else 0.0
-        price_ms = span_price_ms(self.sink.url)
+        price_ms = span_price_ms(self.pricing_sink.url)
+        client_ms = client_span_price_ms(self.pricing_sink.url, self.reference.url + path)
+        # Per repetition: CPU ms a request of the traced stack, the untraced one, and a server
+        # span as FastAPI's telemetry makes it (the minimal route traced, less untraced).
+        even_ms = [
+            (ms[0], ms[1], ms[2] - ms[3])
+            for samples in even_runs
+            if None not in (ms := [cpu_ms_per_request(sample) for sample in samples])
+        ]
         for figure, index in ((on, 0), (unsampled, 1)):
             figure.samples = [v for r in runs if (v := cpu_ms_per_request(r[index])) is not None]
             figure.reference_samples = [v for r in runs if (v := cpu_ms_per_request(r[2])) is not None]
@@ -669,6 +716,13 @@ class Bench:
             errors = sum(r[index].errors + r[2].errors for r in runs)
             if errors > 0.01 * sum(r[index].requests + r[2].requests for r in runs):
                 figure.error = f"{errors} requests failed or were not 2xx"
+
+        # edge's server and client spans and metadata's server span, each priced in this run.
+        beyond.samples = [traced_ms for traced_ms, _, _ in even_ms]
+        beyond.reference_samples = [off_ms + 2 * server + client_ms for _, off_ms, server in even_ms]
+        beyond.others_cpu = max(sample.others_cpu for samples in even_runs for sample in samples)
+        if any(sample.errors for samples in even_runs for sample in samples):
+            beyond.error = "requests failed or were not 2xx at the even load"
 
         def per_process(index: int) -> str:
             """Median CPU ms per request of each busy process, in the runs of one stack."""
@@ -687,6 +741,25 @@ class Bench:
             "export (priced in the harness in the same run); CPU ms per request by process, every "
             f"request traced: {per_process(0)}; no span recorded: {per_process(1)}; tracing off: "
             f"{per_process(2)}"
+        )
+
+        def median_of(index: int) -> float:
+            return statistics.median(ms[index] for ms in even_ms) if even_ms else float("nan")
+
+        rates = ", ".join(
+            f"{name} {statistics.median(samples[i].rate for samples in even_runs):,.0f}"
+            for i, name in enumerate(("traced", "off", "minimal route traced", "minimal route off"))
+        )
+        beyond.note = (
+            f"every request traced against tracing off, both at the same even load (req/s: {rates}); "
+            f"tracing off {median_of(1):.2f} ms a request, plus the spans a traced request makes "
+            "(edge's server and client spans, metadata's server span), each priced as its "
+            "instrumentation makes it, in this run: a server span as FastAPI's telemetry makes it, "
+            "the minimal route traced less untraced at the same load "
+            f"({1000 * median_of(2):.0f} µs), a client span as coffer_kit's aiohttp trace config "
+            f"makes it, calls to the minimal route with it less without, in the harness "
+            f"({1000 * client_ms:.0f} µs); ratio traced ÷ (tracing off + 2 server spans + 1 client "
+            "span): 1.0 = the route costs its spans and nothing more"
         )
         unsampled.note = (
             "tracing on (FastAPI's server spans, aiohttp's client spans, propagation, the exporter) "
@@ -1491,6 +1564,46 @@ def span_price_ms(endpoint: str, spans: int = 20_000) -> float:
             provider.force_flush()
     provider.shutdown()  # exports what is still queued, in this process's time
     return 1000 * (time.process_time() - started) / spans
+
+
+def client_span_price_ms(endpoint: str, url: str, calls: int = 3000, rounds: int = 3) -> float:
+    """CPU milliseconds the kit's client span adds to one call from this process to ``url``
+    (coffer_kit.tracing.client_trace_config, as edge's calls to the other services make it),
+    under a sampled parent, exported over OTLP/HTTP to ``endpoint``: the same calls with it
+    and without, alternating, ``rounds`` times; the median of the differences."""
+    import asyncio
+
+    import aiohttp
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from coffer_kit.tracing import client_trace_config
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint + "/v1/traces")))
+    tracer = provider.get_tracer("bench")
+
+    async def cpu(traced: bool) -> float:
+        configs = [client_trace_config(str, tracer)] if traced else []
+        async with aiohttp.ClientSession(trace_configs=configs) as session:
+            with tracer.start_as_current_span("parent"):
+                started = time.process_time()
+                for done in range(1, calls + 1):
+                    async with session.get(url) as response:
+                        await response.read()
+                    if done % 512 == 0:  # in batches the queue holds: every span exported
+                        provider.force_flush()
+                provider.force_flush()
+                return time.process_time() - started
+
+    async def rounds_of_both() -> list[float]:
+        await cpu(False)  # warm: the connection, the code paths
+        return [await cpu(True) - await cpu(False) for _ in range(rounds)]
+
+    differences = asyncio.run(rounds_of_both())
+    provider.shutdown()
+    return 1000 * statistics.median(differences) / calls
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -164,6 +164,7 @@ class ScriptServer:
 
     port: int = field(default_factory=free_port)
     log: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)  # beside this process's own
     proc: subprocess.Popen[bytes] | None = None
     script: ClassVar[str]
     what: ClassVar[str]
@@ -175,7 +176,10 @@ class ScriptServer:
     def start(self) -> None:
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, str(BENCH / self.script), str(self.port)], stdout=out, stderr=out
+            [sys.executable, str(BENCH / self.script), str(self.port)],
+            stdout=out,
+            stderr=out,
+            env={**os.environ, **self.env},
         )
         wait_port(self.port, self.proc, self.what)
 
@@ -326,11 +330,15 @@ def traced_stack(root: Path, stack: Stack, sink: OtlpSink, *, sampled: bool = Tr
     exporting to ``sink``: every request traced, or (``sampled`` False) none, so that all the
     tracing code runs but no span is recorded. The same requests, measured beside tracing off."""
     ports = Ports.drawn(free_port)
-    env = {
-        **stack.extra_env,
+    env = {**stack.extra_env, **tracing_env(sink, sampled=sampled)}
+    logs = root / ("logs-traced" if sampled else "logs-unsampled")
+    return Stack(data_dir=stack.data_dir, ports=ports, log_dir=logs, extra_env=env)
+
+
+def tracing_env(sink: OtlpSink, *, sampled: bool = True) -> dict[str, str]:
+    """Tracing on, exporting to ``sink``: every request traced, or (``sampled`` False) none."""
+    return {
         "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url,
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
         "OTEL_TRACES_SAMPLER": "parentbased_always_on" if sampled else "always_off",
     }
-    logs = root / ("logs-traced" if sampled else "logs-unsampled")
-    return Stack(data_dir=stack.data_dir, ports=ports, log_dir=logs, extra_env=env)
