@@ -762,7 +762,7 @@ class Bench:
             "span): 1.0 = the route costs its spans and nothing more"
         )
         unsampled.note = (
-            "tracing on (FastAPI's server spans, aiohttp's client spans, propagation, the exporter) "
+            "tracing on (FastAPI's server spans, coffer_kit's client spans, propagation, the exporter) "
             "with the sampler set to always_off, so no span is made: the tracing code's cost beside "
             "its spans; "
             "ratio ÷ tracing off, 1.0 = nothing but the spans costs"

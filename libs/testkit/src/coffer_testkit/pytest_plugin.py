@@ -34,41 +34,6 @@ __all__ = ["admin", "admin_for", "anon", "new_tenant", "tenant"]
 DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 
-def _share_httpx_tls_context() -> None:
-    """One default TLS context for every httpx client of the test process.
-
-    httpx builds a new SSL context for each client, reading and parsing certifi's CA bundle:
-    65 ms of CPU a client on the test machine, and the tests make one or more clients a test
-    (nearly all to loopback over plain HTTP), about a tenth of the in-process suite's CPU. The
-    default context (verification on, no client certificate) is the same every time, so it is
-    made once per set of certificate settings; any other ``verify`` or ``cert`` goes to httpx
-    unchanged. Without httpx's internal hook (another httpx version), nothing changes.
-    """
-    try:
-        from httpx._transports import default as transports
-    except ImportError:
-        return
-    original: Any = getattr(transports, "create_ssl_context", None)
-    if original is None or getattr(original, "coffer_shared", False):
-        return
-    made: dict[tuple[bool, str | None, str | None], Any] = {}
-
-    def create_ssl_context(verify: Any = True, cert: Any = None, trust_env: bool = True) -> Any:
-        if verify is not True or cert is not None:
-            return original(verify=verify, cert=cert, trust_env=trust_env)
-        key = (trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
-        if key not in made:
-            made[key] = original(verify=verify, cert=cert, trust_env=trust_env)
-        return made[key]
-
-    create_ssl_context.coffer_shared = True  # type: ignore[attr-defined]
-    setattr(transports, "create_ssl_context", create_ssl_context)  # noqa: B010 - not exported
-
-
-def pytest_configure() -> None:
-    _share_httpx_tls_context()
-
-
 def _docker_available() -> bool:
     if not shutil.which("docker"):
         return False
