@@ -1566,11 +1566,12 @@ def span_price_ms(endpoint: str, spans: int = 20_000) -> float:
     return 1000 * (time.process_time() - started) / spans
 
 
-def client_span_price_ms(endpoint: str, url: str, calls: int = 3000, rounds: int = 3) -> float:
+def client_span_price_ms(endpoint: str, url: str, calls: int = 400, rounds: int = 12) -> float:
     """CPU milliseconds the kit's client span adds to one call from this process to ``url``
-    (coffer_kit.tracing.client_trace_config, as edge's calls to the other services make it),
-    under a sampled parent, exported over OTLP/HTTP to ``endpoint``: the same calls with it
-    and without, alternating, ``rounds`` times; the median of the differences."""
+    (coffer_kit.tracing.client_trace_config, as edge's calls to the other services make it,
+    against the empty trace config an untraced session has), under a sampled parent, exported
+    over OTLP/HTTP to ``endpoint``: ``calls`` calls with it and as many without, alternating,
+    ``rounds`` times (so a drift of the machine's speed falls on both alike)."""
     import asyncio
 
     import aiohttp
@@ -1584,26 +1585,32 @@ def client_span_price_ms(endpoint: str, url: str, calls: int = 3000, rounds: int
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint + "/v1/traces")))
     tracer = provider.get_tracer("bench")
 
-    async def cpu(traced: bool) -> float:
-        configs = [client_trace_config(str, tracer)] if traced else []
-        async with aiohttp.ClientSession(trace_configs=configs) as session:
+    async def cpu(session: aiohttp.ClientSession) -> float:
+        started = time.process_time()
+        for _ in range(calls):
+            async with session.get(url) as response:
+                await response.read()
+        provider.force_flush()  # fewer than the queue holds (2,048): every span exported
+        return time.process_time() - started
+
+    async def both() -> tuple[float, float]:
+        # Untraced, edge's session still has a trace config (its hooks tell a pooled connection
+        # from a new one), so aiohttp's trace signals run either way: only the span is priced.
+        async with (
+            aiohttp.ClientSession(trace_configs=[client_trace_config(str, tracer)]) as traced,
+            aiohttp.ClientSession(trace_configs=[aiohttp.TraceConfig()]) as untraced,
+        ):
             with tracer.start_as_current_span("parent"):
-                started = time.process_time()
-                for done in range(1, calls + 1):
-                    async with session.get(url) as response:
-                        await response.read()
-                    if done % 512 == 0:  # in batches the queue holds: every span exported
-                        provider.force_flush()
-                provider.force_flush()
-                return time.process_time() - started
+                await cpu(traced), await cpu(untraced)  # warm: connections, code paths
+                on = off = 0.0
+                for _ in range(rounds):
+                    on += await cpu(traced)
+                    off += await cpu(untraced)
+        return on, off
 
-    async def rounds_of_both() -> list[float]:
-        await cpu(False)  # warm: the connection, the code paths
-        return [await cpu(True) - await cpu(False) for _ in range(rounds)]
-
-    differences = asyncio.run(rounds_of_both())
+    on, off = asyncio.run(both())
     provider.shutdown()
-    return 1000 * statistics.median(differences) / calls
+    return 1000 * (on - off) / (calls * rounds)
 
 
 def main(argv: list[str] | None = None) -> int:
