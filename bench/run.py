@@ -1535,17 +1535,25 @@ def _settled(count: Callable[[], int], quiet: float = 1.0, timeout: float = 30.0
     return last
 
 
+def _exporting_provider(endpoint: str) -> Any:
+    """A tracer provider of this process's own, batching its spans to ``endpoint`` over
+    OTLP/HTTP, as a service's provider does."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint + "/v1/traces")))
+    return provider
+
+
 def span_price_ms(endpoint: str, spans: int = 20_000) -> float:
     """CPU milliseconds one span costs in this process: started with a server span's
     attributes, ended, batched and exported over OTLP/HTTP to ``endpoint`` (the export runs
     in the SDK's own thread, counted too), as a service's spans are."""
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.trace import SpanKind
 
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint + "/v1/traces")))
+    provider = _exporting_provider(endpoint)
     tracer = provider.get_tracer("bench")
     attributes = {
         "http.request.method": "GET",
@@ -1575,14 +1583,10 @@ def client_span_price_ms(endpoint: str, url: str, calls: int = 400, rounds: int 
     import asyncio
 
     import aiohttp
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     from coffer_kit.tracing import client_trace_config
 
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint + "/v1/traces")))
+    provider = _exporting_provider(endpoint)
     tracer = provider.get_tracer("bench")
 
     async def cpu(session: aiohttp.ClientSession) -> float:
