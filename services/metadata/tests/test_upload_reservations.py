@@ -12,6 +12,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
+from coffer_kit.db import make_engine
 from coffer_kit.ids import ASSET, new_id
 from coffer_kit.internal import INTERNAL_TOKEN_HEADER
 from coffer_metadata.config import Settings
@@ -127,3 +128,47 @@ async def test_racing_intents_never_pass_the_cap_or_the_quota(capped: httpx.Asyn
         *(intent(capped, quota_org, reserveBytes=30, leastBytes=30, quotaBytes=100) for _ in range(24))
     )
     assert sorted(r.status_code for _, r in answers) == [201] * 3 + [413] * 21
+
+
+async def test_racing_uploads_of_an_organization_that_stores_files_stay_exact(
+    capped: httpx.AsyncClient, database_url: str
+) -> None:
+    """As above once the organization has a usage row (it has stored a file): on PostgreSQL
+    its intents and commits then run on the event loop's connections (coffer_kit.db's
+    PgTransaction), and they race as exactly."""
+    org = new_id("org")
+    first, opened = await intent(capped, org, reserveBytes=10, leastBytes=10, quotaBytes=100)
+    assert opened.status_code == 201
+    assert (await commit(capped, org, first, 10, 100)).status_code == 201
+    # 10 bytes stored, 24 intents of 30 bytes at once against 100: exactly 3 open.
+    answers = await asyncio.gather(
+        *(intent(capped, org, reserveBytes=30, leastBytes=30, quotaBytes=100) for _ in range(24))
+    )
+    assert sorted(r.status_code for _, r in answers) == [201] * 3 + [413] * 21
+    commits = await asyncio.gather(
+        *(commit(capped, org, a, 30, 100) for a, r in answers if r.status_code == 201)
+    )
+    assert [r.status_code for r in commits] == [201] * 3
+    # Five intents that hold nothing (size unknown), their five commits at once: 0 bytes left.
+    other = new_id("org")
+    assert (await commit(capped, other, (await intent(capped, other))[0], 40, 100)).status_code == 201
+    held = [await intent(capped, other) for _ in range(CAP)]
+    assert [r.status_code for _, r in held] == [201] * CAP
+    commits = await asyncio.gather(*(commit(capped, other, a, 20, 100) for a, _ in held))
+    assert sorted(r.status_code for r in commits) == [201] * 3 + [413] * 2
+    for refused in (r for r in commits if r.status_code == 413):
+        assert_error(refused, 413, "quota_exceeded")
+    for owner, stored, count in ((org, 100, 4), (other, 100, 4)):
+        usage = (await capped.get(f"/internal/v1/orgs/{owner}/usage")).json()
+        assert usage == {"usedBytes": stored, "assetCount": count}
+    listed = (await capped.get(f"/internal/v1/orgs/{other}/assets")).json()
+    assert listed["total"] == 4 and sum(a["size"] for a in listed["assets"]) == 100
+    if database_url.startswith("postgresql"):
+        engine = make_engine(database_url)
+        with engine.connect() as connection:
+            loop_writers = connection.exec_driver_sql(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND application_name = 'coffer-loop-write'"
+            ).scalar_one()
+        engine.dispose()
+        assert loop_writers >= 1

@@ -16,6 +16,7 @@ from sqlalchemy import Select, event, text
 from sqlalchemy.engine import Dialect, Engine, make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.pool import QueuePool
+from sqlalchemy.sql import ClauseElement
 from sqlmodel import Session, create_engine
 from starlette.concurrency import run_in_threadpool
 
@@ -51,6 +52,10 @@ KEYED_READ_WAIT_SECONDS = 5.0
 # out before another connection takes some (see _PgReads).
 KEYED_READ_GROUP_MAX = 32
 KEYED_READ_MORE_AT = 8
+# PostgreSQL connections the event loop keeps for write transactions (``Database.write``'s
+# ``on_loop``), apart from the reads': a write that waits for a row lock never holds a read
+# back. Writes of one organization take turns on its usage row anyway.
+LOOP_WRITE_CONNECTIONS = 8
 
 
 def make_engine(
@@ -120,6 +125,11 @@ def _nul_safe(
     a NUL in it (a path segment, a query parameter) failed as a 500. No stored value can hold
     one (names refuse control characters, ids and keys are made by Coffer), so such a value
     matches nothing once the NUL reads U+FFFD, and the lookup answers 404 as on SQLite."""
+    return statement, _without_nul(parameters)
+
+
+def _without_nul(parameters: Any) -> Any:
+    """``parameters`` (a dict or a sequence) with any NUL in a string value as U+FFFD."""
     if isinstance(parameters, dict):
         if any(isinstance(v, str) and "\x00" in v for v in parameters.values()):
             parameters = {k: _no_nul(v) for k, v in parameters.items()}
@@ -127,7 +137,7 @@ def _nul_safe(
         isinstance(v, str) and "\x00" in v for v in parameters
     ):
         parameters = type(parameters)(_no_nul(v) for v in parameters)
-    return statement, parameters
+    return parameters
 
 
 class Database:
@@ -146,13 +156,23 @@ class Database:
     pool of at most ``KEYED_READ_CONNECTIONS`` psycopg async connections, opened alike.
     """
 
-    __slots__ = ("_group", "_loop_reader", "_loop_url", "_pg_pool", "_pg_reads", "engine", "write_lock")
+    __slots__ = (
+        "_group",
+        "_loop_reader",
+        "_loop_url",
+        "_pg_pool",
+        "_pg_reads",
+        "_pg_write_pool",
+        "engine",
+        "write_lock",
+    )
 
     def __init__(self, engine: Engine, loop_url: str | None = None) -> None:
         self.engine = engine
         self._loop_url = loop_url
         self._loop_reader: sqlite3.Connection | None = None
         self._pg_pool: AsyncConnectionPool | None = None
+        self._pg_write_pool: AsyncConnectionPool | None = None
         self._pg_reads: _PgReads | None = None
         self.write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
         self._group = _GroupCommit(engine, self.write_lock) if self.write_lock is not None else None
@@ -191,10 +211,10 @@ class Database:
         from psycopg_pool import PoolTimeout
 
         if self._pg_pool is None or self._pg_reads is None:
-            self._pg_pool = _keyed_read_pool(self.engine)
+            self._pg_pool = _loop_pool(self.engine, "coffer-keyed-read", KEYED_READ_CONNECTIONS)
             self._pg_reads = _PgReads(self._pg_pool)
             await self._pg_pool.open(wait=False)
-        values = _nul_safe(None, None, sql, values, None, False)[1]
+        values = _without_nul(values)
         for attempt in (1, 2):
             try:
                 return await self._pg_reads.fetch_all(sql, values)
@@ -215,13 +235,20 @@ class Database:
         self.engine.dispose()
 
     async def aclose(self) -> None:
-        """``close``, and the pool of the event loop's PostgreSQL connections."""
+        """``close``, and the pools of the event loop's PostgreSQL connections."""
         if self._pg_pool is not None:
             await self._pg_pool.close()
             self._pg_pool = self._pg_reads = None
+        if self._pg_write_pool is not None:
+            await self._pg_write_pool.close()
+            self._pg_write_pool = None
         self.close()
 
-    async def write(self, work: Callable[[Session], T]) -> T:
+    async def write(
+        self,
+        work: Callable[[Session], T],
+        on_loop: Callable[[PgTransaction], Awaitable[T | None]] | None = None,
+    ) -> T:
         """``work(session)`` in a write transaction that has committed when this returns.
 
         All or nothing for ``work``: if it raises, none of its changes stay, and the error is
@@ -229,15 +256,117 @@ class Database:
         the session dependency. On SQLite, writes that wait together commit together (one
         fsync of the WAL for all of them); elsewhere each is its own transaction, in one
         worker-thread trip.
+
+        On PostgreSQL, ``on_loop`` (a hot write's common case, the same change as ``work``)
+        is tried first, on the event loop: see :class:`PgTransaction`. What it answers is
+        committed and returned; if it answers None, or a statement of it fails, its
+        transaction is rolled back and ``work`` runs instead, so the uncommon cases (a first
+        write, a refusal to explain, a constraint) keep one implementation.
         """
         if self._group is not None:
             return await self._group.submit(work)
+        if on_loop is not None and self.engine.dialect.name == "postgresql":
+            done = await self._pg_write(on_loop)
+            if done is not None:
+                return done
 
         def run() -> T:
             with Session(self.engine, expire_on_commit=False) as session, session.begin():
                 return work(session)
 
         return await _in_thread(run)
+
+    async def _pg_write(self, on_loop: Callable[[PgTransaction], Awaitable[T | None]]) -> T | None:
+        """``on_loop`` in a transaction on one of the event loop's connections, committed; None
+        when ``work`` should run instead (nothing of ``on_loop`` stays then)."""
+        from psycopg import Error as PgError
+        from psycopg import OperationalError as PgOperationalError
+        from psycopg_pool import PoolTimeout
+
+        if self._pg_write_pool is None:
+            self._pg_write_pool = _loop_pool(self.engine, "coffer-loop-write", LOOP_WRITE_CONNECTIONS)
+            await self._pg_write_pool.open(wait=False)
+        pool = self._pg_write_pool
+        transaction: PgTransaction | None = None
+        try:
+            async with pool.connection(timeout=KEYED_READ_WAIT_SECONDS) as connection:
+                transaction = PgTransaction(connection, self.engine.dialect)
+                try:
+                    done = await on_loop(transaction)
+                    if done is not None and transaction.open:
+                        await transaction.send(commit=True)
+                finally:
+                    await transaction.end()
+                return done
+        except PoolTimeout as exc:
+            raise unavailable("The database is unavailable.") from exc
+        except PgOperationalError as exc:
+            if transaction is not None and transaction.commit_sent:
+                # Whether it committed is unknown: the caller is told, as a failed commit is.
+                raise unavailable("The database is unavailable.") from exc
+            # Nothing committed. A connection the server closed (a restart) fails its next
+            # statement: the pool drops it and checks the others, and ``work`` runs through
+            # the engine, whose pool pings first (503 if the database is down).
+            await pool.check()
+            return None
+        except PgError:
+            return None  # a statement's own failure, rolled back: ``work`` meets it and answers it
+
+
+# A statement's outcome in a PgTransaction: the rows it affected, and the rows it answered.
+Sent = namedtuple("Sent", ["rowcount", "rows"])
+
+
+class PgTransaction:
+    """A write transaction on one of the event loop's PostgreSQL connections, its statements
+    sent in pipelines: ``send`` sends some (the first after a BEGIN) and waits once for all
+    their outcomes; ``send(commit=True)`` ends with the COMMIT in the same exchange.
+
+    Through a Session in a worker thread, every statement, the BEGIN and the COMMIT is a round
+    trip of its own, and SQLAlchemy's execution, the thread trip and the pool's ping cost the
+    process more CPU than the statements (metadata's upload: two transactions of four and five
+    statements; docs/performance.md). Statements are Core statements, compiled once
+    (:class:`DriverStatement`) and prepared on each connection the first time they run there.
+    """
+
+    __slots__ = ("_connection", "_dialect", "commit_sent", "open")
+
+    def __init__(self, connection: Any, dialect: Dialect) -> None:
+        self._connection = connection
+        self._dialect = dialect
+        self.open = False
+        self.commit_sent = False
+
+    async def send(
+        self, *statements: tuple[DriverStatement, dict[str, Any]], commit: bool = False
+    ) -> list[Sent]:
+        """Each statement's outcome, in one exchange with the server; raises psycopg's error if
+        one fails (the transaction is rolled back then)."""
+        connection = self._connection
+        async with connection.pipeline():
+            if not self.open:
+                await connection.execute("BEGIN", prepare=False)
+                self.open = True
+            cursors = []
+            for statement, params in statements:
+                sql, values = statement.values(self._dialect, params)
+                cursors.append(await connection.execute(sql, _without_nul(values), prepare=True))
+            if commit:
+                self.commit_sent = True
+                await connection.execute("COMMIT", prepare=False)
+        # Leaving the pipeline sent a Sync and read every result.
+        self.open = not commit
+        return [
+            Sent(cursor.rowcount, await cursor.fetchall() if cursor.description else []) for cursor in cursors
+        ]
+
+    async def end(self) -> None:
+        """Roll back what is not committed (a failed statement leaves the transaction open)."""
+        from psycopg.pq import TransactionStatus
+
+        if self._connection.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+            await self._connection.execute("ROLLBACK", prepare=False)
+        self.open = False
 
 
 # How many waiting writes one SQLite transaction takes at most: enough to cover the writers
@@ -561,7 +690,45 @@ def _answer(future: asyncio.Future[list[Any]], rows: list[Any]) -> None:
         future.set_result(rows)
 
 
-class KeyedRead:
+class DriverStatement:
+    """A Core statement run as its SQL on the driver's own connection, compiled once per
+    dialect (building and compiling a statement costs more than running it)."""
+
+    __slots__ = ("_compiled", "statement")
+
+    def __init__(self, statement: ClauseElement) -> None:
+        self.statement = statement
+        self._compiled: dict[str, _Compiled] = {}
+
+    def compiled(self, dialect: Dialect) -> _Compiled:
+        """The statement's SQL for ``dialect``, how its parameters are sent, and the selected
+        columns' result processors."""
+        done = self._compiled.get(dialect.name)
+        if done is None:
+            compiled = self.statement.compile(dialect=dialect)
+            processors: list[Callable[[Any], Any] | None] = [
+                column.type.dialect_impl(dialect).result_processor(dialect, None)
+                for column in getattr(self.statement, "selected_columns", ())
+            ]
+            order = getattr(compiled, "positiontup", None)
+            positions = list(order) if order else None
+            # The values the statement holds itself (a literal: ``value + 1``, ``coalesce(…, 0)``).
+            binds = getattr(compiled, "binds", {})
+            held = {name: bind.value for name, bind in binds.items() if not bind.required}
+            done = self._compiled[dialect.name] = _Compiled(str(compiled), positions, processors, held)
+        return done
+
+    def values(self, dialect: Dialect, params: dict[str, Any]) -> tuple[str, Any]:
+        """The SQL and the values to send for ``params``."""
+        compiled = self.compiled(dialect)
+        if compiled.held:
+            params = {**compiled.held, **params}
+        if compiled.positions is not None:
+            return compiled.sql, [params[name] for name in compiled.positions]
+        return compiled.sql, params
+
+
+class KeyedRead(DriverStatement):
     """A SELECT by key, run on every request (metadata's asset GET, and the first pages of an
     organization's assets), answered as rows (attributes named after their columns): one
     round trip, on the event loop, on either database.
@@ -588,35 +755,21 @@ class KeyedRead:
       server restarted) runs once more on another; then it is 503, as through the session.
     """
 
-    __slots__ = ("_compiled", "row", "statement")
+    __slots__ = ("row",)
+    statement: Select[Any]
 
     def __init__(self, statement: Select[Any]) -> None:
-        self.statement = statement
+        super().__init__(statement)
         self.row = namedtuple("Row", statement.selected_columns.keys())  # type: ignore[misc]
-        self._compiled: dict[str, _Compiled] = {}
-
-    def compiled(self, dialect: Dialect) -> _Compiled:
-        """The statement's SQL for ``dialect``, how its parameters are sent, and the columns'
-        result processors."""
-        done = self._compiled.get(dialect.name)
-        if done is None:
-            compiled = self.statement.compile(dialect=dialect)
-            processors: list[Callable[[Any], Any] | None] = [
-                column.type.dialect_impl(dialect).result_processor(dialect, None)
-                for column in self.statement.selected_columns
-            ]
-            positions = list(compiled.positiontup) if compiled.positiontup else None
-            done = self._compiled[dialect.name] = _Compiled(str(compiled), positions, processors)
-        return done
 
     async def all(self, database: Database, params: dict[str, Any]) -> list[Any]:
         """Every row the statement answers (a page: its LIMIT bounds them)."""
-        compiled = self.compiled(database.engine.dialect)
-        values = [params[name] for name in compiled.positions] if compiled.positions is not None else params
-        processors, row = compiled.processors, self.row
+        dialect = database.engine.dialect
+        sql, values = self.values(dialect, params)
+        processors, row = self.compiled(dialect).processors, self.row
         return [
             row(*[p(v) if p else v for p, v in zip(processors, raw, strict=True)])
-            for raw in await database.fetch_all(compiled.sql, values)
+            for raw in await database.fetch_all(sql, values)
         ]
 
     async def first(self, database: Database, params: dict[str, Any]) -> Any | None:
@@ -630,6 +783,7 @@ class _Compiled:
     # The parameters' names in order for a positional paramstyle (SQLite's ?); None: by name.
     positions: list[str] | None
     processors: list[Callable[[Any], Any] | None]
+    held: dict[str, Any]
 
 
 def _sqlite_all(engine: Engine, sql: str, values: Any) -> list[Any]:
@@ -641,8 +795,9 @@ def _sqlite_all(engine: Engine, sql: str, values: Any) -> list[Any]:
         connection.close()
 
 
-def _keyed_read_pool(engine: Engine) -> AsyncConnectionPool:
-    """The event loop's PostgreSQL connections, to the engine's database, for KeyedRead."""
+def _loop_pool(engine: Engine, name: str, size: int) -> AsyncConnectionPool:
+    """Event-loop PostgreSQL connections to the engine's database, in autocommit mode, for
+    KeyedRead (``coffer-keyed-read``) or PgTransaction (``coffer-loop-write``)."""
     from psycopg.conninfo import make_conninfo
     from psycopg_pool import AsyncConnectionPool
 
@@ -652,12 +807,12 @@ def _keyed_read_pool(engine: Engine) -> AsyncConnectionPool:
     options = {k: v for k, v in options.items() if isinstance(v, str | int) and k != "context"}
     return AsyncConnectionPool(
         # Named, so an operator (and a test) can tell them in pg_stat_activity.
-        make_conninfo(**options, application_name="coffer-keyed-read"),
+        make_conninfo(**options, application_name=name),
         min_size=1,
-        max_size=KEYED_READ_CONNECTIONS,
+        max_size=size,
         kwargs={"autocommit": True},
         open=False,
-        name="keyed-read",
+        name=name,
     )
 
 

@@ -11,7 +11,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Row
 from sqlmodel import Session, col, delete, select
 
-from coffer_kit.db import Database, KeyedRead
+from coffer_kit.db import Database, DriverStatement, KeyedRead, PgTransaction
+from coffer_metadata.folders.repository import EXISTS as FOLDER_EXISTS
 from coffer_metadata.models import Asset, Tombstone, TusUpload, UploadIntent, Usage
 
 
@@ -413,19 +414,24 @@ def uploads_in_flight(session: Session, *, org_id: str) -> tuple[int, int]:
     return int(count), int(reserved)
 
 
-def add_intent(
-    session: Session, *, org_id: str, asset_id: str, key_prefix: str, now: datetime, reserved_bytes: int = 0
-) -> bool:
-    """Record an upload intent; False if one with this asset id exists already."""
-    values = {
+def intent_row(
+    *, org_id: str, asset_id: str, key_prefix: str, now: datetime, reserved_bytes: int = 0
+) -> dict[str, Any]:
+    """An upload intent's row (every column of ``upload_intents``)."""
+    return {
         "asset_id": asset_id,
         "organization_id": org_id,
         "key": key_prefix,
         "created_at": now,
         "swept": False,
         "reserved_bytes": reserved_bytes,
+        "expires_at": None,
     }
-    return bool(session.connection().execute(_NEW_INTENT[_dialect(session)], values).rowcount == 1)
+
+
+def add_intent(session: Session, row: dict[str, Any]) -> bool:
+    """Record an upload intent; False if one with this asset id exists already."""
+    return bool(session.connection().execute(_NEW_INTENT[_dialect(session)], row).rowcount == 1)
 
 
 def consume_intent(session: Session, *, org_id: str, asset_id: str) -> bool:
@@ -516,3 +522,55 @@ def backlog(session: Session) -> tuple[int, int]:
     intents = session.exec(select(func.count()).select_from(UploadIntent)).one()
     tombstones = session.exec(select(func.count()).select_from(Tombstone)).one()
     return int(intents), int(tombstones)
+
+
+# The upload's two writes as PostgreSQL sends them from the event loop (``Database.write``'s
+# ``on_loop``, coffer_kit.db.PgTransaction): the same statements, each transaction in one or
+# two exchanges with the server.
+_LOOP_LOCK_USAGE = DriverStatement(_LOCK_USAGE)
+_LOOP_IN_FLIGHT = DriverStatement(_IN_FLIGHT)
+_LOOP_NEW_INTENT = DriverStatement(_NEW_INTENT["postgresql"])
+_LOOP_FOLDER_EXISTS = DriverStatement(FOLDER_EXISTS)
+_LOOP_RESERVE = DriverStatement(_RESERVE)
+_LOOP_CONSUME_INTENT = DriverStatement(_CONSUME_INTENT)
+_LOOP_NEW_ASSET = DriverStatement(_NEW_ASSET)
+
+
+async def lock_usage_on_loop(transaction: PgTransaction, *, org_id: str) -> tuple[int, int, int] | None:
+    """``lock_usage`` and then ``uploads_in_flight``, in one exchange: (stored bytes, uploads,
+    bytes reserved); None if the organization has no usage row yet."""
+    org = {"p_org": org_id}
+    locked, flight = await transaction.send((_LOOP_LOCK_USAGE, org), (_LOOP_IN_FLIGHT, org))
+    if not locked.rows:
+        return None
+    uploads, reserved = flight.rows[0]
+    return int(locked.rows[0][0]), int(uploads), int(reserved)
+
+
+async def add_intent_on_loop(transaction: PgTransaction, row: dict[str, Any]) -> bool:
+    """``add_intent``, and the transaction's COMMIT in the same exchange."""
+    (added,) = await transaction.send((_LOOP_NEW_INTENT, row), commit=True)
+    return bool(added.rowcount == 1)
+
+
+async def add_asset_on_loop(
+    transaction: PgTransaction,
+    *,
+    asset: dict[str, Any],
+    quota_bytes: int,
+    event: tuple[DriverStatement, dict[str, Any]],
+) -> bool:
+    """The upload's commit in one exchange: the folder checked (if any), the quota reserved,
+    the intent consumed, the asset and its event inserted. True if each took; if not, the
+    caller rolls it all back (not committed here)."""
+    org_id, folder_id = asset["organization_id"], asset["folder_id"]
+    checks = [(_LOOP_FOLDER_EXISTS, {"p_org": org_id, "p_id": folder_id})] if folder_id is not None else []
+    size = {"p_org": org_id, "p_size": asset["size"], "p_quota": quota_bytes}
+    *found, reserved, consumed, _, _ = await transaction.send(
+        *checks,
+        (_LOOP_RESERVE, size),
+        (_LOOP_CONSUME_INTENT, {"p_org": org_id, "p_asset": asset["id"]}),
+        (_LOOP_NEW_ASSET, asset),
+        event,
+    )
+    return all(f.rows for f in found) and reserved.rowcount == 1 and consumed.rowcount == 1

@@ -53,23 +53,26 @@ router = APIRouter(prefix="/internal/v1")
 hot_router = APIRouter(prefix="/internal/v1", route_class=LeanRoute)
 
 
-# The upload's two writes go through the group commit (``Database.write``): concurrent
-# uploads share a transaction and its fsync, and each costs one worker-thread trip.
+# The upload's two writes go through ``Database.write``: on SQLite the group commit
+# (concurrent uploads share a transaction and its fsync, each one worker-thread trip), on
+# PostgreSQL a transaction on the event loop in one or two exchanges with the server.
 @hot_router.post("/orgs/{org_id}/intents", status_code=201, openapi_extra=json_request_body(IntentIn))
 async def register_intent(request: Request, org_id: str) -> Response:
     await require_internal_token(request)
     body = await json_body(request, IntentIn)
     state = request_state(request, DatabaseState)
-    intent = functools.partial(
-        service.register_intent,
-        org_id=org_id,
-        asset_id=body.asset_id,
-        max_in_flight=state.settings.metadata_max_uploads_in_flight,
-        reserve_bytes=body.reserve_bytes,
-        least_bytes=body.least_bytes,
-        quota_bytes=body.quota_bytes,
+    intent = {
+        "org_id": org_id,
+        "asset_id": body.asset_id,
+        "max_in_flight": state.settings.metadata_max_uploads_in_flight,
+        "reserve_bytes": body.reserve_bytes,
+        "least_bytes": body.least_bytes,
+        "quota_bytes": body.quota_bytes,
+    }
+    await state.database.write(
+        functools.partial(service.register_intent, **intent),
+        on_loop=functools.partial(service.register_intent_on_loop, **intent),
     )
-    await state.database.write(intent)
     out = IntentOut(prefix=asset_prefix(org_id, body.asset_id))
     return Response(out.wire(), status_code=201, media_type="application/json")
 
@@ -85,22 +88,25 @@ async def commit_upload(request: Request, org_id: str) -> JSONResponse:
     await require_internal_token(request)
     body = await json_body(request, UploadCommit)
     state = request_state(request, DatabaseState)
-    commit = functools.partial(
-        service.commit_upload_view,
-        actor=actor_of(request),
-        org_id=org_id,
-        asset_id=body.id,
-        key=body.key,
-        name=body.name if body.name is not None else default_name(body.filename, body.key),
-        folder_id=body.folder_id or None,
-        mime_type=body.mime_type,
-        size=body.size,
-        sha256=body.sha256,
-        quota_bytes=body.quota_bytes,
-        visibility=body.visibility,
-        cdn_url=state.settings.cdn_url,
+    commit = {
+        "actor": actor_of(request),
+        "org_id": org_id,
+        "asset_id": body.id,
+        "key": body.key,
+        "name": body.name if body.name is not None else default_name(body.filename, body.key),
+        "folder_id": body.folder_id or None,
+        "mime_type": body.mime_type,
+        "size": body.size,
+        "sha256": body.sha256,
+        "quota_bytes": body.quota_bytes,
+        "visibility": body.visibility,
+        "cdn_url": state.settings.cdn_url,
+    }
+    asset = await state.database.write(
+        functools.partial(service.commit_upload_view, **commit),
+        on_loop=functools.partial(service.commit_upload_view_on_loop, **commit),
     )
-    return JSONResponse(await state.database.write(commit), status_code=201)
+    return JSONResponse(asset, status_code=201)
 
 
 # The two hot reads, answered without re-encoding: a page in one worker-thread trip, one asset

@@ -12,7 +12,7 @@ from prometheus_client import Counter
 from sqlalchemy.engine import Connection, Row
 from sqlmodel import Session
 
-from coffer_kit.db import Database
+from coffer_kit.db import Database, PgTransaction
 from coffer_kit.errors import (
     CofferError,
     conflict,
@@ -149,6 +149,62 @@ def register_intent(
     the quota stays exact and a file that fits is never refused for its framing."""
     used = repository.lock_usage(session, org_id=org_id)
     uploads, reserved = repository.uploads_in_flight(session, org_id=org_id)
+    _admit(
+        used=used,
+        uploads=uploads,
+        reserved=reserved,
+        max_in_flight=max_in_flight,
+        reserve_bytes=reserve_bytes,
+        least_bytes=least_bytes,
+        quota_bytes=quota_bytes,
+    )
+    if not repository.add_intent(session, _intent_row(org_id, asset_id, reserve_bytes)):
+        raise conflict(f"An upload for {asset_id} is already registered.")
+
+
+async def register_intent_on_loop(
+    transaction: PgTransaction,
+    *,
+    org_id: str,
+    asset_id: str,
+    max_in_flight: int,
+    reserve_bytes: int = 0,
+    least_bytes: int = 0,
+    quota_bytes: int | None = None,
+) -> bool | None:
+    """``register_intent`` on PostgreSQL's event-loop connections (``Database.write``'s
+    ``on_loop``), committed; None for an organization without a usage row yet, whose first
+    intent ``register_intent`` makes."""
+    found = await repository.lock_usage_on_loop(transaction, org_id=org_id)
+    if found is None:
+        return None
+    used, uploads, reserved = found
+    _admit(
+        used=used,
+        uploads=uploads,
+        reserved=reserved,
+        max_in_flight=max_in_flight,
+        reserve_bytes=reserve_bytes,
+        least_bytes=least_bytes,
+        quota_bytes=quota_bytes,
+    )
+    if not await repository.add_intent_on_loop(transaction, _intent_row(org_id, asset_id, reserve_bytes)):
+        raise conflict(f"An upload for {asset_id} is already registered.")
+    return True
+
+
+def _admit(
+    *,
+    used: int,
+    uploads: int,
+    reserved: int,
+    max_in_flight: int,
+    reserve_bytes: int,
+    least_bytes: int,
+    quota_bytes: int | None,
+) -> None:
+    """Refuse an intent past the organization's cap of uploads in flight, or one whose least
+    bytes would not fit beside what is stored and held."""
     if uploads >= max_in_flight:
         raise rate_limited(
             f"The organization has {uploads} uploads in progress, the most it may have at once; "
@@ -160,13 +216,13 @@ def register_intent(
         raise quota_exceeded(
             size=reserve_bytes, used_bytes=used, quota_bytes=quota_bytes, in_flight_bytes=reserved
         )
+
+
+def _intent_row(org_id: str, asset_id: str, reserve_bytes: int) -> dict[str, Any]:
     prefix = asset_prefix(org_id, asset_id)
-    now = utcnow()
-    added = repository.add_intent(
-        session, org_id=org_id, asset_id=asset_id, key_prefix=prefix, now=now, reserved_bytes=reserve_bytes
+    return repository.intent_row(
+        org_id=org_id, asset_id=asset_id, key_prefix=prefix, now=utcnow(), reserved_bytes=reserve_bytes
     )
-    if not added:
-        raise conflict(f"An upload for {asset_id} is already registered.")
 
 
 def commit_upload(
@@ -184,9 +240,17 @@ def commit_upload(
     visibility: str = "public",
 ) -> dict[str, Any]:
     """Step 3: check the folder, reserve quota, insert the asset, consume the intent — one transaction."""
-    if not key.startswith(asset_prefix(org_id, asset_id)):
-        raise invalid("The key does not belong to this asset.", field="key")
-    name = normalize_name(name)
+    asset = _asset_row(
+        org_id=org_id,
+        asset_id=asset_id,
+        key=key,
+        name=name,
+        folder_id=folder_id,
+        mime_type=mime_type,
+        size=size,
+        sha256=sha256,
+        visibility=visibility,
+    )
     if folder_id is not None:
         check_folder(session, org_id=org_id, folder_id=folder_id)
     with tracer.start_as_current_span("quota.reserve"):
@@ -198,23 +262,27 @@ def commit_upload(
     if not repository.consume_intent(session, org_id=org_id, asset_id=asset_id):
         # The sweeper claimed this upload (or it never registered): its bytes are being deleted.
         raise conflict("The upload took too long and was abandoned; upload again.")
+    repository.add_asset(session, asset)
+    return asset
+
+
+def _asset_row(*, org_id: str, asset_id: str, key: str, name: str, **fields: Any) -> dict[str, Any]:
+    """A new asset's row (every column of ``assets``); 400 for a key outside the asset's
+    prefix or a name no asset may have."""
+    if not key.startswith(asset_prefix(org_id, asset_id)):
+        raise invalid("The key does not belong to this asset.", field="key")
+    name = normalize_name(name)
     now = utcnow()
-    asset = {
+    return {
         "id": asset_id,
         "organization_id": org_id,
-        "folder_id": folder_id,
         "key": key,
         "name": name,
-        "mime_type": mime_type,
-        "size": size,
-        "sha256": sha256,
         "created_at": now,
         "updated_at": now,
         "name_key": search_key(name),
-        "visibility": visibility,
+        **fields,
     }
-    repository.add_asset(session, asset)
-    return asset
 
 
 def commit_upload_view(session: Session, *, cdn_url: str, actor: Actor, **upload: Any) -> dict[str, Any]:
@@ -224,6 +292,24 @@ def commit_upload_view(session: Session, *, cdn_url: str, actor: Actor, **upload
     org_id, now = asset["organization_id"], asset["created_at"]
     events.record(session, org_id=org_id, type="asset.created", data=public, actor=actor, now=now)
     return public
+
+
+async def commit_upload_view_on_loop(
+    transaction: PgTransaction, *, cdn_url: str, actor: Actor, quota_bytes: int, **upload: Any
+) -> dict[str, Any] | None:
+    """``commit_upload_view`` on PostgreSQL's event-loop connections (``Database.write``'s
+    ``on_loop``), in one exchange before the COMMIT; None, to be rolled back, for anything
+    ``commit_upload`` refuses (no such folder, the quota, an intent swept), which it then
+    answers."""
+    asset = _asset_row(**upload)
+    public = view(SimpleNamespace(**asset), cdn_url)
+    org_id, now = asset["organization_id"], asset["created_at"]
+    event = events.insert_on_loop(org_id=org_id, type="asset.created", data=public, actor=actor, now=now)
+    with tracer.start_as_current_span("quota.reserve"):
+        took = await repository.add_asset_on_loop(
+            transaction, asset=asset, quota_bytes=quota_bytes, event=event
+        )
+    return public if took else None
 
 
 def abandon_upload(session: Session, *, org_id: str, asset_id: str) -> None:
