@@ -150,10 +150,13 @@ class Database:
     loop, and the next one starts the moment the previous commits. Other processes (the CLI,
     a second worker) still meet the busy handler.
 
-    ``write`` is the group-commit path for hot writes (see ``_GroupCommit``).
-    ``fetch_all`` runs a :class:`KeyedRead` on the event loop: on SQLite files through one
-    more connection, opened by the first read (auth never makes one), on PostgreSQL through a
-    pool of at most ``KEYED_READ_CONNECTIONS`` psycopg async connections, opened alike.
+    ``write`` is the path of hot writes: on SQLite the group commit (see ``_GroupCommit``), on
+    PostgreSQL a transaction on the event loop when the caller gives one (:class:`PgTransaction`,
+    through a pool of at most ``LOOP_WRITE_CONNECTIONS`` psycopg async connections, opened by
+    the first such write). ``fetch_all`` runs a :class:`KeyedRead` on the event loop: on
+    SQLite files through one more connection, opened by the first read (auth never makes
+    one), on PostgreSQL through a pool of at most ``KEYED_READ_CONNECTIONS`` psycopg async
+    connections, opened alike.
     """
 
     __slots__ = (
@@ -320,7 +323,9 @@ Sent = namedtuple("Sent", ["rowcount", "rows"])
 class PgTransaction:
     """A write transaction on one of the event loop's PostgreSQL connections, its statements
     sent in pipelines: ``send`` sends some (the first after a BEGIN) and waits once for all
-    their outcomes; ``send(commit=True)`` ends with the COMMIT in the same exchange.
+    their outcomes; ``send(commit=True)`` ends with the COMMIT in the same exchange. ``alone``
+    runs one statement as its own transaction instead (a statement that writes several
+    tables through data-modifying CTEs is all or nothing), in one exchange.
 
     Through a Session in a worker thread, every statement, the BEGIN and the COMMIT is a round
     trip of its own, and SQLAlchemy's execution, the thread trip and the pool's ping cost the
@@ -359,6 +364,15 @@ class PgTransaction:
         return [
             Sent(cursor.rowcount, await cursor.fetchall() if cursor.description else []) for cursor in cursors
         ]
+
+    async def alone(self, statement: DriverStatement, params: dict[str, Any]) -> Sent:
+        """One statement as a transaction of its own (the connection is in autocommit mode):
+        it has committed when it answers. Only before ``send`` (no transaction open)."""
+        assert not self.open, "a statement alone runs outside the transaction"
+        sql, values = statement.values(self._dialect, params)
+        self.commit_sent = True  # if the connection fails now, whether it committed is unknown
+        cursor = await self._connection.execute(sql, _without_nul(values), prepare=True)
+        return Sent(cursor.rowcount, await cursor.fetchall() if cursor.description else [])
 
     async def end(self) -> None:
         """Roll back what is not committed (a failed statement leaves the transaction open)."""

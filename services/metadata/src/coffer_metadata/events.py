@@ -17,7 +17,6 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 from sqlmodel import Session
 
-from coffer_kit.db import DriverStatement
 from coffer_kit.ids import EVENT, new_id
 from coffer_kit.timeutil import isoformat, utcnow
 from coffer_kit.tracing import tracing_enabled
@@ -27,7 +26,6 @@ from coffer_metadata.models import Event
 
 _events = Event.__table__  # type: ignore[attr-defined]
 _NEW_EVENT = sa.insert(_events)
-_LOOP_NEW_EVENT = DriverStatement(_NEW_EVENT)
 # Events per relay round trip.
 AUDIT_BATCH_MAX = 500
 
@@ -71,13 +69,6 @@ def record(
     """Add the event of a change to the change's own transaction."""
     values = row(org_id=org_id, type=type, data=data, actor=actor, changes=changes, now=now)
     session.connection().execute(_NEW_EVENT, values)
-
-
-def insert_on_loop(
-    *, org_id: str, type: str, data: dict[str, Any], actor: Actor, now: datetime
-) -> tuple[DriverStatement, dict[str, Any]]:
-    """``record``'s statement, for a transaction on the event loop (coffer_kit.db.PgTransaction)."""
-    return _LOOP_NEW_EVENT, row(org_id=org_id, type=type, data=data, actor=actor, now=now)
 
 
 def row(

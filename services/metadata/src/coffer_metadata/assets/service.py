@@ -304,10 +304,10 @@ async def commit_upload_view_on_loop(
     asset = _asset_row(**upload)
     public = view(SimpleNamespace(**asset), cdn_url)
     org_id, now = asset["organization_id"], asset["created_at"]
-    event = events.insert_on_loop(org_id=org_id, type="asset.created", data=public, actor=actor, now=now)
+    event = events.row(org_id=org_id, type="asset.created", data=public, actor=actor, now=now)
     with tracer.start_as_current_span("quota.reserve"):
         took = await repository.add_asset_on_loop(
-            transaction, asset=asset, quota_bytes=quota_bytes, event=event
+            transaction, asset=asset, event=event, quota_bytes=quota_bytes
         )
     return public if took else None
 

@@ -18,7 +18,7 @@ MAX_DEPTH = 10_000
 _folders = Folder.__table__  # type: ignore[attr-defined]
 # Built once: an upload into a folder asks this inside its commit, where an ORM query and
 # the Folder it loads cost more than the rest of the commit's statements together.
-EXISTS = sa_select(sa.literal(1)).where(
+_EXISTS = sa_select(sa.literal(1)).where(
     _folders.c.organization_id == sa.bindparam("p_org"), _folders.c.id == sa.bindparam("p_id")
 )
 
@@ -26,7 +26,7 @@ EXISTS = sa_select(sa.literal(1)).where(
 def exists(session: Session, *, org_id: str, folder_id: str) -> bool:
     """Whether the organization has the folder ``folder_id``."""
     params = {"p_org": org_id, "p_id": folder_id}
-    return session.connection().execute(EXISTS, params).first() is not None
+    return session.connection().execute(_EXISTS, params).first() is not None
 
 
 def owner_of(session: Session, folder_id: str) -> str | None:
