@@ -33,6 +33,11 @@ _counters = sa.Table(
 _ADD = sa.update(_counters).where(_counters.c.id == sa.bindparam("p_id")).values(value=_counters.c.value + 1)
 _READ = sa.select(_counters.c.value).where(_counters.c.id == sa.bindparam("p_id"))
 ADD, READ = DriverStatement(_ADD), DriverStatement(_READ)
+# One statement that adds, then fails (a zero divisor): all of it or nothing.
+_added = _ADD.returning(_counters.c.value).cte("added")
+ADD_THEN_FAIL = DriverStatement(
+    sa.select(sa.select(_added.c.value).scalar_subquery() // sa.bindparam("p_by", type_=sa.BigInteger))
+)
 # Fails on the server for a zero divisor.
 DIVIDE = DriverStatement(
     sa.update(_counters)
@@ -174,3 +179,26 @@ async def test_on_sqlite_the_loop_form_is_never_used(tmp_path: Path) -> None:
         assert _value(database) == 1
     finally:
         await database.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_statement_alone_is_its_own_transaction(counters: Database) -> None:
+    async def alone(transaction: PgTransaction) -> str:
+        added = await transaction.alone(ADD, {"p_id": "a"})
+        assert added.rowcount == 1 and not transaction.open
+        return "loop"
+
+    def never(_session: Session) -> str:
+        raise AssertionError("the worker-thread form ran")
+
+    assert await counters.write(never, on_loop=alone) == "loop"
+    assert _value(counters) == 1
+
+    # One that fails writes nothing (its division fails after its update), and the thread answers.
+    async def fails(transaction: PgTransaction) -> str:
+        await transaction.alone(ADD_THEN_FAIL, {"p_id": "a", "p_by": 0})
+        raise AssertionError("a failed statement raises")
+
+    assert await counters.write(_in_thread, on_loop=fails) == "thread"
+    assert _value(counters) == 2
+    assert _loop_connection_states(counters) == {"idle"}
