@@ -105,8 +105,7 @@ def create(session: Session, *, org_id: str, upload: TusCreate, max_in_flight: i
         raise conflict("The key does not belong to this asset.")
     if upload.folder_id is not None:
         check_folder(session, org_id=org_id, folder_id=upload.folder_id)
-    assets.register_intent(
-        session,
+    intent = assets.NewIntent(
         org_id=org_id,
         asset_id=upload.asset_id,
         max_in_flight=max_in_flight,
@@ -114,6 +113,7 @@ def create(session: Session, *, org_id: str, upload: TusCreate, max_in_flight: i
         least_bytes=upload.length,
         quota_bytes=upload.quota_bytes,
     )
+    assets.register_intent(session, intent=intent)
     now = utcnow()
     expires = now + EXPIRY
     connection = session.connection()

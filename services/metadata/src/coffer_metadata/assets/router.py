@@ -61,17 +61,17 @@ async def register_intent(request: Request, org_id: str) -> Response:
     await require_internal_token(request)
     body = await json_body(request, IntentIn)
     state = request_state(request, DatabaseState)
-    intent = {
-        "org_id": org_id,
-        "asset_id": body.asset_id,
-        "max_in_flight": state.settings.metadata_max_uploads_in_flight,
-        "reserve_bytes": body.reserve_bytes,
-        "least_bytes": body.least_bytes,
-        "quota_bytes": body.quota_bytes,
-    }
+    intent = service.NewIntent(
+        org_id=org_id,
+        asset_id=body.asset_id,
+        max_in_flight=state.settings.metadata_max_uploads_in_flight,
+        reserve_bytes=body.reserve_bytes,
+        least_bytes=body.least_bytes,
+        quota_bytes=body.quota_bytes,
+    )
     await state.database.write(
-        functools.partial(service.register_intent, **intent),
-        on_loop=functools.partial(service.register_intent_on_loop, **intent),
+        functools.partial(service.register_intent, intent=intent),
+        on_loop=functools.partial(service.register_intent_on_loop, intent=intent),
     )
     out = IntentOut(prefix=asset_prefix(org_id, body.asset_id))
     return Response(out.wire(), status_code=201, media_type="application/json")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -129,16 +130,8 @@ async def read_view(database: Database, *, org_id: str, asset_id: str, cdn_url: 
     return view(row, cdn_url)
 
 
-def register_intent(
-    session: Session,
-    *,
-    org_id: str,
-    asset_id: str,
-    max_in_flight: int,
-    reserve_bytes: int = 0,
-    least_bytes: int = 0,
-    quota_bytes: int | None = None,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class NewIntent:
     """Step 1 of an upload: remember that bytes may soon exist under the asset's prefix.
 
     Before any byte streams, the upload holds ``reserve_bytes`` (the most it can store) against
@@ -147,82 +140,60 @@ def register_intent(
     organization near its quota, or one opening uploads by the thousand, is refused here rather
     than after its bytes have cost disk and bandwidth. The commit checks the stored size, so
     the quota stays exact and a file that fits is never refused for its framing."""
-    used = repository.lock_usage(session, org_id=org_id)
-    uploads, reserved = repository.uploads_in_flight(session, org_id=org_id)
-    _admit(
-        used=used,
-        uploads=uploads,
-        reserved=reserved,
-        max_in_flight=max_in_flight,
-        reserve_bytes=reserve_bytes,
-        least_bytes=least_bytes,
-        quota_bytes=quota_bytes,
-    )
-    if not repository.add_intent(session, _intent_row(org_id, asset_id, reserve_bytes)):
-        raise conflict(f"An upload for {asset_id} is already registered.")
+
+    org_id: str
+    asset_id: str
+    max_in_flight: int
+    reserve_bytes: int = 0
+    least_bytes: int = 0
+    quota_bytes: int | None = None
+
+    def admitted(self, *, used: int, uploads: int, reserved: int) -> dict[str, Any]:
+        """The intent's row, given the organization's stored bytes and its uploads in flight
+        (read under its usage row's lock); 429 past the cap, 413 if the least bytes do not fit."""
+        if uploads >= self.max_in_flight:
+            raise rate_limited(
+                f"The organization has {uploads} uploads in progress, the most it may have at once; "
+                "retry when one has finished.",
+                retry_after=1,
+            )
+        if self.quota_bytes is not None and used + reserved + self.least_bytes > self.quota_bytes:
+            QUOTA_REJECTIONS.inc()
+            raise quota_exceeded(
+                size=self.reserve_bytes,
+                used_bytes=used,
+                quota_bytes=self.quota_bytes,
+                in_flight_bytes=reserved,
+            )
+        return repository.intent_row(
+            org_id=self.org_id,
+            asset_id=self.asset_id,
+            key_prefix=asset_prefix(self.org_id, self.asset_id),
+            now=utcnow(),
+            reserved_bytes=self.reserve_bytes,
+        )
 
 
-async def register_intent_on_loop(
-    transaction: PgTransaction,
-    *,
-    org_id: str,
-    asset_id: str,
-    max_in_flight: int,
-    reserve_bytes: int = 0,
-    least_bytes: int = 0,
-    quota_bytes: int | None = None,
-) -> bool | None:
+def register_intent(session: Session, *, intent: NewIntent) -> None:
+    """Record ``intent`` (see :class:`NewIntent`); 409 if the asset has one already."""
+    used = repository.lock_usage(session, org_id=intent.org_id)
+    uploads, reserved = repository.uploads_in_flight(session, org_id=intent.org_id)
+    if not repository.add_intent(session, intent.admitted(used=used, uploads=uploads, reserved=reserved)):
+        raise conflict(f"An upload for {intent.asset_id} is already registered.")
+
+
+async def register_intent_on_loop(transaction: PgTransaction, *, intent: NewIntent) -> bool | None:
     """``register_intent`` on PostgreSQL's event-loop connections (``Database.write``'s
     ``on_loop``), committed; None for an organization without a usage row yet, whose first
     intent ``register_intent`` makes."""
-    found = await repository.lock_usage_on_loop(transaction, org_id=org_id)
+    found = await repository.lock_usage_on_loop(transaction, org_id=intent.org_id)
     if found is None:
         return None
     used, uploads, reserved = found
-    _admit(
-        used=used,
-        uploads=uploads,
-        reserved=reserved,
-        max_in_flight=max_in_flight,
-        reserve_bytes=reserve_bytes,
-        least_bytes=least_bytes,
-        quota_bytes=quota_bytes,
-    )
-    if not await repository.add_intent_on_loop(transaction, _intent_row(org_id, asset_id, reserve_bytes)):
-        raise conflict(f"An upload for {asset_id} is already registered.")
+    row = intent.admitted(used=used, uploads=uploads, reserved=reserved)
+    if not await repository.add_intent_on_loop(transaction, row):
+        raise conflict(f"An upload for {intent.asset_id} is already registered.")
     return True
-
-
-def _admit(
-    *,
-    used: int,
-    uploads: int,
-    reserved: int,
-    max_in_flight: int,
-    reserve_bytes: int,
-    least_bytes: int,
-    quota_bytes: int | None,
-) -> None:
-    """Refuse an intent past the organization's cap of uploads in flight, or one whose least
-    bytes would not fit beside what is stored and held."""
-    if uploads >= max_in_flight:
-        raise rate_limited(
-            f"The organization has {uploads} uploads in progress, the most it may have at once; "
-            "retry when one has finished.",
-            retry_after=1,
-        )
-    if quota_bytes is not None and used + reserved + least_bytes > quota_bytes:
-        QUOTA_REJECTIONS.inc()
-        raise quota_exceeded(
-            size=reserve_bytes, used_bytes=used, quota_bytes=quota_bytes, in_flight_bytes=reserved
-        )
-
-
-def _intent_row(org_id: str, asset_id: str, reserve_bytes: int) -> dict[str, Any]:
-    prefix = asset_prefix(org_id, asset_id)
-    return repository.intent_row(
-        org_id=org_id, asset_id=asset_id, key_prefix=prefix, now=utcnow(), reserved_bytes=reserve_bytes
-    )
 
 
 def commit_upload(
