@@ -6,6 +6,7 @@ audited; and the dispatcher's own refusal at connection time against a real rece
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import threading
@@ -21,7 +22,7 @@ import pytest
 from pydantic import SecretStr, ValidationError
 from sqlalchemy import text
 
-from coffer_kit.db import make_engine
+from coffer_kit.db import Database, make_engine
 from coffer_kit.ids import new_id
 from coffer_kit.timeutil import utcnow
 from coffer_kit.wire import ACTOR_HEADER
@@ -232,7 +233,7 @@ async def test_the_dispatcher_refuses_an_internal_address_when_it_connects(
         metadata_webhook_allowed_networks=allowlist,
     )
     engine = make_engine(database_url)
-    dispatcher = Dispatcher(settings, engine)
+    dispatcher = Dispatcher(settings, Database(engine))
     await dispatcher.open()
     try:
         for url in (f"http://localhost:{port}/h", f"http://127.0.0.1:{port}/h"):
@@ -277,7 +278,7 @@ async def test_leases_five_days_of_failures_and_410(
     engine = make_engine(database_url)
     now = utcnow()
     _pings(engine, org, made, now)
-    one, two = Dispatcher(settings, engine), Dispatcher(settings, engine)
+    one, two = Dispatcher(settings, Database(engine)), Dispatcher(settings, Database(engine))
     first = one.claim(64)
     assert sorted(j.endpoint_id for j in first) == sorted(made)
     assert two.claim(64) == []  # leased by the first
@@ -347,7 +348,7 @@ def test_deliveries_past_their_window_are_given_up(database_url: str, tmp_path: 
     with Session(engine) as session:
         session.add(DeliveryRow(**values))
         session.commit()
-    dispatcher = Dispatcher(Settings(metadata_database_url=database_url, data_dir=tmp_path), engine)
+    dispatcher = Dispatcher(Settings(metadata_database_url=database_url, data_dir=tmp_path), Database(engine))
     assert dispatcher.expire() == 1
     with engine.connect() as conn:
         status = conn.execute(
@@ -376,7 +377,7 @@ async def test_a_dispatcher_alone_on_a_quick_endpoint_leases_ahead_and_gives_bac
     endpoint = made.json()["id"]
     engine = make_engine(database_url)
     _pings(engine, org, [endpoint] * (cap * PREFETCH + 5), utcnow())
-    one, two = Dispatcher(settings, engine), Dispatcher(settings, engine)
+    one, two = Dispatcher(settings, Database(engine)), Dispatcher(settings, Database(engine))
     try:
         two._slow.add(endpoint)
         assert len(two.claim(512)) == cap  # slow: the bound only
@@ -424,7 +425,7 @@ async def test_a_lease_read_that_fails_after_the_commit_records_each_send_once(
     try:
         _pings(engine, org, [endpoint], utcnow())
         dispatcher = Unreadable(settings, engine)
-        [sent] = Dispatcher(settings, engine).claim(8)
+        [sent] = Dispatcher(settings, Database(engine)).claim(8)
         _pings(engine, org, [endpoint], utcnow())  # a second, due: the cycle leases it
         ended = [(sent, Outcome(500, None, "no", 5, utcnow()))]
         assert dispatcher.cycle(ended, [], 8, {}) == []
@@ -437,6 +438,101 @@ async def test_a_lease_read_that_fails_after_the_commit_records_each_send_once(
         assert (attempts, leased) == (1, 1)
     finally:
         engine.dispose()
+
+
+async def test_the_idle_read_sees_what_a_cycle_would_find(
+    api: httpx.AsyncClient, database_url: str, tmp_path: Any
+) -> None:
+    """With nothing to record, a dispatcher runs its cycle (a worker-thread trip and three
+    reads) only when one read on the event loop says an event waits to be fanned out or a
+    delivery is due. Whatever the cycle would fan out or lease, the read must see, or
+    deliveries stall: checked here state by state, at the due time to the second."""
+    org = new_id("org")
+    settings = Settings(metadata_database_url=database_url, data_dir=tmp_path)
+    made = await api.post(
+        base(org), json={"url": "https://93.184.216.34/h", "events": EVENTS}, headers=AS_KEY
+    )
+    endpoint = made.json()["id"]
+    database = Database.open(database_url)
+    engine = database.engine
+    dispatcher, other = Dispatcher(settings, database), Dispatcher(settings, Database(engine))
+    # A whole second: on SQLite the time is compared as the column stores it (text), where
+    # "12:00:05+00:00" would sort before "12:00:05.000000".
+    now = utcnow().replace(microsecond=0)
+    later = now + timedelta(hours=1)
+    try:
+        assert await dispatcher._work_waiting(now)  # the endpoint's audit event
+        assert dispatcher.cycle([], [], 64, {}) == []  # fanned out: not a delivery
+        assert not await dispatcher._work_waiting(now)
+
+        _pings(engine, org, [endpoint], later)
+        assert not await dispatcher._work_waiting(now)  # not due yet
+        assert await dispatcher._work_waiting(later)  # due at that very second
+
+        _pings(engine, org, [endpoint], now)
+        assert await dispatcher._work_waiting(now)
+        [leased] = other.claim(64)
+        assert not await dispatcher._work_waiting(now)  # another dispatcher holds it
+        assert dispatcher.cycle([], [], 64, {}) == []
+
+        with engine.begin() as conn:  # its lease ended, but the endpoint is disabled
+            conn.execute(text("UPDATE webhook_deliveries SET lease_token = NULL, lease_until = NULL"))
+            conn.execute(text("UPDATE webhook_endpoints SET enabled = false"))
+        assert not await dispatcher._work_waiting(now)
+        assert dispatcher.cycle([], [], 64, {}) == []
+
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE webhook_endpoints SET enabled = true"))
+        assert await dispatcher._work_waiting(now)
+        assert [job.delivery_id for job in dispatcher.cycle([], [], 64, {})] == [leased.delivery_id]
+    finally:
+        await database.aclose()
+
+
+async def test_an_idle_dispatcher_leaves_its_cycle_alone_until_there_is_work(
+    api: httpx.AsyncClient, database_url: str, tmp_path: Any
+) -> None:
+    """Idle steps run no cycle; a due delivery is leased and sent at the next step, and the
+    step after records its attempt."""
+
+    class Counted(Dispatcher):
+        cycles = 0
+
+        def cycle(self, *args: Any) -> list[Job]:
+            self.cycles += 1
+            return super().cycle(*args)
+
+    org = new_id("org")
+    settings = Settings(metadata_database_url=database_url, data_dir=tmp_path)
+    made = await api.post(
+        base(org), json={"url": "https://93.184.216.34/h", "events": EVENTS}, headers=AS_KEY
+    )
+    endpoint = made.json()["id"]
+    database = Database.open(database_url)
+    engine = database.engine
+    dispatcher = Counted(settings, database)
+    await dispatcher.open()
+    try:
+        await dispatcher.step()  # the endpoint's audit event is fanned out
+        for _ in range(3):
+            await dispatcher.step()
+        assert dispatcher.cycles == 1
+
+        with engine.begin() as conn:  # refused when it connects: an attempt at once, no network
+            conn.execute(text("UPDATE webhook_endpoints SET url = 'https://127.0.0.1/h'"))
+        _pings(engine, org, [endpoint], utcnow())
+        await dispatcher.step()
+        assert (dispatcher.cycles, len(dispatcher.tasks)) == (2, 1)
+        await asyncio.wait(set(dispatcher.tasks))
+        await dispatcher.step()
+        await dispatcher.step()  # retried in 5 s: idle again
+        assert dispatcher.cycles == 3
+        with engine.connect() as conn:
+            attempts = conn.execute(text("SELECT count(*) FROM webhook_attempts")).scalar()
+        assert attempts == 1
+    finally:
+        await dispatcher.close()
+        await database.aclose()
 
 
 def _pings(engine: Any, org: str, endpoints: list[str], now: Any) -> None:

@@ -27,8 +27,9 @@ A **cycle** does all three writes (record what ended, fan out, claim) in one tra
 most once per COFFER_METADATA_WEBHOOK_CYCLE_GAP_SECONDS (0.1 s): on SQLite each is a turn
 of the one write lock that the API's uploads wait for, so the dispatcher takes it about
 ten times a second under load, however many deliveries that is. The loop wakes every
-COFFER_METADATA_WEBHOOK_POLL_SECONDS (0.1 s: indexed reads that find nothing when idle, and
-no write lock) and when a send ends.
+COFFER_METADATA_WEBHOOK_POLL_SECONDS (0.1 s) and when a send ends. With nothing to record,
+one read on the event loop first says whether the cycle would find anything to fan out or
+lease (``_WORK_WAITING``): an idle dispatcher makes no worker-thread trip and takes no lock.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session
 
 from coffer_kit.app import base_app
-from coffer_kit.db import Database, DatabaseState, database_check, writer
+from coffer_kit.db import Database, DatabaseState, KeyedRead, database_check, writer
 from coffer_kit.health import health_router
 from coffer_kit.ids import WEBHOOK_ATTEMPT, new_id
 from coffer_kit.metrics import metrics_router, register_gauge
@@ -138,17 +139,30 @@ _LEASED = (
     .group_by(_deliveries.c.endpoint_id)
 )
 _FREE = sa.or_(_deliveries.c.lease_until.is_(None), _deliveries.c.lease_until < sa.bindparam("now"))
+_DUE_FROM = _deliveries.join(_endpoints, _endpoints.c.id == _deliveries.c.endpoint_id)
+_DUE_WHERE = (
+    _deliveries.c.status == "pending",
+    _deliveries.c.next_attempt_at <= sa.bindparam("now"),
+    _FREE,
+    _endpoints.c.enabled.is_(True),
+)
 _DUE = (
     sa.select(_deliveries.c.id, _deliveries.c.endpoint_id, _deliveries.c.organization_id)
-    .join(_endpoints, _endpoints.c.id == _deliveries.c.endpoint_id)
-    .where(
-        _deliveries.c.status == "pending",
-        _deliveries.c.next_attempt_at <= sa.bindparam("now"),
-        _FREE,
-        _endpoints.c.enabled.is_(True),
-    )
+    .select_from(_DUE_FROM)
+    .where(*_DUE_WHERE)
     .order_by(_deliveries.c.next_attempt_at)
     .limit(CLAIM_WINDOW)
+)
+# Whether a cycle could find anything to fan out or lease: an event not yet dispatched, or a
+# delivery _DUE would answer. One indexed read on the event loop, where a cycle's plan is a
+# worker-thread trip and three reads: an idle dispatcher asks this ten times a second.
+_WORK_WAITING = KeyedRead(
+    sa.select(
+        sa.or_(
+            sa.exists().where(_events.c.dispatched.is_(False)),
+            sa.exists(sa.select(_deliveries.c.id).select_from(_DUE_FROM).where(*_DUE_WHERE)),
+        ).label("waiting")
+    )
 )
 _DUE_ELSEWHERE = _DUE.where(_deliveries.c.endpoint_id.not_in(sa.bindparam("saturated", expanding=True)))
 _LEASE = (
@@ -285,12 +299,17 @@ class _Record:
 @dataclass
 class Dispatcher:
     settings: Settings
-    engine: Engine
+    database: Database
+    engine: Engine = field(init=False)
     box: SecretBox = field(init=False)
     policy: AddressPolicy = field(init=False)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
+        self.engine = self.database.engine
+        dialect = self.engine.dialect
+        # The read on the loop sends values as they are: the time as the column stores it.
+        self._stored_time = _deliveries.c.next_attempt_at.type.dialect_impl(dialect).bind_processor(dialect)
         self.box = SecretBox(self.settings.webhook_secret())
         self.policy = AddressPolicy(self.settings.webhook_networks())
         self.schedule = self.settings.retry_schedule()
@@ -345,10 +364,27 @@ class Dispatcher:
 
     async def step(self, *, claim: bool = True) -> None:
         """One cycle: record the sends that ended and release the leases given back, fan new
-        events out, lease the deliveries there is room for (one transaction), then send."""
+        events out, lease the deliveries there is room for (one transaction), then send. With
+        nothing to record or release, the cycle runs only if one read says it would find
+        something to fan out or lease."""
         ended, self._ended = self._ended, []
         released, self._released = self._released, []
         free = self._room() if claim else 0
+        if ended or released or (free and await self._work_waiting(utcnow())):
+            await self._cycle(ended, released, free)
+        if time.monotonic() - self._expired_at > EXPIRE_EVERY_SECONDS:
+            self._expired_at = time.monotonic()
+            await asyncio.to_thread(_untraced, self.expire)
+        self._pump()
+
+    async def _work_waiting(self, now: datetime) -> bool:
+        """Whether an event waits to be fanned out or a delivery is due at ``now``."""
+        row = await _WORK_WAITING.first(
+            self.database, {"now": self._stored_time(now) if self._stored_time else now}
+        )
+        return bool(row and row.waiting)
+
+    async def _cycle(self, ended: list[tuple[Job, Outcome]], released: list[Job], free: int) -> None:
         held = self._held()
         for job in [*(job for job, _ in ended), *released]:
             held[job.endpoint_id] = held.get(job.endpoint_id, 0) + 1
@@ -361,10 +397,6 @@ class Dispatcher:
             self._queued.setdefault(job.endpoint_id, deque()).append(job)
         if self._more:
             self._wake.set()  # more than one batch of events was waiting
-        if time.monotonic() - self._expired_at > EXPIRE_EVERY_SECONDS:
-            self._expired_at = time.monotonic()
-            await asyncio.to_thread(_untraced, self.expire)
-        self._pump()
 
     def _room(self) -> int:
         """How many more deliveries this dispatcher may lease: what it holds is bounded."""
@@ -1044,7 +1076,7 @@ def create_dispatcher_app(settings: Settings | None = None) -> FastAPI:
         database = Database.open(
             settings.metadata_database_url, pool_size=min(settings.database_pool_size, 4), durable=False
         )
-        dispatcher = Dispatcher(settings, database.engine)
+        dispatcher = Dispatcher(settings, database)
         install_state(app, DispatcherState(settings=settings, database=database, dispatcher=dispatcher))
         task = asyncio.create_task(dispatcher.run())
         try:
@@ -1054,7 +1086,7 @@ def create_dispatcher_app(settings: Settings | None = None) -> FastAPI:
             with suppress(asyncio.CancelledError):
                 await task
             clear_state(app)
-            database.close()
+            await database.aclose()
 
     app = base_app(
         "coffer-webhooks",
