@@ -25,7 +25,7 @@ def running_stack(root: Path, **env: str) -> Iterator[Stack]:
     # on failed authentications per address is lifted, but where a test sets it (test_bounds.py).
     env = {"COFFER_EDGE_AUTH_FAILURE_LIMIT": "1000000/minute", **env}
     s = Stack(data_dir=root / "data", ports=ports, log_dir=root / "logs", extra_env=env)
-    s.migrate()
+    migrate_here(s)
     s.start()
     failed = False
     try:
@@ -39,6 +39,26 @@ def running_stack(root: Path, **env: str) -> Iterator[Stack]:
         if failed or os.environ.get("COFFER_TEST_SHOW_LOGS"):
             for log in sorted((root / "logs").glob("*.log")):
                 print(f"--- {log.name}\n{log.read_text(errors='replace')[-5000:]}")
+
+
+def migrate_here(stack: Stack) -> None:
+    """What ``Stack.migrate`` does (each service's ``migrate`` command on the stack's
+    settings), in this process: the same migrations on the same databases, without starting
+    two interpreters that import everything first (3.8 s of CPU a stack, 0.2 s here; a test
+    session starts about 45 stacks). ``Stack.migrate`` itself is what ``make run`` uses,
+    and the images' test runs the commands in their containers."""
+    from coffer_auth.config import Settings as AuthSettings
+    from coffer_auth.migrations import migrate as migrate_auth
+    from coffer_metadata.config import Settings as MetadataSettings
+    from coffer_metadata.migrations import migrate as migrate_metadata
+
+    env = stack.extra_env
+    auth = AuthSettings(data_dir=stack.data_dir, auth_database_url=env.get("COFFER_AUTH_DATABASE_URL", ""))
+    metadata = MetadataSettings(
+        data_dir=stack.data_dir, metadata_database_url=env.get("COFFER_METADATA_DATABASE_URL", "")
+    )
+    migrate_auth(auth.auth_database_url)
+    migrate_metadata(metadata.metadata_database_url)
 
 
 @pytest.fixture(scope="session")
