@@ -104,9 +104,8 @@ WEBHOOK_ENV = {
 T = TypeVar("T")
 
 
-# The S3 server of --production (moto, and the nginx that keeps Coffer's connections to it:
-# bench/servers.py S3_FRONT_CONF), measured beside Coffer's processes.
-S3_SERVER = "s3 (moto + nginx)"
+# The S3 server of --production (moto, a local process), measured beside Coffer's processes.
+S3_SERVER = "s3 (moto)"
 
 
 def cpu_ms_per_request(sample: Sample, *, without: tuple[str, ...] = ()) -> float | None:
@@ -216,9 +215,7 @@ class Bench:
         self.wrk.workdir.mkdir()
         self.nginx = Nginx(nginx_bin, root / "nginx")
         self.reference = ReferenceApp(log=root / "logs" / "reference.log")
-        self.production = (
-            Production(args.database_url, nginx_bin, root / "s3-front") if args.production else None
-        )
+        self.production = Production(args.database_url) if args.production else None
         self.stack = None  # type: ignore[var-annotated]
         self.traced = self.unsampled = None  # type: ignore[var-annotated]
         self.traced_reference: ReferenceApp | None = None
@@ -248,7 +245,7 @@ class Bench:
         log(f"reference FastAPI app on {self.reference.url}")
         extra: dict[str, str] = {}
         if self.production:
-            log("production: fresh PostgreSQL databases and a moto S3 server behind nginx")
+            log("production: fresh PostgreSQL databases and a moto S3 server")
             extra = self.production.start(self.root / "logs" / "moto.log")
         extra.update(WEBHOOK_ENV)
         extra.update(dict(item.split("=", 1) for item in self.args.stack_env))
@@ -1683,9 +1680,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.production and bench.through_blob:
         meta["s3"] = (
-            "blob stores in moto's S3 server (a local process behind an nginx that keeps blob's "
-            "connections, counted apart as `s3 (moto + nginx)`); these figures measure moto's S3 "
-            "as much as Coffer: " + "; ".join(f.name for f in bench.through_blob)
+            "blob stores in moto's S3 server (one local process, counted in Coffer's CPU as "
+            "`s3 (moto)`), so these figures measure moto's S3 as much as Coffer: "
+            + "; ".join(f.name for f in bench.through_blob)
         )
     stem = "latest-production" if args.production else "latest"
     if args.only or args.stack_env:

@@ -113,41 +113,6 @@ http {{
 """
 
 
-# The S3 endpoint of --production: moto answers every request with "Connection: close", so a
-# client against it opens a TCP connection per call, which no real S3 service makes it do.
-# nginx in front keeps the client's connections (it alone reconnects to moto each time) and
-# passes requests and answers through as they are: the Host header SigV4 signed, bodies
-# streamed both ways.
-S3_FRONT_CONF = """\
-worker_processes 1;
-daemon off;
-pid {root}/nginx.pid;
-error_log {root}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-    keepalive_timeout 60s;
-    keepalive_requests 10000000;
-    client_max_body_size 0;
-    client_body_temp_path {root}/tmp/body;
-    proxy_temp_path {root}/tmp/proxy;
-    fastcgi_temp_path {root}/tmp/fastcgi;
-    uwsgi_temp_path {root}/tmp/uwsgi;
-    scgi_temp_path {root}/tmp/scgi;
-    server {{
-        listen 127.0.0.1:{port};
-        location / {{
-            proxy_pass http://127.0.0.1:{upstream};
-            proxy_http_version 1.1;
-            proxy_set_header Host $http_host;
-            proxy_request_buffering off;
-            proxy_buffering off;
-        }}
-    }}
-}}
-"""
-
-
 @dataclass
 class Nginx:
     """nginx in the foreground, one worker, as an unprivileged user, on a loopback port."""
@@ -156,8 +121,6 @@ class Nginx:
     root: Path
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
-    conf: str = NGINX_CONF
-    upstream: int = 0  # S3_FRONT_CONF's moto port
 
     @property
     def url(self) -> str:
@@ -170,7 +133,7 @@ class Nginx:
         for sub in ("www/static", "www/dav", "tmp"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         conf = self.root / "nginx.conf"
-        conf.write_text(self.conf.format(root=self.root, port=self.port, upstream=self.upstream))
+        conf.write_text(NGINX_CONF.format(root=self.root, port=self.port))
         user = group = None
         if os.geteuid() == 0:
             # Never serve as root: hand the tree to nobody and drop privileges before exec.
@@ -241,17 +204,13 @@ class ReferenceApp(ScriptServer):
 
 @dataclass
 class Production:
-    """PostgreSQL databases made for this run (dropped after it) and a moto S3 server, which
-    Coffer reaches through nginx keeping its connections (S3_FRONT_CONF)."""
+    """PostgreSQL databases made for this run (dropped after it) and a moto S3 server."""
 
     admin_url: str
-    nginx_bin: str
-    root: Path
     auth_db: str = ""
     metadata_db: str = ""
     s3_port: int = field(default_factory=free_port)
     s3_proc: subprocess.Popen[bytes] | None = None
-    s3_front: Nginx | None = None
     bucket: str = field(default_factory=lambda: f"coffer-bench-{secrets.token_hex(4)}")
     access_key: str = field(default_factory=lambda: secrets.token_hex(8))
     secret_key: str = field(default_factory=lambda: secrets.token_hex(16))
@@ -279,13 +238,11 @@ class Production:
             stderr=subprocess.STDOUT,
         )
         wait_healthy(f"http://127.0.0.1:{self.s3_port}/moto-api/", timeout=60)
-        self.s3_front = Nginx(self.nginx_bin, self.root, conf=S3_FRONT_CONF, upstream=self.s3_port)
-        self.s3_front.start()
         import boto3
 
         boto3.client(
             "s3",
-            endpoint_url=self.s3_front.url,
+            endpoint_url=f"http://127.0.0.1:{self.s3_port}",
             aws_access_key_id=self.access_key,
             aws_secret_access_key=self.secret_key,
             region_name="us-east-1",
@@ -294,7 +251,7 @@ class Production:
             "COFFER_AUTH_DATABASE_URL": self._db_url(self.auth_db),
             "COFFER_METADATA_DATABASE_URL": self._db_url(self.metadata_db),
             "COFFER_STORAGE": "s3",
-            "COFFER_S3_ENDPOINT_URL": self.s3_front.url,
+            "COFFER_S3_ENDPOINT_URL": f"http://127.0.0.1:{self.s3_port}",
             "COFFER_S3_BUCKET": self.bucket,
             "COFFER_S3_REGION": "us-east-1",
             "COFFER_S3_FORCE_PATH_STYLE": "true",
@@ -303,13 +260,9 @@ class Production:
         }
 
     def pids(self) -> list[int]:
-        """The S3 server's processes: moto, and nginx's master and worker in front of it."""
-        front = self.s3_front.pids() if self.s3_front else []
-        return ([self.s3_proc.pid] if self.s3_proc else []) + front
+        return [self.s3_proc.pid] if self.s3_proc else []
 
     def stop(self) -> None:
-        if self.s3_front:
-            self.s3_front.stop()
         stop_process(self.s3_proc)
         if not self.auth_db:
             return
