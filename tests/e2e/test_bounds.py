@@ -60,11 +60,13 @@ def test_a_100_mib_part_header_costs_blob_nothing_and_the_cdn_keeps_serving(stac
     """Issue 23: blob buffered a 100 MiB part header (200 MiB, 12-51 s of CPU on the loop that
     also serves the CDN); an upload token could repeat it, failed uploads never spend one.
 
-    The downloads' p99 is held to 250 ms on both stacks: the fault stalled them for seconds,
-    while a download here is a millisecond or two plus whatever the suite's other worker and
-    processes (and on the production stack the S3 server, moto, on the same two cores) make
-    it wait; 50 ms on the embedded stack failed once in a CI run on a machine busier than CI
-    (p99 64 ms over 114 downloads)."""
+    Every download is held to 1 s on both stacks: the fault stalled them for seconds (the loop
+    held for 12-51 s), while a download here is a millisecond or two plus whatever the suite's
+    other worker and processes (and on the production stack the S3 server, moto, on the same
+    two cores) make it wait, and blob's upload thread while the CDN's thread waits for the GIL.
+    Tighter bounds failed on slower machines than the one they were set on: 50 ms on the
+    embedded stack (64 ms over 114 downloads), and 250 ms on the production stack in a CI run
+    of 2026-11-27 (9 downloads of 76-466 ms while the 100 MiB went by)."""
     small = tenant.api.post("/api/assets", files={"file": ("s.bin", b"s" * 4096)}).json()
     httpx.get(small["publicUrl"])  # warm
     boundary = "bombX7MA4YWxkTrZu0gW"
@@ -102,7 +104,7 @@ def test_a_100_mib_part_header_costs_blob_nothing_and_the_cdn_keeps_serving(stac
     assert "header is longer than 16384 bytes" in error["message"]
     assert rss.growth()["blob"] < 16, rss.growth()
     timings.sort()
-    assert len(timings) >= 5 and timings[int(len(timings) * 0.99)] < 0.25, timings[-5:]
+    assert len(timings) >= 5 and max(timings) < 1.0, timings[-5:]
     assert tenant.api.get("/api/assets").json()["total"] == 1
 
 
