@@ -449,10 +449,7 @@ async def test_the_idle_read_sees_what_a_cycle_would_find(
     deliveries stall: checked here state by state, at the due time to the second."""
     org = new_id("org")
     settings = Settings(metadata_database_url=database_url, data_dir=tmp_path)
-    made = await api.post(
-        base(org), json={"url": "https://93.184.216.34/h", "events": EVENTS}, headers=AS_KEY
-    )
-    endpoint = made.json()["id"]
+    endpoint = await _public_endpoint(api, org)
     database = Database.open(database_url)
     engine = database.engine
     dispatcher, other = Dispatcher(settings, database), Dispatcher(settings, Database(engine))
@@ -504,10 +501,7 @@ async def test_an_idle_dispatcher_leaves_its_cycle_alone_until_there_is_work(
 
     org = new_id("org")
     settings = Settings(metadata_database_url=database_url, data_dir=tmp_path)
-    made = await api.post(
-        base(org), json={"url": "https://93.184.216.34/h", "events": EVENTS}, headers=AS_KEY
-    )
-    endpoint = made.json()["id"]
+    endpoint = await _public_endpoint(api, org)
     database = Database.open(database_url)
     engine = database.engine
     dispatcher = Counted(settings, database)
@@ -533,6 +527,13 @@ async def test_an_idle_dispatcher_leaves_its_cycle_alone_until_there_is_work(
     finally:
         await dispatcher.close()
         await database.aclose()
+
+
+async def _public_endpoint(api: httpx.AsyncClient, org: str) -> str:
+    made = await api.post(
+        base(org), json={"url": "https://93.184.216.34/h", "events": EVENTS}, headers=AS_KEY
+    )
+    return str(made.json()["id"])
 
 
 def _pings(engine: Any, org: str, endpoints: list[str], now: Any) -> None:
