@@ -827,6 +827,29 @@ class Bench:
                 metric=lambda s: s.p99_ms,
                 also=[(p50, lambda s: s.p50_ms), (rate, lambda s: s.rate)],
             )
+            if connections == 16:
+                self.listing_against_asset_get(rate)
+
+    def listing_against_asset_get(self, listing: Figure) -> None:
+        """Issue 27's listing goal: pages of 50 at 16 connections against the asset GET at 32,
+        requests a second, medians of the same run (asked for only when both groups run)."""
+        asset_get = next((f for f in self.figures if f.name == "GET /api/assets/:id"), None)
+        if asset_get is None or not asset_get.samples:
+            return
+        ratio = Figure(
+            "GET /api/assets?limit=50 at 100k assets, 16 connections ÷ GET /api/assets/:id",
+            "req/s",
+            reference_name="GET /api/assets/:id, 32 connections, earlier in the same run",
+            goal="ratio >= 0.25",
+            derived=True,
+        )
+        ratio.samples, ratio.reference_samples = list(listing.samples), list(asset_get.samples)
+        ratio.client = listing.client
+        ratio.note = (
+            "every asset of an organization holding 100,000, newest first; the total comes from the "
+            "usage row, so the page costs the same at 10,000; ratio of the medians"
+        )
+        self.figures.append(ratio)
 
     def latency_figures(
         self, name: str, rate_unit: str, client: str, *, reference: str | None = None, goal: str | None = None
