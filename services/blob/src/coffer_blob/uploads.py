@@ -142,23 +142,6 @@ class _FieldTarget(_PartTarget):
             self.chunks.append(chunk)
 
 
-class _EnderWatch:
-    """Whether the closing boundary went by: a body cut short after a part is malformed too."""
-
-    def __init__(self, boundary: bytes) -> None:
-        self.ender = b"\r\n--" + boundary + b"--"
-        self.tail = b""
-        self.seen = False
-
-    def feed(self, chunk: bytes) -> None:
-        if self.seen:
-            return
-        keep = len(self.ender) - 1
-        # The first match is the real one: part data can never contain "\r\n--<boundary>".
-        self.seen = self.ender in self.tail + chunk[:keep] or self.ender in chunk
-        self.tail = (self.tail + chunk)[-keep:] if len(chunk) < keep else chunk[-keep:]
-
-
 class _PartHeads:
     """Bounds every part's head and the number of parts, scanning the bytes before the parser
     sees them (``bytes.find``: no copy of a head is kept), so a head that never ends is
@@ -278,7 +261,6 @@ class _Upload:
         self.fields = {name: _FieldTarget() for name in FIELDS}
         self.other = _PartTarget()  # every other part: read and dropped
         self.parser = PartRouter(boundary, {"file": self.file, **self.fields}, self.other)
-        self.ender = _EnderWatch(boundary)
         self.preamble = _Preamble(boundary)
         self.heads = _PartHeads(boundary)
         self.writer: Writer | None = None
@@ -329,7 +311,7 @@ class _Upload:
             raise refused
         if self.file.open or self.other.open or any(t.open for t in self.fields.values()):
             raise malformed("the body ends inside a part")
-        if not self.ender.seen:
+        if not self.heads.done:  # a body cut short after a part is malformed too
             raise malformed("the closing boundary is missing")
         if self.file.starts == 0:
             raise invalid("The 'file' part is missing.", field="file")
@@ -355,7 +337,6 @@ class _Upload:
         )
 
     async def _receive(self, chunk: bytes) -> None:
-        self.ender.feed(chunk)
         data = self.preamble.feed(chunk)
         if data:
             self.heads.feed(data)  # before the parser, which would buffer a head whole
