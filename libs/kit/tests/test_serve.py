@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -50,6 +52,24 @@ def test_the_heap_is_trimmed_once_requests_stop(monkeypatch: pytest.MonkeyPatch)
         assert trims == [5, 6]
 
     asyncio.run(scenario())
+
+
+def test_a_stop_wakes_the_server_between_its_ticks() -> None:
+    """An idle server wakes once a second (tick_seconds), not ten times; a stop, from another
+    thread as serve()'s signal handler does for a listener with its own loop, ends it at once.
+    With an hour between ticks, only the wake can end it within the join's bound."""
+    server = serve._Server(serve.server_config(serve.Listener(_never_called, "127.0.0.1", 0)))
+    server.config.lifespan = "off"
+    server.tick_seconds = 3600
+    thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not (server.started and server._woken is not None):  # in main_loop, between ticks
+        assert thread.is_alive() and time.monotonic() < deadline
+        time.sleep(0.01)
+    server.exit()
+    thread.join(timeout=20)
+    assert not thread.is_alive()
 
 
 # Two listeners in one process: "busy" blocks its loop (as parsing an upload would, were it slow)

@@ -29,6 +29,7 @@ from sqlalchemy import MetaData, create_engine, text
 from sqlalchemy.engine import Engine
 
 from coffer_kit.protocol import CofferHttpProtocol
+from coffer_kit.serve import Server
 from coffer_testkit.testing import free_port
 
 SERVICES = ("edge", "cdn", "auth", "metadata", "blob")
@@ -129,13 +130,6 @@ def truncate_all(engine: Engine) -> None:
             conn.execute(text(f'DELETE FROM "{table}"'))
 
 
-class _Server(uvicorn.Server):
-    # The thread is not the main thread: signals are the test runner's.
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 def _apps(stack: InProcessStack, token: str, **edge_settings: Any) -> dict[str, Any]:
     from coffer_auth.config import Settings as AuthSettings
     from coffer_auth.main import create_app as auth_app
@@ -178,7 +172,7 @@ def serving(stack: InProcessStack, token: str, **edge_settings: Any) -> Iterator
     """Serve the five listeners of ``stack`` from one background thread until the block ends."""
     apps = _apps(stack, token, **edge_settings)
     servers = [
-        _Server(
+        Server(
             uvicorn.Config(
                 apps[name],
                 http=CofferHttpProtocol,  # as coffer_kit.serve serves them
@@ -218,7 +212,7 @@ def serving(stack: InProcessStack, token: str, **edge_settings: Any) -> Iterator
     finally:
         stack.close()
         for server in servers:
-            server.should_exit = True
+            server.exit()
         thread.join(timeout=30)
 
 

@@ -293,13 +293,11 @@ def serving(app: Any, *, lifespan: Literal["auto", "on", "off"] = "on") -> Itera
     """Serve an ASGI app in a thread, exactly as ``coffer_kit.serve`` does; yields its base URL."""
     import threading
 
-    import uvicorn
-
-    from coffer_kit.serve import Listener, server_config
+    from coffer_kit.serve import Listener, Server, server_config
 
     config = server_config(Listener(app, "127.0.0.1", free_port()))
     config.lifespan = lifespan
-    server = uvicorn.Server(config)
+    server = Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -310,7 +308,7 @@ def serving(app: Any, *, lifespan: Literal["auto", "on", "off"] = "on") -> Itera
     try:
         yield f"http://127.0.0.1:{config.port}"
     finally:
-        server.should_exit = True
+        server.exit()
         thread.join(timeout=10)
 
 
