@@ -307,9 +307,6 @@ class Dispatcher:
 
     def __post_init__(self) -> None:
         self.engine = self.database.engine
-        dialect = self.engine.dialect
-        # The read on the loop sends values as they are: the time as the column stores it.
-        self._stored_time = _deliveries.c.next_attempt_at.type.dialect_impl(dialect).bind_processor(dialect)
         self.box = SecretBox(self.settings.webhook_secret())
         self.policy = AddressPolicy(self.settings.webhook_networks())
         self.schedule = self.settings.retry_schedule()
@@ -379,9 +376,7 @@ class Dispatcher:
 
     async def _work_waiting(self, now: datetime) -> bool:
         """Whether an event waits to be fanned out or a delivery is due at ``now``."""
-        row = await _WORK_WAITING.first(
-            self.database, {"now": self._stored_time(now) if self._stored_time else now}
-        )
+        row = await _WORK_WAITING.first(self.database, {"now": now})
         return bool(row and row.waiting)
 
     async def _cycle(self, ended: list[tuple[Job, Outcome]], released: list[Job], free: int) -> None:
