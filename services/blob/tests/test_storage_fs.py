@@ -73,6 +73,81 @@ def test_write_many_flushes_to_disk_every_sync_every_bytes(
     writer.abort()
 
 
+MIB = 1024 * 1024
+
+
+def _direct(writer: object) -> bool:
+    """Whether the writer's file is open with O_DIRECT, as the kernel reports it."""
+    fd = writer._fh.fileno()  # type: ignore[attr-defined]
+    flags = Path(f"/proc/self/fdinfo/{fd}").read_text().split("flags:")[1].split()[0]
+    return bool(int(flags, 8) & os.O_DIRECT)
+
+
+@pytest.mark.parametrize(
+    "batches",
+    [
+        [[MIB]],  # exactly one stage: no tail
+        [[MIB], [1]],  # a one-byte tail, padded to a block and cut back
+        [[MIB + 4095]],
+        [[600_000, 600_000], [7], [3 * MIB + 5000, 100_000], []],  # pieces across stages
+    ],
+    ids=["one-stage", "one-byte-tail", "block-less-one", "odd-pieces"],
+)
+def test_a_large_file_goes_direct_and_reads_back_whole(storage: FsStorage, batches: list[list[int]]) -> None:
+    """A first batch of a MiB or more is written with O_DIRECT (the page cache bypassed),
+    whatever the length: on disk, exactly the bytes written."""
+    pieces = [[os.urandom(n) for n in batch] for batch in batches]
+    data = b"".join(b"".join(batch) for batch in pieces)
+    writer = storage.open_writer(KEY)
+    for batch in pieces:
+        writer.write_many(batch)
+        assert _direct(writer)
+    info = writer.commit(content_type="image/jpeg", sha256=hashlib.sha256(data).hexdigest())
+    assert info.size == len(data) == object_path(storage.root, KEY).stat().st_size
+    assert read_all(storage, KEY) == data
+    assert read_all(storage, KEY, len(data) - 10) == data[-10:]
+    assert len(files_under(storage.objects)) == 2  # the data file and its sidecar, no temp file
+
+
+def test_a_small_first_batch_stays_buffered(storage: FsStorage) -> None:
+    """A file begun small (the one-batch upload, most uploads) is written through the cache,
+    even if more follows."""
+    head, rest = os.urandom(1000), os.urandom(2 * MIB)
+    writer = storage.open_writer(KEY)
+    writer.write_many([head])
+    writer.write_many([rest])
+    assert not _direct(writer)
+    writer.commit(content_type="image/jpeg", sha256="0" * 64)
+    assert read_all(storage, KEY) == head + rest
+
+
+def test_an_aborted_direct_write_leaves_nothing(storage: FsStorage) -> None:
+    writer = storage.open_writer(KEY)
+    writer.write_many([os.urandom(MIB + 10)])
+    assert _direct(writer)
+    writer.abort()
+    writer.abort()
+    assert files_under(storage.objects) == []
+    data = os.urandom(MIB + 5)  # the stage went back, and serves the next file whole
+    writer = storage.open_writer(KEY)
+    writer.write_many([data])
+    assert _direct(writer)
+    writer.commit(content_type="image/jpeg", sha256=hashlib.sha256(data).hexdigest())
+    assert read_all(storage, KEY) == data
+
+
+def test_where_o_direct_is_missing_a_large_file_is_written_buffered(
+    storage: FsStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fs_module, "_O_DIRECT", 0)
+    data = os.urandom(2 * MIB + 3)
+    writer = storage.open_writer(KEY)
+    writer.write_many([data[:MIB], data[MIB:]])
+    assert not _direct(writer)
+    writer.commit(content_type="image/jpeg", sha256=hashlib.sha256(data).hexdigest())
+    assert read_all(storage, KEY) == data
+
+
 def test_write_commit_stat_read(storage: FsStorage) -> None:
     data = os.urandom(3 * READ_CHUNK + 5)
     writer = storage.open_writer(KEY)

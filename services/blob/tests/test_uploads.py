@@ -260,7 +260,10 @@ async def test_exactly_max_file_bytes_is_accepted(api: httpx.AsyncClient, blob_d
     assert response.status_code == 201, response.text
     assert response.json()["size"] == MAX_FILE_BYTES
     assert response.json()["sha256"] == expected.hexdigest()
-    assert object_path(blob_dir, response.json()["key"]).stat().st_size == MAX_FILE_BYTES
+    stored = object_path(blob_dir, response.json()["key"])
+    assert stored.stat().st_size == MAX_FILE_BYTES
+    with stored.open("rb") as fh:  # the bytes on disk, not only what blob hashed on the way
+        assert hashlib.file_digest(fh, "sha256").hexdigest() == expected.hexdigest()
     # Streamed: the process did not grow by anything like the file's size.
     assert rss_bytes(_pid()) - rss_before < 32 * 1024 * 1024
     assert elapsed < 20
