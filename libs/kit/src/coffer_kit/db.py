@@ -743,12 +743,7 @@ class DriverStatement:
 
     def values(self, dialect: Dialect, params: dict[str, Any]) -> tuple[str, Any]:
         """The SQL and the values to send for ``params``."""
-        compiled = self.compiled(dialect)
-        if compiled.held:
-            params = {**compiled.held, **params}
-        if compiled.positions is not None:
-            return compiled.sql, [params[name] for name in compiled.positions]
-        return compiled.sql, params
+        return _sent(self.compiled(dialect), params)
 
 
 class KeyedRead(DriverStatement):
@@ -792,7 +787,7 @@ class KeyedRead(DriverStatement):
         compiled = self.compiled(dialect)
         if compiled.stored:  # the parameters as their columns store them, as SQLAlchemy sends them
             params = {name: (p(v) if (p := compiled.stored.get(name)) else v) for name, v in params.items()}
-        sql, values = self.values(dialect, params)
+        sql, values = _sent(compiled, params)
         processors, row = compiled.processors, self.row
         return [
             row(*[p(v) if p else v for p, v in zip(processors, raw, strict=True)])
@@ -813,6 +808,15 @@ class _Compiled:
     held: dict[str, Any]
     # The bind processors of the parameters whose type has one.
     stored: dict[str, Callable[[Any], Any]]
+
+
+def _sent(compiled: _Compiled, params: dict[str, Any]) -> tuple[str, Any]:
+    """``compiled``'s SQL and the values to send for ``params``."""
+    if compiled.held:
+        params = {**compiled.held, **params}
+    if compiled.positions is not None:
+        return compiled.sql, [params[name] for name in compiled.positions]
+    return compiled.sql, params
 
 
 def _sqlite_all(engine: Engine, sql: str, values: Any) -> list[Any]:

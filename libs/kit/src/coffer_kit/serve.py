@@ -11,6 +11,7 @@ import socket
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -29,6 +30,13 @@ class Listener:
     own_loop: bool = False
 
 
+def _glibc(name: str) -> Any:
+    """The C library's function ``name`` on Linux, if it has one (musl lacks malloc_trim)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return getattr(ctypes.CDLL(None), name, None)
+
+
 def release_free_memory() -> None:
     """Give the C heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere a no-op).
 
@@ -36,10 +44,9 @@ def release_free_memory() -> None:
     resident. Start-up (imports, the routes' validators, the lifespan) leaves 3-5 MiB of them
     per service, and a first upload 3-4 MiB more in metadata and blob (docs/performance.md).
     """
-    if sys.platform.startswith("linux"):
-        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # absent from musl
-        if trim is not None:
-            trim(0)
+    trim = _glibc("malloc_trim")
+    if trim is not None:
+        trim(0)
 
 
 # glibc's mallopt parameters, and the values a served process runs with.
@@ -62,11 +69,10 @@ def keep_freed_memory() -> None:
     312-417 once none is left). Buffers of up to ``HEAP_MMAP_THRESHOLD`` come from the heap.
     An idle process still gives its free pages back (``release_free_memory``).
     """
-    if sys.platform.startswith("linux"):
-        mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-        if mallopt is not None:
-            mallopt(_M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD)
-            mallopt(_M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD)
+    mallopt = _glibc("mallopt")
+    if mallopt is not None:
+        mallopt(_M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD)
+        mallopt(_M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD)
 
 
 def freeze_start_up_objects() -> None:
