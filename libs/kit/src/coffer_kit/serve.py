@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import uvicorn
 from starlette.types import ASGIApp
 
 from coffer_kit.protocol import CofferHttpProtocol
+from coffer_kit.uvicorn_lean import Config
+from coffer_kit.uvicorn_lean import Server as UvicornServer
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def freeze_start_up_objects() -> None:
     gc.freeze()
 
 
-class Server(uvicorn.Server):
+class Server(UvicornServer):
     """uvicorn's server, waking once a second instead of ten times; signals are left to whoever
     runs it (serve() handles them once for all listeners; a test's thread has none)."""
 
@@ -148,9 +149,9 @@ class _Server(Server):
         return await super().on_tick(counter)
 
 
-def server_config(listener: Listener, *, graceful_seconds: int = 30) -> uvicorn.Config:
+def server_config(listener: Listener, *, graceful_seconds: int = 30) -> Config:
     """How every Coffer listener is served (tests serve through the same settings)."""
-    return uvicorn.Config(
+    return Config(
         listener.app,
         http=CofferHttpProtocol,  # a bounded request head, enveloped parser errors
         ws="none",  # no service speaks WebSocket: no websockets import, no upgrade path
