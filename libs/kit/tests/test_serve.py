@@ -235,11 +235,20 @@ def test_a_served_process_leaves_uvicorns_command_line_unloaded(tmp_path: Path) 
 
 
 def test_the_rest_of_uvicorn_loads_on_first_use() -> None:
-    """Anything but ``Config`` asked of the package runs its own ``__init__``, as a plain import would."""
+    """Anything but ``Config`` asked of the package runs its own ``__init__``, as a plain import
+    would, once, however many threads ask at the same moment."""
     probe = (
-        "import sys, coffer_kit.serve, uvicorn\n"
+        "import sys, threading, coffer_kit.serve, uvicorn\n"
         "assert 'uvicorn.main' not in sys.modules\n"
+        "start, got = threading.Barrier(8), []\n"
+        "def ask():\n"
+        "    start.wait()\n"
+        "    got.append(uvicorn.run)\n"
+        "threads = [threading.Thread(target=ask) for _ in range(8)]\n"
+        "[thread.start() for thread in threads]\n"
+        "[thread.join() for thread in threads]\n"
         "from uvicorn import Server, run\n"
+        "assert got == [run] * 8, got\n"
         "command_line = sys.modules['uvicorn.main']\n"
         "assert (Server, run, uvicorn.main) == (command_line.Server, command_line.run, command_line.main)\n"
         "print(uvicorn.__version__)\n"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import threading
 from typing import Any
 
 
@@ -25,12 +26,26 @@ def _install() -> None:
         raise ModuleNotFoundError("uvicorn")
     package = importlib.util.module_from_spec(spec)
     loader = spec.loader
+    lock = threading.RLock()
+    loading = False
 
     def rest_of_uvicorn(name: str) -> Any:
-        # The package's own __init__, in its own namespace: afterwards it is the whole package.
-        del package.__getattr__
-        loader.exec_module(package)
-        return getattr(package, name)
+        # The package's own __init__, once, in its own namespace: afterwards it is the whole
+        # package. Another thread asking meanwhile waits for it; a name asked by the
+        # __init__ itself is missing, as in any module still being imported.
+        nonlocal loading
+        with lock:
+            if not loading and "__getattr__" in package.__dict__:
+                loading = True
+                try:
+                    loader.exec_module(package)
+                    del package.__getattr__
+                finally:
+                    loading = False
+        try:
+            return package.__dict__[name]
+        except KeyError:
+            raise AttributeError(f"module 'uvicorn' has no attribute {name!r}") from None
 
     package.__getattr__ = rest_of_uvicorn  # type: ignore[method-assign]
     sys.modules["uvicorn"] = package
