@@ -23,13 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from pydantic import SecretStr
 from sqlalchemy import MetaData, create_engine, text
 from sqlalchemy.engine import Engine
 
-from coffer_kit.protocol import CofferHttpProtocol
-from coffer_kit.serve import Server
+from coffer_kit.serve import Listener, Server, server_config
 from coffer_testkit.testing import free_port
 
 SERVICES = ("edge", "cdn", "auth", "metadata", "blob")
@@ -171,22 +169,15 @@ def _apps(stack: InProcessStack, token: str, **edge_settings: Any) -> dict[str, 
 def serving(stack: InProcessStack, token: str, **edge_settings: Any) -> Iterator[InProcessStack]:
     """Serve the five listeners of ``stack`` from one background thread until the block ends."""
     apps = _apps(stack, token, **edge_settings)
-    servers = [
-        Server(
-            uvicorn.Config(
-                apps[name],
-                http=CofferHttpProtocol,  # as coffer_kit.serve serves them
-                host=stack.host,
-                port=stack.ports[name],
-                log_config=None,
-                access_log=False,
-                lifespan="on",
-                # Keep-alive connections between the apps would otherwise hold the stop.
-                timeout_graceful_shutdown=1,
-            )
-        )
+    configs = [
+        # As coffer_kit.serve serves them; keep-alive connections between the apps would
+        # otherwise hold the stop.
+        server_config(Listener(apps[name], stack.host, stack.ports[name]), graceful_seconds=1)
         for name in SERVICES
     ]
+    for config in configs:
+        config.lifespan = "on"  # a start-up failure fails the test
+    servers = [Server(config) for config in configs]
     failure: list[BaseException] = []
 
     def run() -> None:
