@@ -21,6 +21,10 @@ so it holds however busy the machine is. Variants:
   is now (at 8c448c6: the httpx API over httpx-aiohttp's transport; since then a plain
   aiohttp session, called through edge's ``ServiceClient``).
 - ``aiohttp call``: the same call through an aiohttp ClientSession (one pooled connector).
+- ``kit route calling a kit route``: the asset GET's skeleton with no work in it: a kit app's
+  route calling another kit app's through ``coffer_kit.internal``'s client and edge's
+  ``ServiceClient``, as edge calls metadata (no authentication, no read). For every call, the
+  CPU of both processes per request is given as well.
 - ``SQLModel get by id``: a ``def`` route that opens a Session on ``coffer_kit.db.make_engine``
   (SQLite, WAL) and selects one row of metadata's ``assets`` table by id, as metadata does.
 - ``SQLAlchemy Core get by id``: the same row through a Core ``select`` on a pooled connection.
@@ -189,6 +193,8 @@ def build(kind: str, upstream: str | None):  # type: ignore[no-untyped-def]
                         size=4096,
                         sha256="0" * 64,
                         created_at=dt.datetime.now(dt.UTC),
+                        updated_at=dt.datetime.now(dt.UTC),
+                        name_key="file.bin",
                     )
                 )
                 s.commit()
@@ -316,13 +322,17 @@ def main(argv: list[str] | None = None) -> int:
         wait_healthy(url + "/healthz", timeout=30)
         return url
 
-    rows: list[tuple[str, str, float, float, float, float]] = []
+    rows: list[tuple[str, str, float, float, float | None, float, float]] = []
     try:
         upstream = start("upstream", "plain", None)
         plain = start("plain", "plain", upstream)
         kit = start("kit", "kit", None)
         db = start("db", "plain", None, {"ANATOMY_DB": f"sqlite:///{root / 'anatomy.db'}"})
         files = start("files", "plain", None, {"ANATOMY_FILES": str(root / "files")})
+        # The asset GET's skeleton: a kit app calling a kit app through edge's client, with no
+        # work on either side (no authentication, no read): two served requests and one call.
+        kit_upstream = start("kit-upstream", "kit", None)
+        skeleton = start("skeleton", "kit", kit_upstream)
         cases = [
             ("plain async route", "plain", plain + "/plain/ast_x"),
             ("kit base_app (middleware, access log, metrics)", "kit", kit + "/plain/ast_x"),
@@ -332,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             ("httpx call to another process", "plain", plain + "/httpx/ast_x"),
             ("coffer_kit internal_client call (as now)", "plain", plain + "/internal/ast_x"),
             ("aiohttp call to another process", "plain", plain + "/aiohttp/ast_x"),
+            ("kit route calling a kit route (internal client)", "skeleton", skeleton + "/internal/ast_x"),
             ("SQLModel session, get by id (SQLite)", "db", db + "/orm/ast_x"),
             ("SQLAlchemy Core, get by id (SQLite)", "db", db + "/core/ast_x"),
             (
@@ -343,16 +354,20 @@ def main(argv: list[str] | None = None) -> int:
             ("4 KiB file, one read on the event loop, Response", "files", files + "/file-inline/small.bin"),
         ]
         for label, name, url in cases:
-            pids = {"server": [procs[name][0].pid], "upstream": [procs["upstream"][0].pid]}
+            called = "kit-upstream" if name == "skeleton" else "upstream"
+            pids = {"server": [procs[name][0].pid], "upstream": [procs[called][0].pid]}
             wrk.run(url, connections=8, seconds=1, servers=pids)  # warm-up
             for connections in (1, 32):
                 s = wrk.run(url, connections=connections, seconds=args.seconds, servers=pids)
+                calls = "/httpx/" in url or "/internal/" in url or "/aiohttp/" in url
+                both = s.server_cpu["server"] + s.server_cpu["upstream"]
                 rows.append(
                     (
                         label,
                         str(connections),
                         s.rate,
                         1000 * s.server_cpu["server"] / s.rate,
+                        1000 * both / s.rate if calls else None,
                         s.p99_ms,
                         s.others_cpu,
                     )
@@ -379,13 +394,18 @@ def main(argv: list[str] | None = None) -> int:
         f"- date: {datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}",
         f"- commit: `{commit()}`",
         f"- machine: {machine()}",
-        f"- wrk runs of {args.seconds}s after a 1s warm-up; CPU is the serving process's only",
+        f"- wrk runs of {args.seconds}s after a 1s warm-up; CPU is the serving process's, and for a",
+        "  call to another process also that process's and the serving one's together",
         "",
-        "| part | connections | req/s | server CPU ms per request | p99 ms | other jobs (cores) |",
-        "|---|---|---|---|---|---|",
+        "| part | connections | req/s | server CPU ms per request | with the called process | p99 ms "
+        "| other jobs (cores) |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for label, connections, rate, cpu, p99, others in rows:
-        lines.append(f"| {label} | {connections} | {rate:,.0f} | {cpu:.3f} | {p99:.1f} | {others:.2f} |")
+    for label, connections, rate, cpu, pair, p99, others in rows:
+        both = "" if pair is None else f"{pair:.3f}"
+        lines.append(
+            f"| {label} | {connections} | {rate:,.0f} | {cpu:.3f} | {both} | {p99:.1f} | {others:.2f} |"
+        )
     text = "\n".join(lines) + "\n"
     print("\n" + text)
     if args.out:
