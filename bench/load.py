@@ -106,6 +106,29 @@ class OthersMeter:
         return max(0.0, machine - own) / max(time.perf_counter() - self.wall, 1e-6)
 
 
+def back_free_memory(gib: float) -> str:
+    """Write ``gib`` GiB (at most half of what is available) in a child process, then free it.
+
+    A virtual machine whose host has taken its free pages back (a balloon's free page
+    reporting) pays a fault to the host the first time it uses each of them again, about 2.5
+    ms of CPU per MB here. A server writing through the page cache takes such pages, so its
+    uploads ran at half speed on a freshly booted machine (Directus 221-275 MB/s at 3.8-4.9
+    ms of CPU a MB, then 357-419 at 2.2-2.7 once 8 GiB had been written and freed), while
+    Coffer's direct writes did not change (docs/performance.md). Done once before measuring,
+    so every side starts with pages the host backs, as on a physical machine. Returns what
+    was done, for the report's method line.
+    """
+    if gib <= 0:
+        return "free memory not warmed first"
+    with open("/proc/meminfo") as fh:
+        available = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
+    size = min(int(gib * 2**30), available // 2)
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", f"bytearray(b'\\x01') * {size}"], check=True)
+    seconds = time.perf_counter() - started
+    return f"{size / 2**30:.1f} GiB written and freed first, so free pages are backed ({seconds:.0f}s)"
+
+
 def rss_bytes(pid: int) -> int:
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:

@@ -39,6 +39,7 @@ from load import (
     RssSampler,
     Sample,
     Wrk,
+    back_free_memory,
     cpu_seconds,
     idle_rss_mib,
     python_client,
@@ -1656,6 +1657,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="where results go")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
     parser.add_argument(
+        "--warm-memory",
+        type=float,
+        default=8.0,
+        metavar="GIB",
+        help="GiB written and freed first, so free pages are backed (load.back_free_memory; 0: none)",
+    )
+    parser.add_argument(
         "--only",
         type=lambda v: set(v.split(",")),
         default=None,
@@ -1674,6 +1682,7 @@ def main(argv: list[str] | None = None) -> int:
 
     nginx_bin, wrk_bin = ensure_tools()
     started = time.monotonic()
+    warmed = back_free_memory(args.warm_memory)
     root = Path(tempfile.mkdtemp(prefix="coffer-bench-"))
     os.chmod(root, 0o755)  # nginx runs as nobody and must reach its own subdirectory
     bench = Bench(args, nginx_bin, wrk_bin, root)
@@ -1696,7 +1705,7 @@ def main(argv: list[str] | None = None) -> int:
         "method": (
             f"{args.reps} repetitions per figure after a warm-up ({args.warmup:g}s per target), wrk runs of "
             f"{args.seconds:g}s, Coffer and reference alternating; medians, min–max in brackets; "
-            f"{versions(nginx_bin, wrk_bin)}; everything on one machine, load included"
+            f"{versions(nginx_bin, wrk_bin)}; everything on one machine, load included; {warmed}"
         ),
         "runtime_seconds": round(time.monotonic() - started),
         "other_jobs_cores": round(others.cores(), 2),
