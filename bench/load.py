@@ -65,14 +65,9 @@ def machine_busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / TICK
 
 
-def own_cpu_seconds() -> float:
-    """CPU seconds of this process and every process it started, running or reaped."""
-    import resource
-
-    total = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        usage = resource.getrusage(who)
-        total += usage.ru_utime + usage.ru_stime
+def _process_table() -> dict[int, tuple[int, int]]:
+    """Every process: its parent, and its utime + stime + cutime + cstime (reaped children
+    included) in clock ticks, from /proc."""
     stats: dict[int, tuple[int, int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -81,22 +76,45 @@ def own_cpu_seconds() -> float:
                     fields = fh.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            # ppid, and utime + stime + cutime + cstime (reaped children of that process)
             stats[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
-    mine = {os.getpid()}
+    return stats
+
+
+def _tree(stats: dict[int, tuple[int, int]], roots: set[int]) -> set[int]:
+    """``roots`` that are running, and every process below them."""
+    tree = roots & stats.keys()
     changed = True
     while changed:
         changed = False
         for pid, (ppid, _) in stats.items():
-            if ppid in mine and pid not in mine:
-                mine.add(pid)
+            if ppid in tree and pid not in tree:
+                tree.add(pid)
                 changed = True
-    mine.discard(os.getpid())
-    return total + sum(stats[pid][1] for pid in mine) / TICK
+    return tree
+
+
+# Processes a run uses without having started them: --production adds the machine's
+# PostgreSQL (its postmaster), whose backends serve the stack's connections. Their CPU, and
+# that of every process below them, reaped ones included, is the run's, not another job's.
+USED_SERVERS: set[int] = set()
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process and every process it started, running or reaped, and of
+    the servers in ``USED_SERVERS`` and every process below them."""
+    import resource
+
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    stats = _process_table()
+    counted = (_tree(stats, {os.getpid()}) - {os.getpid()}) | _tree(stats, set(USED_SERVERS))
+    return total + sum(stats[pid][1] for pid in counted) / TICK
 
 
 class OthersMeter:
-    """Cores used by processes this run did not start (another job on a shared machine)."""
+    """Cores used by processes this run did not start or use (another job on a shared machine)."""
 
     def __init__(self) -> None:
         self.machine, self.own, self.wall = machine_busy_seconds(), own_cpu_seconds(), time.perf_counter()

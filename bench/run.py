@@ -1710,6 +1710,11 @@ def main(argv: list[str] | None = None) -> int:
         "runtime_seconds": round(time.monotonic() - started),
         "other_jobs_cores": round(others.cores(), 2),
     }
+    if args.production:
+        meta["method"] += (
+            "; the machine's PostgreSQL is this run's (its backends serve the stack): its CPU is not "
+            "another job's, and not Coffer's either"
+        )
     if args.production and bench.through_blob:
         meta["s3"] = (
             "blob stores in moto's S3 server (one local process, counted in Coffer's CPU as "

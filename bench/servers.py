@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from load import USED_SERVERS
+
 from coffer_stack.stack import Ports, Stack
 from coffer_testkit.testing import free_port, wait_healthy
 
@@ -230,8 +232,13 @@ class Production:
             with admin.connect() as conn:
                 for name in (self.auth_db, self.metadata_db):
                     conn.execute(text(f'CREATE DATABASE "{name}"'))
+                backend = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
         finally:
             admin.dispose()
+        # The backends serving the stack are the postmaster's children: their CPU is this
+        # run's, not another job's (load.USED_SERVERS), when PostgreSQL runs on this machine.
+        with contextlib.suppress(OSError), open(f"/proc/{backend}/stat") as fh:
+            USED_SERVERS.add(int(fh.read().rsplit(")", 1)[1].split()[1]))
         self.s3_proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.s3_port)],
             stdout=open(log, "ab"),  # noqa: SIM115 - owned by the child
