@@ -3,6 +3,7 @@ with the client's own CPU and every server process's CPU measured over the same 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import secrets
@@ -122,6 +123,17 @@ class OthersMeter:
     def cores(self) -> float:
         machine, own = machine_busy_seconds() - self.machine, own_cpu_seconds() - self.own
         return max(0.0, machine - own) / max(time.perf_counter() - self.wall, 1e-6)
+
+
+def add_warm_memory(parser: argparse.ArgumentParser) -> None:
+    """The ``--warm-memory GIB`` option, for :func:`back_free_memory`."""
+    parser.add_argument(
+        "--warm-memory",
+        type=float,
+        default=8.0,
+        metavar="GIB",
+        help="GiB written and freed first, so free pages are backed (load.back_free_memory; 0: none)",
+    )
 
 
 def back_free_memory(gib: float) -> str:

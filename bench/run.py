@@ -39,6 +39,7 @@ from load import (
     RssSampler,
     Sample,
     Wrk,
+    add_warm_memory,
     back_free_memory,
     cpu_seconds,
     idle_rss_mib,
@@ -1656,13 +1657,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up per target (default 2)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="where results go")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
-    parser.add_argument(
-        "--warm-memory",
-        type=float,
-        default=8.0,
-        metavar="GIB",
-        help="GiB written and freed first, so free pages are backed (load.back_free_memory; 0: none)",
-    )
+    add_warm_memory(parser)
     parser.add_argument(
         "--only",
         type=lambda v: set(v.split(",")),

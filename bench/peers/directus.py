@@ -32,7 +32,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
 
-from load import OthersMeter, back_free_memory, cpu_seconds, python_client
+from load import OthersMeter, add_warm_memory, back_free_memory, cpu_seconds, python_client
 from report import Figure, details, table, write
 from run import BIG, DEFAULT_POSTGRES, REPO, commit, disk_rate, log, machine
 from servers import auth_cli, coffer_stack, stop_process, wait_port
@@ -293,13 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a PostgreSQL maintenance database with rights to create databases (for Directus)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
-    parser.add_argument(
-        "--warm-memory",
-        type=float,
-        default=8.0,
-        metavar="GIB",
-        help="GiB written and freed first, so free pages are backed (load.back_free_memory; 0: none)",
-    )
+    add_warm_memory(parser)
     args = parser.parse_args(argv)
 
     home = install()
