@@ -204,6 +204,18 @@ class ReferenceApp(ScriptServer):
         wait_healthy(self.url + "/healthz", timeout=30)
 
 
+def _postmaster_of(backend: int) -> int | None:
+    """The postmaster above one of this machine's PostgreSQL backends; None if ``backend`` is
+    not a PostgreSQL process here (the server runs on another machine)."""
+    try:
+        with open(f"/proc/{backend}/stat") as fh:
+            parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+        names = {Path(f"/proc/{pid}/comm").read_text().strip() for pid in (backend, parent)}
+    except OSError:
+        return None
+    return parent if names == {"postgres"} else None
+
+
 @dataclass
 class Production:
     """PostgreSQL databases made for this run (dropped after it) and a moto S3 server."""
@@ -232,13 +244,14 @@ class Production:
             with admin.connect() as conn:
                 for name in (self.auth_db, self.metadata_db):
                     conn.execute(text(f'CREATE DATABASE "{name}"'))
-                backend = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+                # The backends serving the stack are the postmaster's children: their CPU is
+                # this run's, not another job's (load.USED_SERVERS). Read while this backend
+                # lives; nothing is added when PostgreSQL runs elsewhere.
+                postmaster = _postmaster_of(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+                if postmaster is not None:
+                    USED_SERVERS.add(postmaster)
         finally:
             admin.dispose()
-        # The backends serving the stack are the postmaster's children: their CPU is this
-        # run's, not another job's (load.USED_SERVERS), when PostgreSQL runs on this machine.
-        with contextlib.suppress(OSError), open(f"/proc/{backend}/stat") as fh:
-            USED_SERVERS.add(int(fh.read().rsplit(")", 1)[1].split()[1]))
         self.s3_proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.s3_port)],
             stdout=open(log, "ab"),  # noqa: SIM115 - owned by the child
