@@ -333,33 +333,48 @@ def main(argv: list[str] | None = None) -> int:
         # work on either side (no authentication, no read): two served requests and one call.
         kit_upstream = start("kit-upstream", "kit", None)
         skeleton = start("skeleton", "kit", kit_upstream)
-        cases = [
-            ("plain async route", "plain", plain + "/plain/ast_x"),
-            ("kit base_app (middleware, access log, metrics)", "kit", kit + "/plain/ast_x"),
-            ("3 sync deps (thread pool)", "plain", plain + "/sync-deps/ast_x"),
-            ("3 async deps", "plain", plain + "/async-deps/ast_x"),
-            ("sync endpoint + token dep + session dep", "plain", plain + "/sync-endpoint/ast_x"),
-            ("httpx call to another process", "plain", plain + "/httpx/ast_x"),
-            ("coffer_kit internal_client call (as now)", "plain", plain + "/internal/ast_x"),
-            ("aiohttp call to another process", "plain", plain + "/aiohttp/ast_x"),
-            ("kit route calling a kit route (internal client)", "skeleton", skeleton + "/internal/ast_x"),
-            ("SQLModel session, get by id (SQLite)", "db", db + "/orm/ast_x"),
-            ("SQLAlchemy Core, get by id (SQLite)", "db", db + "/core/ast_x"),
+        # (label, serving process, URL, the process it calls or None)
+        cases: list[tuple[str, str, str, str | None]] = [
+            ("plain async route", "plain", plain + "/plain/ast_x", None),
+            ("kit base_app (middleware, access log, metrics)", "kit", kit + "/plain/ast_x", None),
+            ("3 sync deps (thread pool)", "plain", plain + "/sync-deps/ast_x", None),
+            ("3 async deps", "plain", plain + "/async-deps/ast_x", None),
+            ("sync endpoint + token dep + session dep", "plain", plain + "/sync-endpoint/ast_x", None),
+            ("httpx call to another process", "plain", plain + "/httpx/ast_x", "upstream"),
+            ("coffer_kit internal_client call (as now)", "plain", plain + "/internal/ast_x", "upstream"),
+            ("aiohttp call to another process", "plain", plain + "/aiohttp/ast_x", "upstream"),
+            (
+                "kit route calling a kit route (internal client)",
+                "skeleton",
+                skeleton + "/internal/ast_x",
+                "kit-upstream",
+            ),
+            ("SQLModel session, get by id (SQLite)", "db", db + "/orm/ast_x", None),
+            ("SQLAlchemy Core, get by id (SQLite)", "db", db + "/core/ast_x", None),
             (
                 "4 KiB file, blob's shape (4 thread hops, streamed)",
                 "files",
                 files + "/file-blob-shape/small.bin",
+                None,
             ),
-            ("4 KiB file, one read in one thread hop, Response", "files", files + "/file-one-read/small.bin"),
-            ("4 KiB file, one read on the event loop, Response", "files", files + "/file-inline/small.bin"),
+            (
+                "4 KiB file, one read in one thread hop, Response",
+                "files",
+                files + "/file-one-read/small.bin",
+                None,
+            ),
+            (
+                "4 KiB file, one read on the event loop, Response",
+                "files",
+                files + "/file-inline/small.bin",
+                None,
+            ),
         ]
-        for label, name, url in cases:
-            called = "kit-upstream" if name == "skeleton" else "upstream"
-            pids = {"server": [procs[name][0].pid], "upstream": [procs[called][0].pid]}
+        for label, name, url, called in cases:
+            pids = {"server": [procs[name][0].pid], "upstream": [procs[called or "upstream"][0].pid]}
             wrk.run(url, connections=8, seconds=1, servers=pids)  # warm-up
             for connections in (1, 32):
                 s = wrk.run(url, connections=connections, seconds=args.seconds, servers=pids)
-                calls = "/httpx/" in url or "/internal/" in url or "/aiohttp/" in url
                 both = s.server_cpu["server"] + s.server_cpu["upstream"]
                 rows.append(
                     (
@@ -367,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
                         str(connections),
                         s.rate,
                         1000 * s.server_cpu["server"] / s.rate,
-                        1000 * both / s.rate if calls else None,
+                        1000 * both / s.rate if called else None,
                         s.p99_ms,
                         s.others_cpu,
                     )
