@@ -51,6 +51,14 @@ REFUSED = [
     "https://[fe80::1]/hook",
     "https://[::ffff:127.0.0.1]/hook",  # IPv4-mapped loopback
     "https://[::]/hook",
+    "https://[::a9fe:a9fe]/hook",  # IPv4-compatible 169.254.169.254
+    "https://[::ffff:0:a9fe:a9fe]/hook",  # SIIT 169.254.169.254
+    "https://[fec0::1]/hook",  # site-local
+    "https://[2002:a9fe:a9fe::1]/hook",  # 6to4 of 169.254.169.254
+    "https://[2002:808:808::1]/hook",  # 6to4, even of a public address
+    "https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/hook",  # Teredo
+    "https://[64:ff9b::a9fe:a9fe]/hook",  # NAT64
+    "https://192.88.99.1/hook",  # 6to4 relay anycast
     "https://224.0.0.1/hook",  # multicast
     "http://example.com/hook",  # http is not allowed by default
     "ftp://example.com/hook",

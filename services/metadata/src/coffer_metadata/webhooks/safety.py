@@ -34,6 +34,7 @@ _ALWAYS_INTERNAL: tuple[IPNetwork, ...] = tuple(
         "172.16.0.0/12",  # RFC 1918
         "192.0.0.0/24",  # IETF protocol assignments
         "192.168.0.0/16",  # RFC 1918
+        "192.88.99.0/24",  # 6to4 relay anycast (deprecated, RFC 7526)
         "198.18.0.0/15",  # benchmarking
         "224.0.0.0/4",  # multicast
         "240.0.0.0/4",  # reserved, broadcast
@@ -51,18 +52,19 @@ class RefusedAddress(OSError):
     """A webhook URL's host is, or resolves to, an address webhooks may not reach."""
 
 
-def _embedded_v4(address: IPAddress) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one carries (mapped, 6to4, Teredo, NAT64), if any."""
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return address.ipv4_mapped
-        if address.sixtofour is not None:
-            return address.sixtofour
-        if address.teredo is not None:
-            return address.teredo[1]
-        if address in ipaddress.ip_network("64:ff9b::/96"):
-            return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    return None
+# IPv6 may reach only global unicast (RFC 4291: 2000::/3); everything outside it (IPv4-compatible
+# ::a.b.c.d, SIIT ::ffff:0:a.b.c.d, site-local fec0::/10, NAT64, ULA, ...) is refused. Inside
+# it, the forms that carry an IPv4 address (6to4 2002::/16, Teredo 2001::/32) are refused whole:
+# a tunnel endpoint is never a webhook receiver, and its embedded address could be internal.
+_IPV6_GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
+_IPV6_EMBEDDING: tuple[ipaddress.IPv6Network, ...] = (
+    ipaddress.IPv6Network("2002::/16"),
+    ipaddress.IPv6Network("2001::/32"),
+)
+
+
+def _ipv6_refused(address: ipaddress.IPv6Address) -> bool:
+    return address not in _IPV6_GLOBAL_UNICAST or any(address in net for net in _IPV6_EMBEDDING)
 
 
 class AddressPolicy:
@@ -73,8 +75,7 @@ class AddressPolicy:
 
     def internal(self, address: IPAddress) -> bool:
         """Whether ``address`` is loopback, private, link-local or otherwise not public."""
-        inner = _embedded_v4(address)
-        if inner is not None and self.internal(inner):
+        if isinstance(address, ipaddress.IPv6Address) and _ipv6_refused(address):
             return True
         return (
             not address.is_global
