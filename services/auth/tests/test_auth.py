@@ -12,7 +12,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlmodel import Session, select
 
-from coffer_auth import service
+from coffer_auth import passwords, service
 from coffer_auth.keys import hash_key
 from coffer_auth.models import ApiKey, Role, all_tables
 from coffer_kit.db import writer
@@ -43,8 +43,8 @@ def test_passwords_are_argon2_hashed(engine) -> None:
         s.commit()
     assert user.email == "ada@example.com"
     assert user.password_hash.startswith("$argon2")
-    assert service.verify_password(user, "correct horse")
-    assert not service.verify_password(user, "wrong horse")
+    assert passwords.verify(user.password_hash, "correct horse")[0]
+    assert not passwords.verify(user.password_hash, "wrong horse")[0]
 
 
 def test_principal_refusals(engine) -> None:

@@ -15,7 +15,6 @@ from coffer_kit.ids import REQUEST, new_id
 from coffer_kit.metrics import observe_request
 from coffer_kit.tracing import current_trace_id
 
-REQUEST_ID_HEADER = "x-request-id"
 # A sent X-Request-Id is echoed when it is 1-128 of these (docs/api.md, Errors): URL-unreserved
 # characters (UUIDs, ULIDs, W3C trace ids, base64url), base64's + / =, and ':' for `svc:id`
 # shapes. No space, comma, quote, backslash or control character ever reaches a header, a log

@@ -16,6 +16,7 @@ from typing import Any
 from starlette.types import ASGIApp
 
 from coffer_kit.protocol import CofferHttpProtocol
+from coffer_kit.tracing import shutdown_tracing
 from coffer_kit.uvicorn_lean import Config
 from coffer_kit.uvicorn_lean import Server as UvicornServer
 
@@ -192,4 +193,7 @@ def serve(listeners: list[Listener], *, graceful_seconds: int = 30) -> None:
 
         await asyncio.gather(*(run(s, listener) for s, listener in zip(servers, listeners, strict=True)))
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        shutdown_tracing()  # spans still queued are exported, not dropped

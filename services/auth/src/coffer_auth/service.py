@@ -56,12 +56,6 @@ def create_user(session: Session, *, email: str, password: str, actor: Actor = O
     return user
 
 
-def verify_password(user: User, password: str) -> bool:
-    """Whether ``password`` is the user's."""
-    ok, _ = passwords.verify(user.password_hash, password)
-    return ok
-
-
 def add_member(
     session: Session, *, org_id: str, user_id: str, role: Role, actor: Actor = OPERATOR
 ) -> Membership:

@@ -57,7 +57,6 @@ def public_cache(max_age: int) -> str:
     return f"public, max-age={max_age}, immutable"
 
 
-PUBLIC_CACHE = public_cache(31_536_000)  # the default
 _PREFLIGHT = {
     "access-control-allow-methods": "GET, HEAD, OPTIONS",
     "access-control-allow-headers": "Range, If-Range, If-None-Match, If-Modified-Since, If-Match, "

@@ -12,9 +12,7 @@ does not resolve literals). Redirects are never followed (the sender passes
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
-import socket
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
@@ -130,19 +128,3 @@ def url_problem(url: str, *, allow_http: bool) -> str | None:
         except UnicodeError:
             return "The URL's host is not a valid name."
     return None
-
-
-async def resolve_and_check(host: str, policy: AddressPolicy) -> None:
-    """Resolve ``host`` now and refuse it if any address is internal (at creation: a clear 400;
-    the dispatcher checks again at each connection). A name that does not resolve now passes:
-    its deliveries fail and are retried until it does."""
-    literal = literal_address(host)
-    if literal is not None:
-        policy.check(literal)
-        return
-    try:
-        found = await asyncio.get_running_loop().getaddrinfo(host, 0, type=socket.SOCK_STREAM)
-    except OSError:
-        return
-    for *_, address in found:
-        policy.check(str(address[0]))
