@@ -4,7 +4,6 @@ of its own."""
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import subprocess
 import sys
 import threading
@@ -211,47 +210,3 @@ def test_freed_buffers_are_reused_without_faulting_their_pages_in_again(tmp_path
     kernel and faults them in again (992 faults a round measured here without the setting);
     served, the heap keeps them."""
     assert float(_served_answer(tmp_path, _CHURN)) < 10
-
-
-# A served process answers which of uvicorn's command-line modules it has loaded.
-_COMMAND_LINE = """
-import sys
-from coffer_kit.serve import Listener, serve
-
-async def app(scope, receive, send):
-    if scope["type"] != "http":
-        return
-    command_line = ("uvicorn.main", "click", "watchfiles", "multiprocessing")
-    loaded = [name for name in command_line if name in sys.modules]
-    await send({"type": "http.response.start", "status": 200, "headers": []})
-    await send({"type": "http.response.body", "body": repr(loaded).encode()})
-
-serve([Listener(app, "127.0.0.1", int(sys.argv[1]))])
-"""
-
-
-def test_a_served_process_leaves_uvicorns_command_line_unloaded(tmp_path: Path) -> None:
-    assert _served_answer(tmp_path, _COMMAND_LINE) == "[]"
-
-
-def test_the_rest_of_uvicorn_loads_on_first_use() -> None:
-    """Anything but ``Config`` asked of the package runs its own ``__init__``, as a plain import
-    would, once, however many threads ask at the same moment."""
-    probe = (
-        "import sys, threading, coffer_kit.serve, uvicorn\n"
-        "assert 'uvicorn.main' not in sys.modules\n"
-        "start, got = threading.Barrier(8), []\n"
-        "def ask():\n"
-        "    start.wait()\n"
-        "    got.append(uvicorn.run)\n"
-        "threads = [threading.Thread(target=ask) for _ in range(8)]\n"
-        "[thread.start() for thread in threads]\n"
-        "[thread.join() for thread in threads]\n"
-        "from uvicorn import Server, run\n"
-        "assert got == [run] * 8, got\n"
-        "command_line = sys.modules['uvicorn.main']\n"
-        "assert (Server, run, uvicorn.main) == (command_line.Server, command_line.run, command_line.main)\n"
-        "print(uvicorn.__version__)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == importlib.metadata.version("uvicorn")

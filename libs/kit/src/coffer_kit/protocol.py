@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import logging
 
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
 from coffer_kit.errors import envelope
 from coffer_kit.ids import new_id
-from coffer_kit.uvicorn_lean import HttpToolsProtocol
 
 log = logging.getLogger("coffer.http")
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.types import ASGIApp
+from uvicorn.config import Config
+from uvicorn.server import Server as UvicornServer
 
 from coffer_kit.protocol import CofferHttpProtocol
 from coffer_kit.tracing import shutdown_tracing
-from coffer_kit.uvicorn_lean import Config
-from coffer_kit.uvicorn_lean import Server as UvicornServer
 
 
 @dataclass(frozen=True)
