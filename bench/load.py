@@ -144,7 +144,8 @@ def back_free_memory(gib: float) -> str:
     ms of CPU per MB here. A server writing through the page cache takes such pages, so its
     uploads ran at half speed on a freshly booted machine (Directus 221-275 MB/s at 3.8-4.9
     ms of CPU a MB, then 357-419 at 2.2-2.7 once 8 GiB had been written and freed), while
-    Coffer's direct writes did not change (docs/performance.md). Done once before measuring,
+    Coffer's direct writes did not change (docs/performance.md#this-machine-memory-noise-and-swings).
+    Done once before measuring,
     so every side starts with pages the host backs, as on a physical machine. Returns what
     was done, for the report's method line.
     """

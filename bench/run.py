@@ -296,7 +296,7 @@ class Bench:
         """One request per key first: edge's auth cache is then warm, as in steady state.
 
         (A cold edge hit by many concurrent requests for one key is another matter: see
-        docs/performance.md, "cold auth cache".)
+        bench/results/journal.md, "Found on the way: a cold auth cache took edge down".)
         """
         for key in (self.key, self.list_key):
             httpx.get(

@@ -330,7 +330,8 @@ class PgTransaction:
     Through a Session in a worker thread, every statement, the BEGIN and the COMMIT is a round
     trip of its own, and SQLAlchemy's execution, the thread trip and the pool's ping cost the
     process more CPU than the statements (metadata's upload: two transactions of four and five
-    statements; docs/performance.md). Statements are Core statements, compiled once
+    statements; bench/results/journal.md, "What changed this session: the upload's writes on
+    PostgreSQL"). Statements are Core statements, compiled once
     (:class:`DriverStatement`) and prepared on each connection the first time they run there.
     """
 
@@ -592,10 +593,11 @@ class _PgReads:
     """KeyedReads on PostgreSQL, grouped: the reads that arrive while others are on their way
     go together in one pipeline, on one connection, in the order they came.
 
-    A read alone costs its process about 75 µs of CPU, most of it psycopg's and asyncio's
-    waiting for the answer, not the statement; in a pipeline of 8 about 28 µs each, of 16
-    about 23. Metadata's asset GET at 32 connections: 0.04–0.05 ms less CPU a request, 8–16 %
-    more requests a second (docs/performance.md).
+    A read alone costs its process more CPU in psycopg's and asyncio's waiting for the answer
+    than in the statement; in a pipeline each read costs a fraction of that, and metadata's
+    asset GET at 32 connections less CPU a request, more requests a second
+    (bench/results/journal.md, "What changed this evening: the asset GET's read on
+    PostgreSQL, pipelined").
 
     A read that comes while none is out is sent at once, alone. One connection carries the
     reads while it keeps up; another of the pool's takes some when ``KEYED_READ_MORE_AT``
@@ -755,16 +757,18 @@ class KeyedRead(DriverStatement):
     parameter goes through its type's bind processor and each value read through its column
     type's result processor, as SQLAlchemy would. Around one
     such statement, SQLAlchemy's execution, its transaction events, the BEGIN and ROLLBACK and
-    the worker-thread trip cost more CPU than the statement (SQLite: 150 µs against 12;
-    PostgreSQL: three round trips where one will do; docs/performance.md). One statement needs
+    the worker-thread trip cost more CPU than the statement (SQLite: several times as much;
+    PostgreSQL: three round trips where one will do; bench/results/journal.md, "Figures moved
+    out of code comments"). One statement needs
     no transaction: both connections are in autocommit mode, so it reads one snapshot of its
     own and holds none after.
 
     - **SQLite**: ``Database``'s loop connection, a sqlite3 connection with a busy timeout of
-      0, used only on the event loop (tens of microseconds on pages the OS has cached; a page
-      of 50 rows, 0.2 ms). Worker threads stepping SQLite statements side by side hand the GIL
-      back and forth at every row: at 16 concurrent pages each cost three times its CPU
-      alone (docs/performance.md, the listing). A read that meets a lock anyway (WAL
+      0, used only on the event loop (cheap on pages the OS has cached, a page of 50 rows
+      too). Worker threads stepping SQLite statements side by side hand the GIL back and forth
+      at every row: at 16 concurrent pages each cost several times its CPU alone
+      (bench/results/journal.md, "What changed in the morning, each priced A/B in one
+      session"). A read that meets a lock anyway (WAL
       recovery, an exclusive lock) fails at once and runs the same SQL again in a worker
       thread, where it waits as every other statement does.
     - **PostgreSQL**: a psycopg ``AsyncConnection`` from ``Database``'s small pool of them,

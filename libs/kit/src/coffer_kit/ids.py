@@ -56,7 +56,8 @@ def new_id(prefix: str) -> str:
 
     A ULID's text is its 128 bits, big-endian, as 26 base32 digits after two zero bits:
     written here ten bits at a time, since every request mints one (a request id), and
-    python-ulid's encoder takes twice as long.
+    python-ulid's encoder takes longer (bench/results/journal.md, "Issue 16, round 6: the
+    per-request cost, three hot paths").
     """
     value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
     return prefix + "_" + "".join([_PAIRS[(value >> shift) & 0x3FF] for shift in _SHIFTS])

@@ -38,7 +38,8 @@ HTTP_DURATION = Histogram(
 
 
 # Each label set's (counter, histogram) children, looked up once: labels() validates and
-# locks on every call, which cost more than the observation itself (7 against 2.5 µs).
+# locks on every call, which cost more than the observation itself (bench/results/journal.md,
+# "Issue 16, round 6: the per-request cost, three hot paths").
 _CHILDREN: dict[tuple[str, str, str, int], tuple[Counter, Histogram]] = {}
 
 

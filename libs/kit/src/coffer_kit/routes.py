@@ -2,8 +2,9 @@
 
 FastAPI's handler around an endpoint (solving its dependencies, one ``Depends`` object each,
 validating its parameters, its exception and exit-stack layers) cost more CPU than a hot
-read does: about 85 µs a request for ``GET /api/assets/:id``'s four dependencies against
-24 µs for the same route through :class:`LeanRoute` (a loop in one process). A lean route's
+read does: ``GET /api/assets/:id``'s four dependencies cost several times the same route
+through :class:`LeanRoute` (a loop in one process; bench/results/journal.md, "Figures moved
+out of code comments"). A lean route's
 endpoint is called with the request and its path parameters, reads what else it needs
 (headers, a JSON body with :func:`json_body`) once, and answers a ``Response`` itself.
 

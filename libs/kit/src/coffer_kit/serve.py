@@ -43,8 +43,9 @@ def release_free_memory() -> None:
     """Give the C heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere a no-op).
 
     glibc returns only the top of its heaps by itself; the free pages in the middle stay
-    resident. Start-up (imports, the routes' validators, the lifespan) leaves 3-5 MiB of them
-    per service, and a first upload 3-4 MiB more in metadata and blob (docs/performance.md).
+    resident. Start-up (imports, the routes' validators, the lifespan) leaves some of them in
+    every service, and a first upload more in metadata and blob (bench/results/journal.md,
+    "Issue 16, round 4: idle RSS").
     """
     trim = _glibc("malloc_trim")
     if trim is not None:
@@ -66,9 +67,10 @@ def keep_freed_memory() -> None:
     A body streams through in pieces of up to 256 KiB (a socket read), each copied a few
     times on the way; with glibc's own thresholds most of those buffers were mapped and
     unmapped, or the heap's top trimmed, piece after piece, so the next one's pages faulted
-    in again: 204 page faults per MB relayed in edge and about 40 in blob, where a virtual
-    machine pays its host for each (docs/performance.md: the 100 MiB upload 500 MB/s against
-    312-417 once none is left). Buffers of up to ``HEAP_MMAP_THRESHOLD`` come from the heap.
+    in again, in edge and in blob, where a virtual machine pays its host for each
+    (docs/performance.md#this-machine-memory-noise-and-swings; the faults and the upload's A/B:
+    bench/results/journal.md, the runs of 2026-11-27 06:31, "What changed this session", 2).
+    Buffers of up to ``HEAP_MMAP_THRESHOLD`` come from the heap.
     An idle process still gives its free pages back (``release_free_memory``).
     """
     mallopt = _glibc("mallopt")
@@ -84,8 +86,8 @@ def freeze_start_up_objects() -> None:
     A request that frees all it allocates never starts a collection; one whose objects outlive
     it does: a traced request's spans wait in the exporter's queue for up to 512 others, so
     every few dozen requests start one, and every few hundred a full one that walked the whole
-    start-up heap (issue 28: 45 µs per traced request of edge's shape in process, 0 once
-    frozen; bench/trace_probe.py --heap --gc-freeze). Frozen objects are still freed when
+    start-up heap (issue 28, measured with bench/trace_probe.py --heap --gc-freeze:
+    bench/results/journal.md, "Issue 28: tracing's cost"). Frozen objects are still freed when
     their last reference goes; only start-up's cycles that become garbage later would stay.
     """
     gc.collect()
@@ -105,9 +107,10 @@ class Server(UvicornServer):
         yield
 
     async def main_loop(self) -> None:
-        # uvicorn's own loop wakes every 0.1 s to see whether it should stop: about 1.5 ms of
-        # CPU a second per idle listener, some 10 ms for an idle stack. What its tick does (the
-        # date header, the trim below) is once a second anyway; exit() wakes it for a stop.
+        # uvicorn's own loop wakes every 0.1 s to see whether it should stop, CPU that every idle
+        # listener spends for nothing (bench/results/journal.md, the runs of 2026-11-27 06:31,
+        # "What changed this session", 3). What its tick does (the date header, the trim below)
+        # is once a second anyway; exit() wakes it for a stop.
         self._loop, self._woken = asyncio.get_running_loop(), asyncio.Event()
         counter = 0
         while not await self.on_tick(counter):

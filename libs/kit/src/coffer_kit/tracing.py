@@ -192,8 +192,8 @@ def client_trace_config(
     headers copied into a dict for header capture that is off, the URL parsed again for
     ``server.address`` and ``server.port`` (not recorded under the default conventions) and
     its own credential redaction beside ``url_filter``'s. In process, edge's call to metadata
-    cost 50 µs of CPU more traced than untraced with the instrumentation beside the span
-    itself, and about half as much this way (bench/trace_probe.py, docs/performance.md)."""
+    costs less CPU traced this way than with the instrumentation beside the span itself
+    (bench/trace_probe.py; bench/results/journal.md, "Issue 28: tracing's cost")."""
     import aiohttp
 
     spans = tracer or trace.get_tracer("coffer.http.client")
@@ -267,7 +267,8 @@ def _redactor() -> SpanProcessor:
     """No span keeps a credential sent in the query string or the path: a server span's URL
     attributes are redacted as it starts (FastAPI sets them then), before anything can export
     them. Client spans' URLs are redacted by their own instrumentation (``url_filter``), and no
-    other span records a URL, so they are not looked at (a few µs a span: issue 28)."""
+    other span records a URL, so they are not looked at (issue 28; what the redactor costs a span:
+    bench/results/journal.md, "Issue 28: tracing's cost")."""
     from opentelemetry.sdk.trace import SpanProcessor
 
     class Redactor(SpanProcessor):

@@ -40,8 +40,9 @@ def check_strength(password: str, *, context: list[str]) -> None:
         raise invalid(f"The password must be at least {MIN_LENGTH} characters.", field="password")
     if len(password) > MAX_LENGTH:
         raise invalid(f"The password must be at most {MAX_LENGTH} characters.", field="password")
-    # Imported on first use: its dictionaries hold about 10 MiB that an auth process which
-    # only checks keys (the hot path) never needs.
+    # Imported on first use: its dictionaries hold RSS that an auth process which only checks
+    # keys (the hot path) never needs (bench/results/journal.md, "Issue 16, round 3: idle RSS
+    # and CPU per request").
     from zxcvbn import zxcvbn  # type: ignore[import-untyped]
 
     result = zxcvbn(password[:_ZXCVBN_MAX], user_inputs=_words(context))

@@ -6,9 +6,9 @@ It replaced streaming-form-data, which blob drove through a private class (``_Pa
 by hand to skip an ``email`` header parse per upload) and imported with smart_open's remote
 transports hidden in ``sys.modules`` (its ``targets`` module imports smart_open, which
 imports boto3 and requests): either would break silently on an upgrade (issue 28). Measured
-in one process on 64 KiB writes: a 4 KiB upload's body parsed in 29 µs here against 392 µs;
-a 100 MiB one at 1,990 MiB/s against 2,658 (about 13 ms more per 100 MiB, against a 250 ms
-upload).
+in one process on 64 KiB writes, a small upload's body parses much quicker here and a 100 MiB
+one a little slower, a small part of its upload's time (bench/results/journal.md, "Figures
+moved out of code comments").
 
 Part heads are bounded before any byte reaches the parser (``uploads._PartHeads``), so what
 this keeps of a head is bounded too.

@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
         port = settings.metadata_dispatcher_port
         serve([Listener(create_dispatcher_app(settings), settings.metadata_host, port)], graceful_seconds=15)
         return 0
-    # Imported here, not above: the dispatcher does not load the API's routers (1.4 MiB).
+    # Imported here, not above: the dispatcher does not load the API's routers (their idle RSS:
+    # bench/results/journal.md, "Figures moved out of code comments").
     from coffer_metadata.main import create_app
 
     configure_logging("metadata", settings.log_level, settings.log_format)

@@ -33,9 +33,11 @@ A file that arrives in batches of a MiB or more (a large upload) is written with
 ``O_DIRECT`` where the file system allows it: through a page-aligned stage a MiB at a time,
 the last block padded and the file cut back to its length before the fsync at commit. Its
 bytes never pass through the page cache, which a buffered write would first have to fill
-with fresh pages (docs/performance.md: 0.1 ms of CPU a MB against 0.3 with pages the kernel
-has at hand, and 2.1 on a virtual machine whose free pages go back to its host), and the
-cache is left to what is read. Small files, and resumable uploads' part files, are written
+with fresh pages (more CPU a MB than the direct write even with pages the kernel has at hand,
+many times more on a virtual machine whose free pages go back to its host:
+docs/performance.md#this-machine-memory-noise-and-swings; bench/results/journal.md, "Figures
+moved out of code comments"), and the cache is left to what is read. Small files, and
+resumable uploads' part files, are written
 buffered.
 
 Commits in one bucket share its fsync (``_DirSync``): a commit waits for an fsync of the
@@ -70,7 +72,8 @@ _RESERVED = "%"  # first character of the driver's own file names
 SYNC_EVERY = 16 * 1024 * 1024
 # (A resumable upload's part file is flushed the same way: every fdatasync of a growing file
 # also commits the file system's journal, so flushing a 5 MiB chunk every 512 KiB as it
-# arrived cost the disk more than the checkpoint's one fsync saved; docs/performance.md, tus.)
+# arrived cost the disk more than the checkpoint's one fsync saved; bench/results/journal.md,
+# "Issue 24: resumable uploads (tus) ÷ `POST /api/assets`".)
 # A file whose first batch is at least this large is written with O_DIRECT (module docstring).
 DIRECT_MIN_BYTES = 1024 * 1024
 # Direct writes go out a stage at a time; offsets and lengths are multiples of a block (the
@@ -110,7 +113,8 @@ class _DirSync:
     ends, so every commit that arrived while one ran waits for the next, and one runs for all.
 
     At 16 concurrent 4 KiB uploads into one bucket, the directory fsync was one of three per
-    upload (7.7% of blob's busy samples in ``bench/profile.py upload-small``).
+    upload, with a share of blob's busy samples of its own in ``bench/profile.py upload-small``
+    (bench/results/journal.md, "3. 4 KiB uploads, 16 concurrent: 0.01× of nginx").
     """
 
     __slots__ = ("done", "running", "started", "users", "wake")

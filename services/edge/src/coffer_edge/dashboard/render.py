@@ -131,9 +131,9 @@ class Renderer:
     @cached_property
     def templates(self) -> Jinja2Blocks:
         """The template environment, made on the first page: Jinja2 (with jinja2-fragments and
-        MarkupSafe) is 4.4 MiB of RSS that an edge whose dashboard is never opened (an API-only
-        use) does not need. The first page of a process pays for the import, once: 0.17-0.20 s
-        of CPU on a loaded two-core machine; later pages are unchanged."""
+        MarkupSafe) is RSS that an edge whose dashboard is never opened (an API-only use) does
+        not need. The first page of a process pays for the import, once; later pages are
+        unchanged (bench/results/journal.md, "Issue 16, round 4: idle RSS")."""
         from jinja2_fragments.fastapi import Jinja2Blocks
 
         templates = Jinja2Blocks(directory=str(HERE / "templates"))

@@ -103,7 +103,8 @@ MAX_FOLDER_DEPTH = 1000
 USER_AGENT = "Coffer-Webhooks/1"
 
 # The cycle's statements, built once: an expression built and keyed for every call costs
-# about 0.35 ms of CPU, a prebuilt one's execution a tenth of that, and a cycle runs a dozen.
+# several times a prebuilt one's execution, and a cycle runs a dozen (bench/results/journal.md,
+# "What changed at noon, priced A/B in one session").
 _IDS = "ids"
 _PENDING_EVENTS = (
     sa.select(_events)
@@ -991,7 +992,8 @@ def _untraced(work: Callable[..., T], *args: Any) -> T:
     no span without a parent: this is a guard, not a measured fix)."""
     if not tracing_enabled():  # then nothing is instrumented, and there is nothing to suppress
         return work(*args)
-    # Imported with tracing on only: otherwise 0.7 MiB of idle RSS (wrapt with it).
+    # Imported with tracing on only: otherwise idle RSS for nothing (wrapt with it;
+    # bench/results/journal.md, "Figures moved out of code comments").
     from opentelemetry.instrumentation.utils import suppress_instrumentation
 
     with suppress_instrumentation():

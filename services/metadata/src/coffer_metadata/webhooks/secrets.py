@@ -40,9 +40,10 @@ class SecretBox:
         self._aead: AESGCM | None = None
 
     def _cipher(self) -> AESGCM:
-        # cryptography is imported on the first seal or open, not at start: 6.5 MiB of idle RSS
-        # (its Rust extension mostly) that metadata's API needs only to create or rotate an
-        # endpoint, and the dispatcher only once a delivery is due.
+        # cryptography is imported on the first seal or open, not at start: idle RSS (its Rust
+        # extension mostly; bench/results/journal.md, "Figures moved out of code comments") that
+        # metadata's API needs only to create or rotate an endpoint, and the dispatcher only once
+        # a delivery is due.
         if self._aead is None:
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
