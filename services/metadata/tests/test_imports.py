@@ -13,7 +13,7 @@ import sys
 PROBES = {
     "serve": "import coffer_metadata.main; coffer_metadata.main.create_app()",
     "dispatch": (
-        "import coffer_metadata.webhooks.dispatcher as d; from coffer_metadata.config import Settings; "
+        "import coffer_metadata.webhooks.dispatch.app as d; from coffer_metadata.config import Settings; "
         "d.create_dispatcher_app(Settings())"
     ),
 }

@@ -27,7 +27,8 @@ from coffer_kit.ids import new_id
 from coffer_kit.timeutil import utcnow
 from coffer_kit.wire import ACTOR_HEADER
 from coffer_metadata.config import Settings
-from coffer_metadata.webhooks.dispatcher import Dispatcher, Job, _fair_pick
+from coffer_metadata.webhooks.dispatch.claim import Job, _fair_pick
+from coffer_metadata.webhooks.dispatch.dispatcher import Dispatcher
 from coffer_metadata.webhooks.safety import AddressPolicy
 from coffer_metadata.webhooks.secrets import SecretBox
 
@@ -273,7 +274,7 @@ async def test_leases_five_days_of_failures_and_410(
     """Two dispatchers never hold one delivery at once; a lease that ended can be taken again;
     an endpoint failing for 5 days is disabled, and one answering 410 at once (both audited)."""
 
-    from coffer_metadata.webhooks.dispatcher import Outcome
+    from coffer_metadata.webhooks.dispatch.send import Outcome
 
     org = new_id("org")
     settings = Settings(metadata_database_url=database_url, data_dir=tmp_path)
@@ -374,7 +375,7 @@ async def test_a_dispatcher_alone_on_a_quick_endpoint_leases_ahead_and_gives_bac
     lease would end before a send could is never sent: its lease goes back in the next cycle
     and another dispatcher takes it at once."""
 
-    from coffer_metadata.webhooks.dispatcher import PREFETCH
+    from coffer_metadata.webhooks.dispatch.claim import PREFETCH
 
     org = new_id("org")
     settings = Settings(metadata_database_url=database_url, data_dir=tmp_path)
@@ -417,7 +418,7 @@ async def test_a_lease_read_that_fails_after_the_commit_records_each_send_once(
     write lock). If that read fails, the cycle has still recorded what it was given: it
     answers no jobs instead of raising (which would have the next cycle record the same sends
     again), and what it leased waits for its lease to end."""
-    from coffer_metadata.webhooks.dispatcher import Outcome
+    from coffer_metadata.webhooks.dispatch.send import Outcome
 
     class Unreadable(Dispatcher):
         def _leased(self, *_args: Any) -> list[Any]:

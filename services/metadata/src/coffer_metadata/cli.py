@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     from coffer_kit.serve import Listener, serve
 
     if args.command == "dispatch":
-        from coffer_metadata.webhooks.dispatcher import create_dispatcher_app
+        from coffer_metadata.webhooks.dispatch.app import create_dispatcher_app
 
         configure_logging("webhooks", settings.log_level, settings.log_format)
         os.nice(settings.metadata_webhook_niceness)

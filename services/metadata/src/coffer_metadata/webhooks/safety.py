@@ -2,7 +2,7 @@
 host that resolves only to public addresses unless the operator allowlists a range.
 
 The check happens where the connection is made: the dispatcher's aiohttp connector resolves
-through ``dispatcher.PublicOnlyResolver``, which refuses internal addresses and hands aiohttp the
+through ``dispatch.send.PublicOnlyResolver``, which refuses internal addresses and hands aiohttp the
 addresses it checked, so aiohttp connects to exactly those (no second lookup a rebinding DNS
 could answer differently) while keeping the URL's host name for the Host header, TLS SNI and
 certificate verification. A URL naming an IP literal is checked before the request (aiohttp
