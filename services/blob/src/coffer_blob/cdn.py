@@ -175,7 +175,20 @@ async def _transformed(request: Request, key: str, state: BlobState) -> Response
     name = variant_key(key, transform)
     found = await _read_variant(storage, name)
     if found is None:
-        await _check_source_type(storage, key)
+        source = await _check_source_type(storage, key)
+        if request.method == "HEAD":
+            # HEAD never renders: what the variant will be, without its validators or length
+            # (unknown until it is rendered), and not to be cached.
+            out_fmt = formats.resolve_format(transform, source, "")
+            filename = _stem(info.key) + formats.EXTENSIONS[out_fmt]
+            head = {
+                "content-type": formats.MEDIA_TYPES[out_fmt],
+                "content-disposition": "inline; filename*=UTF-8''" + quote(filename, safe=""),
+                "cache-control": "no-store",
+            }
+            if auto:
+                head["vary"] = "Accept"
+            return Response(status_code=200, headers=head)
         outcome = await pool.render(key, name, transform, private=info.private)
         if outcome[0] == "gone":
             raise not_found("No such object.")
@@ -194,9 +207,7 @@ async def _transformed(request: Request, key: str, state: BlobState) -> Response
         CACHE_HITS.inc()
     variant, body = found
     headers = _representation_headers(variant, cache)
-    stem = info.key.rsplit("/", 1)[-1]
-    stem = stem.rsplit(".", 1)[0] if "." in stem.lstrip(".") else stem
-    filename = stem + _EXTENSIONS.get(variant.content_type, "")
+    filename = _stem(info.key) + _EXTENSIONS.get(variant.content_type, "")
     headers["content-disposition"] = "inline; filename*=UTF-8''" + quote(filename, safe="")
     if auto:
         headers["vary"] = "Accept"
@@ -204,6 +215,12 @@ async def _transformed(request: Request, key: str, state: BlobState) -> Response
 
 
 _EXTENSIONS = {media: formats.EXTENSIONS[fmt] for fmt, media in formats.MEDIA_TYPES.items()}
+
+
+def _stem(key: str) -> str:
+    """The original's file name without its extension (a variant's name takes its own)."""
+    stem = key.rsplit("/", 1)[-1]
+    return stem.rsplit(".", 1)[0] if "." in stem.lstrip(".") else stem
 
 
 def variant_key(key: str, transform: Transform) -> str:
@@ -224,7 +241,9 @@ async def _requested(query: QueryParams, key: str, access: str, state: BlobState
     if preset is not None and preset not in transforms.BUILTIN_PRESETS and state.presets is not None:
         org_id = key.split("/", 1)[0]
         org_presets = state.presets.get(org_id)
-        if org_presets is None:
+        if org_presets is None or preset not in org_presets:
+            # A name the cache lacks is read again at once: a preset just created is known on
+            # its first use (its public URLs exist already).
             org_presets = await run_in_threadpool(presets.read, state.storage, org_id)
             state.presets.put(org_id, org_presets)
     transform = transforms.parse(query, signed=access == "signed", presets=org_presets)
@@ -238,14 +257,17 @@ async def _read_variant(storage: Storage, name: str) -> tuple[ObjectInfo, bytes 
     return await run_in_threadpool(storage.read_small, name, SMALL_OBJECT_BYTES)
 
 
-async def _check_source_type(storage: Storage, key: str) -> None:
-    """415 ``not_an_image`` from the original's first bytes, before a worker is asked."""
+async def _check_source_type(storage: Storage, key: str) -> str:
+    """The source's format from the original's first bytes (else 415 ``not_an_image``),
+    before a worker is asked."""
 
     first = await run_in_threadpool(read_range, storage, key, 0, 32)
     if first is None:
         raise not_found("No such object.")
-    if formats.sniff_format(first) is None:
+    source = formats.sniff_format(first)
+    if source is None:
         raise not_an_image()
+    return source
 
 
 def _servable(found: tuple[ObjectInfo, bytes | None] | None, access: str) -> tuple[ObjectInfo, bytes | None]:
