@@ -173,6 +173,8 @@ async def _transformed(request: Request, key: str, state: BlobState) -> Response
         chosen = next((fmt for fmt in formats.AUTO_ORDER if formats.MEDIA_TYPES[fmt] in accept), "auto")
         transform = dataclasses.replace(transform, fmt=chosen)
     name = variant_key(key, transform)
+    # A source refused already (or too slow lately) costs no more reads of the store.
+    _raise_remembered(pool.remembered(key))
     found = await _read_variant(storage, name)
     if found is None:
         source = await _check_source_type(storage, key)
@@ -192,9 +194,7 @@ async def _transformed(request: Request, key: str, state: BlobState) -> Response
         outcome = await pool.render(key, name, transform, private=info.private)
         if outcome[0] == "gone":
             raise not_found("No such object.")
-        if outcome[0] == "refused":
-            _, status, code, message, details = outcome
-            raise CofferError(status, code, message, details=details)
+        _raise_remembered(outcome)
         # Deleted while it rendered? The variant must not outlive its original: the delete
         # removes variants after the original, so one stored after that removal is caught here.
         if await run_in_threadpool(storage.stat, key) is None:
@@ -212,6 +212,13 @@ async def _transformed(request: Request, key: str, state: BlobState) -> Response
     if auto:
         headers["vary"] = "Accept"
     return await _serve(request, storage, variant, body, headers, access)
+
+
+def _raise_remembered(outcome: tuple[object, ...] | None) -> None:
+    """A worker's refusal (415, 422) as the error it is."""
+    if outcome is not None and outcome[0] == "refused":
+        _, status, code, message, details = outcome
+        raise CofferError(status, code, message, details=details)  # type: ignore[arg-type]
 
 
 _EXTENSIONS = {media: formats.EXTENSIONS[fmt] for fmt, media in formats.MEDIA_TYPES.items()}

@@ -145,10 +145,9 @@ class TransformPool:
             )
         return self._pool
 
-    async def render(
-        self, key: str, variant_key: str, transform: Transform, *, private: bool
-    ) -> worker.Outcome:
-        """The worker's outcome for this variant, joining a render of it already running."""
+    def remembered(self, key: str) -> worker.Outcome | None:
+        """A refusal remembered for this source (or 503 for one that ran out of time lately):
+        the CDN asks before reading anything more of the source."""
         refused = self._refused.get(key)
         if refused is not None:
             return refused
@@ -163,6 +162,15 @@ class TransformPool:
                     retry_after=int(left) + 1,
                 )
             del self._slow[key]
+        return None
+
+    async def render(
+        self, key: str, variant_key: str, transform: Transform, *, private: bool
+    ) -> worker.Outcome:
+        """The worker's outcome for this variant, joining a render of it already running."""
+        remembered = self.remembered(key)
+        if remembered is not None:
+            return remembered
         flight = self._flights.get(variant_key)
         if flight is not None:
             SHARED.inc()
@@ -284,6 +292,10 @@ class TransformPool:
         """Wait for a worker, then render on it; TimeoutError at ``deadline`` (perf_counter)."""
         await asyncio.wait_for(self._worker_slot(org), deadline - time.perf_counter())
         try:
+            # Refused while this one waited (another variant of the source, asked at once)?
+            remembered = self.remembered(key)
+            if remembered is not None:
+                return remembered
             began = time.perf_counter()
             left = deadline - began
             if left <= 0:
