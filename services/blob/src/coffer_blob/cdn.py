@@ -174,7 +174,7 @@ async def _transformed(request: Request, key: str, state: BlobState) -> Response
         transform = dataclasses.replace(transform, fmt=chosen)
     name = variant_key(key, transform)
     # A source refused already (or too slow lately) costs no more reads of the store.
-    _raise_remembered(pool.remembered(key))
+    _raise_remembered(pool.remembered(key, name))
     found = await _read_variant(storage, name)
     if found is None:
         source = await _check_source_type(storage, key)

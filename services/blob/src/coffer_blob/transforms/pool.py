@@ -18,8 +18,10 @@ sources can neither hold every worker nor make another's new variants wait behin
 Originals never touch the pool, so they keep being served meanwhile.
 
 Sources a worker refused (415, 422) are remembered, and so, for ``SLOW_KEPT_SECONDS``, are
-sources whose render ran out of time on its worker: asking again answers at once, without a
-worker.
+variants whose render ran out of time on its worker (half the time limit or more on the
+worker, not in the queue): asking again answers at once, without a worker. A variant, not its
+source: a source too slow to render at 4000 pixels may be quick to shrink on load to a
+thumbnail, and a source's variants on public URLs are its presets (at most 24).
 
 Concurrent requests for one variant share its render (a flight per variant key, in this
 process): it is computed once and every request is served the same stored bytes.
@@ -114,8 +116,11 @@ class TransformPool:
         # Sources a worker refused (415, 422), by key: keys never change content, so asking
         # again would only read the whole source again (up to 100 MiB) to refuse it again.
         self._refused: dict[str, worker.Outcome] = {}
-        # Sources whose render ran out of time on its worker, by key: until when to say so.
+        # Variants whose render ran out of time on its worker, by variant key: until when.
         self._slow: dict[str, float] = {}
+        # Done once the pool's first worker (or a killed one's replacement) has started: that
+        # is not a render's time.
+        self._started: asyncio.Future[None] | None = None
 
     @property
     def capacity(self) -> int:
@@ -145,13 +150,13 @@ class TransformPool:
             )
         return self._pool
 
-    def remembered(self, key: str) -> worker.Outcome | None:
-        """A refusal remembered for this source (or 503 for one that ran out of time lately):
-        the CDN asks before reading anything more of the source."""
+    def remembered(self, key: str, variant_key: str) -> worker.Outcome | None:
+        """A refusal remembered for this source (or 503 for a variant that ran out of time
+        lately): the CDN asks before reading anything more of the source."""
         refused = self._refused.get(key)
         if refused is not None:
             return refused
-        slow_until = self._slow.get(key)
+        slow_until = self._slow.get(variant_key)
         if slow_until is not None:
             left = slow_until - time.monotonic()
             if left > 0:
@@ -161,14 +166,14 @@ class TransformPool:
                     f"{self.settings.cdn_transform_timeout:g} s; it is not tried again for a while.",
                     retry_after=int(left) + 1,
                 )
-            del self._slow[key]
+            del self._slow[variant_key]
         return None
 
     async def render(
         self, key: str, variant_key: str, transform: Transform, *, private: bool
     ) -> worker.Outcome:
         """The worker's outcome for this variant, joining a render of it already running."""
-        remembered = self.remembered(key)
+        remembered = self.remembered(key, variant_key)
         if remembered is not None:
             return remembered
         flight = self._flights.get(variant_key)
@@ -293,9 +298,10 @@ class TransformPool:
         await asyncio.wait_for(self._worker_slot(org), deadline - time.perf_counter())
         try:
             # Refused while this one waited (another variant of the source, asked at once)?
-            remembered = self.remembered(key)
+            remembered = self.remembered(key, variant_key)
             if remembered is not None:
                 return remembered
+            await asyncio.wait_for(asyncio.shield(self._start()), deadline - time.perf_counter())
             began = time.perf_counter()
             left = deadline - began
             if left <= 0:
@@ -306,11 +312,12 @@ class TransformPool:
                 result: worker.Outcome = await asyncio.wait_for(asyncio.wrap_future(future), left)
             except (TimeoutError, FutureCancelled):
                 future.cancel()  # type: ignore[no-untyped-call]  # a running task's worker is killed
+                self._started = None  # the next render waits for its replacement's start first
                 if time.perf_counter() - began >= self.settings.cdn_transform_timeout / 2:
                     # Its own render, not the queue, took the time: it would again.
                     if len(self._slow) >= REFUSALS_KEPT:
                         self._slow.clear()
-                    self._slow[key] = time.monotonic() + SLOW_KEPT_SECONDS
+                    self._slow[variant_key] = time.monotonic() + SLOW_KEPT_SECONDS
                 raise TimeoutError from None
             except _process_expired() as exc:
                 # The worker died under this render: its memory limit (a library that aborts
@@ -322,12 +329,28 @@ class TransformPool:
         finally:
             self._release(org)
 
+    def _start(self) -> asyncio.Future[None]:
+        """The pool's start (or a killed worker's replacement): a worker forked and initialised."""
+        if self._started is None or (self._started.done() and self._started.exception() is not None):
+            ping = self._workers().submit(worker.ping, None)
+            self._started = asyncio.ensure_future(_discard(asyncio.wrap_future(ping)))
+            # Its failure is each waiting render's (a 503); none may be waiting by then.
+            self._started.add_done_callback(lambda done: done.cancelled() or done.exception())
+        return self._started
+
     def close(self) -> None:
         """Stop the workers (a render in progress is abandoned; its requests are gone too)."""
+        if self._started is not None:
+            self._started.cancel()
+            self._started = None
         if self._pool is not None:
             self._pool.stop()  # type: ignore[no-untyped-call]
             self._pool.join(timeout=10)
             self._pool = None
+
+
+async def _discard(future: asyncio.Future[None]) -> None:
+    await future
 
 
 def _process_expired() -> type[Exception]:

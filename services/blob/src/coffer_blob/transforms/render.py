@@ -28,6 +28,10 @@ SAMPLE_BYTES = {
     "double": 8,
     "dpcomplex": 16,
 }
+# How libvips and its encoders report an allocation refused (by the worker's RLIMIT_DATA):
+# libvips "out of memory", libjpeg "Insufficient memory", libheif "Failed to allocate",
+# libwebp's encoder only "unable to encode" (measured with libvips 8.18.7).
+MEMORY_MARKS = ("memory", "alloc", "unable to encode")
 # A progressive JPEG is decoded from a whole-image buffer of DCT coefficients, 16 bits each,
 # whatever the shrink (libjpeg's buffered-image mode).
 COEFFICIENT_BYTES = 2
@@ -117,7 +121,8 @@ def render(data: bytes, transform: Transform, out_fmt: str, *, limits: Limits | 
     except MemoryError as exc:
         raise limits.exceeded() from exc
     except pyvips.Error as exc:
-        # libvips reports an allocation the worker's RLIMIT_DATA refused as "out of memory".
-        if "out of memory" in f"{exc.message} {exc.detail}":
+        # An allocation the worker's RLIMIT_DATA refused, as libvips and the encoders say it.
+        said = f"{exc.message} {exc.detail}".lower()
+        if any(mark in said for mark in MEMORY_MARKS):
             raise limits.exceeded() from exc
         raise errors.not_an_image("The asset's image data cannot be decoded.") from exc

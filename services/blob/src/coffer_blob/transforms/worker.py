@@ -32,8 +32,8 @@ Outcome = tuple[Any, ...]
 
 _storage: Storage | None = None
 _limits: Limits | None = None
-# Workers run below the CDN process's priority (nice 10): see init().
-WORKER_NICENESS = 10
+# Workers run below the CDN process's priority: see init().
+WORKER_NICENESS = 5
 
 
 def init(settings: Settings, environ: dict[str, str]) -> None:
@@ -50,8 +50,6 @@ def init(settings: Settings, environ: dict[str, str]) -> None:
     global _storage, _limits
     _limits = Limits.of(settings)
     resource.setrlimit(resource.RLIMIT_DATA, (_limits.memory_bytes, _limits.memory_bytes))
-    # Below the CDN's own priority: renders take the CPU the CDN's downloads leave.
-    os.nice(WORKER_NICENESS)
     import pyvips  # libvips is loaded in workers only, never in the CDN process
 
     os.environ.update(environ)
@@ -64,6 +62,13 @@ def init(settings: Settings, environ: dict[str, str]) -> None:
     # count already uses the cores.
     pyvips.concurrency_set(settings.cdn_transform_threads)
     _storage = make_driver(settings)
+    # Below the CDN's own priority once started: renders take the CPU the CDN's downloads
+    # leave. Mildly (a weight of a third): the worker still renders on a busy machine.
+    os.nice(WORKER_NICENESS)
+
+
+def ping() -> None:
+    """Nothing: the pool's first task, which returns once a worker has started."""
 
 
 def run(key: str, variant_key: str, transform: Transform, private: bool) -> Outcome:
