@@ -45,7 +45,8 @@ class Settings(BaseServiceSettings):
     # coefficient per sample) must also fit in half a worker's memory, and a source has at
     # most 256 pages or frames (coffer_blob.transforms.render).
     cdn_transform_max_decoded_mb: int = Field(default=200, ge=1, le=4096)
-    # How long the CDN keeps an organization's presets before reading them again (<= 5 s).
+    # How long the CDN keeps an organization's presets before reading them again (<= 5 s); a
+    # name it lacks is read again at once.
     cdn_preset_cache_seconds: float = Field(default=5.0, ge=0, le=5)
     # HMAC secret for signed CDN URLs; only blob knows it.
     signing_secret: SecretStr | None = None
