@@ -77,9 +77,7 @@ def _fork_server_and_workers(pid: int) -> int:
     return tree_rss_bytes(pid) - rss_bytes(pid)
 
 
-def test_hostile_images_are_refused_in_time_within_the_memory_bound(
-    stack: Any, tenant: Any, backend: str
-) -> None:
+def test_hostile_images_are_refused_in_time_within_the_memory_bound(stack: Any, tenant: Any) -> None:
     api = tenant.api
     corpus = hostile_corpus()
     assert set(corpus) == set(EXPECTED)
@@ -144,10 +142,11 @@ def test_hostile_images_are_refused_in_time_within_the_memory_bound(
         f"{rss.peak['blob'] / MIB:.0f} MiB (CDN {cdn_process / MIB:.0f}, fork server and workers "
         f"{fork_server_and_workers / MIB:.0f} after), bound {bound / MIB:.0f} MiB"
     )
-    # The figure where the store is the CDN's own disk. On the production backend the
-    # test's store is moto, a Python S3 server on the same (shared, 2-core) machine, through
-    # which every download and every transform passes: there its p99 before any transform
-    # (measured 30-65 ms at load 8-14) scales the bound.
-    limit = 0.1 if backend == "embedded" else max(0.1, 4 * p99_before)
+    # The figure, 100 ms, unless the machine is so loaded that the download's own p99
+    # before any transform was above 25 ms: then four times that. Measured on the shared
+    # 2-core machine: 6-16 ms before on the filesystem store, 30-65 ms on the production
+    # backend, whose store in tests is moto (a Python S3 server on the same cores, through
+    # which every download and every transform passes).
+    limit = max(0.1, 4 * p99_before)
     assert p99 < limit
     assert rss.peak["blob"] < bound
