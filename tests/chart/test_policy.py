@@ -186,9 +186,14 @@ def test_cdn_pods_serve_downloads_and_blob_pods_uploads(
         "image"
     ]
     assert blob_image == cdn_image, "cdn runs the blob image"
+    # By default too (issue 44): image transforms run in the cdn pods, never in those that
+    # take uploads, so a transform can never restart them.
     default = render()
-    assert args(default, "coffer-blob") == ["serve", "--role", "all"]
-    assert not [d for d in of_kind(default, "Deployment") if d["metadata"]["name"] == "coffer-cdn"]
+    assert args(default, "coffer-blob") == ["serve", "--role", "api"]
+    assert args(default, "coffer-cdn") == ["serve", "--role", "cdn"]
+    together = render("--set", "cdn.enabled=false")
+    assert args(together, "coffer-blob") == ["serve", "--role", "all"]
+    assert not [d for d in of_kind(together, "Deployment") if d["metadata"]["name"] == "coffer-cdn"]
 
 
 def test_pdbs_and_topology_spread_cover_every_deployment(scenario: Docs) -> None:
@@ -262,10 +267,19 @@ def test_routes_reach_only_the_public_listeners(scenario: Docs) -> None:
 
 
 def test_the_cdn_service_never_exposes_blob_internal_api(render: Callable[..., Docs]) -> None:
-    cdn = named(render(), "Service", "coffer-cdn")
+    # blob's pods serving the CDN host too: the CDN's Service has the CDN port alone.
+    together = render("--set", "cdn.enabled=false")
+    cdn = named(together, "Service", "coffer-cdn")
     assert [p["port"] for p in cdn["spec"]["ports"]] == [8090]
-    blob = named(render(), "Service", "coffer-blob")
+    blob = named(together, "Service", "coffer-blob")
     assert [p["port"] for p in blob["spec"]["ports"]] == [8083]
+    # The cdn pods (the default): the CDN's Service selects them alone, whose :8083 serves
+    # health and metrics only (`--role cdn`), never blob's internal API.
+    cdn = named(render(), "Service", "coffer-cdn")
+    assert cdn["spec"]["selector"]["app.kubernetes.io/component"] == "cdn"
+    assert (
+        named(render(), "Service", "coffer-blob")["spec"]["selector"]["app.kubernetes.io/component"] == "blob"
+    )
 
 
 # ----------------------------------------------------------------------- network policy

@@ -219,12 +219,21 @@ def _memory(docs: Docs, name: str) -> dict[str, str]:
 
 
 def test_the_pods_serving_the_cdn_get_the_transform_workers_memory(render: Callable[..., Docs]) -> None:
-    # Defaults: blob serves the CDN; 2 workers × 256 MiB on top of blob's 256Mi / 768Mi.
-    assert _memory(render(), "coffer-blob") == {"requests": "768Mi", "limits": "1280Mi"}
-    split = render("--set", "cdn.enabled=true", "--set", "transforms.workers=3")
-    assert _memory(split, "coffer-cdn") == {"requests": f"{192 + 768}Mi", "limits": f"{512 + 768}Mi"}
-    assert _memory(split, "coffer-blob") == {"requests": "256Mi", "limits": "768Mi"}
-    off = render("--set", "transforms.enabled=false")
+    # Defaults: the cdn pods serve the CDN; 2 workers × 384 MiB on top of cdn's 192Mi / 512Mi,
+    # and blob's pods, which take uploads, get none of it.
+    default = render()
+    assert _memory(default, "coffer-cdn") == {"requests": f"{192 + 768}Mi", "limits": f"{512 + 768}Mi"}
+    assert _memory(default, "coffer-blob") == {"requests": "256Mi", "limits": "768Mi"}
+    config = next(d for d in default if d["kind"] == "Deployment" and d["metadata"]["name"] == "coffer-cdn")
+    cdn_env = {e["name"]: e.get("value") for e in config["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert cdn_env["COFFER_CDN_TRANSFORM_WORKER_MEMORY_MB"] == "384"
+    assert cdn_env["COFFER_CDN_TRANSFORM_MAX_DECODED_MB"] == "200"
+    together = render("--set", "cdn.enabled=false", "--set", "transforms.workers=3")
+    assert _memory(together, "coffer-blob") == {
+        "requests": f"{256 + 3 * 384}Mi",
+        "limits": f"{768 + 3 * 384}Mi",
+    }
+    off = render("--set", "transforms.enabled=false", "--set", "cdn.enabled=false")
     assert _memory(off, "coffer-blob") == {"requests": "256Mi", "limits": "768Mi"}
     env = next(d for d in off if d["kind"] == "Deployment" and d["metadata"]["name"] == "coffer-blob")
     values = {e["name"]: e.get("value") for e in env["spec"]["template"]["spec"]["containers"][0]["env"]}

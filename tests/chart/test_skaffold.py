@@ -82,7 +82,7 @@ def test_dev_values_render_valid_manifests(render: Callable[..., Docs]) -> None:
     for doc in docs:
         kubernetes_validate.validate(doc, "1.30.0", strict=True)
     deployments = [d for d in docs if d["kind"] == "Deployment"]
-    assert len(deployments) == 5  # edge, auth, metadata, blob, and the webhook dispatcher
+    assert len(deployments) == 6  # edge, auth, metadata, blob, cdn, and the webhook dispatcher
     for d in deployments:
         (c,) = d["spec"]["template"]["spec"]["containers"]
         env = {e["name"]: e for e in c["env"]}

@@ -11,7 +11,6 @@ queue's 503, COFFER_TRANSFORMS=off) are tested in process on both drivers
 from __future__ import annotations
 
 import json
-import os
 import re
 import struct
 import subprocess
@@ -27,7 +26,7 @@ import pytest
 import pyvips
 
 from coffer_testkit.store import stored_objects
-from coffer_testkit.testing import PeakRss, assert_error, rss_bytes
+from coffer_testkit.testing import PeakRss, assert_error, rss_bytes, tree_rss_bytes
 
 pytestmark = pytest.mark.e2e
 # A first transform starts the workers; on a loaded machine that takes seconds.
@@ -59,28 +58,6 @@ def blob_metric(stack: Any, name: str) -> float:
     text = httpx.get(stack.url("blob") + "/metrics").text
     match = re.search(rf"^{name} ([0-9.e+]+)$", text, re.MULTILINE)
     return float(match.group(1)) if match else 0.0
-
-
-def tree_rss(pid: int) -> int:
-    """RSS of a process and its descendants (blob and its transform workers)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    total, todo = 0, [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            total += rss_bytes(current)
-        except (OSError, RuntimeError):
-            continue
-        todo.extend(children.get(current, []))
-    return total
 
 
 def signed(api: httpx.Client, asset_id: str, **params: Any) -> str:
@@ -154,17 +131,17 @@ def test_a_header_claiming_20000_by_20000_is_refused_without_decoding(stack, ten
     assert httpx.get(warm["publicUrl"], params={"preset": "small"}, timeout=TIMEOUT).status_code == 200
     asset = api.post("/api/assets", files={"file": ("huge.png", png_header_only(20_000, 20_000))}).json()
     blob = stack.processes["blob"].pid
-    before = tree_rss(blob)
+    before = tree_rss_bytes(blob)
     with PeakRss({"blob": blob}) as rss:
         response = httpx.get(asset["publicUrl"], params={"preset": "thumb"}, timeout=TIMEOUT)
-    after = tree_rss(blob)
+    after = tree_rss_bytes(blob)
     assert_error(response, 422, "image_too_large")
     growth = max(rss.growth()["blob"], (after - before) / MIB)
     print(f"blob RSS growth for a 20,000×20,000 header: {growth:.1f} MiB")
     assert growth < 64
 
 
-WORKERS, WORKER_MB = 2, 256
+WORKERS, WORKER_MB = 2, 384  # blob's defaults
 
 
 def test_50_concurrent_variants_of_a_24_mp_jpeg_stay_within_the_bound(own_stack_with, admin_for) -> None:
@@ -188,7 +165,7 @@ def test_50_concurrent_variants_of_a_24_mp_jpeg_stay_within_the_bound(own_stack_
         with ThreadPoolExecutor(50) as pool:
             futures = [pool.submit(httpx.get, url, timeout=60) for url in urls]
             while not all(f.done() for f in futures):
-                peak = max(peak, tree_rss(blob))
+                peak = max(peak, tree_rss_bytes(blob))
                 time.sleep(0.02)
         answers = [f.result() for f in futures]
     statuses = [a.status_code for a in answers]

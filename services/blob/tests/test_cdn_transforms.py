@@ -389,3 +389,41 @@ async def test_organization_presets(api: httpx.AsyncClient, cdn: httpx.AsyncClie
     assert_error(await cdn.get(key_path(key) + "?preset=hero"), 400, "invalid_transform")
     # The presets' object is no asset: the CDN never serves it.
     assert_error(await cdn.get(f"/{ORG}/presets/v%25transform-presets"), 404, "not_found")
+
+
+async def test_head_never_renders(api: httpx.AsyncClient, cdn: httpx.AsyncClient, settings: Settings) -> None:
+    key = (await store(api, jpeg(), filename="beach.jpg"))["key"]
+    computed = sample("coffer_transform_variants_computed_total")
+    stored = stored_names(settings, key)
+    head = await cdn.head(key_path(key) + "?preset=thumb")
+    assert head.status_code == 200
+    assert head.headers["content-type"] == "image/webp"
+    assert head.headers["content-disposition"] == "inline; filename*=UTF-8''beach.webp"
+    assert head.headers["cache-control"] == "no-store"
+    assert "etag" not in head.headers
+    assert sample("coffer_transform_variants_computed_total") == computed
+    assert stored_names(settings, key) == stored  # the original only
+    # Once rendered, HEAD answers from the stored variant.
+    got = await cdn.get(key_path(key) + "?preset=thumb")
+    head = await cdn.head(key_path(key) + "?preset=thumb")
+    assert (head.headers["etag"], head.headers["content-length"]) == (
+        got.headers["etag"],
+        str(len(got.content)),
+    )
+    # The same checks as GET first (a HEAD answer has no body): a source that is not an image.
+    text = (await store(api, b"plain text\n", filename="notes.jpg"))["key"]
+    assert (await cdn.head(key_path(text) + "?preset=thumb")).status_code == 415
+
+
+async def test_a_preset_is_known_to_the_cdn_as_soon_as_it_is_written(
+    settings: Settings, api: httpx.AsyncClient
+) -> None:
+    key = (await store(api, jpeg()))["key"]
+    app = create_cdn_app(settings.model_copy(update={"cdn_preset_cache_seconds": 5.0}))
+    async with app_client(app, CDN_URL) as cdn:
+        assert_error(await cdn.get(key_path(key) + "?preset=banner"), 400, "invalid_transform")
+        base = f"/internal/v1/transform-presets/{ORG}"
+        assert (await api.put(f"{base}/banner", json={"w": 300, "fmt": "png"})).status_code == 200
+        banner = await cdn.get(key_path(key) + "?preset=banner")  # within the cache's 5 s
+        assert banner.status_code == 200, banner.text
+        assert decode(banner.content).width == 300

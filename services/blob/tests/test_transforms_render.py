@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 
 import pytest
 import pyvips
 
-from coffer_blob.transforms import render
+from coffer_blob.config import Settings
+from coffer_blob.transforms import formats, render
+from coffer_blob.transforms.limits import MIB, Limits
 from coffer_kit import transforms as params
 from coffer_kit.errors import CofferError
+from coffer_testkit import images
 
 
 def _rgb(width: int, height: int, colour: list[int] | None = None) -> pyvips.Image:
@@ -42,7 +46,7 @@ def test_presets_and_free_parameters_give_the_right_type_and_size(
     source = _rgb(1600, 1200).jpegsave_buffer()
     transform = params.parse(query, signed=True)
     assert transform is not None
-    out = render.render(source, transform, render.resolve_format(transform, "jpeg", ""))
+    out = render.render(source, transform, formats.resolve_format(transform, "jpeg", ""))
     image = _decode(out)
     assert (image.width, image.height) == size
     assert image.get("vips-loader") == loader
@@ -114,3 +118,69 @@ def test_public_urls_take_presets_only_and_the_canonical_form_ignores_spelling()
         with pytest.raises(CofferError) as caught:
             params.parse(bad, signed=True)
         assert caught.value.code == "invalid_transform"
+
+
+# Issue 44: the header check counts decoded bytes and how the format decodes, not pixels alone.
+@pytest.mark.parametrize(
+    ("make", "details"),
+    [
+        # 7000² × 4 bands × 2 bytes: 374 MiB decoded, over the 200 MiB limit.
+        (images.interlaced_png_16bit, {"decodedBytes": 392_000_000, "limitBytes": 200 * MIB}),
+        # Progressive: 3 bands × 2 bytes of DCT coefficient per pixel held at once, over half
+        # of a worker's memory (384 MiB less 32 MiB of code).
+        (images.progressive_jpeg, {"decodedBytes": 8660 * 5773 * 6, "limitBytes": 176 * MIB}),
+        (images.gif_of_frames, {"pages": 1000, "limitPages": 256}),
+        (images.webp_of_frames, {"pages": 1000, "limitPages": 256}),
+        (images.tiff_of_pages, {"pages": 1000, "limitPages": 256}),
+    ],
+    ids=[
+        "interlaced-16-bit-png",
+        "progressive-50mp-jpeg",
+        "gif-1000-frames",
+        "webp-1000-frames",
+        "tiff-1000",
+    ],
+)
+def test_hostile_sources_are_refused_from_their_header(
+    make: Callable[[], bytes], details: dict[str, int]
+) -> None:
+    with pytest.raises(CofferError) as caught:
+        render.check_source(make())
+    assert (caught.value.status, caught.value.code, caught.value.details) == (422, "image_too_large", details)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [images.png_header_only(2**31, 1), images.SVG, images.PDF],
+    ids=["png-width-2^31", "svg", "pdf"],
+)
+def test_impossible_headers_svg_and_pdf_are_not_images(source: bytes) -> None:
+    with pytest.raises(CofferError) as caught:
+        render.check_source(source)
+    assert (caught.value.status, caught.value.code) == (415, "not_an_image")
+
+
+def test_what_fits_the_limits_renders() -> None:
+    # The same shapes, small enough: a progressive JPEG, an interlaced 16-bit PNG, 256 frames.
+    small = params.Transform(w=8, fmt="png")
+    for source in (
+        images.progressive_jpeg(2000, 1500),
+        images.interlaced_png_16bit(1000),
+        images.gif_of_frames(256),
+        images.tiff_of_pages(256),
+    ):
+        assert _decode(render.render(source, small, "png")).width == 8
+
+
+def test_the_limits_follow_the_settings(settings: Settings) -> None:
+    limits = Limits.of(settings.model_copy(update={"cdn_transform_worker_memory_mb": 160}))
+    assert (limits.memory_bytes, limits.max_whole_bytes, limits.max_decoded_bytes) == (
+        128 * MIB,
+        64 * MIB,
+        200 * MIB,
+    )
+    source = images.interlaced_png_16bit(3000)  # 72 MB decoded: within 200 MiB, not within 64
+    assert render.check_source(source) == "png"
+    with pytest.raises(CofferError) as caught:
+        render.check_source(source, limits=limits)
+    assert caught.value.details == {"decodedBytes": 72_000_000, "limitBytes": 64 * MIB}

@@ -203,6 +203,12 @@ def internal(message: str = "Internal server error.") -> CofferError:
     return CofferError(500, "internal", message)
 
 
+def image_too_costly(message: str, **details: int) -> CofferError:
+    """422 ``image_too_large``: decoding the source needs more than a transform may spend
+    (memory or frames, estimated from its header, or found by the worker that ran out)."""
+    return CofferError(422, "image_too_large", message, details=dict(details))
+
+
 def unavailable(message: str, *, retry_after: int = 1) -> CofferError:
     """503 ``unavailable``: a dependency is down, with Retry-After."""
     return CofferError(503, "unavailable", message, headers={"Retry-After": str(retry_after)})

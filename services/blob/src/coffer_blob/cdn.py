@@ -172,15 +172,28 @@ async def _transformed(request: Request, key: str, state: BlobState) -> Response
         chosen = next((fmt for fmt in formats.AUTO_ORDER if formats.MEDIA_TYPES[fmt] in accept), "auto")
         transform = dataclasses.replace(transform, fmt=chosen)
     name = variant_key(key, transform)
+    # A source refused already (or too slow lately) costs no more reads of the store.
+    _raise_remembered(pool.remembered(key, name))
     found = await _read_variant(storage, name)
     if found is None:
-        await _check_source_type(storage, key)
+        source = await _check_source_type(storage, key)
+        if request.method == "HEAD":
+            # HEAD never renders: what the variant will be, without its validators or length
+            # (unknown until it is rendered), and not to be cached.
+            out_fmt = formats.resolve_format(transform, source, "")
+            filename = _stem(info.key) + formats.EXTENSIONS[out_fmt]
+            head = {
+                "content-type": formats.MEDIA_TYPES[out_fmt],
+                "content-disposition": "inline; filename*=UTF-8''" + quote(filename, safe=""),
+                "cache-control": "no-store",
+            }
+            if auto:
+                head["vary"] = "Accept"
+            return Response(status_code=200, headers=head)
         outcome = await pool.render(key, name, transform, private=info.private)
         if outcome[0] == "gone":
             raise not_found("No such object.")
-        if outcome[0] == "refused":
-            _, status, code, message, details = outcome
-            raise CofferError(status, code, message, details=details)
+        _raise_remembered(outcome)
         # Deleted while it rendered? The variant must not outlive its original: the delete
         # removes variants after the original, so one stored after that removal is caught here.
         if await run_in_threadpool(storage.stat, key) is None:
@@ -193,16 +206,27 @@ async def _transformed(request: Request, key: str, state: BlobState) -> Response
         CACHE_HITS.inc()
     variant, body = found
     headers = _representation_headers(variant, cache)
-    stem = info.key.rsplit("/", 1)[-1]
-    stem = stem.rsplit(".", 1)[0] if "." in stem.lstrip(".") else stem
-    filename = stem + _EXTENSIONS.get(variant.content_type, "")
+    filename = _stem(info.key) + _EXTENSIONS.get(variant.content_type, "")
     headers["content-disposition"] = "inline; filename*=UTF-8''" + quote(filename, safe="")
     if auto:
         headers["vary"] = "Accept"
     return await _serve(request, storage, variant, body, headers, access)
 
 
+def _raise_remembered(outcome: tuple[object, ...] | None) -> None:
+    """A worker's refusal (415, 422) as the error it is."""
+    if outcome is not None and outcome[0] == "refused":
+        _, status, code, message, details = outcome
+        raise CofferError(status, code, message, details=details)  # type: ignore[arg-type]
+
+
 _EXTENSIONS = {media: formats.EXTENSIONS[fmt] for fmt, media in formats.MEDIA_TYPES.items()}
+
+
+def _stem(key: str) -> str:
+    """The original's file name without its extension (a variant's name takes its own)."""
+    stem = key.rsplit("/", 1)[-1]
+    return stem.rsplit(".", 1)[0] if "." in stem.lstrip(".") else stem
 
 
 def variant_key(key: str, transform: Transform) -> str:
@@ -223,7 +247,9 @@ async def _requested(query: QueryParams, key: str, access: str, state: BlobState
     if preset is not None and preset not in transforms.BUILTIN_PRESETS and state.presets is not None:
         org_id = key.split("/", 1)[0]
         org_presets = state.presets.get(org_id)
-        if org_presets is None:
+        if org_presets is None or preset not in org_presets:
+            # A name the cache lacks is read again at once: a preset just created is known on
+            # its first use (its public URLs exist already).
             org_presets = await run_in_threadpool(presets.read, state.storage, org_id)
             state.presets.put(org_id, org_presets)
     transform = transforms.parse(query, signed=access == "signed", presets=org_presets)
@@ -237,14 +263,17 @@ async def _read_variant(storage: Storage, name: str) -> tuple[ObjectInfo, bytes 
     return await run_in_threadpool(storage.read_small, name, SMALL_OBJECT_BYTES)
 
 
-async def _check_source_type(storage: Storage, key: str) -> None:
-    """415 ``not_an_image`` from the original's first bytes, before a worker is asked."""
+async def _check_source_type(storage: Storage, key: str) -> str:
+    """The source's format from the original's first bytes (else 415 ``not_an_image``),
+    before a worker is asked."""
 
     first = await run_in_threadpool(read_range, storage, key, 0, 32)
     if first is None:
         raise not_found("No such object.")
-    if formats.sniff_format(first) is None:
+    source = formats.sniff_format(first)
+    if source is None:
         raise not_an_image()
+    return source
 
 
 def _servable(found: tuple[ObjectInfo, bytes | None] | None, access: str) -> tuple[ObjectInfo, bytes | None]:

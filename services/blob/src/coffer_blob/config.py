@@ -28,14 +28,25 @@ class Settings(BaseServiceSettings):
     cdn_transform_queue: int = Field(default=8, ge=0, le=1024)
     # Wall time of one transform, queue wait included (CONTRACT §10: 10 s); then 503.
     cdn_transform_timeout: float = Field(default=10.0, gt=0, le=60)
-    # Memory one worker may use (MiB): libvips's operation cache gets a quarter of it and
-    # its threads are limited to COFFER_CDN_TRANSFORM_THREADS. Size the CDN pod's memory as
-    # (about 100 MiB for the CDN process) + workers × this (docs/operations.md).
-    cdn_transform_worker_memory_mb: int = Field(default=256, ge=64, le=16_384)
+    # Memory one worker may use (MiB), enforced by the kernel: the worker's RLIMIT_DATA (its
+    # heap and anonymous mappings, libvips's buffers included) is this less the ~48 MiB its
+    # interpreter and libraries hold, so its RSS stays within it. A render that needs more
+    # fails in that worker alone (422 image_too_large, remembered for the source); libvips's
+    # operation cache gets a quarter of it. Size the CDN pod's memory as (about 100 MiB for
+    # the CDN process) + workers × this (docs/operations.md, docs/security.md).
+    cdn_transform_worker_memory_mb: int = Field(default=384, ge=128, le=16_384)
     cdn_transform_threads: int = Field(default=1, ge=1, le=16)
     # Sources above this many pixels (read from the header) are refused: 422 image_too_large.
     cdn_transform_max_pixels: int = Field(default=50_000_000, ge=1, le=50_000_000)
-    # How long the CDN keeps an organization's presets before reading them again (<= 5 s).
+    # Sources whose first page decodes to more than this (MiB: width × height × bands × bytes
+    # per sample, from the header) are refused before decoding: 422 image_too_large. 200 lets
+    # 50 MP of 8-bit RGBA through and refuses 7000×7000 of 16-bit RGBA (374 MiB). Sources a
+    # decoder holds whole (interlaced PNG: the pixels; progressive JPEG: 2 bytes of DCT
+    # coefficient per sample) must also fit in half a worker's memory, and a source has at
+    # most 256 pages or frames (coffer_blob.transforms.render).
+    cdn_transform_max_decoded_mb: int = Field(default=200, ge=1, le=4096)
+    # How long the CDN keeps an organization's presets before reading them again (<= 5 s); a
+    # name it lacks is read again at once.
     cdn_preset_cache_seconds: float = Field(default=5.0, ge=0, le=5)
     # HMAC secret for signed CDN URLs; only blob knows it.
     signing_secret: SecretStr | None = None

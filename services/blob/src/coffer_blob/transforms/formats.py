@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from coffer_kit.transforms import Transform
+
 MEDIA_TYPES = {"webp": "image/webp", "avif": "image/avif", "jpeg": "image/jpeg", "png": "image/png"}
 EXTENSIONS = {"webp": ".webp", "avif": ".avif", "jpeg": ".jpg", "png": ".png"}
 # Best first: what ``fmt=auto`` picks from a request's Accept header.
@@ -27,3 +29,18 @@ def sniff_format(head: bytes) -> str | None:
     if head[4:8] == b"ftyp" and head[8:12] in (b"avif", b"avis"):
         return "avif"
     return None
+
+
+def resolve_format(transform: Transform, source: str, accept: str) -> str:
+    """The output format: the asked one, the best ``Accept`` allows for ``auto``, else the source's own."""
+    if transform.fmt == "auto":
+        offered = accept.lower()
+        for fmt in AUTO_ORDER:
+            if MEDIA_TYPES[fmt] in offered:
+                return fmt
+        return "jpeg" if source in ("jpeg", "tiff") else "png"
+    if transform.fmt is not None:
+        return transform.fmt
+    if source in MEDIA_TYPES:
+        return source
+    return "png"  # GIF and TIFF sources keep lossless pixels

@@ -2,7 +2,8 @@
 
 The CDN resolves ``preset=NAME`` without calling another service: it reads the organization's
 object from the store it reads originals from, and keeps it at most
-``COFFER_CDN_PRESET_CACHE_SECONDS`` (5 s), so a change shows within that. edge writes it
+``COFFER_CDN_PRESET_CACHE_SECONDS`` (5 s), so a change shows within that; a name its copy
+lacks is read again at once, so a new preset works on its first use. edge writes it
 through blob's internal API (``/internal/v1/transform-presets/…``), one preset at a time;
 blob reads, changes and rewrites the object under a lock (within one blob process: two
 replicas changing one organization's presets in the same instant may lose one change, which

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import resource
 from typing import Any
 
 from coffer_blob.config import Settings
 from coffer_blob.storage import Storage, make_driver, read_range
 from coffer_blob.transforms import formats
+from coffer_blob.transforms.limits import Limits
 from coffer_kit.errors import CofferError
 from coffer_kit.limits import MAX_FILE_BYTES
 from coffer_kit.transforms import Transform
@@ -29,31 +31,47 @@ from coffer_kit.transforms import Transform
 Outcome = tuple[Any, ...]
 
 _storage: Storage | None = None
+_limits: Limits | None = None
+# Workers run below the CDN process's priority: see init().
+WORKER_NICENESS = 5
 
 
 def init(settings: Settings, environ: dict[str, str]) -> None:
-    """Per worker, once: libvips's limits, then the storage driver.
+    """Per worker, once: its hard memory limit and priority, libvips's limits, the storage driver.
 
     ``environ`` is the CDN process's ``AWS_*`` environment when the pool started: workers fork
     from a server that may have started earlier, and boto3 reads its credentials from there.
     """
+    # The kernel's limit on this process's heap and anonymous mappings (every buffer libvips
+    # and its codecs allocate): past it an allocation fails, so the render fails (libvips's
+    # "out of memory", a MemoryError) or, where a library aborts on a failed allocation
+    # (glib's g_malloc), this worker dies; either way the request is a 422 and no other process
+    # is touched. Set before libvips loads, so nothing escapes it.
+    global _storage, _limits
+    _limits = Limits.of(settings)
+    resource.setrlimit(resource.RLIMIT_DATA, (_limits.memory_bytes, _limits.memory_bytes))
     import pyvips  # libvips is loaded in workers only, never in the CDN process
 
     os.environ.update(environ)
-    global _storage
-    memory = settings.cdn_transform_worker_memory_mb * 1024 * 1024
-    # The operation cache helps a pipeline that reuses intermediate images; a worker renders
-    # each variant once, so a small cache is all it needs, bounded in bytes and open files.
-    pyvips.cache_set_max_mem(memory // 4)
-    pyvips.cache_set_max(100)
-    pyvips.cache_set_max_files(10)
+    # No operation cache: a worker renders each variant once, and the cache would keep the
+    # last source's buffer (up to the file size limit) alive between renders.
+    pyvips.cache_set_max(0)
+    pyvips.cache_set_max_mem(0)
+    pyvips.cache_set_max_files(0)
     # Threads per pipeline: each holds its own tile buffers (memory), and the pool's worker
     # count already uses the cores.
     pyvips.concurrency_set(settings.cdn_transform_threads)
     _storage = make_driver(settings)
+    # Below the CDN's own priority once started: renders take the CPU the CDN's downloads
+    # leave. Mildly (a weight of a third): the worker still renders on a busy machine.
+    os.nice(WORKER_NICENESS)
 
 
-def run(key: str, variant_key: str, transform: Transform, private: bool, max_pixels: int) -> Outcome:
+def ping() -> None:
+    """Nothing: the pool's first task, which returns once a worker has started."""
+
+
+def run(key: str, variant_key: str, transform: Transform, private: bool) -> Outcome:
     """Render ``transform`` of the object under ``key`` and commit it under ``variant_key``.
 
     ``fmt=auto`` arrives resolved by the CDN from the request's ``Accept`` (AVIF, WebP), or still
@@ -61,16 +79,19 @@ def run(key: str, variant_key: str, transform: Transform, private: bool, max_pix
     """
     from coffer_blob.transforms import render  # see init()
 
-    assert _storage is not None, "init() runs first"
+    assert _storage is not None and _limits is not None, "init() runs first"
     if _storage.stat(variant_key) is not None:
         return ("found",)
-    data = read_range(_storage, key, 0, MAX_FILE_BYTES)  # (the file size limit bounds it)
-    if data is None:
-        return ("gone",)
     try:
-        source = render.check_source(data, max_pixels=max_pixels)
-        out_fmt = render.resolve_format(transform, source, "")
-        output = render.render(data, transform, out_fmt, max_pixels=max_pixels)
+        data = read_range(_storage, key, 0, MAX_FILE_BYTES)  # (the file size limit bounds it)
+        if data is None:
+            return ("gone",)
+        source = render.check_source(data, limits=_limits)
+        out_fmt = formats.resolve_format(transform, source, "")
+        output = render.render(data, transform, out_fmt, limits=_limits)
+    except MemoryError:
+        error = _limits.exceeded()
+        return ("refused", error.status, error.code, error.message, error.details)
     except CofferError as exc:
         return ("refused", exc.status, exc.code, exc.message, exc.details)
     del data
