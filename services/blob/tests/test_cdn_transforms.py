@@ -9,7 +9,10 @@ Renders run in real worker processes (spawned by the pool, as in production).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
+import json
+import multiprocessing
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,10 @@ from coffer_blob.cdn import variant_key
 from coffer_blob.config import Settings
 from coffer_blob.deps import BlobState
 from coffer_blob.main import create_app, create_cdn_app
+from coffer_blob.storage import make_storage
+from coffer_blob.transforms import presets
+from coffer_kit import transforms
+from coffer_kit.errors import CofferError
 from coffer_kit.internal import INTERNAL_TOKEN_HEADER
 from coffer_kit.state import state_of
 from coffer_kit.transforms import Transform
@@ -387,8 +394,62 @@ async def test_organization_presets(api: httpx.AsyncClient, cdn: httpx.AsyncClie
     assert (await api.delete(f"{base}/hero")).status_code == 200
     assert_error(await api.delete(f"{base}/hero"), 404, "not_found")
     assert_error(await cdn.get(key_path(key) + "?preset=hero"), 400, "invalid_transform")
-    # The presets' object is no asset: the CDN never serves it.
-    assert_error(await cdn.get(f"/{ORG}/presets/v%25transform-presets"), 404, "not_found")
+    # A preset's object is no asset: the CDN never serves it.
+    assert_error(await cdn.get(f"/{ORG}/presets/v%25preset.p1"), 404, "not_found")
+
+
+def _put_preset(settings: Settings, name: str) -> str:
+    """One blob replica's write of one preset (run in a process of its own): what it answered."""
+    storage = make_storage(settings)
+    try:
+        return "created" if presets.put(storage, ORG, name, Transform(w=10 + len(name))) else "replaced"
+    except CofferError as exc:
+        return exc.code
+    finally:
+        storage.close()
+
+
+def test_concurrent_writes_of_different_presets_all_land(settings: Settings) -> None:
+    """Blob replicas writing an organization's presets at the same instant: every one lands
+    (the old whole-organization object, rewritten by each, kept only the last writer's)."""
+    names = [f"replica-{i}" for i in range(8)]
+    context = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(len(names), mp_context=context) as replicas:
+        assert list(replicas.map(_put_preset, [settings] * len(names), names)) == ["created"] * len(names)
+    storage = make_storage(settings)
+    assert sorted(presets.read(storage, ORG)) == names
+
+
+def test_the_bound_holds_against_concurrent_creations(settings: Settings) -> None:
+    storage = make_storage(settings)
+    for i in range(transforms.MAX_ORG_PRESETS - 2):
+        presets.put(storage, ORG, f"p{i}", Transform(w=10))
+    names = [f"late-{i}" for i in range(6)]
+    context = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(len(names), mp_context=context) as replicas:
+        outcomes = list(replicas.map(_put_preset, [settings] * len(names), names))
+    assert set(outcomes) <= {"created", "conflict"} and outcomes.count("created") <= 2, outcomes
+    assert len(presets.read(storage, ORG)) <= transforms.MAX_ORG_PRESETS
+
+
+async def test_presets_written_before_the_split_are_read_and_moved_on_the_next_write(
+    settings: Settings, api: httpx.AsyncClient, cdn: httpx.AsyncClient
+) -> None:
+    storage = make_storage(settings)
+    old = {"presets": {"hero": {"w": 500, "fmt": "jpeg"}, "tile": {"w": 64, "h": 64}}}
+    body = json.dumps(old).encode()
+    writer = storage.open_writer(presets.legacy_key(ORG))
+    writer.write(body)
+    writer.commit(content_type="application/json", sha256=hashlib.sha256(body).hexdigest(), private=True)
+    base = f"/internal/v1/transform-presets/{ORG}"
+    assert sorted((await api.get(base)).json()["presets"]) == ["hero", "tile"]
+    key = (await store(api, jpeg()))["key"]
+    assert decode((await cdn.get(key_path(key) + "?preset=hero")).content).width == 500
+    assert (await api.put(f"{base}/banner", json={"w": 300})).status_code == 200
+    assert storage.stat(presets.legacy_key(ORG)) is None
+    assert sorted((await api.get(base)).json()["presets"]) == ["banner", "hero", "tile"]
+    assert (await api.delete(f"{base}/tile")).status_code == 200
+    assert sorted((await api.get(base)).json()["presets"]) == ["banner", "hero"]
 
 
 async def test_head_never_renders(api: httpx.AsyncClient, cdn: httpx.AsyncClient, settings: Settings) -> None:

@@ -436,3 +436,18 @@ def test_a_resumable_chunk_is_durable_at_its_checkpoint_in_one_flush(
             writer.write(batch)
         writer.checkpoint(offset + 10 * len(batch))
     assert flushed == [("fsync", 10 * len(batch)), ("fsync", 20 * len(batch))]
+
+
+def test_filenames_lists_the_committed_objects_of_one_asset(storage: FsStorage) -> None:
+    put(storage, "org_1/ast_1/b.txt")
+    put(storage, "org_1/ast_1/a.txt")
+    put(storage, "org_1/ast_12/other.txt")  # same bucket, another asset
+    writer = storage.open_writer("org_1/ast_1/in-flight.bin")
+    writer.write(b"not yet")
+    assert storage.filenames("org_1/ast_1/", 10) == ["a.txt", "b.txt"]
+    assert storage.filenames("org_1/ast_1/", 1) == ["a.txt"]
+    assert storage.filenames("org_9/ast_9/", 10) == []
+    writer.commit(content_type="text/plain", sha256=hashlib.sha256(b"not yet").hexdigest())
+    assert storage.filenames("org_1/ast_1/", 10) == ["a.txt", "b.txt", "in-flight.bin"]
+    with pytest.raises(ValueError, match="a prefix ends with '/'"):
+        storage.filenames("org_1/ast_1", 10)

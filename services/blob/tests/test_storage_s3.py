@@ -268,3 +268,15 @@ def test_unreachable_endpoint_is_unavailable(monkeypatch: pytest.MonkeyPatch) ->
     for call in (storage.check, lambda: storage.stat(KEY), lambda: storage.delete_prefix("org_1/ast_1/")):
         with pytest.raises(StorageUnavailable):
             call()
+
+
+def test_filenames_lists_the_committed_objects_of_one_asset(
+    storage: S3Storage, s3_server: S3Server, bucket: str
+) -> None:
+    for key in ("org_1/ast_1/b.txt", "org_1/ast_1/a.txt", "org_1/ast_12/other.txt"):
+        put(storage, key, b"bytes")
+    # A write in progress (a temp object before its copy) is not listed.
+    s3_server.client().put_object(Bucket=bucket, Key="org_1/ast_1/%tmp.0123", Body=b"")
+    assert storage.filenames("org_1/ast_1/", 10) == ["a.txt", "b.txt"]
+    assert S3Storage(storage.client, bucket, page_size=1).filenames("org_1/ast_1/", 1) == ["a.txt"]
+    assert storage.filenames("org_9/ast_9/", 10) == []

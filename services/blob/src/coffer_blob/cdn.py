@@ -247,11 +247,16 @@ async def _requested(query: QueryParams, key: str, access: str, state: BlobState
     if preset is not None and preset not in transforms.BUILTIN_PRESETS and state.presets is not None:
         org_id = key.split("/", 1)[0]
         org_presets = state.presets.get(org_id)
-        if org_presets is None or preset not in org_presets:
-            # A name the cache lacks is read again at once: a preset just created is known on
-            # its first use (its public URLs exist already).
+        if org_presets is None:
             org_presets = await run_in_threadpool(presets.read, state.storage, org_id)
             state.presets.put(org_id, org_presets)
+        elif preset not in org_presets and presets.valid_name(preset):
+            # A name the cache lacks is read again at once (its own object: one read): a preset
+            # just created is known on its first use (its public URLs exist already).
+            found = await run_in_threadpool(presets.read_one, state.storage, org_id, preset)
+            if found is not None:
+                org_presets = {**org_presets, preset: found}
+                state.presets.put(org_id, org_presets)
     transform = transforms.parse(query, signed=access == "signed", presets=org_presets)
     assert transform is not None  # wants_transform() held
     return transform

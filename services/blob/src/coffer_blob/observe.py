@@ -119,6 +119,10 @@ class InstrumentedStorage:
         with _operation(self.name, "delete_prefix"):
             self.inner.delete_prefix(prefix)
 
+    def filenames(self, prefix: str, limit: int) -> list[str]:
+        with _operation(self.name, "filenames"):
+            return self.inner.filenames(prefix, limit)
+
     def check(self) -> None:
         # Readiness probes are neither traced (like /readyz itself) nor worth a span each.
         with _operation(self.name, "check", span=False):

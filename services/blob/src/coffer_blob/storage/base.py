@@ -120,6 +120,11 @@ class Storage(Protocol):
         """Delete every object under ``prefix`` (``…/``), uncommitted writes included; idempotent."""
         ...
 
+    def filenames(self, prefix: str, limit: int) -> list[str]:
+        """The filenames of the committed objects directly under ``prefix`` (``org/asset/``),
+        sorted, at most ``limit`` of them; writes in progress are not listed."""
+        ...
+
     def check(self) -> None:
         """Raise unless the backend is reachable and writable (readiness)."""
         ...

@@ -386,6 +386,32 @@ class FsStorage:
         except OSError as exc:
             raise StorageUnavailable(f"cannot delete {prefix}: {exc}") from exc
 
+    def filenames(self, prefix: str, limit: int) -> list[str]:
+        if not prefix.endswith("/"):
+            raise ValueError(f"a prefix ends with '/': {prefix!r}")
+        org, asset = self._split(prefix[:-1], segments=2)
+        bucket = self._bucket(org, asset)
+        sidecar = f"{asset}{_RESERVED}meta."
+        try:
+            with os.scandir(bucket) as entries:
+                found = [e.name for e in entries]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot list {prefix}: {exc}") from exc
+        hashes = {name[len(sidecar) :] for name in found if name.startswith(sidecar)}
+        data = {name[len(asset) + 1 :] for name in found if name.startswith(f"{asset}.")}
+        names: list[str] = []
+        for h in sorted(hashes & data):  # committed: the data file is there beside its sidecar
+            try:
+                meta = _read_sidecar(f"{bucket}/{sidecar}{h}")
+            except FileNotFoundError:
+                continue  # deleted meanwhile
+            except (OSError, ValueError) as exc:
+                raise StorageUnavailable(f"cannot list {prefix}: {exc}") from exc
+            names.append(str(meta["name"]))
+        return sorted(names)[:limit]
+
     def check(self) -> None:
         try:
             self.objects.mkdir(parents=True, exist_ok=True)

@@ -216,6 +216,18 @@ class S3Storage:
             if result.get("Errors"):
                 raise StorageUnavailable(f"S3 could not delete under {prefix}: {result['Errors'][:3]}")
 
+    def filenames(self, prefix: str, limit: int) -> list[str]:
+        if not prefix.endswith("/"):
+            raise ValueError(f"a prefix ends with '/': {prefix!r}")
+        _check_key(prefix[:-1])
+        names: list[str] = []
+        for page in self._pages("list_objects_v2", "Contents", prefix):
+            for item in page:
+                name = item["Key"][len(prefix) :]
+                if "/" not in name and not name.startswith(_RESERVED):  # not a write in progress
+                    names.append(name)
+        return sorted(names)[:limit]
+
     def check(self) -> None:
         try:
             self._call("readiness", "head_bucket")

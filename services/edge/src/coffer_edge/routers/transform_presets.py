@@ -1,8 +1,8 @@
 """``/api/transform-presets`` (CONTRACT §10): an organization's own image transform presets.
 
 Members read; organization keys and owners write (as for the contract's other owner-only
-routes, webhooks). blob keeps them as one object per organization in its store, where the
-CDN reads them without calling another service (a change shows there within 5 s). At most
+routes, webhooks). blob keeps each as an object of its own in its store, where the CDN
+reads them without calling another service (a new one at once, a change within 5 s). At most
 20 per organization (409 past that); names never clash with the built-in ones.
 """
 
