@@ -227,6 +227,8 @@ class TusCreate(WireModel):
     quota_bytes: int = Field(ge=0)
     capability_hash: str | None = Field(default=None, max_length=64)
     token_id: str | None = Field(default=None, max_length=40)
+    # The API key that minted that upload token: the capability lives only while it can act.
+    minter_key_id: str | None = Field(default=None, max_length=40)
 
 
 class TusUpload(WireModel):
@@ -250,6 +252,52 @@ class TusUpload(WireModel):
     expires_at: datetime
     completed: bool
     lock_token: str | None = None
+    minter_key_id: str | None = None
+    created_at: datetime | None = None
+    # Whether it holds its length against the quota and a place among the uploads in flight
+    # (an idle one does not, until its next write).
+    active: bool = True
+
+
+class TusPage(WireModel):
+    """A page of an organization's unfinished resumable uploads, newest first."""
+
+    uploads: list[TusUpload]
+    total: int
+
+
+class TusMinted(WireModel):
+    """An unfinished upload created through an upload token, and who minted that token."""
+
+    id: str
+    organization_id: str
+    token_id: str | None
+    minter_key_id: str | None
+
+
+class TusMintedPage(WireModel):
+    uploads: list[TusMinted]
+
+
+class MinterRef(WireModel):
+    """auth: the key that minted an upload token (or, for an upload older than that record,
+    the token), in the organization it minted for."""
+
+    organization_id: str = Field(max_length=40)
+    key_id: str | None = Field(default=None, max_length=40)
+    token_id: str | None = Field(default=None, max_length=40)
+
+
+class MintersIn(WireModel):
+    minters: list[MinterRef] = Field(max_length=500)
+
+
+class MintersOut(WireModel):
+    """For each minter asked, in order: whether it can still act in its organization, and that
+    organization's quota (None for an organization that no longer exists)."""
+
+    acting: list[bool]
+    quota_bytes: list[int | None]
 
 
 class TusLock(WireModel):
@@ -258,6 +306,8 @@ class TusLock(WireModel):
     organization_id: str | None = None
     offset: int = Field(ge=0)
     lease_seconds: float = Field(gt=0, le=600)
+    # The organization's quota, for an idle upload that must reserve its length again.
+    quota_bytes: int | None = Field(default=None, ge=0)
 
 
 class TusLease(WireModel):
@@ -383,6 +433,8 @@ class UploadGrant(WireModel):
     # The token's visibility (None: the organization's default, below).
     visibility: Visibility | None = None
     default_visibility: Visibility = "public"
+    # The API key that minted the token (None for a token older than that record).
+    key_id: str | None = None
 
 
 class TokenClaim(WireModel):

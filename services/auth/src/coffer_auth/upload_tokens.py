@@ -24,7 +24,16 @@ from coffer_kit.errors import not_found, unauthorized
 from coffer_kit.ids import UPLOAD_TOKEN, new_id
 from coffer_kit.internal_token import require_internal_token
 from coffer_kit.timeutil import as_utc, isoformat, utcnow
-from coffer_kit.wire import Done, TokenClaim, UploadGrant, UploadTokenCreated, UploadTokenIn
+from coffer_kit.wire import (
+    Done,
+    MinterRef,
+    MintersIn,
+    MintersOut,
+    TokenClaim,
+    UploadGrant,
+    UploadTokenCreated,
+    UploadTokenIn,
+)
 
 # Expired tokens are deleted this long after they expired, when their organization mints again.
 KEEP_EXPIRED = timedelta(days=1)
@@ -129,7 +138,30 @@ def resolve(session: Session, *, token_hash: str) -> UploadGrant:
         expires_at=isoformat(row.expires_at),
         visibility=row.visibility,
         default_visibility=org.default_visibility,
+        key_id=row.key_id,
     )
+
+
+def minters(session: Session, refs: list[MinterRef]) -> MintersOut:
+    """Whether each minter can still act in its organization (an upload token's key, or the
+    key recorded on the token), and that organization's quota. A token that no longer exists
+    counts as a minter gone; a token minted without a key (the dashboard's) as acting while
+    its organization exists."""
+    acting: list[bool] = []
+    quotas: list[int | None] = []
+    for ref in refs:
+        org = session.get(Organization, ref.organization_id)
+        quotas.append(org.quota_bytes if org is not None else None)
+        key_id = ref.key_id
+        if key_id is None and ref.token_id is not None:
+            token = session.get(UploadToken, ref.token_id)
+            if token is None or token.organization_id != ref.organization_id:
+                acting.append(False)
+                continue
+            key_id = token.key_id
+        alive = org is not None and (key_id is None or _minter_acts(session, key_id=key_id, org_id=org.id))
+        acting.append(alive)
+    return MintersOut(acting=acting, quota_bytes=quotas)
 
 
 def _minter_acts(session: Session, *, key_id: str, org_id: str) -> bool:
@@ -214,6 +246,13 @@ def grant(
 ) -> UploadGrant:
     """Resolve a token's SHA-256 (the token never crosses the network) to its scope."""
     return resolve(session, token_hash=token_hash.lower())
+
+
+@router.post("/upload-tokens/minters")
+def check_minters(body: MintersIn, session: SessionDep) -> MintersOut:
+    """Whether the keys behind resumable uploads' capabilities can still act (edge asks on
+    every request of a capability, and for its sweep of uploads whose minter is gone)."""
+    return minters(session, body.minters)
 
 
 @router.post("/upload-tokens/{token_id}/claim")
