@@ -379,3 +379,31 @@ def test_the_folder_delete_page_asks_metadata_a_fixed_number_of_times(browser: B
     page = browser.http.get(f"{browser.files}/folders/{top}/delete")
     assert "Deletes this folder and 12 subfolders." in page.text
     assert _metadata_folder_calls() - before <= 3
+
+
+def test_the_usage_page_lists_unfinished_uploads_and_ends_one(browser: Browser, stack: Any) -> None:
+    """Issue 44: the organization sees its open resumable uploads, what each holds, and ends
+    one (CSRF-checked); another organization's member cannot end it."""
+    endpoint = browser.http.post(
+        f"{browser.files}/resumable", params={"size": 5000}, headers={"x-csrf-token": browser.csrf}
+    ).json()["endpoint"]
+    tus = {"Tus-Resumable": "1.0.0", "Upload-Metadata": "filename c3F1YXR0ZXIuYmlu", "Upload-Length": "5000"}
+    created = httpx.post(stack.edge_url + endpoint, headers=tus)
+    assert created.status_code == 201, created.text
+    upload_id = created.headers["location"].split("?")[0].rsplit("/", 1)[1]
+    usage = f"/dashboard/o/{browser.org_id}/usage"
+    page = browser.http.get(usage).text
+    assert f'id="upload-{upload_id}"' in page and "squatter.bin" in page
+    assert 'id="held-bytes">4.9 KiB<' in page
+    end = f"/dashboard/o/{browser.org_id}/uploads/{upload_id}/end"
+    assert browser.http.post(end, data={"csrf_token": "wrong"}).status_code == 403
+    stranger = sign_up(stack.edge_url, "Elsewhere")
+    assert stranger.post(f"/dashboard/o/{stranger.org_id}/uploads/{upload_id}/end").status_code == 404
+    stranger.http.close()
+    ended = browser.post(end)
+    assert ended.status_code == 303 and ended.headers["location"] == f"{usage}?ended=1"
+    page = browser.http.get(f"{usage}?ended=1").text
+    assert "The upload was ended" in page and f"upload-{upload_id}" not in page
+    assert "No unfinished uploads." in page
+    assert httpx.head(created.headers["location"], headers={"Tus-Resumable": "1.0.0"}).status_code == 404
+    assert browser.post(end).status_code == 404

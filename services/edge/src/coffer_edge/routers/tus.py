@@ -908,10 +908,19 @@ async def terminate_open_upload(
 ) -> Any:
     """Terminate one of the organization's unfinished uploads: its bytes are deleted and its
     reservation released (as tus `DELETE`); another organization's is 404."""
-    _known(upload_id)
     state = edge_state(request)
-    await _terminate(upload_id, principal.organization_id, state.metadata, state.blob, rid, found=True)
+    await end_open_upload(upload_id, principal.organization_id, state.metadata, state.blob, rid)
     return {"success": True}
+
+
+async def end_open_upload(
+    upload_id: str, org_id: str, metadata: MetadataClient, blob: BlobClient, rid: str
+) -> None:
+    """Terminate one of the organization's unfinished uploads (the API's ``DELETE
+    /api/uploads/{id}`` and the dashboard's Usage page): 404 for any other, 423 while a PATCH
+    runs."""
+    _known(upload_id)
+    await _terminate(upload_id, org_id, metadata, blob, rid, found=True)
 
 
 # -- CORS and Tus-Resumable on every answer --------------------------------------------------
