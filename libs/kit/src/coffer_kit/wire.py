@@ -227,8 +227,10 @@ class TusCreate(WireModel):
     quota_bytes: int = Field(ge=0)
     capability_hash: str | None = Field(default=None, max_length=64)
     token_id: str | None = Field(default=None, max_length=40)
-    # The API key that minted that upload token: the capability lives only while it can act.
+    # The API key (or the dashboard user) that minted that upload token: the capability lives
+    # only while it can act.
     minter_key_id: str | None = Field(default=None, max_length=40)
+    minter_user_id: str | None = Field(default=None, max_length=40)
 
 
 class TusUpload(WireModel):
@@ -253,6 +255,7 @@ class TusUpload(WireModel):
     completed: bool
     lock_token: str | None = None
     minter_key_id: str | None = None
+    minter_user_id: str | None = None
     created_at: datetime | None = None
     # Whether it holds its length against the quota and a place among the uploads in flight
     # (an idle one does not, until its next write).
@@ -273,6 +276,7 @@ class TusMinted(WireModel):
     organization_id: str
     token_id: str | None
     minter_key_id: str | None
+    minter_user_id: str | None = None
 
 
 class TusMintedPage(WireModel):
@@ -285,6 +289,7 @@ class MinterRef(WireModel):
 
     organization_id: str = Field(max_length=40)
     key_id: str | None = Field(default=None, max_length=40)
+    user_id: str | None = Field(default=None, max_length=40)
     token_id: str | None = Field(default=None, max_length=40)
 
 
@@ -403,6 +408,8 @@ class UploadTokenIn(WireModel):
 
     token_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
     key_id: str | None = Field(default=None, max_length=40)
+    # The dashboard user who minted it (no key).
+    user_id: str | None = Field(default=None, max_length=40)
     folder_id: str | None = Field(default=None, max_length=40)
     name: str | None = Field(default=None, max_length=1024)
     max_bytes: StrictInt = Field(ge=1, le=MAX_FILE_BYTES)
@@ -433,8 +440,10 @@ class UploadGrant(WireModel):
     # The token's visibility (None: the organization's default, below).
     visibility: Visibility | None = None
     default_visibility: Visibility = "public"
-    # The API key that minted the token (None for a token older than that record).
+    # The API key that minted the token (None for a token older than that record), or the
+    # dashboard user who did.
     key_id: str | None = None
+    user_id: str | None = None
 
 
 class TokenClaim(WireModel):

@@ -51,7 +51,12 @@ async def sweep_minters(metadata: MetadataClient, blob: BlobClient, tokens: Uplo
         if not page:
             break
         refs = [
-            MinterRef(organization_id=u.organization_id, key_id=u.minter_key_id, token_id=u.token_id)
+            MinterRef(
+                organization_id=u.organization_id,
+                key_id=u.minter_key_id,
+                user_id=u.minter_user_id,
+                token_id=u.token_id,
+            )
             for u in page
         ]
         answer = await tokens.minters(refs)

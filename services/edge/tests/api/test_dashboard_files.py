@@ -407,3 +407,34 @@ def test_the_usage_page_lists_unfinished_uploads_and_ends_one(browser: Browser, 
     assert "No unfinished uploads." in page
     assert httpx.head(created.headers["location"], headers={"Tus-Resumable": "1.0.0"}).status_code == 404
     assert browser.post(end).status_code == 404
+
+
+def test_a_resumable_upload_of_a_member_removed_ends(browser: Browser, stack: Any, admin: Any) -> None:
+    """Issue 44: the dashboard's resumable uploads carry their user: once that user is no
+    longer a member, the upload's capability is refused and the upload terminated."""
+    endpoint = browser.http.post(
+        f"{browser.files}/resumable", params={"size": 100}, headers={"x-csrf-token": browser.csrf}
+    ).json()["endpoint"]
+    tus = {"Tus-Resumable": "1.0.0", "Upload-Metadata": "filename YS5iaW4=", "Upload-Length": "100"}
+    created = httpx.post(stack.edge_url + endpoint, headers=tus)
+    assert created.status_code == 201, created.text
+    url = created.headers["location"]
+    chunk = {"Tus-Resumable": "1.0.0", "Content-Type": "application/offset+octet-stream"}
+    assert httpx.patch(url, content=b"x" * 50, headers={**chunk, "Upload-Offset": "0"}).status_code == 204
+    other = admin(
+        "create-user",
+        "--email",
+        f"o{secrets.token_hex(4)}@example.com",
+        "--password",
+        secrets.token_urlsafe(16),
+    )
+    admin("add-member", "--org", browser.org_id, "--user", other["id"], "--role", "owner")
+    admin("remove-member", "--org", browser.org_id, "--user", browser.email)
+    deadline = time.monotonic() + 15
+    while (status := httpx.head(url, headers={"Tus-Resumable": "1.0.0"}).status_code) == 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert status == 401
+    gone = httpx.patch(url, content=b"x" * 50, headers={**chunk, "Upload-Offset": "50"})
+    assert gone.status_code == 404, gone.text
+    assert stack.metadata_scalar("SELECT count(*) FROM tus_uploads") == 0

@@ -169,8 +169,10 @@ class TusUpload(SQLModel, table=True):
     capability_hash: str | None = Field(default=None, max_length=64)
     # ... and that upload token's id (the actor of its changes).
     token_id: str | None = Field(default=None, max_length=40)
-    # ... and the API key that minted the token: the capability dies with it (issue 44).
+    # ... and the API key (or dashboard user) that minted the token: the capability dies with
+    # it (issue 44).
     minter_key_id: str | None = Field(default=None, max_length=40)
+    minter_user_id: str | None = Field(default=None, max_length=40)
     created_at: datetime = Field(sa_column=_ts())
     expires_at: datetime = Field(sa_column=_ts())
     # One writer at a time: a lease, taken by a conditional update and renewed while it writes.

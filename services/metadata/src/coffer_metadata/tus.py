@@ -94,6 +94,7 @@ def _view(row: Any, lock_token: str | None = None, *, active: bool = True) -> Tu
         completed=row.completed,
         lock_token=lock_token,
         minter_key_id=row.minter_key_id,
+        minter_user_id=row.minter_user_id,
         created_at=_aware(row.created_at),
         active=active,
     )
@@ -407,7 +408,11 @@ def minted(session: Session, *, after: str, limit: int) -> TusMintedPage:
         session.connection()
         .execute(
             sa.select(
-                _uploads.c.id, _uploads.c.organization_id, _uploads.c.token_id, _uploads.c.minter_key_id
+                _uploads.c.id,
+                _uploads.c.organization_id,
+                _uploads.c.token_id,
+                _uploads.c.minter_key_id,
+                _uploads.c.minter_user_id,
             )
             .where(
                 _uploads.c.completed.is_(False),
@@ -422,7 +427,11 @@ def minted(session: Session, *, after: str, limit: int) -> TusMintedPage:
     return TusMintedPage(
         uploads=[
             TusMinted(
-                id=r.id, organization_id=r.organization_id, token_id=r.token_id, minter_key_id=r.minter_key_id
+                id=r.id,
+                organization_id=r.organization_id,
+                token_id=r.token_id,
+                minter_key_id=r.minter_key_id,
+                minter_user_id=r.minter_user_id,
             )
             for r in rows
         ]

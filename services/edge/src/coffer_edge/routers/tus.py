@@ -168,7 +168,10 @@ async def _minter_acts(request: Request, upload: TusUpload) -> int:
     state = edge_state(request)
     rid = request_id_of(request) or ""
     ref = MinterRef(
-        organization_id=upload.organization_id, key_id=upload.minter_key_id, token_id=upload.token_id
+        organization_id=upload.organization_id,
+        key_id=upload.minter_key_id,
+        user_id=upload.minter_user_id,
+        token_id=upload.token_id,
     )
     acting, quota = await state.upload_tokens.minter(ref, request_id=rid)
     if acting and quota is not None:
@@ -654,6 +657,7 @@ class _Target:
     token_id: str | None = None
     capability: str | None = None
     minter_key_id: str | None = None
+    minter_user_id: str | None = None
 
 
 async def _target(request: Request, meta: Metadata, length: int, asset_id: str, token: str | None) -> _Target:
@@ -694,6 +698,7 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
         token_id=grant.token_id,
         capability=new_capability(),
         minter_key_id=grant.key_id,
+        minter_user_id=grant.user_id,
     )
 
 
@@ -737,6 +742,7 @@ async def create_upload(request: Request, token: Token = None) -> Response:
         capability_hash=token_hash(target.capability) if target.capability else None,
         token_id=target.token_id,
         minter_key_id=target.minter_key_id,
+        minter_user_id=target.minter_user_id,
     )
     try:
         upload = await state.metadata.tus_create(target.organization_id, new, request_id=rid)
