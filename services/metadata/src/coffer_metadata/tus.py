@@ -15,6 +15,12 @@ after blob has made the bytes durable, so ``offset`` never counts a byte the sto
 Expiry (24 h after the last write) makes the intent stale: the sweeper claims it like any
 stale intent, deletes its bytes (S3: aborts the multipart upload) and ``finish_intent``
 drops both rows.
+
+Idleness (issue 44): the intent holds the length and a place among the uploads in flight
+only while the upload is written, for COFFER_METADATA_TUS_IDLE_SECONDS after its creation or
+its last lock, renewal or advance (each pushes the intent's expiry; ``repository._ACTIVE``
+tells an idle one by it). The next ``lock`` of an idle upload admits it again, as a creation
+would (``_stay_active``).
 """
 
 from __future__ import annotations
