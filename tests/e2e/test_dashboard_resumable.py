@@ -124,3 +124,43 @@ def test_a_reloaded_page_resumes_the_same_file(dashboard: Any, tmp_path: Path, u
     asset = api.get(f"/assets/{asset_id}").json()
     assert asset["size"] == len(data) and asset["sha256"] == hashlib.sha256(data).hexdigest()
     assert page.locator("#uploads li.resumed").count() == 1
+
+
+def test_the_usage_page_shows_an_unfinished_upload_and_ends_it(dashboard: Any) -> None:
+    """Issue 44: an upload that stopped half-way is listed on the Usage page with what it holds
+    against the quota; "End upload" deletes it and frees the space."""
+    page, _, org_id = dashboard.signup_with_org("squat", "Squatted")
+    key = dashboard.create_key(page, org_id, name="uploader")
+    with dashboard.api(key) as api:
+        created = api.post(
+            "/uploads/tus",
+            headers={
+                "Tus-Resumable": "1.0.0",
+                "Upload-Length": str(3 * MIB),
+                "Upload-Metadata": "filename aGFsZi5iaW4=",
+            },
+        )
+        assert created.status_code == 201, created.text
+        upload_id = created.headers["location"].rsplit("/", 1)[1]
+        sent = api.patch(
+            f"/uploads/tus/{upload_id}",
+            content=os.urandom(MIB),
+            headers={
+                "Tus-Resumable": "1.0.0",
+                "Upload-Offset": "0",
+                "Content-Type": "application/offset+octet-stream",
+            },
+        )
+        assert sent.status_code == 204, sent.text
+        page.goto(f"/dashboard/o/{org_id}/usage")
+        row = f"#upload-{upload_id}"
+        assert "half.bin" in page.inner_text(row)
+        assert "1 MiB of 3 MiB" in page.inner_text(row)
+        assert page.inner_text("#held-bytes") == "3 MiB"
+        page.click(f"{row} button[type=submit]")
+        page.wait_for_url(f"**/dashboard/o/{org_id}/usage?ended=1")
+        assert "The upload was ended" in page.inner_text("main")
+        assert page.query_selector(row) is None
+        assert "No unfinished uploads." in page.inner_text("#open-uploads")
+        assert api.get("/uploads").json()["total"] == 0
+        assert api.head(f"/uploads/tus/{upload_id}", headers={"Tus-Resumable": "1.0.0"}).status_code == 404

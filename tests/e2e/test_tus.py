@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import threading
@@ -321,3 +322,147 @@ def test_expired_uploads_are_swept_bytes_reservation_and_all(own_stack_with: Any
         assert time.monotonic() < deadline, stored_objects(stack, org)
         time.sleep(0.2)
     assert _create(stack, key, 30 * MIB)
+
+
+# -- issue 44: capabilities die with their authority, reservations cannot be squatted --------
+
+
+def _token_upload(stack: Stack, key: str, length: int, org: str | None = None) -> str:
+    """An upload created with an upload token that ``key`` minted: its capability URL."""
+    headers = {"x-api-key": key, **({"x-organization-id": org} if org else {})}
+    minted = httpx.post(f"{stack.edge_url}/api/upload-tokens", headers=headers, json={})
+    assert minted.status_code == 201, minted.text
+    created = httpx.post(
+        f"{stack.edge_url}/api/uploads/tus?token={minted.json()['token']}",
+        headers={**TUS, "Upload-Length": str(length), "Upload-Metadata": "filename YS5iaW4="},
+    )
+    assert created.status_code == 201, created.text
+    return created.headers["location"]  # type: ignore[no-any-return]
+
+
+def _patch(url: str, offset: int, data: bytes, **headers: str) -> httpx.Response:
+    sent = {**TUS, "Upload-Offset": str(offset), "Content-Type": "application/offset+octet-stream", **headers}
+    return httpx.patch(url, headers=sent, content=data, timeout=60)
+
+
+def _poll(check: Any, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.2)
+    return value
+
+
+def test_a_deleted_key_takes_its_uploads_capabilities_along(
+    stack: Stack, new_tenant: Any, admin: Any
+) -> None:
+    """Issue 44: half an upload through a token minted by key K, K deleted: the rest sent with
+    the capability creates nothing, and the upload's bytes and reservation are released."""
+    tenant = new_tenant(quota_bytes=30 * MIB)
+    minter = admin("create-key", "--org", tenant.org_id, "--name", "minter")
+    data = os.urandom(12 * MIB)
+    url = _token_upload(stack, minter["key"], len(data))
+    assert _patch(url, 0, data[: 6 * MIB]).status_code == 204
+    asset_id = _asset_of(stack, url)
+    assert stored_objects(stack, tenant.org_id).get(asset_id)
+    admin("delete-key", minter["id"])
+    # Within the 5 s that keys promise, the capability stops working.
+    _poll(lambda: head(url).status_code != 200, timeout=15)
+    rest = _patch(url, 6 * MIB, data[6 * MIB :])
+    assert rest.status_code in (401, 404), rest.text
+    assert tenant.api.get("/api/assets").json()["total"] == 0
+    assert stored_objects(stack, tenant.org_id).get(asset_id) is None
+    assert _create(stack, tenant.key, 30 * MIB)  # the reservation is free again
+
+
+def test_the_sweeper_ends_uploads_whose_minter_is_gone(own_stack_with: Any, admin_for: Any) -> None:
+    """Nobody calls on the uploads again: edge's sweeper terminates those whose minting key was
+    deleted, or whose user left the organization, and their reservations come back."""
+    stack = own_stack_with(COFFER_SWEEP_INTERVAL_SECONDS="0.5")
+    admin = admin_for(stack)
+    org = admin("create-org", "--name", "Swept", "--quota-bytes", str(20 * MIB))["id"]
+    key = admin("create-key", "--org", org)
+    user = admin(
+        "create-user",
+        "--email",
+        f"u{os.urandom(4).hex()}@example.com",
+        "--password",
+        secrets.token_urlsafe(16),
+    )
+    admin("add-member", "--org", org, "--user", user["id"])
+    personal = admin("create-key", "--org", org, "--user", user["id"])
+    keeper = admin("create-key", "--org", org)["key"]
+    by_key = _token_upload(stack, key["key"], 8 * MIB)
+    by_member = _token_upload(stack, personal["key"], 8 * MIB, org)
+    for url in (by_key, by_member):
+        assert _patch(url, 0, os.urandom(MIB)).status_code == 204
+    untouched = _token_upload(stack, keeper, 2 * MIB)  # its minter stays
+    assets = {_asset_of(stack, u) for u in (by_key, by_member)}
+    admin("delete-key", key["id"])
+    admin("remove-member", "--org", org, "--user", user["id"])
+    _poll(lambda: not assets & set(stored_objects(stack, org)))
+    listed = httpx.get(f"{stack.edge_url}/api/uploads", headers={"x-api-key": keeper}).json()
+    assert [u["id"] for u in listed["uploads"]] == [urlsplit(untouched).path.rsplit("/", 1)[1]]
+    assert _create(stack, keeper, 18 * MIB)  # 16 MiB released; 2 MiB still held
+    assert head(untouched).status_code == 200
+
+
+def test_a_one_shot_upload_honours_a_resumable_reservation(stack: Stack, new_tenant: Any) -> None:
+    """Issue 44: with a resumable upload of half the quota and a byte reserved, a POST
+    /api/assets of the same size is refused (413), and the resumable upload completes."""
+    quota = 8 * MIB
+    tenant = new_tenant(quota_bytes=quota)
+    size = quota // 2 + 1
+    url = _create(stack, tenant.key, size)
+    one_shot = tenant.api.post(
+        "/api/assets", files={"file": ("f.bin", os.urandom(size), "application/octet-stream")}
+    )
+    assert one_shot.status_code == 413, one_shot.text
+    assert one_shot.json()["error"]["code"] == "quota_exceeded"
+    data = os.urandom(size)
+    done = _patch(url, 0, data, **{"x-api-key": tenant.key})
+    assert done.status_code == 204, done.text
+    assert_stored(tenant.api, done.headers["coffer-asset-id"], data)
+    assert tenant.api.get("/api/usage").json()["usedBytes"] == size
+
+
+def test_idle_uploads_give_their_reservation_and_place_back(own_stack_with: Any, admin_for: Any) -> None:
+    """Issue 44: creations with no bytes hold the quota and the places in flight only until
+    they have been idle for COFFER_METADATA_TUS_IDLE_SECONDS; a squatter's next PATCH asks
+    again (413 when its length no longer fits); the organization sees and ends its uploads."""
+    stack = own_stack_with(COFFER_METADATA_TUS_IDLE_SECONDS="2", COFFER_METADATA_MAX_UPLOADS_IN_FLIGHT="3")
+    admin = admin_for(stack)
+    org = admin("create-org", "--name", "Squatted", "--quota-bytes", str(20 * MIB))["id"]
+    key = admin("create-key", "--org", org)["key"]
+    api = httpx.Client(base_url=stack.edge_url, headers={"x-api-key": key}, timeout=60)
+    squatters = [_token_upload(stack, key, 9 * MIB), _token_upload(stack, key, 9 * MIB)]
+    _token_upload(stack, key, 1)
+    upload = {"file": ("f.bin", os.urandom(5 * MIB), "application/octet-stream")}
+    # 19 MiB held and 3 places taken: no upload goes in.
+    assert api.post("/api/assets", files=upload).status_code in (413, 429)
+    full = httpx.post(
+        f"{stack.edge_url}/api/uploads/tus",
+        headers={**TUS, "x-api-key": key, "Upload-Length": "1", "Upload-Metadata": "filename YS5iaW4="},
+    )
+    assert full.status_code == 429, full.text
+    # Idle: they hold nothing, and uploads go in again.
+    _poll(lambda: all(u["reservedBytes"] == 0 for u in api.get("/api/uploads").json()["uploads"]))
+    stored = api.post(
+        "/api/assets", files={"file": ("f.bin", os.urandom(12 * MIB), "application/octet-stream")}
+    )
+    assert stored.status_code == 201, stored.text
+    # A squatter's next write: its 9 MiB no longer fit beside the 12 stored.
+    assert_error_code(_patch(squatters[0], 0, b"x"), 413, "quota_exceeded")
+    # The organization sees its open uploads and ends them.
+    listed = api.get("/api/uploads").json()
+    assert listed["total"] == 3
+    for item in listed["uploads"]:
+        assert api.delete(f"/api/uploads/{item['id']}").status_code == 200
+    assert api.get("/api/uploads").json()["total"] == 0
+    assert head(squatters[1]).status_code == 404
+    api.close()
+
+
+def assert_error_code(answer: httpx.Response, status: int, code: str) -> None:
+    assert answer.status_code == status, answer.text
+    assert answer.json()["error"]["code"] == code

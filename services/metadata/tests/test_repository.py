@@ -24,6 +24,9 @@ from coffer_metadata.models import (
     Usage,
 )
 
+# ``reserve``'s other arguments: an asset id, and the moment active resumable uploads are told by.
+NOW = {"asset_id": "ast_x", "active_after": utcnow()}
+
 
 def test_migrations_match_the_models(engine) -> None:
     def include(_obj, name, _type, _reflected, _compare_to) -> bool:  # type: ignore[no-untyped-def]
@@ -41,9 +44,9 @@ def test_migrations_match_the_models(engine) -> None:
 
 def test_reserve_is_conditional_on_the_quota(engine) -> None:
     with Session(writer(engine)) as s:
-        assert assets.reserve(s, org_id="org_a", size=60, quota_bytes=100)
-        assert not assets.reserve(s, org_id="org_a", size=41, quota_bytes=100)
-        assert assets.reserve(s, org_id="org_a", size=40, quota_bytes=100)
+        assert assets.reserve(s, org_id="org_a", size=60, quota_bytes=100, **NOW)
+        assert not assets.reserve(s, org_id="org_a", size=41, quota_bytes=100, **NOW)
+        assert assets.reserve(s, org_id="org_a", size=40, quota_bytes=100, **NOW)
         s.commit()
         usage = s.get(Usage, "org_a")
         assert (usage.used_bytes, usage.asset_count) == (100, 2)
@@ -56,7 +59,7 @@ def test_concurrent_reservations_never_exceed_the_quota(engine) -> None:
     def reserve() -> None:
         barrier.wait()
         with Session(writer(engine)) as s:
-            ok = assets.reserve(s, org_id="org_race", size=10, quota_bytes=55)
+            ok = assets.reserve(s, org_id="org_race", size=10, quota_bytes=55, **NOW)
             s.commit()
         results.append(ok)
 

@@ -5,20 +5,42 @@ holder, completion creating the asset, termination and expiry releasing the rese
 from __future__ import annotations
 
 import asyncio
+import secrets
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import create_engine, text
 
 from coffer_kit.ids import ASSET, FOLDER, TUS_UPLOAD, new_id
+from coffer_kit.internal import INTERNAL_TOKEN_HEADER
 from coffer_kit.timeutil import utcnow
-from coffer_testkit.testing import assert_error
+from coffer_metadata.config import Settings
+from coffer_metadata.main import create_app
+from coffer_testkit.testing import app_client, assert_error
 
 pytestmark = pytest.mark.anyio
 
 LEASE = {"leaseSeconds": 30}
+CAP = 3
+
+
+@pytest.fixture
+async def capped_tus(database_url: str, tmp_path: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """The metadata app with a cap of CAP uploads in flight per organization."""
+    token = secrets.token_urlsafe(24)
+    settings = Settings(
+        metadata_database_url=database_url,
+        data_dir=tmp_path,
+        internal_token=SecretStr(token),
+        cdn_url="http://cdn.test",
+        metadata_max_uploads_in_flight=CAP,
+    )
+    async with app_client(create_app(settings), "http://metadata", {INTERNAL_TOKEN_HEADER: token}) as client:
+        yield client
 
 
 def body(org: str, length: int, quota: int, **extra: Any) -> dict[str, Any]:
@@ -240,3 +262,99 @@ async def test_a_locked_upload_says_when_to_ask_again(api: httpx.AsyncClient) ->
     assert (await api.post(f"{path}/advance", json=step)).status_code == 200
     kept = assert_error(await lock(api, upload["id"], 40, org), 423, "locked")
     assert 1 < kept["details"]["keptFor"] <= 2
+
+
+async def one_shot(api: httpx.AsyncClient, org: str, size: int, quota: int) -> httpx.Response:
+    """An upload through ``POST /api/assets``'s two steps: its intent, then its commit."""
+    asset_id = new_id(ASSET)
+    intent = {"assetId": asset_id, "reserveBytes": size, "leastBytes": size, "quotaBytes": quota}
+    registered = await api.post(f"/internal/v1/orgs/{org}/intents", json=intent)
+    if registered.status_code != 201:
+        return registered
+    commit = {
+        "id": asset_id,
+        "key": f"{org}/{asset_id}/f.bin",
+        "filename": "f.bin",
+        "mimeType": "application/octet-stream",
+        "size": size,
+        "sha256": "a" * 64,
+        "quotaBytes": quota,
+    }
+    return await api.post(f"/internal/v1/orgs/{org}/assets", json=commit)
+
+
+async def test_every_commit_honours_a_resumable_uploads_reservation(api: httpx.AsyncClient) -> None:
+    """Issue 44: a one-shot upload whose intent was admitted before the resumable upload's
+    reservation (it held nothing) must not commit past it, on both databases; the resumable
+    upload then completes within the quota."""
+    org, quota = new_id("org"), 1000
+    assert (await one_shot(api, org, 100, quota)).status_code == 201  # (the organization's usage row)
+    asset_id = new_id(ASSET)
+    admitted = await api.post(
+        f"/internal/v1/orgs/{org}/intents", json={"assetId": asset_id, "quotaBytes": quota}
+    )
+    assert admitted.status_code == 201, admitted.text
+    upload = await create(api, org, 451, quota)  # 900 left: 451 held, 449 free
+    commit = {
+        "id": asset_id,
+        "key": f"{org}/{asset_id}/f.bin",
+        "filename": "f.bin",
+        "mimeType": "application/octet-stream",
+        "size": 451,
+        "sha256": "a" * 64,
+        "quotaBytes": quota,
+    }
+    refused = await api.post(f"/internal/v1/orgs/{org}/assets", json=commit)
+    error = assert_error(refused, 413, "quota_exceeded")
+    assert "hold 451 more bytes" in error["message"]
+    assert (await one_shot(api, org, 449, quota)).status_code == 201  # exactly what is free
+    token = (await lock(api, upload["id"], 0, org)).json()["lockToken"]
+    done = {"lockToken": token, "fromOffset": 0, "sha256": "b" * 64}
+    assert (await api.post(f"/internal/v1/tus/{upload['id']}/complete", json=done)).status_code == 200
+    assert await usage(api, org) == {"usedBytes": 1000, "assetCount": 3}
+
+
+async def test_an_idle_upload_gives_its_reservation_back_and_asks_again(
+    api: httpx.AsyncClient, database_url: str
+) -> None:
+    """Issue 44: an upload idle for an hour holds neither its length nor a place in flight;
+    its next write asks for both again, and is refused (413) if they are gone."""
+    org, quota = new_id("org"), 1000
+    upload = await create(api, org, 800, quota)
+    assert_error(
+        await api.post(f"/internal/v1/orgs/{org}/tus", json=body(org, 300, quota)), 413, "quota_exceeded"
+    )
+    listed = (await api.get(f"/internal/v1/orgs/{org}/tus")).json()
+    assert [(u["id"], u["active"]) for u in listed["uploads"]] == [(upload["id"], True)]
+    # An hour and a minute without a write (its intent's expiry moved back behind the API's back).
+    set_intent_expiry(database_url, upload["assetId"], utcnow() + timedelta(hours=22, minutes=59))
+    listed = (await api.get(f"/internal/v1/orgs/{org}/tus")).json()
+    assert [(u["id"], u["active"]) for u in listed["uploads"]] == [(upload["id"], False)]
+    squatter = await create(api, org, 300, quota)  # the 800 are free again
+    want = {"organizationId": org, "offset": 0, "quotaBytes": quota, **LEASE}
+    refused = await api.post(f"/internal/v1/tus/{upload['id']}/lock", json=want)
+    assert_error(refused, 413, "quota_exceeded")
+    assert (await api.get(f"/internal/v1/tus/{upload['id']}")).json()["offset"] == 0  # still there
+    ended = await api.post(f"/internal/v1/tus/{squatter['id']}/terminate", params={"org": org})
+    assert ended.status_code == 200
+    taken = await api.post(f"/internal/v1/tus/{upload['id']}/lock", json=want)
+    assert taken.status_code == 200, taken.text
+    # Active again: it holds its 800.
+    assert_error(
+        await api.post(f"/internal/v1/orgs/{org}/tus", json=body(org, 300, quota)), 413, "quota_exceeded"
+    )
+
+
+async def test_an_idle_upload_frees_its_place_in_flight(
+    capped_tus: httpx.AsyncClient, database_url: str
+) -> None:
+    org = new_id("org")
+    uploads = [await create(capped_tus, org, 10) for _ in range(CAP)]
+    assert_error(
+        await capped_tus.post(f"/internal/v1/orgs/{org}/tus", json=body(org, 10, 1000)), 429, "rate_limited"
+    )
+    set_intent_expiry(database_url, uploads[0]["assetId"], utcnow() + timedelta(hours=22))
+    await create(capped_tus, org, 10)  # the idle one's place
+    want = {"organizationId": org, "offset": 0, "quotaBytes": 1000, **LEASE}
+    refused = await capped_tus.post(f"/internal/v1/tus/{uploads[0]['id']}/lock", json=want)
+    assert_error(refused, 429, "rate_limited")

@@ -227,6 +227,10 @@ class TusCreate(WireModel):
     quota_bytes: int = Field(ge=0)
     capability_hash: str | None = Field(default=None, max_length=64)
     token_id: str | None = Field(default=None, max_length=40)
+    # The API key (or the dashboard user) that minted that upload token: the capability lives
+    # only while it can act.
+    minter_key_id: str | None = Field(default=None, max_length=40)
+    minter_user_id: str | None = Field(default=None, max_length=40)
 
 
 class TusUpload(WireModel):
@@ -250,6 +254,55 @@ class TusUpload(WireModel):
     expires_at: datetime
     completed: bool
     lock_token: str | None = None
+    minter_key_id: str | None = None
+    minter_user_id: str | None = None
+    created_at: datetime | None = None
+    # Whether it holds its length against the quota and a place among the uploads in flight
+    # (an idle one does not, until its next write).
+    active: bool = True
+
+
+class TusPage(WireModel):
+    """A page of an organization's unfinished resumable uploads, newest first."""
+
+    uploads: list[TusUpload]
+    total: int
+
+
+class TusMinted(WireModel):
+    """An unfinished upload created through an upload token, and who minted that token."""
+
+    id: str
+    organization_id: str
+    token_id: str | None
+    minter_key_id: str | None
+    minter_user_id: str | None = None
+
+
+class TusMintedPage(WireModel):
+    uploads: list[TusMinted]
+
+
+class MinterRef(WireModel):
+    """auth: the key that minted an upload token (or, for an upload older than that record,
+    the token), in the organization it minted for."""
+
+    organization_id: str = Field(max_length=40)
+    key_id: str | None = Field(default=None, max_length=40)
+    user_id: str | None = Field(default=None, max_length=40)
+    token_id: str | None = Field(default=None, max_length=40)
+
+
+class MintersIn(WireModel):
+    minters: list[MinterRef] = Field(max_length=500)
+
+
+class MintersOut(WireModel):
+    """For each minter asked, in order: whether it can still act in its organization, and that
+    organization's quota (None for an organization that no longer exists)."""
+
+    acting: list[bool]
+    quota_bytes: list[int | None]
 
 
 class TusLock(WireModel):
@@ -258,6 +311,8 @@ class TusLock(WireModel):
     organization_id: str | None = None
     offset: int = Field(ge=0)
     lease_seconds: float = Field(gt=0, le=600)
+    # The organization's quota, for an idle upload that must reserve its length again.
+    quota_bytes: int | None = Field(default=None, ge=0)
 
 
 class TusLease(WireModel):
@@ -353,6 +408,8 @@ class UploadTokenIn(WireModel):
 
     token_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
     key_id: str | None = Field(default=None, max_length=40)
+    # The dashboard user who minted it (no key).
+    user_id: str | None = Field(default=None, max_length=40)
     folder_id: str | None = Field(default=None, max_length=40)
     name: str | None = Field(default=None, max_length=1024)
     max_bytes: StrictInt = Field(ge=1, le=MAX_FILE_BYTES)
@@ -383,6 +440,10 @@ class UploadGrant(WireModel):
     # The token's visibility (None: the organization's default, below).
     visibility: Visibility | None = None
     default_visibility: Visibility = "public"
+    # The API key that minted the token (None for a token older than that record), or the
+    # dashboard user who did.
+    key_id: str | None = None
+    user_id: str | None = None
 
 
 class TokenClaim(WireModel):

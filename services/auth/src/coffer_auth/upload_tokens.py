@@ -24,7 +24,16 @@ from coffer_kit.errors import not_found, unauthorized
 from coffer_kit.ids import UPLOAD_TOKEN, new_id
 from coffer_kit.internal_token import require_internal_token
 from coffer_kit.timeutil import as_utc, isoformat, utcnow
-from coffer_kit.wire import Done, TokenClaim, UploadGrant, UploadTokenCreated, UploadTokenIn
+from coffer_kit.wire import (
+    Done,
+    MinterRef,
+    MintersIn,
+    MintersOut,
+    TokenClaim,
+    UploadGrant,
+    UploadTokenCreated,
+    UploadTokenIn,
+)
 
 # Expired tokens are deleted this long after they expired, when their organization mints again.
 KEEP_EXPIRED = timedelta(days=1)
@@ -44,6 +53,8 @@ class UploadToken(SQLModel, table=True):
     # The API key that minted it: the token lives only while that key does (and, for a
     # personal key, while its user is a member of the organization).
     key_id: str | None = SQLField(default=None, max_length=40)
+    # The dashboard user who minted it (no key): it lives only while that user is a member.
+    user_id: str | None = SQLField(default=None, max_length=40)
     folder_id: str | None = SQLField(default=None, max_length=40)
     name: str | None = SQLField(default=None, max_length=1024)
     max_bytes: int = SQLField(sa_column=Column(BigInteger, nullable=False))
@@ -76,6 +87,7 @@ def create(
     content_types: list[str] | None,
     expires_in: int,
     visibility: str | None = None,
+    user_id: str | None = None,
 ) -> UploadToken:
     """Store a new token's hash and scope."""
     if session.get(Organization, org_id) is None:
@@ -91,6 +103,7 @@ def create(
         token_hash=token_hash,
         organization_id=org_id,
         key_id=key_id,
+        user_id=user_id,
         folder_id=folder_id,
         name=name,
         max_bytes=max_bytes,
@@ -115,6 +128,8 @@ def resolve(session: Session, *, token_hash: str) -> UploadGrant:
         raise unauthorized("The upload token was used already.")
     if row.key_id is not None and not _minter_acts(session, key_id=row.key_id, org_id=row.organization_id):
         raise unauthorized("The upload token's key was deleted or its user left the organization.")
+    if row.user_id is not None and not _member(session, user_id=row.user_id, org_id=row.organization_id):
+        raise unauthorized("The upload token's user left the organization.")
     org = session.get(Organization, row.organization_id)
     if org is None:
         raise unauthorized("The upload token's organization no longer exists.")
@@ -129,7 +144,39 @@ def resolve(session: Session, *, token_hash: str) -> UploadGrant:
         expires_at=isoformat(row.expires_at),
         visibility=row.visibility,
         default_visibility=org.default_visibility,
+        key_id=row.key_id,
+        user_id=row.user_id,
     )
+
+
+def minters(session: Session, refs: list[MinterRef]) -> MintersOut:
+    """Whether each minter can still act in its organization (an upload token's key, or its
+    dashboard user, or the ones recorded on the token), and that organization's quota. A token
+    that no longer exists counts as a minter gone."""
+    acting: list[bool] = []
+    quotas: list[int | None] = []
+    for ref in refs:
+        org = session.get(Organization, ref.organization_id)
+        quotas.append(org.quota_bytes if org is not None else None)
+        key_id, user_id = ref.key_id, ref.user_id
+        if key_id is None and user_id is None and ref.token_id is not None:
+            token = session.get(UploadToken, ref.token_id)
+            if token is None or token.organization_id != ref.organization_id:
+                acting.append(False)
+                continue
+            key_id, user_id = token.key_id, token.user_id
+        alive = org is not None
+        if alive and key_id is not None:
+            alive = _minter_acts(session, key_id=key_id, org_id=ref.organization_id)
+        if alive and user_id is not None:
+            alive = _member(session, user_id=user_id, org_id=ref.organization_id)
+        acting.append(alive)
+    return MintersOut(acting=acting, quota_bytes=quotas)
+
+
+def _member(session: Session, *, user_id: str, org_id: str) -> bool:
+    found = select(Membership).where(Membership.organization_id == org_id, Membership.user_id == user_id)
+    return session.exec(found).first() is not None
 
 
 def _minter_acts(session: Session, *, key_id: str, org_id: str) -> bool:
@@ -197,6 +244,7 @@ def create_token(org_id: str, body: UploadTokenIn, session: SessionDep) -> Uploa
         content_types=body.content_types,
         expires_in=body.expires_in,
         visibility=body.visibility,
+        user_id=body.user_id,
     )
     return UploadTokenCreated(id=row.id, expires_at=isoformat(row.expires_at))
 
@@ -214,6 +262,13 @@ def grant(
 ) -> UploadGrant:
     """Resolve a token's SHA-256 (the token never crosses the network) to its scope."""
     return resolve(session, token_hash=token_hash.lower())
+
+
+@router.post("/upload-tokens/minters")
+def check_minters(body: MintersIn, session: SessionDep) -> MintersOut:
+    """Whether the keys behind resumable uploads' capabilities can still act (edge asks on
+    every request of a capability, and for its sweep of uploads whose minter is gone)."""
+    return minters(session, body.minters)
 
 
 @router.post("/upload-tokens/{token_id}/claim")

@@ -117,7 +117,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             auth_failures=RateLimiter(
                 settings.edge_auth_failure_limit, settings.redis_url, settings.redis_key_prefix
             ),
-            upload_tokens=UploadTokenClient(auth_http),
+            upload_tokens=UploadTokenClient(
+                auth_http,
+                cache_seconds=settings.edge_auth_cache_seconds,
+                cache_size=settings.edge_auth_cache_size,
+            ),
         )
         if dashboard is not None:
             state.dashboard = dashboard.state(
@@ -145,6 +149,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     interval=settings.sweep_interval_seconds,
                     intent_age=settings.sweep_intent_age_seconds,
                     tombstone_age=settings.sweep_tombstone_age_seconds,
+                    tokens=state.upload_tokens,
                 )
             )
         try:
@@ -190,6 +195,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(uploads.router)
     app.include_router(uploads.json_router)
     app.include_router(tus.router)
+    app.include_router(tus.open_router)
     app.include_router(webhooks.router)
     webhooks.document_events(app)
     app.include_router(transform_presets.router)

@@ -25,7 +25,7 @@ UPLOAD_DURATION = Histogram(
 )
 SWEPT = Counter(
     "coffer_sweeper_items_total",
-    "Stale upload intents and tombstones the sweeper handled, by outcome.",
+    "Stale upload intents, tombstones and uploads of gone minters the sweeper handled, by outcome.",
     ["kind", "outcome"],
 )
 DASHBOARD_LOGINS = Counter(

@@ -34,6 +34,8 @@ __all__ = [
     "FolderList",
     "FolderUpdate",
     "FolderWithPath",
+    "OpenUpload",
+    "OpenUploadList",
     "PageLimit",
     "PageOffset",
     "SignedUrl",
@@ -252,6 +254,30 @@ class UploadTokenCreate(BaseModel):
 
     def content_types(self) -> list[str] | None:
         return [t.lower() for t in self.contentTypes] if self.contentTypes is not None else None
+
+
+class OpenUpload(BaseModel):
+    """An unfinished resumable upload of the organization (``GET /api/uploads``)."""
+
+    id: str = Field(description="The upload's id (`tus_…`); its URL is `/api/uploads/tus/{id}`.")
+    organizationId: str
+    folderId: str | None
+    name: str
+    size: int = Field(description="`Upload-Length`.")
+    offset: int = Field(description="Bytes stored so far.")
+    reservedBytes: int = Field(
+        description="What it holds against the quota now: `size` while it is written, 0 once idle."
+    )
+    createdAt: str
+    expiresAt: str = Field(description="`Upload-Expires`.")
+    viaToken: bool = Field(description="Created with an upload token (its capability is the credential).")
+
+
+class OpenUploadList(BaseModel):
+    uploads: list[OpenUpload]
+    total: int
+    limit: int
+    offset: int
 
 
 class UploadToken(BaseModel):

@@ -3,6 +3,10 @@
 - Upload intents older than a bound: metadata marks them swept (so they can no longer commit),
   blob deletes everything under the asset's prefix, metadata drops the intent.
 - Tombstones: blob deletes the bytes, metadata drops the tombstone.
+- Resumable uploads created through an upload token whose minting key was deleted, or whose
+  user left the organization (auth answers which): terminated, so their bytes and reservations
+  are released even if nobody calls on them again (issue 44; a request on such an upload's
+  capability terminates it at once, ``routers/tus.py``).
 
 Every step is idempotent, so several edges may sweep at once and a crash mid-sweep is harmless.
 """
@@ -16,8 +20,10 @@ from dataclasses import dataclass
 
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
+from coffer_edge.clients.upload_tokens import UploadTokenClient
 from coffer_edge.metrics import SWEPT
 from coffer_kit.errors import CofferError
+from coffer_kit.wire import MinterRef
 
 log = logging.getLogger("coffer.edge.sweeper")
 
@@ -27,6 +33,53 @@ class SweepResult:
     intents: int = 0
     tombstones: int = 0
     failed: int = 0
+    uploads: int = 0
+
+
+# Unfinished uploads asked about per call to metadata, and minters per call to auth.
+MINTED_BATCH = 200
+
+
+async def sweep_minters(metadata: MetadataClient, blob: BlobClient, tokens: UploadTokenClient) -> SweepResult:
+    """Terminate every unfinished upload whose capability's minter can no longer act: its
+    upload row goes, then its bytes, then its intent (and so its reservation). One still being
+    written (423) is left for the next round."""
+    result = SweepResult()
+    after = ""
+    while True:
+        page = (await metadata.tus_minted(after=after, limit=MINTED_BATCH)).uploads
+        if not page:
+            break
+        refs = [
+            MinterRef(
+                organization_id=u.organization_id,
+                key_id=u.minter_key_id,
+                user_id=u.minter_user_id,
+                token_id=u.token_id,
+            )
+            for u in page
+        ]
+        answer = await tokens.minters(refs)
+        for upload, acting in zip(page, answer.acting, strict=True):
+            if acting:
+                continue
+            try:
+                ended = await metadata.tus_terminate(upload.id, upload.organization_id, request_id="")
+                if ended is not None:
+                    await blob.delete_prefix(upload.organization_id, ended.asset_id)
+                    await metadata.finish_intent(ended.asset_id)
+                result.uploads += 1
+                SWEPT.labels("upload", "done").inc()
+            except CofferError as exc:
+                if exc.status != 404:
+                    result.failed += 1
+                    SWEPT.labels("upload", "failed").inc()
+        if len(page) < MINTED_BATCH:
+            break
+        after = page[-1].id
+    if result.uploads or result.failed:
+        log.info("uploads of gone minters ended", extra={"uploads": result.uploads, "failed": result.failed})
+    return result
 
 
 async def sweep_once(
@@ -72,12 +125,20 @@ async def sweep_once(
 
 
 async def sweep_forever(
-    metadata: MetadataClient, blob: BlobClient, *, interval: float, intent_age: float, tombstone_age: float
+    metadata: MetadataClient,
+    blob: BlobClient,
+    *,
+    interval: float,
+    intent_age: float,
+    tombstone_age: float,
+    tokens: UploadTokenClient | None = None,
 ) -> None:
     """Sweep every ``interval`` seconds (with jitter, so replicas spread out) until cancelled."""
     while True:
         await asyncio.sleep(interval * random.uniform(0.5, 1.5))
         try:
+            if tokens is not None:
+                await sweep_minters(metadata, blob, tokens)
             await sweep_once(metadata, blob, intent_age=intent_age, tombstone_age=tombstone_age)
         except CofferError as exc:
             log.warning("sweep failed", extra={"error": exc.message})

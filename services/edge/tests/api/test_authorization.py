@@ -121,6 +121,14 @@ def _routes() -> list[Route]:
             404,
         ),
         Route("DELETE /api/uploads/tus/{id}", lambda c, r: c.delete(r["tus"], headers=TUS), 204, 404),
+        # An organization's open uploads (issue 44): its own listed; another's is 404.
+        Route("GET /api/uploads", lambda c, r: c.get("/api/uploads"), 200, 200, listing=True),
+        Route(
+            "DELETE /api/uploads/{id}",
+            lambda c, r: c.delete(f"/api/uploads/{r['tus'].rsplit('/', 1)[1]}"),
+            200,
+            404,
+        ),
         # Webhooks (CONTRACT §11): organization keys and owners; another organization's is 404.
         Route(
             "GET /api/webhooks",
@@ -310,6 +318,7 @@ def _fresh_resources(a: httpx.Client, *, webhook: bool = False) -> dict[str, str
     # One name, replaced each time: the routes never pile up past the 20 presets allowed.
     assert a.put("/api/transform-presets/house-style", json={"w": 300, "fmt": "webp"}).status_code == 200
     resources = {"folder": folder, "asset": asset, "token": token, "tus": tus, "preset": "house-style"}
+    resources["tus_id"] = tus.rsplit("/", 1)[1]  # (what a listing would show of it)
     if webhook:
         resources["webhook"] = a.post("/api/webhooks", json=HOOK).json()["id"]
         resources["delivery"] = a.post(f"/api/webhooks/{resources['webhook']}/test").json()["id"]

@@ -379,3 +379,62 @@ def test_the_folder_delete_page_asks_metadata_a_fixed_number_of_times(browser: B
     page = browser.http.get(f"{browser.files}/folders/{top}/delete")
     assert "Deletes this folder and 12 subfolders." in page.text
     assert _metadata_folder_calls() - before <= 3
+
+
+def test_the_usage_page_lists_unfinished_uploads_and_ends_one(browser: Browser, stack: Any) -> None:
+    """Issue 44: the organization sees its open resumable uploads, what each holds, and ends
+    one (CSRF-checked); another organization's member cannot end it."""
+    endpoint = browser.http.post(
+        f"{browser.files}/resumable", params={"size": 5000}, headers={"x-csrf-token": browser.csrf}
+    ).json()["endpoint"]
+    tus = {"Tus-Resumable": "1.0.0", "Upload-Metadata": "filename c3F1YXR0ZXIuYmlu", "Upload-Length": "5000"}
+    created = httpx.post(stack.edge_url + endpoint, headers=tus)
+    assert created.status_code == 201, created.text
+    upload_id = created.headers["location"].split("?")[0].rsplit("/", 1)[1]
+    usage = f"/dashboard/o/{browser.org_id}/usage"
+    page = browser.http.get(usage).text
+    assert f'id="upload-{upload_id}"' in page and "squatter.bin" in page
+    assert 'id="held-bytes">4.9 KiB<' in page
+    end = f"/dashboard/o/{browser.org_id}/uploads/{upload_id}/end"
+    assert browser.http.post(end, data={"csrf_token": "wrong"}).status_code == 403
+    stranger = sign_up(stack.edge_url, "Elsewhere")
+    assert stranger.post(f"/dashboard/o/{stranger.org_id}/uploads/{upload_id}/end").status_code == 404
+    stranger.http.close()
+    ended = browser.post(end)
+    assert ended.status_code == 303 and ended.headers["location"] == f"{usage}?ended=1"
+    page = browser.http.get(f"{usage}?ended=1").text
+    assert "The upload was ended" in page and f"upload-{upload_id}" not in page
+    assert "No unfinished uploads." in page
+    assert httpx.head(created.headers["location"], headers={"Tus-Resumable": "1.0.0"}).status_code == 404
+    assert browser.post(end).status_code == 404
+
+
+def test_a_resumable_upload_of_a_member_removed_ends(browser: Browser, stack: Any, admin: Any) -> None:
+    """Issue 44: the dashboard's resumable uploads carry their user: once that user is no
+    longer a member, the upload's capability is refused and the upload terminated."""
+    endpoint = browser.http.post(
+        f"{browser.files}/resumable", params={"size": 100}, headers={"x-csrf-token": browser.csrf}
+    ).json()["endpoint"]
+    tus = {"Tus-Resumable": "1.0.0", "Upload-Metadata": "filename YS5iaW4=", "Upload-Length": "100"}
+    created = httpx.post(stack.edge_url + endpoint, headers=tus)
+    assert created.status_code == 201, created.text
+    url = created.headers["location"]
+    chunk = {"Tus-Resumable": "1.0.0", "Content-Type": "application/offset+octet-stream"}
+    assert httpx.patch(url, content=b"x" * 50, headers={**chunk, "Upload-Offset": "0"}).status_code == 204
+    other = admin(
+        "create-user",
+        "--email",
+        f"o{secrets.token_hex(4)}@example.com",
+        "--password",
+        secrets.token_urlsafe(16),
+    )
+    admin("add-member", "--org", browser.org_id, "--user", other["id"], "--role", "owner")
+    admin("remove-member", "--org", browser.org_id, "--user", browser.email)
+    deadline = time.monotonic() + 15
+    while (status := httpx.head(url, headers={"Tus-Resumable": "1.0.0"}).status_code) == 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert status == 401
+    gone = httpx.patch(url, content=b"x" * 50, headers={**chunk, "Upload-Offset": "50"})
+    assert gone.status_code == 404, gone.text
+    assert stack.metadata_scalar("SELECT count(*) FROM tus_uploads") == 0

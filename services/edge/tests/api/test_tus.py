@@ -10,6 +10,7 @@ import hashlib
 import io
 import os
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -387,3 +388,116 @@ def test_head_never_answers_behind_a_chunk_it_acknowledged(stack: Any, tenant: T
     done = patch(tenant.api, url, b"!", len(first) + len(second))
     asset = tenant.api.get(f"/api/assets/{done.headers['coffer-asset-id']}").json()
     assert asset["sha256"] == hashlib.sha256(first + second + b"!").hexdigest()
+
+
+def _capability_upload(anon: httpx.Client, api: httpx.Client, length: int) -> str:
+    """An upload created with an upload token minted through ``api``: its capability URL."""
+    token = api.post("/api/upload-tokens", json={}).json()["token"]
+    created = anon.post(
+        f"/api/uploads/tus?token={token}",
+        headers={**TUS, "Upload-Length": str(length), "Upload-Metadata": meta(filename="half.bin")},
+    )
+    assert created.status_code == 201, created.text
+    return created.headers["location"]  # type: ignore[no-any-return]
+
+
+def _until(check: Callable[[], bool], timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.1)
+
+
+def test_a_capability_dies_with_the_key_that_minted_its_token(
+    stack: Any, new_tenant: Any, anon: httpx.Client, admin: Any
+) -> None:
+    """Issue 44: the capability of an upload created with a token minted by key K stops
+    working once K is deleted (within the auth cache's bound), and the upload is terminated:
+    its bytes and its reservation released."""
+    tenant = new_tenant(quota_bytes=10 * MIB)
+    minter = admin("create-key", "--org", tenant.org_id, "--name", "minter")
+    with httpx.Client(base_url=stack.edge_url, headers={"x-api-key": minter["key"]}, timeout=60) as api:
+        url = _capability_upload(anon, api, 8 * MIB)
+    half = os.urandom(4 * MIB)
+    assert patch(anon, url, half, 0).status_code == 204
+    assert_error(create(tenant.api, 3 * MIB), 413, "quota_exceeded")  # 8 MiB held
+    admin("delete-key", minter["id"])
+    statuses: list[int] = []
+    _until(lambda: statuses.append(head(anon, url).status_code) or statuses[-1] != 200)
+    assert statuses[-1] == 401
+    assert head(anon, url).status_code == 404  # terminated by the request that met the dead minter
+    assert_error(patch(anon, url, half, 4 * MIB), 404, "not_found")
+    assert head(tenant.api, url.split("?")[0]).status_code == 404
+    assert stack.metadata_scalar("SELECT count(*) FROM tus_uploads") == 0
+    assert tenant.api.get("/api/assets").json()["total"] == 0
+    assert create(tenant.api, 10 * MIB).status_code == 201  # the reservation is free again
+
+
+def test_a_member_removed_takes_the_capabilities_of_their_key_along(
+    stack: Any, new_tenant: Any, anon: httpx.Client, admin: Any
+) -> None:
+    tenant = new_tenant()
+    user = admin(
+        "create-user",
+        "--email",
+        f"u{os.urandom(4).hex()}@example.com",
+        "--password",
+        secrets.token_urlsafe(16),
+    )
+    admin("add-member", "--org", tenant.org_id, "--user", user["id"])
+    key = admin("create-key", "--org", tenant.org_id, "--user", user["id"])
+    headers = {"x-api-key": key["key"], "x-organization-id": tenant.org_id}
+    with httpx.Client(base_url=stack.edge_url, headers=headers, timeout=60) as api:
+        url = _capability_upload(anon, api, 100)
+    assert patch(anon, url, b"x" * 50, 0).status_code == 204
+    admin("remove-member", "--org", tenant.org_id, "--user", user["id"])
+    _until(lambda: head(anon, url).status_code != 200)
+    assert_error(patch(anon, url, b"x" * 50, 50), 404, "not_found")
+    assert stack.metadata_scalar("SELECT count(*) FROM tus_uploads") == 0
+
+
+def test_unknown_upload_ids_are_404(tenant: Tenant) -> None:
+    for path in (
+        "/api/uploads/tus/doesnotexist",
+        "/api/uploads/tus/tus_" + "0" * 26,
+        "/api/uploads/tus/" + "x" * 300,
+    ):
+        assert tenant.api.head(path, headers=TUS).status_code == 404  # (HEAD: no body)
+        assert_error(
+            tenant.api.patch(
+                path, headers={**TUS, "Upload-Offset": "0", "Content-Type": "application/offset+octet-stream"}
+            ),
+            404,
+            "not_found",
+        )
+        assert_error(tenant.api.delete(path, headers=TUS), 404, "not_found")
+
+
+def test_an_organization_lists_and_ends_its_open_uploads(new_tenant: Any, anon: httpx.Client) -> None:
+    tenant, other = new_tenant(quota_bytes=10 * MIB), new_tenant()
+    first = create(tenant.api, 4 * MIB).headers["location"]
+    assert patch(tenant.api, first, b"x" * 1000, 0).status_code == 204
+    second = _capability_upload(anon, tenant.api, 5 * MIB)
+    listed = tenant.api.get("/api/uploads")
+    assert listed.status_code == 200, listed.text
+    page = listed.json()
+    assert page["total"] == 2 and page["limit"] == 50 and page["offset"] == 0
+    newest, oldest = page["uploads"]
+    assert newest["id"] == urlsplit(second).path.rsplit("/", 1)[1] and newest["viaToken"] is True
+    assert oldest["id"] == urlsplit(first).path.rsplit("/", 1)[1] and oldest["viaToken"] is False
+    assert (oldest["size"], oldest["offset"], oldest["reservedBytes"]) == (4 * MIB, 1000, 4 * MIB)
+    assert oldest["organizationId"] == tenant.org_id and oldest["name"] == "f.bin"
+    assert oldest["createdAt"].endswith("Z") and oldest["expiresAt"] > oldest["createdAt"]
+    assert tenant.api.get("/api/uploads", params={"limit": 1, "offset": 1}).json()["uploads"] == [oldest]
+    # Another organization sees none of them, and cannot end them.
+    assert other.api.get("/api/uploads").json() == {"uploads": [], "total": 0, "limit": 50, "offset": 0}
+    assert_error(other.api.delete(f"/api/uploads/{newest['id']}"), 404, "not_found")
+    assert_error(anon.get("/api/uploads"), 401, "unauthorized")
+    # Ended: gone from the list, its capability 404, its reservation free.
+    ended = tenant.api.delete(f"/api/uploads/{newest['id']}")
+    assert ended.status_code == 200 and ended.json() == {"success": True}
+    assert head(anon, second).status_code == 404
+    assert [u["id"] for u in tenant.api.get("/api/uploads").json()["uploads"]] == [oldest["id"]]
+    assert_error(tenant.api.delete(f"/api/uploads/{newest['id']}"), 404, "not_found")
+    assert_error(tenant.api.delete("/api/uploads/doesnotexist"), 404, "not_found")
+    assert create(tenant.api, 6 * MIB).status_code == 201

@@ -7,6 +7,7 @@ import ipaddress
 from pydantic import Field, SecretStr, model_validator
 
 from coffer_kit import ports
+from coffer_kit.limits import TUS_EXPIRY_SECONDS
 from coffer_kit.settings import BaseServiceSettings, checked_secret
 
 # CONTRACT §11: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, then every 10 h.
@@ -20,6 +21,11 @@ class Settings(BaseServiceSettings):
     # Uploads one organization may have in flight at once (COFFER_METADATA_MAX_UPLOADS_IN_FLIGHT):
     # past it, a new upload is refused with 429 before any byte streams.
     metadata_max_uploads_in_flight: int = Field(default=64, ge=1)
+    # A resumable upload nobody has written to for this long gives its reservation and its place
+    # among the uploads in flight back (its bytes stay until it expires, 24 h after its last
+    # write); its next PATCH asks for both again, 413 or 429 if they are gone
+    # (COFFER_METADATA_TUS_IDLE_SECONDS, docs/security.md).
+    metadata_tus_idle_seconds: float = Field(default=3600, gt=0, le=TUS_EXPIRY_SECONDS)
     # Change events (the outbox) are kept this long once relayed to the audit log, which keeps
     # them for COFFER_AUDIT_RETENTION_DAYS itself (COFFER_METADATA_EVENT_RETENTION_DAYS).
     metadata_event_retention_days: int = Field(default=7, ge=1)

@@ -145,7 +145,10 @@ class TusUpload(SQLModel, table=True):
     A completed upload stays until it expires, so HEAD can answer the asset's id."""
 
     __tablename__ = "tus_uploads"
-    __table_args__ = (Index("ix_tus_uploads_expires", "expires_at"),)
+    __table_args__ = (
+        Index("ix_tus_uploads_expires", "expires_at"),
+        Index("ix_tus_uploads_org", "organization_id", "created_at"),
+    )
 
     id: str = Field(primary_key=True, max_length=40)
     organization_id: str = Field(max_length=40)
@@ -166,6 +169,10 @@ class TusUpload(SQLModel, table=True):
     capability_hash: str | None = Field(default=None, max_length=64)
     # ... and that upload token's id (the actor of its changes).
     token_id: str | None = Field(default=None, max_length=40)
+    # ... and the API key (or dashboard user) that minted the token: the capability dies with
+    # it (issue 44).
+    minter_key_id: str | None = Field(default=None, max_length=40)
+    minter_user_id: str | None = Field(default=None, max_length=40)
     created_at: datetime = Field(sa_column=_ts())
     expires_at: datetime = Field(sa_column=_ts())
     # One writer at a time: a lease, taken by a conditional update and renewed while it writes.

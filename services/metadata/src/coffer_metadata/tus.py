@@ -15,6 +15,12 @@ after blob has made the bytes durable, so ``offset`` never counts a byte the sto
 Expiry (24 h after the last write) makes the intent stale: the sweeper claims it like any
 stale intent, deletes its bytes (S3: aborts the multipart upload) and ``finish_intent``
 drops both rows.
+
+Idleness (issue 44): the intent holds the length and a place among the uploads in flight
+only while the upload is written, for COFFER_METADATA_TUS_IDLE_SECONDS after its creation or
+its last lock, renewal or advance (each pushes the intent's expiry; ``repository._ACTIVE``
+tells an idle one by it). The next ``lock`` of an idle upload admits it again, as a creation
+would (``_stay_active``).
 """
 
 from __future__ import annotations
@@ -33,10 +39,28 @@ from sqlmodel import Session
 from coffer_kit.db import run_read
 from coffer_kit.errors import CofferError, conflict, not_found, offset_mismatch, upload_locked
 from coffer_kit.ids import TUS_UPLOAD_ID_PATTERN
-from coffer_kit.limits import TUS_EXPIRY_SECONDS
+from coffer_kit.limits import (
+    PAGE_LIMIT_DEFAULT,
+    PAGE_LIMIT_MAX,
+    PAGE_OFFSET_DEFAULT,
+    PAGE_OFFSET_MAX,
+    TUS_EXPIRY_SECONDS,
+)
 from coffer_kit.timeutil import utcnow
 from coffer_kit.urls import asset_prefix
-from coffer_kit.wire import TusAdvance, TusComplete, TusCreate, TusEnded, TusLease, TusLock, TusUpload
+from coffer_kit.wire import (
+    TusAdvance,
+    TusComplete,
+    TusCreate,
+    TusEnded,
+    TusLease,
+    TusLock,
+    TusMinted,
+    TusMintedPage,
+    TusPage,
+    TusUpload,
+)
+from coffer_metadata.assets import repository
 from coffer_metadata.assets import service as assets
 from coffer_metadata.deps import DatabaseDep, SettingsDep
 from coffer_metadata.events import ActorDep
@@ -56,7 +80,7 @@ _intents = UploadIntent.__table__  # type: ignore[attr-defined]
 router = APIRouter(prefix="/internal/v1", tags=["tus"])
 
 
-def _view(row: Any, lock_token: str | None = None) -> TusUpload:
+def _view(row: Any, lock_token: str | None = None, *, active: bool = True) -> TusUpload:
     return TusUpload(
         id=row.id,
         organization_id=row.organization_id,
@@ -75,6 +99,10 @@ def _view(row: Any, lock_token: str | None = None) -> TusUpload:
         expires_at=_aware(row.expires_at),
         completed=row.completed,
         lock_token=lock_token,
+        minter_key_id=row.minter_key_id,
+        minter_user_id=row.minter_user_id,
+        created_at=_aware(row.created_at),
+        active=active,
     )
 
 
@@ -98,7 +126,9 @@ def _live(session: Session, upload_id: str, org_id: str | None) -> Any:
     return row
 
 
-def create(session: Session, *, org_id: str, upload: TusCreate, max_in_flight: int) -> TusUpload:
+def create(
+    session: Session, *, org_id: str, upload: TusCreate, max_in_flight: int, idle_seconds: float
+) -> TusUpload:
     """A new upload, its length held against the quota (413) among the organization's uploads
     in flight (429 past the cap); its folder must be the organization's (404/403)."""
     if not upload.key.startswith(asset_prefix(org_id, upload.asset_id)):
@@ -112,6 +142,7 @@ def create(session: Session, *, org_id: str, upload: TusCreate, max_in_flight: i
         reserve_bytes=upload.length,
         least_bytes=upload.length,
         quota_bytes=upload.quota_bytes,
+        idle_seconds=idle_seconds,
     )
     assets.register_intent(session, intent=intent)
     now = utcnow()
@@ -138,31 +169,80 @@ def create(session: Session, *, org_id: str, upload: TusCreate, max_in_flight: i
 RECORD_WAIT_SECONDS = 0.25
 
 
-def lock(session: Session, *, upload_id: str, want: TusLock) -> TusUpload:
+def lock(
+    session: Session, *, upload_id: str, want: TusLock, max_in_flight: int, idle_seconds: float
+) -> TusUpload:
     """Take the upload to write at ``want.offset``: 404 if it is not there for this caller,
     answered as it is (no lock) if it is complete, 423 while another request holds it, 409 if
-    the offset is not the upload's."""
+    the offset is not the upload's. An idle upload reserves its length and its place among the
+    uploads in flight again (``_stay_active``: 413, 429)."""
     row = _live(session, upload_id, want.organization_id)
     if row.completed:
         return _view(row)
-    now = utcnow()
     token = secrets.token_hex(16)
-    taken = session.connection().execute(
-        sa.update(_uploads)
-        .where(
-            _uploads.c.id == upload_id,
-            _uploads.c.completed.is_(False),
-            sa.or_(_uploads.c.locked_until.is_(None), _uploads.c.locked_until < now),
+    for attempt in range(2):
+        now = utcnow()
+        taken = session.connection().execute(
+            sa.update(_uploads)
+            .where(
+                _uploads.c.id == upload_id,
+                _uploads.c.completed.is_(False),
+                sa.or_(_uploads.c.locked_until.is_(None), _uploads.c.locked_until < now),
+            )
+            .values(
+                lock_token=token, locked_until=now + timedelta(seconds=want.lease_seconds), lease_kept=False
+            )
         )
-        .values(lock_token=token, locked_until=now + timedelta(seconds=want.lease_seconds), lease_kept=False)
-    )
-    if taken.rowcount != 1:
+        if taken.rowcount == 1:
+            break
         held = _live(session, upload_id, want.organization_id)
-        raise _locked(held, now, ahead=want.offset > held.offset)
+        until = _aware(held.locked_until) if held.locked_until is not None else None
+        if attempt or (until is not None and until > utcnow()):
+            raise _locked(held, now, ahead=want.offset > held.offset)
+        # PostgreSQL: the holder let go between the two statements (its chunk was answered
+        # already): take the lease now rather than answer 423 to a client that did nothing wrong.
     row = _live(session, upload_id, want.organization_id)  # as it is now that it is ours
     if row.offset != want.offset:
         raise offset_mismatch(row.offset)  # (the rollback gives the lock back)
+    _stay_active(session, row, quota_bytes=want.quota_bytes, max_in_flight=max_in_flight, idle=idle_seconds)
     return _view(row, token)
+
+
+def _stay_active(
+    session: Session, row: Any, *, quota_bytes: int | None, max_in_flight: int, idle: float
+) -> None:
+    """The upload is being written: it holds its length and its place among the uploads in
+    flight for ``idle`` seconds more. An idle one (it had given both back) asks for them again,
+    as a new upload would: 429 past the cap, 413 if its length no longer fits (the rollback
+    leaves it idle, its bytes kept until it expires)."""
+    now = utcnow()
+    connection = session.connection()
+    intent = connection.execute(
+        sa.select(_intents.c.expires_at).where(
+            _intents.c.asset_id == row.asset_id, _intents.c.swept.is_(False)
+        )
+    ).first()
+    if intent is None:
+        raise not_found(f"Upload {row.id} does not exist (or has expired).")
+    active_after = repository.active_after(now=now, idle=timedelta(seconds=idle))
+    if intent.expires_at is None or _aware(intent.expires_at) <= active_after:
+        again = assets.NewIntent(
+            org_id=row.organization_id,
+            asset_id=row.asset_id,
+            max_in_flight=max_in_flight,
+            reserve_bytes=row.length,
+            least_bytes=row.length,
+            quota_bytes=quota_bytes,
+            idle_seconds=idle,
+        )
+        used = repository.lock_usage(session, org_id=row.organization_id)
+        uploads, reserved = repository.uploads_in_flight(
+            session, org_id=row.organization_id, active_after=active_after
+        )
+        again.admitted(used=used, uploads=uploads, reserved=reserved)
+    connection.execute(
+        sa.update(_intents).where(_intents.c.asset_id == row.asset_id).values(expires_at=now + EXPIRY)
+    )
 
 
 def _locked(row: Any, now: datetime, *, ahead: bool = False) -> CofferError:
@@ -187,14 +267,22 @@ def _lost() -> CofferError:
 
 
 def renew(session: Session, *, upload_id: str, lease: TusLease) -> None:
-    until = utcnow() + timedelta(seconds=lease.lease_seconds)
-    result = session.connection().execute(
+    """The holder writes on: its lease, and its upload's hold on the quota (a chunk that
+    streams for longer than the idle time is not idle), last longer."""
+    now = utcnow()
+    until = now + timedelta(seconds=lease.lease_seconds)
+    connection = session.connection()
+    result = connection.execute(
         sa.update(_uploads)
         .where(_held(upload_id, lease.lock_token))
         .values(locked_until=until, lease_kept=False)
     )
     if result.rowcount != 1:
         raise _lost()
+    asset = sa.select(_uploads.c.asset_id).where(_uploads.c.id == upload_id).scalar_subquery()
+    connection.execute(
+        sa.update(_intents).where(_intents.c.asset_id == asset).values(expires_at=now + EXPIRY)
+    )
 
 
 def unlock(session: Session, *, upload_id: str, lease: TusLease) -> None:
@@ -224,7 +312,9 @@ def advance(session: Session, *, upload_id: str, step: TusAdvance) -> TusUpload:
     return _view(row)
 
 
-def complete(session: Session, *, upload_id: str, done: TusComplete, cdn_url: str, actor: Any) -> TusUpload:
+def complete(
+    session: Session, *, upload_id: str, done: TusComplete, cdn_url: str, actor: Any, idle_seconds: float
+) -> TusUpload:
     """The last byte is in and blob has published the file: create the asset exactly as an
     upload's commit does (folder checked, reservation turned into usage, event recorded), and
     mark the upload complete, all in this transaction."""
@@ -245,6 +335,7 @@ def complete(session: Session, *, upload_id: str, done: TusComplete, cdn_url: st
         sha256=done.sha256,
         quota_bytes=_RESERVED,
         visibility=row.visibility,
+        idle_seconds=idle_seconds,
     )
     session.connection().execute(
         sa.update(_uploads)
@@ -289,6 +380,70 @@ def terminate(
     return TusEnded(asset_id=row.asset_id, prefix=asset_prefix(row.organization_id, row.asset_id))
 
 
+def open_page(session: Session, *, org_id: str, limit: int, offset: int, idle_seconds: float) -> TusPage:
+    """The organization's unfinished, unexpired uploads, newest first, each saying whether it
+    holds its reservation (active) or gave it back (idle)."""
+    now = utcnow()
+    where = [
+        _uploads.c.organization_id == org_id,
+        _uploads.c.completed.is_(False),
+        _uploads.c.expires_at > now,
+    ]
+    connection = session.connection()
+    total = connection.execute(sa.select(sa.func.count()).select_from(_uploads).where(*where)).scalar() or 0
+    active_after = repository.active_after(now=now, idle=timedelta(seconds=idle_seconds))
+    rows = connection.execute(
+        sa.select(_uploads, _intents.c.expires_at.label("held_until"))
+        .join(_intents, _intents.c.asset_id == _uploads.c.asset_id, isouter=True)
+        .where(*where)
+        .order_by(_uploads.c.created_at.desc(), _uploads.c.id.desc())
+        .limit(limit)
+        .offset(offset)
+    ).all()
+    uploads = [
+        _view(row, active=row.held_until is not None and _aware(row.held_until) > active_after)
+        for row in rows
+    ]
+    return TusPage(uploads=uploads, total=int(total))
+
+
+def minted(session: Session, *, after: str, limit: int) -> TusMintedPage:
+    """Unfinished uploads created through an upload token, by id from ``after`` on: edge's
+    sweep asks auth whether their minters can still act."""
+    rows = (
+        session.connection()
+        .execute(
+            sa.select(
+                _uploads.c.id,
+                _uploads.c.organization_id,
+                _uploads.c.token_id,
+                _uploads.c.minter_key_id,
+                _uploads.c.minter_user_id,
+            )
+            .where(
+                _uploads.c.completed.is_(False),
+                _uploads.c.capability_hash.is_not(None),
+                _uploads.c.id > after,
+            )
+            .order_by(_uploads.c.id)
+            .limit(limit)
+        )
+        .all()
+    )
+    return TusMintedPage(
+        uploads=[
+            TusMinted(
+                id=r.id,
+                organization_id=r.organization_id,
+                token_id=r.token_id,
+                minter_key_id=r.minter_key_id,
+                minter_user_id=r.minter_user_id,
+            )
+            for r in rows
+        ]
+    )
+
+
 def counts(session: Session) -> tuple[int, int]:
     """(open, expired) unfinished uploads: the expired ones wait for the sweeper."""
     now = utcnow()
@@ -308,8 +463,34 @@ def counts(session: Session) -> tuple[int, int]:
 async def create_upload(
     org_id: str, body: TusCreate, database: DatabaseDep, settings: SettingsDep
 ) -> TusUpload:
-    limit = settings.metadata_max_uploads_in_flight
-    return await database.write(functools.partial(create, org_id=org_id, upload=body, max_in_flight=limit))
+    limit, idle = settings.metadata_max_uploads_in_flight, settings.metadata_tus_idle_seconds
+    return await database.write(
+        functools.partial(create, org_id=org_id, upload=body, max_in_flight=limit, idle_seconds=idle)
+    )
+
+
+@router.get("/orgs/{org_id}/tus")
+async def list_uploads(
+    org_id: str,
+    database: DatabaseDep,
+    settings: SettingsDep,
+    limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = PAGE_LIMIT_DEFAULT,
+    offset: Annotated[int, Query(ge=0, le=PAGE_OFFSET_MAX)] = PAGE_OFFSET_DEFAULT,
+) -> TusPage:
+    """The organization's unfinished uploads, newest first."""
+    page = functools.partial(
+        open_page, org_id=org_id, limit=limit, offset=offset, idle_seconds=settings.metadata_tus_idle_seconds
+    )
+    return await run_read(database.engine, page)
+
+
+@router.get("/tus-minted")
+async def list_minted(
+    database: DatabaseDep,
+    after: Annotated[str, Query(max_length=40)] = "",
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> TusMintedPage:
+    return await run_read(database.engine, functools.partial(minted, after=after, limit=limit))
 
 
 @router.get("/tus/{upload_id}")
@@ -321,8 +502,17 @@ async def get_upload(
 
 
 @router.post("/tus/{upload_id}/lock")
-async def lock_upload(upload_id: str, body: TusLock, database: DatabaseDep) -> TusUpload:
-    return await database.write(functools.partial(lock, upload_id=upload_id, want=body))
+async def lock_upload(
+    upload_id: str, body: TusLock, database: DatabaseDep, settings: SettingsDep
+) -> TusUpload:
+    take = functools.partial(
+        lock,
+        upload_id=upload_id,
+        want=body,
+        max_in_flight=settings.metadata_max_uploads_in_flight,
+        idle_seconds=settings.metadata_tus_idle_seconds,
+    )
+    return await database.write(take)
 
 
 @router.post("/tus/{upload_id}/renew")
@@ -346,7 +536,14 @@ async def advance_upload(upload_id: str, body: TusAdvance, database: DatabaseDep
 async def complete_upload(
     upload_id: str, body: TusComplete, database: DatabaseDep, settings: SettingsDep, actor: ActorDep
 ) -> TusUpload:
-    done = functools.partial(complete, upload_id=upload_id, done=body, cdn_url=settings.cdn_url, actor=actor)
+    done = functools.partial(
+        complete,
+        upload_id=upload_id,
+        done=body,
+        cdn_url=settings.cdn_url,
+        actor=actor,
+        idle_seconds=settings.metadata_tus_idle_seconds,
+    )
     return await database.write(done)
 
 

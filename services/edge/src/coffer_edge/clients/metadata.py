@@ -295,11 +295,38 @@ class MetadataClient(ServiceClient):
         )
 
     async def tus_lock(
-        self, upload_id: str, org_id: str | None, offset: int, lease_seconds: float, *, request_id: str
+        self,
+        upload_id: str,
+        org_id: str | None,
+        offset: int,
+        lease_seconds: float,
+        *,
+        quota_bytes: int | None = None,
+        request_id: str,
     ) -> wire.TusUpload:
-        """Take the upload to write at ``offset``: 404, 409 (another offset) or 423 (busy)."""
-        want = wire.TusLock(organization_id=org_id, offset=offset, lease_seconds=lease_seconds)
+        """Take the upload to write at ``offset``: 404, 409 (another offset) or 423 (busy); an
+        idle upload reserves its length again within ``quota_bytes`` (413, or 429 past the
+        organization's uploads in flight)."""
+        want = wire.TusLock(
+            organization_id=org_id, offset=offset, lease_seconds=lease_seconds, quota_bytes=quota_bytes
+        )
         return await self._tus(upload_id, "lock", want, request_id)
+
+    async def tus_list(self, org_id: str, *, limit: int, offset: int, request_id: str) -> wire.TusPage:
+        """The organization's unfinished uploads, newest first."""
+        return await self.call(
+            wire.TusPage,
+            "GET",
+            f"/internal/v1/orgs/{org_id}/tus",
+            params={"limit": limit, "offset": offset},
+            request_id=request_id,
+        )
+
+    async def tus_minted(self, *, after: str, limit: int) -> wire.TusMintedPage:
+        """Unfinished uploads created through an upload token, by id after ``after``."""
+        return await self.call(
+            wire.TusMintedPage, "GET", "/internal/v1/tus-minted", params={"after": after, "limit": limit}
+        )
 
     async def tus_renew(self, upload_id: str, token: str, lease_seconds: float, *, request_id: str) -> None:
         lease = wire.TusLease(lock_token=token, lease_seconds=lease_seconds)

@@ -2,12 +2,44 @@
 
 from __future__ import annotations
 
+import time
+
+from cachetools import TTLCache
+
 from coffer_edge.clients.base import ServiceClient
-from coffer_kit.wire import Done, TokenClaim, UploadGrant, UploadTokenCreated, UploadTokenIn
+from coffer_kit.internal import InternalClient
+from coffer_kit.wire import (
+    Done,
+    MinterRef,
+    MintersIn,
+    MintersOut,
+    TokenClaim,
+    UploadGrant,
+    UploadTokenCreated,
+    UploadTokenIn,
+)
 
 
 class UploadTokenClient(ServiceClient):
     service = "auth"
+
+    def __init__(self, http: InternalClient, *, cache_seconds: float = 5.0, cache_size: int = 10_000) -> None:
+        super().__init__(http)
+        # Minters' answers, reused for as long as a key's (CONTRACT §2: a deleted key stops
+        # acting within 5 s, its uploads' capabilities with it).
+        self._minters: TTLCache[tuple[str, str | None, str | None], tuple[bool, int | None]] = TTLCache(
+            maxsize=cache_size, ttl=cache_seconds, timer=time.monotonic
+        )
+
+    async def minter(self, ref: MinterRef, *, request_id: str | None = None) -> tuple[bool, int | None]:
+        """Whether the key behind an upload's capability can still act, and its organization's
+        quota (cached, see ``_minters``)."""
+        cache_key = (ref.organization_id, ref.key_id, ref.token_id)
+        known = self._minters.get(cache_key)
+        if known is None:
+            answer = await self.minters([ref], request_id=request_id)
+            known = self._minters[cache_key] = (answer.acting[0], answer.quota_bytes[0])
+        return known
 
     async def create(self, org_id: str, token: UploadTokenIn, *, request_id: str) -> UploadTokenCreated:
         """Store a token's hash and scope."""
@@ -33,6 +65,17 @@ class UploadTokenClient(ServiceClient):
             "GET",
             "/internal/v1/upload-tokens/grant",
             headers={"x-token-hash": token_hash},
+            request_id=request_id,
+        )
+
+    async def minters(self, refs: list[MinterRef], *, request_id: str | None = None) -> MintersOut:
+        """Whether each upload token's minting key can still act in its organization, and that
+        organization's quota."""
+        return await self.call(
+            MintersOut,
+            "POST",
+            "/internal/v1/upload-tokens/minters",
+            json=MintersIn(minters=refs).model_dump(by_alias=True),
             request_id=request_id,
         )
 

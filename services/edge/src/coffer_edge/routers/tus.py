@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import hmac
 import logging
+import re
 import secrets
 import string
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -41,15 +42,16 @@ from starlette.types import Scope
 from coffer_edge.actor import act_as
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
-from coffer_edge.deps import EdgeState, authenticate, edge_state
+from coffer_edge.deps import EdgeState, MetadataDep, PrincipalDep, RequestIdDep, authenticate, edge_state
 from coffer_edge.metrics import UPLOAD_BYTES, UPLOADS
 from coffer_edge.routers.assets import media_type_allowed
-from coffer_edge.routers.uploads import TOKEN_PREFIX, token_hash
-from coffer_edge.schemas import ErrorEnvelope, errors
+from coffer_edge.routers.uploads import TOKEN_PREFIX, UPLOADS_PATH, token_hash
+from coffer_edge.schemas import ErrorEnvelope, OpenUploadList, PageLimit, PageOffset, Success, errors
 from coffer_kit.errors import (
     CofferError,
     file_too_large,
     invalid,
+    not_found,
     offset_mismatch,
     request_id_of,
     unauthorized,
@@ -57,11 +59,11 @@ from coffer_kit.errors import (
     unsupported_version,
 )
 from coffer_kit.ids import ASSET, TUS_UPLOAD, TUS_UPLOAD_ID_PATTERN, new_id
-from coffer_kit.limits import MAX_FILE_BYTES, TUS_EXPIRY_SECONDS
+from coffer_kit.limits import MAX_FILE_BYTES, PAGE_LIMIT_DEFAULT, PAGE_OFFSET_DEFAULT, TUS_EXPIRY_SECONDS
 from coffer_kit.names import normalize_name
 from coffer_kit.resources import Visibility
-from coffer_kit.timeutil import utcnow
-from coffer_kit.wire import TusAdvance, TusAppended, TusComplete, TusCreate, TusUpload
+from coffer_kit.timeutil import isoformat, utcnow
+from coffer_kit.wire import MinterRef, TusAdvance, TusAppended, TusComplete, TusCreate, TusUpload
 
 log = logging.getLogger("coffer.edge.tus")
 T = TypeVar("T")
@@ -143,8 +145,9 @@ async def _caller(request: Request, token: str | None) -> Caller:
 
 
 async def _authorized(request: Request, caller: Caller, upload: TusUpload) -> None:
-    """A capability must be this upload's (compared in constant time); its holder then acts as
-    the upload token that created it, rate limited per upload."""
+    """A capability must be this upload's (compared in constant time), and the key that minted
+    its upload token must still act in the organization (``_minter_acts``); its holder then
+    acts as that token, rate limited per upload."""
     if caller.capability is None:
         return
     if upload.capability_hash is None or not hmac.compare_digest(
@@ -152,8 +155,44 @@ async def _authorized(request: Request, caller: Caller, upload: TusUpload) -> No
     ):
         raise unauthorized("This capability is not the upload's.")
     request.state.organization_id = upload.organization_id
+    caller.quota_bytes = await _minter_acts(request, upload)
     await edge_state(request).rate_limiter.check(upload.id)
     act_as(request, "token", upload.token_id or upload.id)
+
+
+async def _minter_acts(request: Request, upload: TusUpload) -> int:
+    """The organization's quota, if the key that minted the upload's token can still act in
+    it (auth's answer, reused for 5 s at most, as a key's is). Otherwise the capability died
+    with its authority: the upload is terminated now, its bytes and reservation released
+    (edge's sweep does it for uploads nobody calls on again), and the caller gets 401."""
+    state = edge_state(request)
+    rid = request_id_of(request) or ""
+    ref = MinterRef(
+        organization_id=upload.organization_id,
+        key_id=upload.minter_key_id,
+        user_id=upload.minter_user_id,
+        token_id=upload.token_id,
+    )
+    acting, quota = await state.upload_tokens.minter(ref, request_id=rid)
+    if acting and quota is not None:
+        return quota
+    with contextlib.suppress(CofferError):  # (a PATCH still running: the sweep ends it)
+        await _terminate(
+            upload.id,
+            upload.organization_id,
+            state.metadata,
+            state.blob,
+            rid,
+            lock_token=upload.lock_token,
+        )
+    raise unauthorized("The key that allowed this upload was deleted, or its user left the organization.")
+
+
+def _known(upload_id: str) -> None:
+    """An id that no upload can have is unknown: 404, as CONTRACT §3 says of any id in a path
+    (tus clients take 404 for "start again")."""
+    if len(upload_id) > 64 or re.fullmatch(TUS_UPLOAD_ID_PATTERN, upload_id) is None:
+        raise not_found(f"Upload {upload_id[:64]!r} does not exist (or has expired).")
 
 
 def new_capability() -> str:
@@ -375,12 +414,18 @@ async def _past_kept_leases(call: Callable[[], Awaitable[T]]) -> T:
             await asyncio.sleep(min(float(kept), 0.25) + 0.01)
 
 
-async def _lock(
-    metadata: MetadataClient, upload_id: str, org_id: str | None, offset: int, rid: str
-) -> TusUpload:
-    """Take the upload's lease in metadata (see ``_past_kept_leases``)."""
+async def _lock(metadata: MetadataClient, upload_id: str, caller: Caller, offset: int, rid: str) -> TusUpload:
+    """Take the upload's lease in metadata (see ``_past_kept_leases``); an idle upload asks for
+    its reservation again within the caller's organization's quota."""
     return await _past_kept_leases(
-        lambda: metadata.tus_lock(upload_id, org_id, offset, LEASE_SECONDS, request_id=rid)
+        lambda: metadata.tus_lock(
+            upload_id,
+            caller.organization_id,
+            offset,
+            LEASE_SECONDS,
+            quota_bytes=caller.quota_bytes,
+            request_id=rid,
+        )
     )
 
 
@@ -390,11 +435,14 @@ async def _renewing(
     """``work()`` while the lease is renewed: soon after the start, then every third of its
     length."""
     assert upload.lock_token is not None
+    done = asyncio.Event()
 
     async def renew() -> None:
         wait = _FIRST_RENEWAL  # (a kept lease runs out KEEP_SECONDS after the last chunk)
         while True:
-            await asyncio.sleep(wait)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), wait)
+                return
             await metadata.tus_renew(upload.id, upload.lock_token or "", LEASE_SECONDS, request_id=rid)
             wait = LEASE_SECONDS / 3
 
@@ -402,7 +450,11 @@ async def _renewing(
     try:
         return await work()
     finally:
-        renewer.cancel()
+        # A renewal on its way is let finish, never cancelled: cancelled, it could still reach
+        # metadata after the chunk's record, and turn the lease kept for this writer's next
+        # chunk back into a writing one, which another edge's next chunk would meet as 423
+        # (issue 44: after a 204, the next PATCH on another edge answered 423).
+        done.set()
         with contextlib.suppress(asyncio.CancelledError, CofferError):
             await renewer
 
@@ -528,13 +580,17 @@ async def _terminate(
     rid: str,
     *,
     lock_token: str | None = None,
+    found: bool = False,
 ) -> None:
     """End the upload: gone at once; its bytes deleted now (the sweeper retries if this
-    fails), then its reservation released."""
+    fails), then its reservation released. ``found``: only an unfinished upload (404 for a
+    complete one, which only a tus client may forget)."""
     ended = await _past_kept_leases(
         lambda: metadata.tus_terminate(upload_id, org_id, lock_token=lock_token, request_id=rid)
     )
     if ended is None:
+        if found:
+            raise not_found(f"Upload {upload_id} is finished: its asset is an asset now.")
         return
     owner = org_id or ended.prefix.split("/", 1)[0]
     with contextlib.suppress(CofferError):
@@ -553,7 +609,8 @@ Token = Annotated[
         max_length=256,
     ),
 ]
-UploadIdPath = Annotated[str, Path(pattern=TUS_UPLOAD_ID_PATTERN, description="The upload's id (`tus_…`).")]
+# (Not a pattern: an id no upload can have is 404, not 400; ``_known``.)
+UploadIdPath = Annotated[str, Path(description="The upload's id (`tus_…`).")]
 _TUS_ERRORS = {
     409: "`Upload-Offset` is not the upload's (`offset_mismatch`, with `details.offset`).",
     412: "`Tus-Resumable` is not 1.0.0 (`unsupported_version`); see `Tus-Version`.",
@@ -599,6 +656,8 @@ class _Target:
     key: str
     token_id: str | None = None
     capability: str | None = None
+    minter_key_id: str | None = None
+    minter_user_id: str | None = None
 
 
 async def _target(request: Request, meta: Metadata, length: int, asset_id: str, token: str | None) -> _Target:
@@ -638,6 +697,8 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
         named.key,
         token_id=grant.token_id,
         capability=new_capability(),
+        minter_key_id=grant.key_id,
+        minter_user_id=grant.user_id,
     )
 
 
@@ -680,6 +741,8 @@ async def create_upload(request: Request, token: Token = None) -> Response:
         quota_bytes=target.quota_bytes,
         capability_hash=token_hash(target.capability) if target.capability else None,
         token_id=target.token_id,
+        minter_key_id=target.minter_key_id,
+        minter_user_id=target.minter_user_id,
     )
     try:
         upload = await state.metadata.tus_create(target.organization_id, new, request_id=rid)
@@ -718,6 +781,7 @@ async def upload_state(upload_id: UploadIdPath, request: Request, token: Token =
     """How much of the upload is stored (`Upload-Offset`), and its asset once complete."""
     _require_version(request)
     caller = await _caller(request, token)
+    _known(upload_id)
     rid = request_id_of(request) or ""
     state = edge_state(request)
     recorded = state.tus_records.get(upload_id)
@@ -754,6 +818,7 @@ async def upload_chunk(upload_id: UploadIdPath, request: Request, token: Token =
         raise unsupported_media_type(f"A chunk is Content-Type: {OFFSET_STREAM}.")
     _checksum(request.headers.get("upload-checksum"))
     caller = await _caller(request, token)
+    _known(upload_id)
     metadata = edge_state(request).metadata
     rid = request_id_of(request) or ""
     entry = await Kept.take(request, caller, upload_id, offset)
@@ -762,7 +827,7 @@ async def upload_chunk(upload_id: UploadIdPath, request: Request, token: Token =
     if upload is None:
         if caller.capability is not None:
             await _authorized(request, caller, await metadata.tus_get(upload_id, None, request_id=rid))
-        upload = await _lock(metadata, upload_id, caller.organization_id, offset, rid)
+        upload = await _lock(metadata, upload_id, caller, offset, rid)
     if upload.lock_token is not None:
         upload = await _write(request, upload, rid, previous)
     elif offset != upload.offset:  # complete already: only its own offset is right
@@ -783,6 +848,7 @@ async def terminate_upload(upload_id: UploadIdPath, request: Request, token: Tok
     released. A complete upload is only forgotten: its asset stays."""
     _require_version(request)
     caller = await _caller(request, token)
+    _known(upload_id)
     state = edge_state(request)
     rid = request_id_of(request) or ""
     entry = await Kept.take(request, caller, upload_id, None)
@@ -795,6 +861,72 @@ async def terminate_upload(upload_id: UploadIdPath, request: Request, token: Tok
             await entry.recorded
     await _terminate(upload_id, caller.organization_id, state.metadata, state.blob, rid, lock_token=token)
     return Response(status_code=204)
+
+
+# -- an organization's open uploads (GET /api/uploads, DELETE /api/uploads/{id}) ----------
+
+open_router = APIRouter(tags=["resumable uploads (tus)"])
+
+
+def open_upload(upload: TusUpload) -> dict[str, Any]:
+    """An unfinished upload as ``GET /api/uploads`` writes it."""
+    return {
+        "id": upload.id,
+        "organizationId": upload.organization_id,
+        "folderId": upload.folder_id,
+        "name": upload.name,
+        "size": upload.length,
+        "offset": upload.offset,
+        "reservedBytes": upload.length if upload.active else 0,
+        "createdAt": isoformat(upload.created_at or upload.expires_at),
+        "expiresAt": isoformat(upload.expires_at),
+        "viaToken": upload.capability_hash is not None,
+    }
+
+
+@open_router.get(
+    UPLOADS_PATH, response_model=OpenUploadList, responses=errors(), tags=["resumable uploads (tus)"]
+)
+async def list_open_uploads(
+    principal: PrincipalDep,
+    metadata: MetadataDep,
+    rid: RequestIdDep,
+    limit: Annotated[PageLimit, Query(description="Page size, 1–100.")] = PAGE_LIMIT_DEFAULT,
+    offset: Annotated[PageOffset, Query(description="Uploads to skip.")] = PAGE_OFFSET_DEFAULT,
+) -> Any:
+    """The organization's unfinished resumable uploads, newest first, and what each holds."""
+    page = await metadata.tus_list(principal.organization_id, limit=limit, offset=offset, request_id=rid)
+    uploads = [open_upload(u) for u in page.uploads]
+    return {"uploads": uploads, "total": page.total, "limit": limit, "offset": offset}
+
+
+@open_router.delete(
+    UPLOADS_PATH + "/{upload_id}",
+    response_model=Success,
+    responses={**errors(404), 423: {"model": ErrorEnvelope, "description": "A PATCH is running (`locked`)."}},
+    tags=["resumable uploads (tus)"],
+)
+async def terminate_open_upload(
+    upload_id: Annotated[str, Path(description="The upload's id (`tus_…`).")],
+    request: Request,
+    principal: PrincipalDep,
+    rid: RequestIdDep,
+) -> Any:
+    """Terminate one of the organization's unfinished uploads: its bytes are deleted and its
+    reservation released (as tus `DELETE`); another organization's is 404."""
+    state = edge_state(request)
+    await end_open_upload(upload_id, principal.organization_id, state.metadata, state.blob, rid)
+    return {"success": True}
+
+
+async def end_open_upload(
+    upload_id: str, org_id: str, metadata: MetadataClient, blob: BlobClient, rid: str
+) -> None:
+    """Terminate one of the organization's unfinished uploads (the API's ``DELETE
+    /api/uploads/{id}`` and the dashboard's Usage page): 404 for any other, 423 while a PATCH
+    runs."""
+    _known(upload_id)
+    await _terminate(upload_id, org_id, metadata, blob, rid, found=True)
 
 
 # -- CORS and Tus-Resumable on every answer --------------------------------------------------

@@ -178,6 +178,6 @@ _PREFLIGHT = [
 def upload_cors_headers(scope: Scope) -> list[tuple[bytes, bytes]] | None:
     """``Access-Control-Allow-Origin: *`` on every answer of the token upload route, and the
     preflight headers on ``OPTIONS`` (for ``ResponseHeadersMiddleware``)."""
-    if scope.get("path") != UPLOADS_PATH:
+    if scope.get("path") != UPLOADS_PATH or scope.get("method") not in ("POST", "OPTIONS"):
         return None
     return _CORS + (_PREFLIGHT if scope.get("method") == "OPTIONS" else [])

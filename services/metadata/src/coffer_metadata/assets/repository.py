@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal, get_args
 
 import sqlalchemy as sa
@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection, Row
 from sqlmodel import Session, col, delete, select
 
 from coffer_kit.db import Database, DriverStatement, KeyedRead, PgTransaction
+from coffer_kit.limits import TUS_EXPIRY_SECONDS
 from coffer_metadata.models import Asset, Event, Folder, Tombstone, TusUpload, UploadIntent, Usage
 
 
@@ -342,11 +343,47 @@ _NEW_USAGE = {
     "sqlite": sqlite.insert(_usage).values(used_bytes=0, asset_count=0).on_conflict_do_nothing(),
     "postgresql": postgresql.insert(_usage).values(used_bytes=0, asset_count=0).on_conflict_do_nothing(),
 }
+# A resumable upload's intent (``expires_at`` set, 24 h after its last write) holds its length
+# only while it is active: written (or locked) within the idle time before. An idle one keeps
+# its bytes until it expires, but neither its reservation nor its place among the uploads in
+# flight; its next write asks for both again (coffer_metadata.tus.lock). The idle time is the
+# operator's (COFFER_METADATA_TUS_IDLE_SECONDS); an intent is active while its expiry is later
+# than ``active_after`` (now + 24 h - the idle time).
+_EXPIRY = timedelta(seconds=TUS_EXPIRY_SECONDS)
+_ACTIVE_AFTER = sa.bindparam("p_active_after", type_=_intents.c.expires_at.type)
+_ACTIVE = sa.or_(_intents.c.expires_at.is_(None), _intents.c.expires_at > _ACTIVE_AFTER)
+
+
+def active_after(*, now: datetime, idle: timedelta) -> datetime:
+    """The expiry after which a resumable upload's intent is active (see ``_ACTIVE``)."""
+    return now + _EXPIRY - idle
+
+
+# What the organization's other active resumable uploads hold: their lengths are exact and
+# reserved for hours, so every commit honours them (a one-shot upload's hold is its body's
+# upper bound for the seconds it streams: counted when an upload is admitted, not at commit,
+# so that a file that fits is never refused for another's framing).
+_HELD_BY_OTHERS = (
+    sa.select(func.coalesce(func.sum(_intents.c.reserved_bytes), 0))
+    .where(
+        _intents.c.organization_id == sa.bindparam("p_org"),
+        _intents.c.asset_id != sa.bindparam("p_asset"),
+        _intents.c.swept.is_(False),
+        _intents.c.expires_at.is_not(None),
+        _intents.c.expires_at > _ACTIVE_AFTER,
+    )
+    .scalar_subquery()
+)
+# Usage grows by ``p_size`` only if the organization's stored bytes, the resumable uploads it
+# holds for others and ``p_size`` fit the quota. The usage row must be locked before this
+# statement starts (``lock_usage``: every new or renewed hold takes that lock first), so that
+# the sum, read in the statement's own snapshot, misses no hold.
 _RESERVE = (
     sa.update(_usage)
     .where(
         _usage.c.organization_id == sa.bindparam("p_org"),
-        _usage.c.used_bytes + sa.bindparam("p_size", type_=sa.BigInteger) <= sa.bindparam("p_quota"),
+        _usage.c.used_bytes + sa.bindparam("p_size", type_=sa.BigInteger) + _HELD_BY_OTHERS
+        <= sa.bindparam("p_quota"),
     )
     .values(used_bytes=_usage.c.used_bytes + sa.bindparam("p_size"), asset_count=_usage.c.asset_count + 1)
 )
@@ -369,7 +406,7 @@ _LOCK_USAGE = (
     sa.select(_usage.c.used_bytes).where(_usage.c.organization_id == sa.bindparam("p_org")).with_for_update()
 )
 _IN_FLIGHT = sa.select(func.count(), func.coalesce(func.sum(_intents.c.reserved_bytes), 0)).where(
-    _intents.c.organization_id == sa.bindparam("p_org"), _intents.c.swept.is_(False)
+    _intents.c.organization_id == sa.bindparam("p_org"), _intents.c.swept.is_(False), _ACTIVE
 )
 
 
@@ -377,15 +414,26 @@ def _dialect(session: Session) -> str:
     return "postgresql" if session.get_bind().dialect.name == "postgresql" else "sqlite"
 
 
-def reserve(session: Session, *, org_id: str, size: int, quota_bytes: int) -> bool:
-    """Add ``size`` to the organization's usage only if the result stays within the quota."""
-    params = {"p_org": org_id, "p_size": size, "p_quota": quota_bytes}
-    conn = session.connection()
-    if conn.execute(_RESERVE, params).rowcount == 1:
-        return True
-    # No row yet (the organization's first upload), or over the quota: make sure of the row.
-    ensure_usage_row(session, org_id=org_id)
-    return bool(conn.execute(_RESERVE, params).rowcount == 1)
+def reserve(
+    session: Session, *, org_id: str, asset_id: str, size: int, quota_bytes: int, active_after: datetime
+) -> bool:
+    """Add ``size`` to the organization's usage only if the result, with what its other active
+    resumable uploads hold (``_HELD_BY_OTHERS``), stays within the quota."""
+    lock_usage(session, org_id=org_id)  # (makes the row if missing)
+    params = {
+        "p_org": org_id,
+        "p_asset": asset_id,
+        "p_size": size,
+        "p_quota": quota_bytes,
+        "p_active_after": active_after,
+    }
+    return bool(session.connection().execute(_RESERVE, params).rowcount == 1)
+
+
+def held_by_others(session: Session, *, org_id: str, asset_id: str, active_after: datetime) -> int:
+    """What the organization's other active resumable uploads hold (for a refusal's message)."""
+    params = {"p_org": org_id, "p_asset": asset_id, "p_active_after": active_after}
+    return int(session.connection().execute(sa.select(_HELD_BY_OTHERS), params).scalar() or 0)
 
 
 def release(session: Session, *, org_id: str, size: int) -> None:
@@ -409,9 +457,11 @@ def lock_usage(session: Session, *, org_id: str) -> int:
     return int(used or 0)
 
 
-def uploads_in_flight(session: Session, *, org_id: str) -> tuple[int, int]:
-    """(uploads, bytes reserved) of the organization's live intents."""
-    count, reserved = session.connection().execute(_IN_FLIGHT, {"p_org": org_id}).one()
+def uploads_in_flight(session: Session, *, org_id: str, active_after: datetime) -> tuple[int, int]:
+    """(uploads, bytes reserved) of the organization's live intents (a resumable upload's only
+    while it is active)."""
+    params = {"p_org": org_id, "p_active_after": active_after}
+    count, reserved = session.connection().execute(_IN_FLIGHT, params).one()
     return int(count), int(reserved)
 
 
@@ -535,16 +585,16 @@ _LOOP_NEW_INTENT = DriverStatement(_NEW_INTENT["postgresql"])
 
 
 def _commit_statement() -> sa.Select[Any]:
-    """``commit_upload``'s writes as one statement, so one transaction (the connection is in
-    autocommit mode) and one exchange with the server: the live intent locked (in the folder, if
+    """``commit_upload``'s writes as one statement (sent after the usage row's lock, with the
+    COMMIT, in one exchange with the server): the live intent locked (in the folder, if
     one is named, that the organization has), the quota reserved if the intent is live, the
     intent consumed if the quota was, the asset inserted if the intent was consumed, and its
     event if the asset was. It answers how many rows each step took (1 each when it all took).
 
     Each step waits for the one before through its rows (data-modifying CTEs see each other's
     RETURNING, never each other's changes to the tables). The intent's row lock keeps the
-    sweeper from claiming it in between; the usage row's UPDATE re-checks the quota on the
-    latest row if it had to wait for another commit, as ``reserve`` does.
+    sweeper from claiming it in between; the usage row is locked before the statement starts,
+    so the quota check sees the latest row and every hold (``_RESERVE``).
     """
     bind = sa.bindparam
     live = (
@@ -600,11 +650,14 @@ def _commit_statement() -> sa.Select[Any]:
 _LOOP_COMMIT = DriverStatement(_commit_statement())
 
 
-async def lock_usage_on_loop(transaction: PgTransaction, *, org_id: str) -> tuple[int, int, int] | None:
+async def lock_usage_on_loop(
+    transaction: PgTransaction, *, org_id: str, active_after: datetime
+) -> tuple[int, int, int] | None:
     """``lock_usage`` and then ``uploads_in_flight``, in one exchange: (stored bytes, uploads,
     bytes reserved); None if the organization has no usage row yet."""
     org = {"p_org": org_id}
-    locked, flight = await transaction.send((_LOOP_LOCK_USAGE, org), (_LOOP_IN_FLIGHT, org))
+    flying = {"p_org": org_id, "p_active_after": active_after}
+    locked, flight = await transaction.send((_LOOP_LOCK_USAGE, org), (_LOOP_IN_FLIGHT, flying))
     if not locked.rows:
         return None
     uploads, reserved = flight.rows[0]
@@ -618,10 +671,16 @@ async def add_intent_on_loop(transaction: PgTransaction, row: dict[str, Any]) ->
 
 
 async def add_asset_on_loop(
-    transaction: PgTransaction, *, asset: dict[str, Any], event: dict[str, Any], quota_bytes: int
+    transaction: PgTransaction,
+    *,
+    asset: dict[str, Any],
+    event: dict[str, Any],
+    quota_bytes: int,
+    active_after: datetime,
 ) -> bool:
-    """The upload's commit (``_commit_statement``), a transaction of its own: True if every
-    step took and it committed; False if none did, and nothing was written."""
+    """The upload's commit (``_commit_statement``) after the usage row's lock, and the COMMIT,
+    in one exchange: True if every step took; False if none did, and nothing was written.
+    The statement starts once the lock is held, so its snapshot has every hold (``_RESERVE``)."""
     values = {
         **asset,
         **{"e_" + name: value for name, value in event.items()},
@@ -630,6 +689,10 @@ async def add_asset_on_loop(
         "p_folder": asset["folder_id"],
         "p_size": asset["size"],
         "p_quota": quota_bytes,
+        "p_active_after": active_after,
     }
-    steps = await transaction.alone(_LOOP_COMMIT, values)
+    # (A step that does not take writes nothing, so the COMMIT is safe in the same exchange.)
+    _, steps = await transaction.send(
+        (_LOOP_LOCK_USAGE, {"p_org": asset["organization_id"]}), (_LOOP_COMMIT, values), commit=True
+    )
     return bool(steps.rows[0][:5] == (1, 1, 1, 1, 1))

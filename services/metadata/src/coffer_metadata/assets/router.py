@@ -68,6 +68,7 @@ async def register_intent(request: Request, org_id: str) -> Response:
         reserve_bytes=body.reserve_bytes,
         least_bytes=body.least_bytes,
         quota_bytes=body.quota_bytes,
+        idle_seconds=state.settings.metadata_tus_idle_seconds,
     )
     await state.database.write(
         functools.partial(service.register_intent, intent=intent),
@@ -101,6 +102,7 @@ async def commit_upload(request: Request, org_id: str) -> JSONResponse:
         "quota_bytes": body.quota_bytes,
         "visibility": body.visibility,
         "cdn_url": state.settings.cdn_url,
+        "idle_seconds": state.settings.metadata_tus_idle_seconds,
     }
     asset = await state.database.write(
         functools.partial(service.commit_upload_view, **commit),

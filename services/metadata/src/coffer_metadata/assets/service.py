@@ -34,6 +34,8 @@ from coffer_metadata.assets import repository
 from coffer_metadata.folders.service import Unset, check_folder
 from coffer_metadata.models import Asset
 
+# COFFER_METADATA_TUS_IDLE_SECONDS's default (config.py): an hour.
+DEFAULT_IDLE_SECONDS = 3600.0
 QUOTA_REJECTIONS = Counter(
     "coffer_quota_rejections_total", "Uploads refused because they would exceed the quota."
 )
@@ -147,6 +149,11 @@ class NewIntent:
     reserve_bytes: int = 0
     least_bytes: int = 0
     quota_bytes: int | None = None
+    # After how long without a write a resumable upload's hold no longer counts (``repository._ACTIVE``).
+    idle_seconds: float = DEFAULT_IDLE_SECONDS
+
+    def active_after(self) -> datetime:
+        return repository.active_after(now=utcnow(), idle=timedelta(seconds=self.idle_seconds))
 
     def admitted(self, *, used: int, uploads: int, reserved: int) -> dict[str, Any]:
         """The intent's row, given the organization's stored bytes and its uploads in flight
@@ -177,7 +184,9 @@ class NewIntent:
 def register_intent(session: Session, *, intent: NewIntent) -> None:
     """Record ``intent`` (see :class:`NewIntent`); 409 if the asset has one already."""
     used = repository.lock_usage(session, org_id=intent.org_id)
-    uploads, reserved = repository.uploads_in_flight(session, org_id=intent.org_id)
+    uploads, reserved = repository.uploads_in_flight(
+        session, org_id=intent.org_id, active_after=intent.active_after()
+    )
     if not repository.add_intent(session, intent.admitted(used=used, uploads=uploads, reserved=reserved)):
         raise conflict(f"An upload for {intent.asset_id} is already registered.")
 
@@ -186,7 +195,9 @@ async def register_intent_on_loop(transaction: PgTransaction, *, intent: NewInte
     """``register_intent`` on PostgreSQL's event-loop connections (``Database.write``'s
     ``on_loop``), committed; None for an organization without a usage row yet, whose first
     intent ``register_intent`` makes."""
-    found = await repository.lock_usage_on_loop(transaction, org_id=intent.org_id)
+    found = await repository.lock_usage_on_loop(
+        transaction, org_id=intent.org_id, active_after=intent.active_after()
+    )
     if found is None:
         return None
     used, uploads, reserved = found
@@ -209,8 +220,10 @@ def commit_upload(
     sha256: str,
     quota_bytes: int,
     visibility: str = "public",
+    idle_seconds: float = DEFAULT_IDLE_SECONDS,
 ) -> dict[str, Any]:
-    """Step 3: check the folder, reserve quota, insert the asset, consume the intent — one transaction."""
+    """Step 3: check the folder, reserve quota (honouring the organization's other resumable
+    uploads' holds), insert the asset, consume the intent — one transaction."""
     asset = _asset_row(
         org_id=org_id,
         asset_id=asset_id,
@@ -224,12 +237,21 @@ def commit_upload(
     )
     if folder_id is not None:
         check_folder(session, org_id=org_id, folder_id=folder_id)
+    active_after = repository.active_after(now=utcnow(), idle=timedelta(seconds=idle_seconds))
     with tracer.start_as_current_span("quota.reserve"):
-        reserved = repository.reserve(session, org_id=org_id, size=size, quota_bytes=quota_bytes)
+        reserved = repository.reserve(
+            session,
+            org_id=org_id,
+            asset_id=asset_id,
+            size=size,
+            quota_bytes=quota_bytes,
+            active_after=active_after,
+        )
     if not reserved:
         QUOTA_REJECTIONS.inc()
         used = repository.usage(session, org_id=org_id).used_bytes
-        raise quota_exceeded(size=size, used_bytes=used, quota_bytes=quota_bytes)
+        held = repository.held_by_others(session, org_id=org_id, asset_id=asset_id, active_after=active_after)
+        raise quota_exceeded(size=size, used_bytes=used, quota_bytes=quota_bytes, in_flight_bytes=held)
     if not repository.consume_intent(session, org_id=org_id, asset_id=asset_id):
         # The sweeper claimed this upload (or it never registered): its bytes are being deleted.
         raise conflict("The upload took too long and was abandoned; upload again.")
@@ -266,7 +288,13 @@ def commit_upload_view(session: Session, *, cdn_url: str, actor: Actor, **upload
 
 
 async def commit_upload_view_on_loop(
-    transaction: PgTransaction, *, cdn_url: str, actor: Actor, quota_bytes: int, **upload: Any
+    transaction: PgTransaction,
+    *,
+    cdn_url: str,
+    actor: Actor,
+    quota_bytes: int,
+    idle_seconds: float = DEFAULT_IDLE_SECONDS,
+    **upload: Any,
 ) -> dict[str, Any] | None:
     """``commit_upload_view`` on PostgreSQL's event-loop connections (``Database.write``'s
     ``on_loop``), in one exchange before the COMMIT; None, to be rolled back, for anything
@@ -277,8 +305,9 @@ async def commit_upload_view_on_loop(
     org_id, now = asset["organization_id"], asset["created_at"]
     event = events.row(org_id=org_id, type="asset.created", data=public, actor=actor, now=now)
     with tracer.start_as_current_span("quota.reserve"):
+        active_after = repository.active_after(now=utcnow(), idle=timedelta(seconds=idle_seconds))
         took = await repository.add_asset_on_loop(
-            transaction, asset=asset, event=event, quota_bytes=quota_bytes
+            transaction, asset=asset, event=event, quota_bytes=quota_bytes, active_after=active_after
         )
     return public if took else None
 

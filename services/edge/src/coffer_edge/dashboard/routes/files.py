@@ -661,6 +661,7 @@ async def resumable(request: Request, visit: OrgVisitDep, size: int, folder: str
         token = new_token()
         scope = UploadTokenIn(
             token_hash=token_hash(token),
+            user_id=visit.current.user.id,  # its uploads' capabilities end when the user leaves
             folder_id=folder_id,
             max_bytes=size,
             expires_in=RESUMABLE_TOKEN_SECONDS,

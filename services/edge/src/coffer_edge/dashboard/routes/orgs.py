@@ -26,6 +26,7 @@ from coffer_edge.dashboard.web import (
     redirect,
     state_of,
 )
+from coffer_edge.routers.tus import end_open_upload
 from coffer_kit.accounts_wire import AuditEventOut
 from coffer_kit.errors import CofferError, forbidden, invalid, not_found
 
@@ -121,9 +122,38 @@ async def overview(visit: OrgVisitDep) -> Response:
 
 
 @router.get("/o/{org_id}/usage")
-async def usage(visit: OrgVisitDep) -> Response:
-    used, asset_count = await _usage(visit, visit.org.id)
-    return render(visit, "usage.html", title="Usage", section="usage", used=used, asset_count=asset_count)
+async def usage(visit: OrgVisitDep, ended: str | None = None) -> Response:
+    rid = visit.caller.request_id or ""
+    (used, asset_count), open_uploads = await asyncio.gather(
+        _usage(visit, visit.org.id),
+        metadata_of(visit.request).tus_list(visit.org.id, limit=OPEN_UPLOADS_SHOWN, offset=0, request_id=rid),
+    )
+    return render(
+        visit,
+        "usage.html",
+        title="Usage",
+        section="usage",
+        used=used,
+        asset_count=asset_count,
+        uploads=open_uploads.uploads,
+        uploads_total=open_uploads.total,
+        held=sum(u.length for u in open_uploads.uploads if u.active),
+        notice="The upload was ended: its bytes are deleted and its space is free." if ended else None,
+    )
+
+
+# Unfinished uploads the Usage page lists (the newest; the API pages through all of them).
+OPEN_UPLOADS_SHOWN = 50
+
+
+@router.post("/o/{org_id}/uploads/{upload_id}/end")
+async def end_upload(request: Request, visit: OrgVisitDep, upload_id: str) -> Response:
+    """End one of the organization's unfinished resumable uploads (any member, as deleting a
+    file): its bytes deleted, its reservation released."""
+    await posted(request, visit)
+    state = state_of(request)
+    await end_open_upload(upload_id, visit.org.id, state.metadata, state.blob, visit.caller.request_id or "")
+    return redirect(f"{PREFIX}/o/{visit.org.id}/usage?ended=1")
 
 
 @router.get("/o/{org_id}/settings")
