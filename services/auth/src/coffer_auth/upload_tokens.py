@@ -129,6 +129,7 @@ def resolve(session: Session, *, token_hash: str) -> UploadGrant:
         expires_at=isoformat(row.expires_at),
         visibility=row.visibility,
         default_visibility=org.default_visibility,
+        ingest=org.ingest(),
     )
 
 

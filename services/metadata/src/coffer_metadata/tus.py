@@ -245,6 +245,8 @@ def complete(session: Session, *, upload_id: str, done: TusComplete, cdn_url: st
         sha256=done.sha256,
         quota_bytes=_RESERVED,
         visibility=row.visibility,
+        detected_type=done.detected_type,
+        scan_status=done.scan_status,
     )
     session.connection().execute(
         sa.update(_uploads)

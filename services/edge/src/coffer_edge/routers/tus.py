@@ -46,6 +46,7 @@ from coffer_edge.metrics import UPLOAD_BYTES, UPLOADS
 from coffer_edge.routers.assets import media_type_allowed
 from coffer_edge.routers.uploads import TOKEN_PREFIX, token_hash
 from coffer_edge.schemas import ErrorEnvelope, errors
+from coffer_kit import media
 from coffer_kit.errors import (
     CofferError,
     file_too_large,
@@ -452,7 +453,25 @@ async def _write(
 
         Kept.keep(state, after, asyncio.ensure_future(record()))
         return after
-    done = TusComplete(lock_token=upload.lock_token, from_offset=upload.offset, sha256=appended.sha256)
+    # Safe ingest (issue 48): the file's type is known once its last byte is in; a type its
+    # organization does not allow ends the upload here (bytes and reservation released).
+    ingest = await state.auth.ingest(upload.organization_id, request_id=rid)
+    detected = appended.detected_type or "application/octet-stream"
+    for ranges in ingest.allow_lists(None):
+        if not media.matches(detected, ranges.split(",")):
+            await _let_go(metadata, upload, rid)
+            await _terminate(upload.id, upload.organization_id, metadata, state.blob, rid)
+            UPLOADS.labels("rejected").inc()
+            raise media.type_mismatch(upload.mime_type, detected, ranges.split(","))
+    if ingest.scan == "block":  # held back from downloads until its scan passes
+        await state.blob.set_held(upload.key, True, request_id=rid)
+    done = TusComplete(
+        lock_token=upload.lock_token,
+        from_offset=upload.offset,
+        sha256=appended.sha256,
+        detected_type=appended.detected_type,
+        scan_status=ingest.first_scan_status(),
+    )
     try:
         completed = await metadata.tus_complete(upload.id, done, request_id=rid)
     except CofferError as exc:
@@ -464,6 +483,8 @@ async def _write(
         UPLOADS.labels("failed").inc()
         raise
     UPLOADS.labels("created").inc()
+    if done.scan_status == "pending" and state.scans is not None:
+        state.scans.wake()
     return completed
 
 
