@@ -10,7 +10,7 @@ and encoding checks); puremagic took 180 µs for anything. The image installs ``
 
 from __future__ import annotations
 
-import threading
+import queue
 
 import magic
 
@@ -18,22 +18,22 @@ import magic
 HEAD_BYTES = 2048
 UNKNOWN = "application/octet-stream"
 
-_local = threading.local()
-
-
-def _magic() -> magic.Magic:
-    # One per thread: a Magic holds a lock around its cookie, so a shared one would queue the
-    # threads of concurrent uploads.
-    found: magic.Magic | None = getattr(_local, "magic", None)
-    if found is None:
-        found = _local.magic = magic.Magic(mime=True)
-    return found
+# Idle libmagic handles, each used by one thread at a time: a Magic holds a lock around its
+# cookie, so one shared handle would queue concurrent uploads, and one per thread would load
+# the database (milliseconds) in every new worker thread. As many exist as ran at once.
+_idle: queue.SimpleQueue[magic.Magic] = queue.SimpleQueue()
 
 
 def detect(head: bytes) -> str:
     """The media type libmagic reads in ``head`` (the file's first bytes)."""
     try:
-        found = _magic().from_buffer(head[:HEAD_BYTES])
+        handle = _idle.get_nowait()
+    except queue.Empty:
+        handle = magic.Magic(mime=True)
+    try:
+        found = handle.from_buffer(head[:HEAD_BYTES])
     except magic.MagicException:
         return UNKNOWN
+    finally:
+        _idle.put(handle)
     return str(found).lower() or UNKNOWN
