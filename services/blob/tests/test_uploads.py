@@ -544,3 +544,22 @@ async def test_a_type_outside_the_allowed_lists_is_refused_before_a_byte_is_stor
         headers={"content-type": MULTIPART},
     )
     assert_error(bad, 400, "invalid_request")
+
+
+async def test_a_wildcard_never_lets_active_content_in(api: httpx.AsyncClient, blob_dir: Path) -> None:
+    svg = b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>'
+
+    async def post_with(allow: str) -> httpx.Response:
+        return await api.post(
+            f"/internal/v1/uploads/{ORG}/{new_asset_id()}",
+            params={"allow": allow},
+            content=form(file_part(svg, filename="logo.svg", content_type="image/svg+xml")),
+            headers={"content-type": MULTIPART},
+        )
+
+    for wildcard in ("image/*", "*", "*/*"):
+        error = assert_error(await post_with(wildcard), 415, "unsupported_media_type")
+        assert error["details"] == {"declared": "image/svg+xml", "detected": "image/svg+xml"}
+    assert objects(blob_dir) == []
+    named = await post_with("image/png,image/svg+xml")
+    assert named.status_code == 201 and named.json()["detectedType"] == "image/svg+xml"

@@ -60,9 +60,14 @@ def is_active(*media_types: str | None) -> bool:
 
 
 def matches(media_type: str, ranges: tuple[str, ...] | list[str]) -> bool:
-    """Whether ``media_type`` matches one of the media ranges (``*``, ``image/*``, ``text/plain``)."""
+    """Whether ``media_type`` matches one of the media ranges (``*``, ``image/*``, ``text/plain``).
+
+    Active content matches only a range that names it: ``image/*`` does not let an SVG in."""
     value = essence(media_type)
-    return any(fnmatch.fnmatchcase(value, pattern.lower()) for pattern in ranges)
+    active = value in ACTIVE_TYPES
+    return any(
+        fnmatch.fnmatchcase(value, pattern.lower()) and not (active and "*" in pattern) for pattern in ranges
+    )
 
 
 def valid_range(value: str) -> bool:
