@@ -65,7 +65,10 @@ RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --offline --no-dev --package coffer-${SERVICE}
 
 FROM ${PYTHON_IMAGE} AS dev
-RUN groupadd --system --gid 10001 coffer \
+# libmagic1: blob reads each upload's media type with it (issue 48, python-magic).
+RUN (ldconfig -p | grep -q libmagic.so.1 || { apt-get update \
+      && apt-get install -y --no-install-recommends libmagic1 && rm -rf /var/lib/apt/lists/*; }) \
+    && groupadd --system --gid 10001 coffer \
     && useradd --system --uid 10001 --gid 10001 --no-create-home \
        --home-dir /nonexistent --shell /usr/sbin/nologin coffer
 COPY --from=dev-builder /app/.venv /app/.venv
@@ -80,7 +83,10 @@ ENTRYPOINT ["/bin/sh", "-c", "if [ \"$1\" = serve ]; then exec watchfiles --targ
 CMD ["serve"]
 
 FROM ${PYTHON_IMAGE} AS runtime
-RUN groupadd --system --gid 10001 coffer \
+# libmagic1: blob reads each upload's media type with it (issue 48, python-magic).
+RUN (ldconfig -p | grep -q libmagic.so.1 || { apt-get update \
+      && apt-get install -y --no-install-recommends libmagic1 && rm -rf /var/lib/apt/lists/*; }) \
+    && groupadd --system --gid 10001 coffer \
     && useradd --system --uid 10001 --gid 10001 --no-create-home \
        --home-dir /nonexistent --shell /usr/sbin/nologin coffer
 COPY --from=builder /app/.venv /app/.venv

@@ -24,8 +24,11 @@ FAST_WORKERS ?= 3
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-setup: ## Install what is missing: uv (through pip), then the locked Python dependencies
+setup: ## Install what is missing: uv (through pip), libmagic (apt, as root), then the locked Python dependencies
 	@command -v uv >/dev/null 2>&1 || python3 -m uv --version >/dev/null 2>&1 || python3 -m pip install --quiet uv
+	@ldconfig -p 2>/dev/null | grep -q libmagic.so.1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { echo "installing libmagic1 (blob's media type detection)"; apt-get install -y -qq libmagic1 >/dev/null 2>&1 || \
+	    { apt-get update -qq && apt-get install -y -qq libmagic1 >/dev/null; }; }; } || true
 	@$(UV) sync --all-packages --frozen --quiet
 
 run: setup ## Run the embedded default: all four services on this machine (Ctrl-C stops)
@@ -35,6 +38,8 @@ test: setup browser node ## Run every test (unit, end-to-end over real processes
 	@bash scripts/ensure-postgres-connections.sh
 	@command -v tmux >/dev/null 2>&1 || { echo "installing tmux (the client's terminal test)"; \
 	  apt-get install -y -qq tmux >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq tmux >/dev/null; }; }
+	@command -v clamd >/dev/null 2>&1 || [ -x /usr/sbin/clamd ] || { echo "installing clamav-daemon (the malware scan tests run a real clamd)"; \
+	  apt-get install -y -qq clamav-daemon >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq clamav-daemon >/dev/null; }; }
 	@$(UV) run --frozen --no-sync pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # The dashboard's browser tests drive Debian's chromium through Playwright's bundled driver;

@@ -350,10 +350,27 @@ def test_egress_only_to_what_each_component_needs(production: Docs) -> None:
     assert egress_ports("coffer-edge") == dns | otlp | {8081, 8082, 8083, 6379}
     assert egress_ports("coffer-auth") == dns | otlp | {5432}
     assert egress_ports("coffer-metadata") == dns | otlp | {5432}
-    assert egress_ports("coffer-blob") == dns | otlp | {443}
-    assert egress_ports("coffer-cdn") == dns | otlp | {443}
+    assert egress_ports("coffer-blob") == dns | otlp | {443, 3310}  # 3310: clamd (issue 48)
+    assert egress_ports("coffer-cdn") == dns | otlp | {443}  # the CDN never scans
     assert egress_ports("coffer-webhooks") == dns | otlp | {5432, 443}  # 443: webhook receivers
     assert egress_ports("coffer-migrate") == dns | {5432}
+
+
+def test_blob_alone_gets_the_scanner_and_only_when_it_is_set(render: Callable[..., Docs]) -> None:
+    """Issue 48: COFFER_BLOB_CLAMD_URL and the egress to clamd on blob's pods, nowhere else."""
+    for args, expected in (
+        ((), None),
+        (("--set", "scanner.clamdUrl=tcp://clamd.av:3310"), "tcp://clamd.av:3310"),
+    ):
+        docs = render(*args)
+        for workload, template in pod_specs(docs):
+            for container in template["spec"]["containers"]:
+                found = env_of(container).get("COFFER_BLOB_CLAMD_URL")
+                wanted = expected if component(workload) == "blob" else None
+                assert (found["value"] if found else None) == wanted, workload["metadata"]["name"]
+        blob = named(docs, "NetworkPolicy", "coffer-blob")
+        ports = {p["port"] for rule in blob["spec"]["egress"] for p in rule["ports"]}
+        assert (3310 in ports) == (expected is not None)
 
 
 # ------------------------------------------------------------------------ webhooks

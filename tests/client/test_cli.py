@@ -219,6 +219,20 @@ def test_usage(cli: Any, tmp_path: Path, tenant: Any) -> None:
     assert line.startswith("2.0 KiB of") and line.endswith(", 1 asset\n"), line
 
 
+def test_info_shows_the_declared_and_detected_types(cli: Any, sdk: Coffer, tmp_path: Path) -> None:
+    """Issue 48: a GIF named photo.jpg is declared image/jpeg; its bytes say image/gif."""
+    f = tmp_path / "photo.jpg"
+    f.write_bytes(
+        b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;"
+    )
+    cli("upload", str(f), "-q")
+    [asset] = sdk.assets_page().assets
+    assert (asset.mime_type, asset.detected_type, asset.scan_status) == ("image/jpeg", "image/gif", None)
+    lines = dict(line.split("\t", 1) for line in cli("info", "/photo.jpg").stdout.splitlines())
+    assert (lines["type"], lines["detected"], lines["scan"]) == ("image/jpeg", "image/gif", "not scanned")
+    assert json.loads(cli("info", asset.id, "--json").stdout)["detectedType"] == "image/gif"
+
+
 def test_recursive_upload_of_200_files_eight_at_once(cli: Any, sdk: Coffer, tmp_path: Path) -> None:
     root = tmp_path / "site"
     for i in range(200):

@@ -36,7 +36,7 @@ DOCKERFILE = ROOT / "Dockerfile"
 SERVICES = ("auth", "metadata", "blob", "edge")
 
 SUITE = "bookworm"
-BASE_PACKAGES = ("python3.11",)
+BASE_PACKAGES = ("python3.11", "libmagic1")  # libmagic1: blob's media type detection
 # Bump when base_rootfs() changes what goes into the tarball: it is part of the cache key.
 BASE_RECIPE = 1
 BASE_IMAGE = f"localhost/coffer-test-python:3.11-{SUITE}"

@@ -135,10 +135,16 @@ async def test_a_failed_request_is_overwritten_by_the_next(
 async def test_an_empty_file_and_a_one_chunk_file(api: httpx.AsyncClient, cdn: httpx.AsyncClient) -> None:
     empty = await new_upload(api, 0, "empty.txt")
     answer = await empty.append(b"")
-    assert answer == {"offset": 0, "state": None, "sha256": hashlib.sha256(b"").hexdigest()}
+    assert answer == {
+        "offset": 0,
+        "state": None,
+        "sha256": hashlib.sha256(b"").hexdigest(),
+        "detectedType": "application/x-empty",
+    }
     assert (await cdn.get(key_path(empty.key))).content == b""
     small = await new_upload(api, 5, "hello.txt")
-    assert (await small.append(b"hello"))["offset"] == 5
+    appended = await small.append(b"hello")
+    assert appended["offset"] == 5 and appended["detectedType"] == "text/plain"
     served = await cdn.get(key_path(small.key))
     assert served.content == b"hello" and served.headers["content-type"].startswith("text/plain")
 

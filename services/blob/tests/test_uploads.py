@@ -79,6 +79,8 @@ async def test_upload_with_fields_before_and_after(api: httpx.AsyncClient, blob_
             "visibility": None,
         },
         "visibility": "public",
+        # Not a PDF, whatever it declares: what its bytes are is recorded beside.
+        "detectedType": "application/octet-stream",
     }
     assert object_path(blob_dir, key).read_bytes() == data
     assert not [p for p in objects(blob_dir) if "%tmp." in p]
@@ -497,3 +499,67 @@ async def test_a_100_mib_part_header_is_refused_early_in_bounded_memory(
     assert "header is longer than 16384 bytes" in error["message"]
     assert time.monotonic() - started < 10
     assert objects(blob_dir) == []
+
+
+GIF = (  # a 1x1 GIF
+    b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x01\x00\x00\x00\x00,"
+    b"\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;"
+)
+
+
+async def test_the_detected_type_is_read_from_the_first_bytes(api: httpx.AsyncClient) -> None:
+    response = await post(api, form(file_part(GIF, filename="photo.jpg", content_type="image/jpeg")))
+    assert response.status_code == 201, response.text
+    assert (response.json()["mimeType"], response.json()["detectedType"]) == ("image/jpeg", "image/gif")
+    html = b"\n  <!doctype html><html><script>alert(1)</script></html>"
+    response = await post(api, form(file_part(html, filename="a.png", content_type="image/png")))
+    assert (response.json()["mimeType"], response.json()["detectedType"]) == ("image/png", "text/html")
+
+
+async def test_a_type_outside_the_allowed_lists_is_refused_before_a_byte_is_stored(
+    api: httpx.AsyncClient, blob_dir: Path
+) -> None:
+    # A small file (written in one trip) and one of several batches (the writer task's first).
+    for data in (GIF, GIF + b"\x00" * (3 * 1024 * 1024)):
+        response = await api.post(
+            f"/internal/v1/uploads/{ORG}/{new_asset_id()}",
+            params=[("allow", "image/*"), ("allow", "image/jpeg,image/png")],
+            content=form(file_part(data, filename="photo.jpg", content_type="image/jpeg")),
+            headers={"content-type": MULTIPART},
+        )
+        assert_error(response, 415, "unsupported_media_type")
+        assert response.json()["error"]["details"] == {"declared": "image/jpeg", "detected": "image/gif"}
+        assert objects(blob_dir) == []
+    allowed = await api.post(
+        f"/internal/v1/uploads/{ORG}/{new_asset_id()}",
+        params=[("allow", "image/*"), ("allow", "image/gif")],
+        content=form(file_part(GIF, filename="photo.jpg", content_type="image/jpeg")),
+        headers={"content-type": MULTIPART},
+    )
+    assert allowed.status_code == 201, allowed.text
+    bad = await api.post(
+        f"/internal/v1/uploads/{ORG}/{new_asset_id()}",
+        params={"allow": "image/<script>"},
+        content=form(file_part(GIF, filename="photo.jpg")),
+        headers={"content-type": MULTIPART},
+    )
+    assert_error(bad, 400, "invalid_request")
+
+
+async def test_a_wildcard_never_lets_active_content_in(api: httpx.AsyncClient, blob_dir: Path) -> None:
+    svg = b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>'
+
+    async def post_with(allow: str) -> httpx.Response:
+        return await api.post(
+            f"/internal/v1/uploads/{ORG}/{new_asset_id()}",
+            params={"allow": allow},
+            content=form(file_part(svg, filename="logo.svg", content_type="image/svg+xml")),
+            headers={"content-type": MULTIPART},
+        )
+
+    for wildcard in ("image/*", "*", "*/*"):
+        error = assert_error(await post_with(wildcard), 415, "unsupported_media_type")
+        assert error["details"] == {"declared": "image/svg+xml", "detected": "image/svg+xml"}
+    assert objects(blob_dir) == []
+    named = await post_with("image/png,image/svg+xml")
+    assert named.status_code == 201 and named.json()["detectedType"] == "image/svg+xml"

@@ -166,6 +166,8 @@ def test_the_requests_sent_to_webhook_endpoints_are_described(document: dict[str
         "asset.created",
         "asset.updated",
         "asset.deleted",
+        "asset.scanned",  # issue 48
+        "asset.infected",
         "folder.created",
         "folder.updated",
         "folder.deleted",

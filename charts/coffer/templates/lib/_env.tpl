@@ -70,6 +70,10 @@ this component needs, and no others.
   value: {{ $ctx.Values.transforms.workerMemoryMiB | toString | quote }}
 - name: COFFER_CDN_TRANSFORM_MAX_DECODED_MB
   value: {{ $ctx.Values.transforms.maxDecodedMiB | toString | quote }}
+{{- if and (eq $c "blob") $ctx.Values.scanner.clamdUrl }}
+- name: COFFER_BLOB_CLAMD_URL
+  value: {{ $ctx.Values.scanner.clamdUrl | quote }}
+{{- end }}
 {{- if eq $ctx.Values.storage.driver "s3" }}
 {{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "AWS_ACCESS_KEY_ID" "key" "s3AccessKeyId" "optional" true) }}
 {{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "AWS_SECRET_ACCESS_KEY" "key" "s3SecretAccessKey" "optional" true) }}

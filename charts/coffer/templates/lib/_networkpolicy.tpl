@@ -81,6 +81,9 @@ spec:
     {{- . | nindent 4 }}
     {{- end }}
     {{- end }}
+    {{- if and (eq $c "blob") $ctx.Values.scanner.clamdUrl }}
+    {{- include "coffer.egressRule" $np.egress.clamd | nindent 4 }}
+    {{- end }}
     {{- if and (has $c (list "blob" "cdn")) (eq $ctx.Values.storage.driver "s3") }}
     {{- include "coffer.egressRule" $np.egress.s3 | nindent 4 }}
     {{- end }}

@@ -748,6 +748,33 @@ def presets_rm(
 
 @app.command()
 @handled
+def info(
+    ctx: typer.Context,
+    asset: Annotated[str, typer.Argument(metavar="ASSET", help="Asset id or /folder/path/name.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Show an asset: size, declared and detected media type, malware scan, visibility."""
+    a = state(ctx).client().resolve_asset(asset)
+    if as_json:
+        dump(a)
+        return
+    scan = a.scan_status or "not scanned"
+    if a.scan_signature:
+        scan += f" ({a.scan_signature})"
+    for label, value in (
+        ("id", a.id),
+        ("name", a.name),
+        ("size", human(a.size)),
+        ("type", a.mime_type),
+        ("detected", a.detected_type or "unknown"),
+        ("scan", scan),
+        ("visibility", a.visibility),
+    ):
+        print(f"{label}\t{value}")
+
+
+@app.command()
+@handled
 def visibility(
     ctx: typer.Context,
     asset: Annotated[str, typer.Argument(metavar="ASSET", help="Asset id or /folder/path/name.")],

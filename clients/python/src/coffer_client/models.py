@@ -54,6 +54,14 @@ class Asset(Model):
     updated_at: datetime | None = None
     #: ``"public"`` or ``"private"`` (CONTRACT §12); older services send none: public.
     visibility: str = "public"
+    #: The media type read from the file's first bytes (``mime_type`` is the declared one);
+    #: None for files stored before detection, or from older services.
+    detected_type: str | None = None
+    #: The malware scan: ``pending``, ``clean``, ``infected``, ``unscanned``; None when the
+    #: organization does not scan.
+    scan_status: str | None = None
+    #: The signature an infected file matched.
+    scan_signature: str | None = None
 
 
 class AssetPage(Model):

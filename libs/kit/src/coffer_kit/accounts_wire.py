@@ -50,6 +50,10 @@ class OrgOut(Camel):
     member_count: int
     # CONTRACT §12: what uploads that do not say become.
     default_visibility: Literal["public", "private"] = "public"
+    # Safe ingest (issue 48): detected types recorded or enforced, the allowed list, scanning.
+    ingest_mode: Literal["record", "enforce"] = "record"
+    allowed_types: list[str] | None = None
+    scan_mode: Literal["off", "async", "block"] = "off"
 
 
 class SessionOut(Camel):

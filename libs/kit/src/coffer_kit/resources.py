@@ -15,6 +15,9 @@ from coffer_kit.names import NAME_RULES, NAME_SCHEMA
 # CONTRACT §12: who may fetch an asset's bytes without a key.
 Visibility = Literal["public", "private"]
 VISIBILITIES: tuple[Visibility, ...] = ("public", "private")
+# Malware scanning (docs/api.md, "Safe ingest"): an asset's scan; null when its organization
+# scanned nothing at upload.
+ScanStatus = Literal["pending", "clean", "infected", "unscanned"]
 
 
 class Folder(BaseModel):
@@ -70,6 +73,21 @@ class Asset(BaseModel):
         default="public",
         description="`public`: served at `publicUrl`; `private`: only on signed URLs (the CDN answers "
         "the bare key 404).",
+    )
+    detectedType: str | None = Field(
+        default=None,
+        description="The media type read from the file's first bytes (libmagic); `mimeType` stays the "
+        "declared one. Null for files stored before detection existed.",
+        examples=["image/gif"],
+    )
+    scanStatus: ScanStatus | None = Field(
+        default=None,
+        description="Malware scan: `pending`, `clean`, `infected` (quarantined: never served nor "
+        "signed), `unscanned` (the scanner could not be reached after retries); null when the "
+        "organization's scanning was off at upload.",
+    )
+    scanSignature: str | None = Field(
+        default=None, description="The scanner's signature name for an infected file; else null."
     )
 
 

@@ -17,7 +17,8 @@ from pydantic.alias_generators import to_camel
 
 from coffer_kit.ids import ASSET_ID_PATTERN, TUS_UPLOAD_ID_PATTERN
 from coffer_kit.limits import EXPIRES_IN_MAX, EXPIRES_IN_MIN, MAX_FILE_BYTES
-from coffer_kit.resources import Visibility
+from coffer_kit.media import IngestMode, ScanMode
+from coffer_kit.resources import ScanStatus, Visibility
 
 
 class WireModel(BaseModel):
@@ -31,6 +32,28 @@ class WireModel(BaseModel):
 
 
 # auth: GET /internal/v1/principal
+
+
+class Ingest(WireModel):
+    """An organization's ingest rules (docs/api.md, "Safe ingest"), carried with its principal
+    and its upload tokens' grants so edge applies them with no call of its own."""
+
+    mode: IngestMode = "record"
+    # Media ranges every upload's detected type must match under ``enforce``; None: any.
+    allowed_types: list[str] | None = None
+    scan: ScanMode = "off"
+
+    def allow_lists(self, token_types: list[str] | tuple[str, ...] | None) -> list[str]:
+        """blob's ``allow`` query values: the lists the detected type must match (none in
+        ``record`` mode)."""
+        if self.mode != "enforce":
+            return []
+        lists = [self.allowed_types, token_types]
+        return [",".join(ranges) for ranges in lists if ranges is not None]
+
+    def first_scan_status(self) -> ScanStatus | None:
+        """A new asset's scan status: queued when the organization scans."""
+        return None if self.scan == "off" else "pending"
 
 
 class Principal(WireModel):
@@ -47,6 +70,7 @@ class Principal(WireModel):
     default_visibility: Visibility = "public"
     # A user key's role in the organization (``owner``, ``member``); None for an organization key.
     role: str | None = None
+    ingest: Ingest = Field(default_factory=lambda: Ingest())
 
 
 # Who makes a change (edge tells metadata with every call that changes something; metadata
@@ -109,6 +133,10 @@ class UploadCommit(WireModel):
     quota_bytes: int = Field(ge=0)
     # As blob stored the object (the store is made private before the row exists).
     visibility: Visibility = "public"
+    # What blob read in the file's first bytes (None: not known, an older blob).
+    detected_type: str | None = Field(default=None, max_length=255)
+    # None: the organization scans nothing; "pending": the scan job is queued with the row.
+    scan_status: ScanStatus | None = None
 
 
 class Hidden(WireModel):
@@ -181,6 +209,8 @@ class Stored(WireModel):
     filename: str
     fields: UploadFields
     visibility: Visibility = "public"
+    # What the file's first bytes are (coffer_blob.detect), beside the declared mime_type.
+    detected_type: str | None = None
 
 
 # blob: resumable uploads (tus, CONTRACT §9)
@@ -206,6 +236,8 @@ class TusAppended(WireModel):
     offset: int
     state: dict[str, Any] | None = None
     sha256: str | None = None
+    # Once the last byte is in: what the published file's first bytes are.
+    detected_type: str | None = None
 
 
 # metadata: resumable uploads' state (tus, CONTRACT §9)
@@ -337,6 +369,8 @@ class TusComplete(WireModel):
     lock_token: str = Field(max_length=64)
     from_offset: int = Field(ge=0)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    detected_type: str | None = Field(default=None, max_length=255)
+    scan_status: ScanStatus | None = None
 
 
 class TusEnded(WireModel):
@@ -355,6 +389,51 @@ class VisibilityIn(WireModel):
 class VisibilityOut(WireModel):
     key: str
     visibility: Visibility
+
+
+class HeldIn(WireModel):
+    """blob: hold an object back from every download, or release it (issue 48)."""
+
+    held: bool
+
+
+class ScanOutcome(WireModel):
+    """blob: what clamd found in an object (it is held if infected, released if clean)."""
+
+    result: Literal["clean", "infected"]
+    signature: str | None = None
+    size: int
+    seconds: float
+
+
+class ScanJob(WireModel):
+    """metadata: a pending scan, leased to the edge that claimed it."""
+
+    asset_id: str
+    organization_id: str
+    key: str
+    attempts: int
+
+
+class ScanJobs(WireModel):
+    jobs: list[ScanJob]
+    # Pending scans in all (due or not), for the queue-depth metric.
+    pending: int
+
+
+class ScanClaim(WireModel):
+    limit: int = Field(ge=1, le=100)
+    # How long a claimed scan is kept from other claims (a scanner that died gives it back then).
+    lease_seconds: float = Field(gt=0, le=3600)
+
+
+class ScanReport(WireModel):
+    """edge → metadata: a scan's end (``clean``, ``infected``, ``unscanned``), or ``retry``
+    after ``retry_seconds``."""
+
+    status: Literal["clean", "infected", "unscanned", "retry"]
+    signature: str | None = Field(default=None, max_length=255)
+    retry_seconds: float = Field(default=0, ge=0, le=86_400)
 
 
 class Deleted(WireModel):
@@ -444,6 +523,7 @@ class UploadGrant(WireModel):
     # dashboard user who did.
     key_id: str | None = None
     user_id: str | None = None
+    ingest: Ingest = Field(default_factory=lambda: Ingest())
 
 
 class TokenClaim(WireModel):

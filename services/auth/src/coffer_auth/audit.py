@@ -186,6 +186,9 @@ def _change_actions(event: dict[str, Any]) -> list[tuple[str, dict[str, Any] | N
         return [("folder.created", {"parentId": data.get("parentId")})]
     if verb == "deleted":
         return [(f"{kind}.deleted", None)]
+    if kind == "asset" and verb in ("scanned", "infected"):
+        # Issue 48: a scan's end is no one's change; an infected file is worth the log.
+        return [("asset.infected", {"signature": data.get("scanSignature")})] if verb == "infected" else []
     actions: list[tuple[str, dict[str, Any] | None]] = []
     for field, before in event["changes"].items():
         if field == "name":

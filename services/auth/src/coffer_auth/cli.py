@@ -45,6 +45,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--org", required=True)
     p.add_argument("--visibility", choices=["public", "private"], required=True)
 
+    p = sub.add_parser(
+        "set-ingest", help="an organization's ingest rules: detected types enforced, allowed, scanned"
+    )
+    p.add_argument("--org", required=True)
+    p.add_argument("--ingest", help="record (the default) or enforce")
+    p.add_argument(
+        "--allowed-types", help="comma-separated media ranges (image/*,application/pdf); '' for any"
+    )
+    p.add_argument("--scan", help="malware scanning: off (the default), async or block")
+
     p = sub.add_parser("create-user", help="create a user")
     p.add_argument("--email", required=True)
     p.add_argument("--password", required=True)
@@ -120,6 +130,23 @@ def _set_default_visibility(
 ) -> dict[str, Any]:
     org = service.set_default_visibility(session, org_id=args.org, visibility=args.visibility)
     return {"id": org.id, "name": org.name, "defaultVisibility": org.default_visibility}
+
+
+def _set_ingest(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    allowed: Any = orgs.UNSET
+    if args.allowed_types is not None:
+        allowed = args.allowed_types.split(",") if args.allowed_types else None
+    org = service.set_ingest(
+        session, org_id=args.org, mode=args.ingest, allowed_types=allowed, scan=args.scan
+    )
+    ingest = org.ingest()
+    return {
+        "id": org.id,
+        "name": org.name,
+        "ingestMode": ingest.mode,
+        "allowedTypes": ingest.allowed_types,
+        "scanMode": ingest.scan,
+    }
 
 
 def _create_user(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
@@ -218,6 +245,7 @@ _COMMANDS: dict[str, Callable[[Session, Settings, argparse.Namespace], dict[str,
     "create-org": _create_org,
     "set-quota": _set_quota,
     "set-default-visibility": _set_default_visibility,
+    "set-ingest": _set_ingest,
     "create-user": _create_user,
     "add-member": _add_member,
     "set-role": _set_role,

@@ -29,6 +29,7 @@ from coffer_auth.schemas import (
     AuditPageOut,
     CurrentOut,
     DefaultVisibilityIn,
+    IngestIn,
     InvitationCreatedOut,
     InvitationIn,
     InvitationPreviewOut,
@@ -293,6 +294,18 @@ def set_default_visibility(
     org, m = orgs.membership(session, org_id=org_id, user_id=caller.user.id)
     orgs.require_owner(m)
     orgs.set_default_visibility(session, caller.actor, org=org, visibility=body.default_visibility)
+    return orgs.view(session, org, m.role)
+
+
+@router.put("/orgs/{org_id}/ingest", response_model=OrgOut)
+def set_ingest(org_id: str, body: IngestIn, caller: CallerDep, session: SessionDep) -> OrgOut:
+    """Issue 48: detected types recorded or enforced, the allowed list, scanning: owners only."""
+    org, m = orgs.membership(session, org_id=org_id, user_id=caller.user.id)
+    orgs.require_owner(m)
+    allowed = [t for t in body.allowed_types.split(",") if t.strip()] or None
+    orgs.set_ingest(
+        session, caller.actor, org=org, mode=body.ingest_mode, allowed_types=allowed, scan=body.scan_mode
+    )
     return orgs.view(session, org, m.role)
 
 

@@ -13,9 +13,11 @@ from sqlmodel import Session
 
 from coffer_auth import audit, service
 from coffer_auth.deps import DatabaseDep, SessionDep
+from coffer_auth.models import Organization
 from coffer_kit.db import writer
+from coffer_kit.errors import not_found
 from coffer_kit.internal_token import require_internal_token
-from coffer_kit.wire import Actor, Done, Principal, WireModel
+from coffer_kit.wire import Actor, Done, Ingest, Principal, WireModel
 
 log = logging.getLogger("coffer.auth")
 router = APIRouter(prefix="/internal/v1", dependencies=[Depends(require_internal_token)])
@@ -46,6 +48,16 @@ def principal(
     except SQLAlchemyError:
         log.warning("could not record key use", extra={"key_id": key_id})
     return resolved.principal
+
+
+@router.get("/orgs/{org_id}/ingest")
+def ingest(org_id: str, session: SessionDep) -> Ingest:
+    """An organization's ingest rules (issue 48), for a resumable upload's completion, which
+    may come with the upload's capability rather than a key."""
+    org = session.get(Organization, org_id)
+    if org is None:
+        raise not_found(f"Organization {org_id} does not exist.")
+    return org.ingest()
 
 
 class ChangeEvent(WireModel):

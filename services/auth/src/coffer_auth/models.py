@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
@@ -17,12 +17,15 @@ from sqlalchemy import (
     Integer,
     String,
     Table,
+    Text,
     UniqueConstraint,
 )
 from sqlmodel import Field, SQLModel, col
 
 from coffer_kit.ids import USER, new_id
+from coffer_kit.media import IngestMode, ScanMode
 from coffer_kit.timeutil import utcnow
+from coffer_kit.wire import Ingest
 
 
 def _ts(nullable: bool = False, index: bool = False) -> Column:  # type: ignore[type-arg]
@@ -70,6 +73,21 @@ class Organization(SQLModel, table=True):
     default_visibility: str = Field(
         default="public", sa_column=Column(String(16), nullable=False, server_default="public")
     )
+    # Safe ingest (issue 48): 'record' or 'enforce'; the allowed media ranges (comma-separated,
+    # None: any); malware scanning 'off', 'async' or 'block'. The operator and owners change them.
+    ingest_mode: str = Field(
+        default="record", sa_column=Column(String(16), nullable=False, server_default="record")
+    )
+    allowed_types: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    scan_mode: str = Field(default="off", sa_column=Column(String(16), nullable=False, server_default="off"))
+
+    def ingest(self) -> Ingest:
+        allowed = self.allowed_types.split(",") if self.allowed_types is not None else None
+        return Ingest(
+            mode=cast(IngestMode, self.ingest_mode),
+            allowed_types=allowed,
+            scan=cast(ScanMode, self.scan_mode),
+        )
 
 
 class Membership(SQLModel, table=True):

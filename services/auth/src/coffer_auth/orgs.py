@@ -3,7 +3,7 @@ last-owner guard, and an audit event for every change."""
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import func
 from sqlmodel import Session, col, select
@@ -12,6 +12,7 @@ from coffer_auth import audit, errors
 from coffer_auth.audit import Actor
 from coffer_auth.models import Membership, Organization, Role, User
 from coffer_auth.schemas import MemberOut, OrgOut, RoleName
+from coffer_kit import media
 from coffer_kit.errors import invalid, not_found
 from coffer_kit.ids import ORG, new_id
 from coffer_kit.resources import VISIBILITIES, Visibility
@@ -79,7 +80,13 @@ def view(session: Session, org: Organization, role: str) -> OrgOut:
         created_at=org.created_at,
         member_count=_member_count(session, org.id),
         default_visibility=cast(Visibility, org.default_visibility),
+        **_ingest_fields(org),
     )
+
+
+def _ingest_fields(org: Organization) -> dict[str, Any]:
+    ingest = org.ingest()
+    return {"ingest_mode": ingest.mode, "allowed_types": ingest.allowed_types, "scan_mode": ingest.scan}
 
 
 def orgs_of(session: Session, *, user_id: str) -> list[OrgOut]:
@@ -109,6 +116,7 @@ def orgs_of(session: Session, *, user_id: str) -> list[OrgOut]:
             created_at=org.created_at,
             member_count=int(n),
             default_visibility=cast(Visibility, org.default_visibility),
+            **_ingest_fields(org),
         )
         for org, role, n in rows
     ]
@@ -197,6 +205,62 @@ def set_default_visibility(
             target_id=org.id,
             target_label=org.name,
             details={"from": old, "to": visibility},
+        )
+    return org
+
+
+class Unset:
+    """``allowed_types`` not sent: kept as it is (None clears it)."""
+
+
+UNSET = Unset()
+
+
+def set_ingest(
+    session: Session,
+    actor: Actor,
+    *,
+    org: Organization,
+    mode: str | None = None,
+    allowed_types: list[str] | Unset | None = UNSET,
+    scan: str | None = None,
+) -> Organization:
+    """The organization's ingest rules (issue 48), each one kept unless given; audited."""
+    if mode is not None and mode not in media.INGEST_MODES:
+        raise invalid("ingestMode is 'record' or 'enforce'.", field="ingestMode")
+    if scan is not None and scan not in media.SCAN_MODES:
+        raise invalid("scanMode is 'off', 'async' or 'block'.", field="scanMode")
+    stored = org.allowed_types
+    if not isinstance(allowed_types, Unset):
+        if allowed_types is not None:
+            allowed_types = [t.strip().lower() for t in allowed_types if t.strip()]
+            if not allowed_types or len(allowed_types) > media.MAX_ALLOWED_TYPES:
+                raise invalid(
+                    f"allowedTypes holds 1 to {media.MAX_ALLOWED_TYPES} media ranges.", field="allowedTypes"
+                )
+            if not all(media.valid_range(t) for t in allowed_types):
+                raise invalid(
+                    "allowedTypes holds media ranges such as image/* or application/pdf.",
+                    field="allowedTypes",
+                )
+        stored = ",".join(allowed_types) if allowed_types is not None else None
+    before = _ingest_fields(org)
+    org.ingest_mode = mode or org.ingest_mode
+    org.scan_mode = scan or org.scan_mode
+    org.allowed_types = stored
+    after = _ingest_fields(org)
+    if after != before:
+        session.add(org)
+        session.flush()
+        audit.record(
+            session,
+            actor,
+            "org.ingest_changed",
+            organization_id=org.id,
+            target_type="organization",
+            target_id=org.id,
+            target_label=org.name,
+            details={"from": before, "to": after},
         )
     return org
 

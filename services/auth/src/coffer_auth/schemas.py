@@ -101,6 +101,15 @@ class DefaultVisibilityIn(Camel):
     default_visibility: Literal["public", "private"]
 
 
+class IngestIn(Camel):
+    """Issue 48: an organization's ingest rules (checked by ``orgs.set_ingest``)."""
+
+    ingest_mode: str = Field(max_length=16)
+    # Comma-separated media ranges; empty: any type.
+    allowed_types: str = Field(default="", max_length=4096)
+    scan_mode: str = Field(max_length=16)
+
+
 class RoleIn(Camel):
     role: RoleName
 

@@ -12,6 +12,7 @@ from sqlmodel import Session, col, select
 from coffer_auth import apikeys, audit, errors, orgs, passwords
 from coffer_auth.audit import OPERATOR, Actor
 from coffer_auth.models import ApiKey, KeyKind, KeyUse, Membership, Organization, Role, User
+from coffer_auth.orgs import UNSET, Unset
 from coffer_kit.errors import forbidden, invalid, not_found, organization_required, unauthorized
 from coffer_kit.timeutil import as_utc, isoformat, utcnow
 from coffer_kit.wire import Principal
@@ -33,6 +34,22 @@ def set_default_visibility(
     if org is None:
         raise not_found(f"Organization {org_id} does not exist.")
     return orgs.set_default_visibility(session, actor, org=org, visibility=visibility)
+
+
+def set_ingest(
+    session: Session,
+    *,
+    org_id: str,
+    mode: str | None = None,
+    allowed_types: list[str] | Unset | None = UNSET,
+    scan: str | None = None,
+    actor: Actor = OPERATOR,
+) -> Organization:
+    """Change an organization's ingest rules (issue 48): what is enforced, allowed and scanned."""
+    org = session.get(Organization, org_id)
+    if org is None:
+        raise not_found(f"Organization {org_id} does not exist.")
+    return orgs.set_ingest(session, actor, org=org, mode=mode, allowed_types=allowed_types, scan=scan)
 
 
 def set_quota(session: Session, *, org_id: str, quota_bytes: int, actor: Actor = OPERATOR) -> Organization:
@@ -179,6 +196,7 @@ def resolve_principal(session: Session, *, key_hash: str, organization_id: str |
         key_expires_at=isoformat(expires_at) if expires_at else None,
         default_visibility=org.default_visibility,
         role=None if row.kind == KeyKind.organization else roles.get(org.id),
+        ingest=org.ingest(),
     )
     use = session.get(KeyUse, (row.id, org.id))
     return Resolved(principal, as_utc(use.last_used_at) if use else None)

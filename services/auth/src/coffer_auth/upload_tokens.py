@@ -146,6 +146,7 @@ def resolve(session: Session, *, token_hash: str) -> UploadGrant:
         default_visibility=org.default_visibility,
         key_id=row.key_id,
         user_id=row.user_id,
+        ingest=org.ingest(),
     )
 
 

@@ -48,6 +48,13 @@ class Settings(BaseServiceSettings):
     # How long the CDN keeps an organization's presets before reading them again (<= 5 s); a
     # name it lacks is read again at once.
     cdn_preset_cache_seconds: float = Field(default=5.0, ge=0, le=5)
+    # Malware scanning (issue 48): clamd's address, tcp://HOST:PORT or unix:///PATH; unset, every
+    # scan answers 503 scanner_unavailable (edge retries, then marks the asset unscanned).
+    blob_clamd_url: str | None = Field(default=None, pattern=r"^(tcp://[^/:]+:\d{1,5}|unix:///.+)$")
+    # Scans streaming to clamd at once from this process, and how long one may take (clamd's
+    # own threads, MaxThreads, bound it too); past the timeout, 503 scanner_unavailable.
+    blob_scan_concurrency: int = Field(default=2, ge=1, le=64)
+    blob_scan_timeout_seconds: float = Field(default=120.0, gt=0, le=3600)
     # HMAC secret for signed CDN URLs; only blob knows it.
     signing_secret: SecretStr | None = None
     storage: Literal["fs", "s3"] = "fs"

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 
-from coffer_blob import cdn, internal, tus, uploads
+from coffer_blob import cdn, internal, scan, tus, uploads
 from coffer_blob.config import Settings
 from coffer_blob.deps import BlobState
 from coffer_blob.storage import StorageUnavailable, make_storage
@@ -87,6 +87,7 @@ def create_app(settings: Settings | None = None, *, api: bool = True) -> FastAPI
         app.include_router(uploads.router, dependencies=guarded)
         app.include_router(internal.router, dependencies=guarded)
         app.include_router(tus.router, dependencies=guarded)
+        app.include_router(scan.router, dependencies=guarded)
     return app
 
 

@@ -115,6 +115,10 @@ class InstrumentedStorage:
         with _operation(self.name, "set_private"):
             return self.inner.set_private(key, private)
 
+    def set_held(self, key: str, held: bool) -> bool:
+        with _operation(self.name, "set_held"):
+            return self.inner.set_held(key, held)
+
     def delete_prefix(self, prefix: str) -> None:
         with _operation(self.name, "delete_prefix"):
             self.inner.delete_prefix(prefix)
@@ -146,9 +150,11 @@ class _InstrumentedWriter:
         with _operation(self.driver, "write", span=False):
             self.inner.write_many(chunks)
 
-    def commit(self, *, content_type: str, sha256: str, private: bool = False) -> ObjectInfo:
+    def commit(
+        self, *, content_type: str, sha256: str, private: bool = False, held: bool = False
+    ) -> ObjectInfo:
         with _operation(self.driver, "commit"):
-            return self.inner.commit(content_type=content_type, sha256=sha256, private=private)
+            return self.inner.commit(content_type=content_type, sha256=sha256, private=private, held=held)
 
     def abort(self) -> None:
         with _operation(self.driver, "abort"):

@@ -23,9 +23,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from coffer_blob import keys
+from coffer_blob import detect, keys
 from coffer_blob.deps import StorageDep
-from coffer_blob.storage import StorageUnavailable
+from coffer_blob.storage import StorageUnavailable, read_range
 from coffer_blob.storage.base import Resumable
 from coffer_kit.errors import checksum_mismatch, file_too_large, invalid, unavailable
 from coffer_kit.ids import TUS_UPLOAD_ID_PATTERN
@@ -190,6 +190,11 @@ async def append(
         await run_in_threadpool(chunk.abort)
         raise
     if isinstance(done, str):
-        return TusAppended(offset=new_offset, sha256=done)
+        # The published file's first bytes, read back once: a resumable upload's may have come
+        # in another request, to another blob.
+        # (S3 refuses a range of an empty object.)
+        head = await run_in_threadpool(read_range, storage, key, 0, detect.HEAD_BYTES) if length else b""
+        detected = detect.detect(head or b"")
+        return TusAppended(offset=new_offset, sha256=done, detected_type=detected)
     hash_state = base64.b64encode(chunk.sha256.serialize()).decode()
     return TusAppended(offset=new_offset, state={"hash": hash_state, "store": done})

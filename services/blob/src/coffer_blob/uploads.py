@@ -36,10 +36,11 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from coffer_blob import keys
+from coffer_blob import detect, keys
 from coffer_blob.deps import StorageDep
 from coffer_blob.multipart import ParseFailed, PartRouter, Target, parse_boundary
 from coffer_blob.storage import ObjectInfo, Storage, StorageUnavailable, Writer
+from coffer_kit import media
 from coffer_kit.errors import CofferError, file_too_large, invalid, unsupported_media_type
 from coffer_kit.limits import MAX_FILE_BYTES
 from coffer_kit.resources import VISIBILITIES, Visibility
@@ -102,6 +103,7 @@ class _FileTarget(_PartTarget):
         self.too_large = False
         self.pending: list[bytes] = []
         self.pending_bytes = 0
+        self.head = b""  # the first detect.HEAD_BYTES, what the media type is read from
 
     def on_start(self) -> None:
         super().on_start()
@@ -119,6 +121,8 @@ class _FileTarget(_PartTarget):
             return
         self.pending.append(chunk)
         self.pending_bytes += len(chunk)
+        if len(self.head) < detect.HEAD_BYTES:
+            self.head += chunk[: detect.HEAD_BYTES - len(self.head)]
 
     def take(self) -> list[bytes]:
         """The pieces received since the last take, as they came (joined by no one: the
@@ -247,8 +251,17 @@ class _Upload:
         content_type: str,
         visibility: Visibility = "public",
         fixed: bool = False,
+        allow: tuple[tuple[str, ...], ...] = (),
+        held: bool = False,
     ) -> None:
         self.storage = storage
+        # Issue 48: stored held back from downloads until its malware scan passes (``block``).
+        self.held = held
+        # Lists of media ranges the detected type must match, each (an enforcing
+        # organization's list, its upload token's contentTypes); checked before any byte is
+        # written.
+        self.allow = allow
+        self.detected_type: str | None = None
         self.visibility: Visibility = visibility
         self.fixed_visibility = fixed
         self.org_id = org_id
@@ -325,6 +338,7 @@ class _Upload:
         )
         info, sha256 = await run_in_threadpool(self._finish, self.file.take(), mime_type)
         self.committed = True
+        assert self.detected_type is not None
         return Stored(
             key=info.key,
             size=self.file.size,
@@ -334,6 +348,7 @@ class _Upload:
             filename=self.filename or keys.FALLBACK_FILENAME,
             fields=fields,
             visibility=self.visibility,
+            detected_type=self.detected_type,
         )
 
     async def _receive(self, chunk: bytes) -> None:
@@ -396,11 +411,24 @@ class _Upload:
     def _write(self, data: list[bytes]) -> None:
         # In a worker thread: hashlib leaves the GIL on pieces of 2 KiB or more, as the write does.
         if self.writer is None:
+            # The first batch holds the file's first bytes (a batch is 1 MiB, or the whole
+            # file): what it is is known, and refused, before anything is stored.
+            self._detect()
             self.writer = self.storage.open_writer(self.key)
         update = self.sha256.update
         for piece in data:
             update(piece)
         self.writer.write_many(data)
+
+    def _detect(self) -> None:
+        """The detected media type; 415 if it is outside a list this upload must keep to."""
+        self.detected_type = detected = detect.detect(self.file.head)
+        for allowed in self.allow:
+            if not media.matches(detected, allowed):
+                declared = keys.choose_mime_type(
+                    self.file.multipart_content_type, keys.sanitize_filename(self.filename)
+                )
+                raise media.type_mismatch(declared, detected, allowed)
 
     def _finish(self, data: list[bytes], content_type: str) -> tuple[ObjectInfo, str]:
         """In a worker thread: the last batch (or the whole file) and the commit."""
@@ -408,7 +436,7 @@ class _Upload:
         assert self.writer is not None
         sha256 = self.sha256.hexdigest()
         info = self.writer.commit(
-            content_type=content_type, sha256=sha256, private=self.visibility == "private"
+            content_type=content_type, sha256=sha256, private=self.visibility == "private", held=self.held
         )
         return info, sha256
 
@@ -434,6 +462,15 @@ async def _drain(stream: AsyncIterator[bytes]) -> None:
         return
 
 
+def allowed_lists(allow: list[str] | None) -> tuple[tuple[str, ...], ...]:
+    """The ``allow`` query parameters: each a comma-separated list of media ranges."""
+    lists = tuple(tuple(r.strip() for r in value.split(",") if r.strip()) for value in allow or ())
+    for ranges in lists:
+        if len(ranges) > media.MAX_ALLOWED_TYPES or not all(media.valid_range(r) for r in ranges):
+            raise invalid("'allow' holds media ranges.", field="allow")
+    return lists
+
+
 @router.post("/uploads/{org_id}/{asset_id}", status_code=201)
 async def upload(
     org_id: str,
@@ -442,6 +479,8 @@ async def upload(
     storage: StorageDep,
     visibility: Annotated[Visibility, Query()] = "public",
     fixed: Annotated[bool, Query()] = False,
+    allow: Annotated[list[str] | None, Query(max_length=4)] = None,
+    held: Annotated[bool, Query()] = False,
 ) -> Stored:
     """Store the ``file`` part of a multipart body under ``{org_id}/{asset_id}/{filename}``."""
     if not keys.valid_ids(org_id, asset_id):
@@ -449,7 +488,7 @@ async def upload(
     content_type = request.headers.get("content-type", "")
     if keys.media_type(content_type) != "multipart/form-data":
         raise unsupported_media_type("The upload must be multipart/form-data.")
-    upload = _Upload(storage, org_id, asset_id, content_type, visibility, fixed)
+    upload = _Upload(storage, org_id, asset_id, content_type, visibility, fixed, allowed_lists(allow), held)
     try:
         return await upload.run(request.stream())
     except ClientDisconnect:

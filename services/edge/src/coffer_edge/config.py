@@ -46,6 +46,14 @@ class Settings(BaseServiceSettings):
     # The audit relay (coffer_edge.audit_relay): it runs after each change this edge makes and
     # at least this often (for other edges' changes and retries); 0 = not in this process.
     edge_audit_relay_interval_seconds: float = Field(default=5.0, ge=0)
+    # The scan relay (coffer_edge.scans, issue 48): it looks for due malware scans this often
+    # (0 = not in this process); a scan that blob cannot run (clamd down or unset) is retried
+    # after backoff × 2^attempt seconds, at most retries times, then the asset is `unscanned`.
+    edge_scan_interval_seconds: float = Field(default=1.0, ge=0)
+    edge_scan_retries: int = Field(default=5, ge=0, le=20)
+    edge_scan_backoff_seconds: float = Field(default=10.0, gt=0, le=3600)
+    # Scans this edge asks blob for at once (blob bounds its own, COFFER_BLOB_SCAN_CONCURRENCY).
+    edge_scan_concurrency: int = Field(default=2, ge=1, le=64)
 
     # The dashboard (docs/dashboard.md). Off: an API-only install, no /dashboard routes.
     dashboard_enabled: bool = True

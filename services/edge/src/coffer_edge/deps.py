@@ -18,6 +18,7 @@ from coffer_edge.clients.upload_tokens import UploadTokenClient
 from coffer_edge.config import Settings
 from coffer_edge.dashboard.state import DashboardState
 from coffer_edge.ratelimit import RateLimiter
+from coffer_edge.scans import ScanRelay
 from coffer_kit.errors import CofferError, request_id_of, unauthorized
 from coffer_kit.state import ServiceState, from_state, request_state
 
@@ -52,6 +53,8 @@ class EdgeState(ServiceState[Settings]):
     # Per upload, its last chunk's record in metadata while it is written (Kept.keep): HEAD
     # waits for it even while the next chunk, which took the lease, streams.
     tus_records: dict[str, Any] = field(default_factory=dict)
+    # The malware scan relay (issue 48), woken by uploads that queue a scan; None when off here.
+    scans: ScanRelay | None = None
 
 
 def edge_state(request: Request) -> EdgeState:

@@ -22,6 +22,7 @@ from coffer_edge.dashboard import Dashboard
 from coffer_edge.deps import EdgeState
 from coffer_edge.ratelimit import RateLimiter
 from coffer_edge.routers import assets, folders, transform_presets, tus, uploads, usage, webhooks
+from coffer_edge.scans import SCAN_TIMEOUT_SECONDS, ScanRelay
 from coffer_edge.sweeper import sweep_forever
 from coffer_kit.app import base_app
 from coffer_kit.health import ReadinessCheck, health_router
@@ -140,6 +141,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             relay = AuditRelay(state.metadata, state.auth, interval=every)
             state.metadata.on_change = relay.changed
             tasks.append(asyncio.create_task(relay.run()))
+        if (every := settings.edge_scan_interval_seconds) > 0:
+            scans = ScanRelay(
+                state.metadata,
+                state.blob,
+                interval=every,
+                retries=settings.edge_scan_retries,
+                backoff=settings.edge_scan_backoff_seconds,
+                concurrency=settings.edge_scan_concurrency,
+                timeout=SCAN_TIMEOUT_SECONDS,
+            )
+            state.scans = scans
+            tasks.append(asyncio.create_task(scans.run()))
         sweeper = None
         if settings.sweep_interval_seconds > 0:
             sweeper = asyncio.create_task(

@@ -17,6 +17,7 @@ from coffer_metadata.assets.router import router as assets_router
 from coffer_metadata.config import Settings
 from coffer_metadata.events import router as events_router
 from coffer_metadata.folders.router import router as folders_router
+from coffer_metadata.scans import router as scans_router
 from coffer_metadata.tus import counts as tus_counts
 from coffer_metadata.tus import router as tus_router
 from coffer_metadata.webhooks.router import router as webhooks_router
@@ -64,4 +65,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(events_router, dependencies=internal)
     app.include_router(tus_router, dependencies=internal)
     app.include_router(webhooks_router, dependencies=internal)
+    app.include_router(scans_router, dependencies=internal)
     return app

@@ -12,6 +12,7 @@ from sqlalchemy import (
     DateTime,
     ForeignKey,
     Index,
+    Integer,
     String,
     Text,
     UniqueConstraint,
@@ -76,6 +77,14 @@ class Asset(SQLModel, table=True):
         Index("ix_assets_org_name_key", "organization_id", "name_key"),
         # On PostgreSQL, a trigram index answers `name_key LIKE '%…%'` without reading every
         # name. Created by the migration on PostgreSQL only (it needs the pg_trgm extension).
+        # The scan queue (issue 48): pending assets by when their scan is due, alone
+        # (migration 0010_safe_ingest).
+        Index(
+            "ix_assets_scan_due",
+            "scan_due_at",
+            postgresql_where=text("scan_due_at IS NOT NULL"),
+            sqlite_where=text("scan_due_at IS NOT NULL"),
+        ),
         Index(
             "ix_assets_name_key_trgm",
             "name_key",
@@ -105,6 +114,16 @@ class Asset(SQLModel, table=True):
     visibility: str = Field(
         default="public", sa_column=Column(String(16), nullable=False, server_default="public")
     )
+    # Issue 48: the media type read from the file's first bytes (None before detection).
+    detected_type: str | None = Field(default=None, sa_column=Column(String(255), nullable=True))
+    # The malware scan: None (the organization scanned nothing), pending, clean, infected,
+    # unscanned; the signature an infected file matched.
+    scan_status: str | None = Field(default=None, sa_column=Column(String(16), nullable=True))
+    scan_signature: str | None = Field(default=None, sa_column=Column(String(255), nullable=True))
+    # The scan queue: a pending asset's next attempt is due at ``scan_due_at`` (a claim moves
+    # it past the scan's timeout, so a scanner that died gives it back); attempts so far.
+    scan_attempts: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
+    scan_due_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
 
 
 class Usage(SQLModel, table=True):

@@ -336,6 +336,8 @@ def complete(
         quota_bytes=_RESERVED,
         visibility=row.visibility,
         idle_seconds=idle_seconds,
+        detected_type=done.detected_type,
+        scan_status=done.scan_status,
     )
     session.connection().execute(
         sa.update(_uploads)

@@ -35,6 +35,9 @@ class ObjectInfo:
     # itself (fs: its sidecar; s3: its metadata), so the CDN learns it from the read it
     # makes anyway, with no call to another service.
     private: bool = False
+    # Issue 48: held back from every download, signed or not (a file whose malware scan has
+    # not passed under the ``block`` mode, or found infected). Kept with the object, as above.
+    held: bool = False
 
 
 class Writer(Protocol):
@@ -46,7 +49,9 @@ class Writer(Protocol):
         """``write`` of each chunk in order; a driver may do it in one call (no join)."""
         ...
 
-    def commit(self, *, content_type: str, sha256: str, private: bool = False) -> ObjectInfo:
+    def commit(
+        self, *, content_type: str, sha256: str, private: bool = False, held: bool = False
+    ) -> ObjectInfo:
         """Publish the object atomically and durably; afterwards it is readable under the key."""
         ...
 
@@ -114,6 +119,11 @@ class Storage(Protocol):
     def set_private(self, key: str, private: bool) -> bool:
         """Make the committed object under ``key`` private or public, atomically and durably
         (the next read sees it); False if there is no such object."""
+        ...
+
+    def set_held(self, key: str, held: bool) -> bool:
+        """Hold the committed object under ``key`` back from every download, or release it
+        (issue 48), atomically and durably; False if there is no such object."""
         ...
 
     def delete_prefix(self, prefix: str) -> None:

@@ -447,9 +447,17 @@ class FsStorage:
             content_type=meta["contentType"],
             last_modified=datetime.fromtimestamp(int(st.st_mtime), UTC),
             private=meta.get("private") is True,
+            held=meta.get("held") is True,
         )
 
     def set_private(self, key: str, private: bool) -> bool:
+        return self._set_flag(key, "private", private)
+
+    def set_held(self, key: str, held: bool) -> bool:
+        return self._set_flag(key, "held", held)
+
+    def _set_flag(self, key: str, flag: str, on: bool) -> bool:
+        """Set or clear ``flag`` in the committed object's sidecar (replaced whole, durably)."""
         place = self._place(key)
         temp = place.temp_prefix + secrets.token_hex(12)
         try:
@@ -459,11 +467,11 @@ class FsStorage:
                 return False
             if meta.get("name") != place.filename or not os.path.exists(place.data):
                 return False
-            if (meta.get("private") is True) == private:
+            if (meta.get(flag) is True) == on:
                 return True
-            meta.pop("private", None)
-            if private:
-                meta["private"] = True
+            meta.pop(flag, None)
+            if on:
+                meta[flag] = True
             with open(temp, "xb") as fh:
                 fh.write(json.dumps(meta).encode())
                 _write_durably(fh)
@@ -656,7 +664,9 @@ class _FsWriter:
             os.fdatasync(fh.fileno())
             self._unsynced = 0
 
-    def commit(self, *, content_type: str, sha256: str, private: bool = False) -> ObjectInfo:
+    def commit(
+        self, *, content_type: str, sha256: str, private: bool = False, held: bool = False
+    ) -> ObjectInfo:
         assert self._fh is not None, "commit after commit or abort"
         place = self.place
         try:
@@ -668,6 +678,8 @@ class _FsWriter:
             meta: dict[str, Any] = {"name": place.filename, "contentType": content_type, "sha256": sha256}
             if private:
                 meta["private"] = True
+            if held:
+                meta["held"] = True
             self._meta_tmp = place.temp_prefix + secrets.token_hex(12)
             with open(self._meta_tmp, "xb") as fh:
                 fh.write(json.dumps(meta).encode())
@@ -690,6 +702,7 @@ class _FsWriter:
             content_type=content_type,
             last_modified=datetime.fromtimestamp(int(st.st_mtime), UTC),
             private=private,
+            held=held,
         )
 
     def abort(self) -> None:

@@ -49,6 +49,8 @@ PART_SIZE = 8 * 1024 * 1024  # S3's minimum is 5 MiB (except the last part)
 _RESERVED = "%"
 # User metadata of a private object (CONTRACT §12): x-amz-meta-visibility: private.
 VISIBILITY, PRIVATE = "visibility", "private"
+# Issue 48: an object held back from every download (its scan): x-amz-meta-scan: held.
+SCAN, HELD = "scan", "held"
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchUpload"}
 # One boto3 session per process: it caches the service model, so each client is cheap to make.
 _SESSION: boto3.session.Session | None = None
@@ -133,9 +135,18 @@ class S3Storage:
             content_type=head.get("ContentType") or "application/octet-stream",
             last_modified=head["LastModified"].astimezone(UTC).replace(microsecond=0),
             private=head.get("Metadata", {}).get(VISIBILITY) == PRIVATE,
+            held=head.get("Metadata", {}).get(SCAN) == HELD,
         )
 
     def set_private(self, key: str, private: bool) -> bool:
+        return self._set_flag(key, VISIBILITY, PRIVATE, private)
+
+    def set_held(self, key: str, held: bool) -> bool:
+        return self._set_flag(key, SCAN, HELD, held)
+
+    def _set_flag(self, key: str, name: str, value: str, on: bool) -> bool:
+        """Set or clear the user metadata ``name: value`` by copying the object onto itself,
+        conditional on its ETag."""
         _check_key(key)
         try:
             head = self._call(key, "head_object", Key=key)
@@ -144,11 +155,11 @@ class S3Storage:
         metadata = dict(head.get("Metadata", {}))
         if not metadata.get("sha256"):
             return False
-        if (metadata.get(VISIBILITY) == PRIVATE) == private:
+        if (metadata.get(name) == value) == on:
             return True
-        metadata.pop(VISIBILITY, None)
-        if private:
-            metadata[VISIBILITY] = PRIVATE
+        metadata.pop(name, None)
+        if on:
+            metadata[name] = value
         try:
             self._call(
                 key,
@@ -292,12 +303,16 @@ class _S3Writer:
         for chunk in chunks:
             self.write(chunk)
 
-    def commit(self, *, content_type: str, sha256: str, private: bool = False) -> ObjectInfo:
+    def commit(
+        self, *, content_type: str, sha256: str, private: bool = False, held: bool = False
+    ) -> ObjectInfo:
         assert not self._done, "commit after commit or abort"
         s3 = self.storage
         metadata = {"sha256": sha256}
         if private:
             metadata[VISIBILITY] = PRIVATE
+        if held:
+            metadata[SCAN] = HELD
         try:
             if self._upload_id is None:
                 body = self._take()
@@ -350,6 +365,7 @@ class _S3Writer:
             content_type=content_type,
             last_modified=stored_at.astimezone(UTC).replace(microsecond=0),
             private=private,
+            held=held,
         )
 
     def abort(self) -> None:
@@ -435,8 +451,10 @@ class _S3Resumable(_S3Writer):
         self._done = True
         return {"uploadId": self._upload_id, "parts": self._parts, "tail": len(self._buffer)}
 
-    def commit(self, *, content_type: str, sha256: str, private: bool = False) -> ObjectInfo:
-        info = super().commit(content_type=content_type, sha256=sha256, private=private)
+    def commit(
+        self, *, content_type: str, sha256: str, private: bool = False, held: bool = False
+    ) -> ObjectInfo:
+        info = super().commit(content_type=content_type, sha256=sha256, private=private, held=held)
         s3 = self.storage
         for page in s3._pages("list_multipart_uploads", "Uploads", self.temp_key):
             for upload in page:

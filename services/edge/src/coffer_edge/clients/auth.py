@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -19,6 +19,7 @@ from coffer_kit import wire
 from coffer_kit.errors import CofferError
 from coffer_kit.internal import InternalClient
 from coffer_kit.resources import Visibility
+from coffer_kit.wire import Ingest
 
 CacheKey = tuple[str, str | None]
 
@@ -40,6 +41,8 @@ class Principal:
     default_visibility: Visibility = "public"
     # A user key's role in the organization (owner, member); None for an organization key.
     role: str | None = None
+    # Issue 48: the organization's ingest rules (cached with the rest, ≤ 5 s).
+    ingest: Ingest = field(default_factory=Ingest)
 
 
 class AuthClient(ServiceClient):
@@ -63,6 +66,10 @@ class AuthClient(ServiceClient):
         )
         # Lookups on their way to auth: concurrent misses for one key wait for the same call.
         self._pending: dict[CacheKey, asyncio.Task[Principal]] = {}
+
+    async def ingest(self, org_id: str, *, request_id: str) -> Ingest:
+        """An organization's ingest rules (issue 48), asked at a resumable upload's completion."""
+        return await self.call(Ingest, "GET", f"/internal/v1/orgs/{org_id}/ingest", request_id=request_id)
 
     async def record_changes(self, events: list[dict[str, Any]]) -> None:
         """Record metadata's change events in the audit log (each once, however often sent)."""
@@ -116,7 +123,11 @@ class AuthClient(ServiceClient):
             raise
         expires = body.key_expires_at
         expires_unix = datetime.fromisoformat(expires.replace("Z", "+00:00")).timestamp() if expires else None
-        principal = Principal(**body.model_dump(exclude={"key_expires_at"}), key_expires_at=expires_unix)
+        principal = Principal(
+            **body.model_dump(exclude={"key_expires_at", "ingest"}),
+            key_expires_at=expires_unix,
+            ingest=body.ingest,
+        )
         ttl = self.cache_seconds
         if expires_unix is not None:
             ttl = min(ttl, expires_unix - time.time())
@@ -285,6 +296,14 @@ class AccountsClient(ServiceClient):
         path = f"/orgs/{_seg(org_id)}/default-visibility"
         body = await self._call("PUT", path, caller, json={"defaultVisibility": visibility})
         return schemas.OrgOut.model_validate(body)
+
+    async def set_ingest(
+        self, caller: Caller, org_id: str, *, mode: str, allowed_types: str, scan: str
+    ) -> schemas.OrgOut:
+        """Issue 48: the organization's ingest rules (owners; auth checks every value)."""
+        body = {"ingestMode": mode, "allowedTypes": allowed_types, "scanMode": scan}
+        answer = await self._call("PUT", f"/orgs/{_seg(org_id)}/ingest", caller, json=body)
+        return schemas.OrgOut.model_validate(answer)
 
     async def members(self, caller: Caller, org_id: str) -> list[schemas.MemberOut]:
         body = await self._call("GET", f"/orgs/{_seg(org_id)}/members", caller)

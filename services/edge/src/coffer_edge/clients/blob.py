@@ -10,6 +10,8 @@ from urllib.parse import quote
 from coffer_edge.clients.base import ServiceClient
 from coffer_kit.wire import (
     Deleted,
+    HeldIn,
+    ScanOutcome,
     SignIn,
     SignOut,
     Stored,
@@ -37,6 +39,8 @@ class BlobClient(ServiceClient):
         visibility: str = "public",
         fixed: bool = False,
         content_length: int | None = None,
+        allow: list[str] | None = None,
+        held: bool = False,
     ) -> Stored:
         """Stream a multipart body to blob; answers what it stored, and the form fields.
 
@@ -52,7 +56,14 @@ class BlobClient(ServiceClient):
             Stored,
             "POST",
             f"/internal/v1/uploads/{org_id}/{asset_id}",
-            params={"visibility": visibility, "fixed": "true" if fixed else "false"},
+            params=[
+                ("visibility", visibility),
+                ("fixed", "true" if fixed else "false"),
+                # Lists of media ranges the detected type must match (an enforcing organization's).
+                *(("allow", ranges) for ranges in allow or ()),
+                # Stored held back from downloads until its scan passes (issue 48, ``block``).
+                ("held", "true" if held else "false"),
+            ],
             content=body,
             headers=headers,
             request_id=request_id,
@@ -127,6 +138,23 @@ class BlobClient(ServiceClient):
             "PUT",
             f"/internal/v1/visibility/{quote(key, safe='/')}",
             json=VisibilityIn.model_validate({"visibility": visibility}).model_dump(by_alias=True),
+            request_id=request_id,
+        )
+
+    async def scan(self, key: str, *, timeout: float) -> ScanOutcome:
+        """Have blob stream the object to clamd (issue 48); it holds an infected one, releases
+        a clean one. 503 ``scanner_unavailable`` if clamd cannot answer."""
+        return await self.call(
+            ScanOutcome, "POST", f"/internal/v1/scan/{quote(key, safe='/')}", timeout=timeout
+        )
+
+    async def set_held(self, key: str, held: bool, *, request_id: str) -> None:
+        """Hold the object back from every download until its scan passes, or release it."""
+        await self.call(
+            HeldIn,
+            "PUT",
+            f"/internal/v1/held/{quote(key, safe='/')}",
+            json=HeldIn(held=held).model_dump(by_alias=True),
             request_id=request_id,
         )
 

@@ -19,6 +19,7 @@ from coffer_kit.webhooks import (
     WebhookEndpointWithSecret,
     WebhookUpdate,
 )
+from coffer_kit.wire import ScanClaim, ScanJobs, ScanReport
 
 
 def _seg(value: str) -> str:
@@ -48,6 +49,16 @@ class MetadataClient(ServiceClient):
 
     async def mark_audited(self, ids: list[str]) -> None:
         await self.request("POST", "/internal/v1/events/audited", json={"ids": ids})
+
+    # The scan queue (coffer_edge.scans, issue 48)
+    async def claim_scans(self, *, limit: int, lease_seconds: float) -> ScanJobs:
+        body = ScanClaim(limit=limit, lease_seconds=lease_seconds).model_dump(by_alias=True)
+        return await self.call(ScanJobs, "POST", "/internal/v1/scans/claim", json=body)
+
+    async def report_scan(self, org_id: str, asset_id: str, report: ScanReport) -> None:
+        await self.request(
+            "POST", f"/internal/v1/orgs/{org_id}/scans/{asset_id}", json=report.model_dump(by_alias=True)
+        )
 
     # Folders
     async def list_folders(self, org_id: str, parent_id: str | None, *, request_id: str) -> bytes:

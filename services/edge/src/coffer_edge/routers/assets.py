@@ -8,7 +8,7 @@ import fnmatch
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -58,7 +58,7 @@ from coffer_kit.limits import (
 )
 from coffer_kit.resources import Visibility
 from coffer_kit.routes import LeanRoute
-from coffer_kit.wire import Stored, TransformFields, UploadCommit
+from coffer_kit.wire import Ingest, Stored, TransformFields, UploadCommit
 
 log = logging.getLogger("coffer.edge.assets")
 router = APIRouter(prefix="/api/assets", tags=["assets"])
@@ -173,6 +173,12 @@ class UploadScope:
     # routers/tus.py, take theirs from Upload-Metadata.)
     visibility: Visibility = "public"
     fixed_visibility: bool = False
+    # The organization's ingest rules (issue 48): under ``enforce`` blob matches the detected
+    # type against its allowed list and the token's contentTypes before storing a byte.
+    ingest: Ingest = field(default_factory=Ingest)
+
+    def allow(self) -> list[str]:
+        return self.ingest.allow_lists(self.content_types)
 
 
 def media_type_allowed(mime_type: str, allowed: tuple[str, ...]) -> bool:
@@ -195,6 +201,7 @@ async def upload_asset(request: Request) -> Response:
         organization_id=principal.organization_id,
         quota_bytes=principal.quota_bytes,
         visibility=principal.default_visibility,
+        ingest=principal.ingest,
     )
     return await upload_response(request, scope, state.metadata, state.blob, request_id_of(request) or "")
 
@@ -231,6 +238,8 @@ async def counted_upload_body(
     else:
         outcome = "created"
         UPLOAD_BYTES.inc(size)
+        if scope.ingest.scan != "off" and (relay := edge_state(request).scans) is not None:
+            relay.wake()  # its scan was queued with it (issue 48)
         return body
     finally:
         UPLOADS.labels(outcome).inc()
@@ -269,6 +278,8 @@ async def _relay(
                     visibility=scope.visibility,
                     fixed=scope.fixed_visibility,
                     content_length=length,
+                    allow=scope.allow(),
+                    held=scope.ingest.scan == "block",
                 )
             finally:
                 body.deadline = None  # the body may be finalised after the timeout is left
@@ -324,6 +335,8 @@ async def _upload(
         sha256=stored.sha256,
         quota_bytes=scope.quota_bytes,
         visibility=stored.visibility,
+        detected_type=stored.detected_type,
+        scan_status=scope.ingest.first_scan_status(),
     )
     if scope.claim is not None:
         try:
@@ -461,7 +474,26 @@ async def delete_stored_asset(
     await metadata.finish_delete(asset_id, request_id=rid)
 
 
-@router.get("/{asset_id}/url", response_model=SignedUrl, responses=errors(404))
+def refuse_unscanned(asset: AssetOut, scan_mode: str) -> None:
+    """Issue 48: no signed URL for a quarantined (infected) file, nor, under ``block``, for one
+    whose scan has not passed (409 ``not_scanned``); the CDN holds their bytes back anyway."""
+    if asset.scanStatus == "infected":
+        raise CofferError(
+            409,
+            "quarantined",
+            f"Asset {asset.id} is quarantined: the malware scan found {asset.scanSignature}.",
+            details={"scanStatus": asset.scanStatus, "signature": asset.scanSignature},
+        )
+    if scan_mode == "block" and asset.scanStatus in ("pending", "unscanned"):
+        raise CofferError(
+            409,
+            "not_scanned",
+            f"Asset {asset.id} has not passed its malware scan ({asset.scanStatus}).",
+            details={"scanStatus": asset.scanStatus},
+        )
+
+
+@router.get("/{asset_id}/url", response_model=SignedUrl, responses=errors(404, 409))
 async def get_signed_url(
     asset_id: str,
     principal: PrincipalDep,
@@ -518,6 +550,7 @@ async def get_signed_url(
         parsed = transforms.parse_free(free)
         transform = TransformFields(**parsed.fields())
     asset = await metadata.get_asset(principal.organization_id, asset_id, request_id=rid)
+    refuse_unscanned(asset, principal.ingest.scan)
     if preset is not None and preset not in transforms.BUILTIN_PRESETS:
         own = await blob.transform_presets(principal.organization_id, request_id=rid)
         if preset not in own.presets:

@@ -47,6 +47,7 @@ from coffer_edge.metrics import UPLOAD_BYTES, UPLOADS
 from coffer_edge.routers.assets import media_type_allowed
 from coffer_edge.routers.uploads import TOKEN_PREFIX, UPLOADS_PATH, token_hash
 from coffer_edge.schemas import ErrorEnvelope, OpenUploadList, PageLimit, PageOffset, Success, errors
+from coffer_kit import media
 from coffer_kit.errors import (
     CofferError,
     file_too_large,
@@ -63,7 +64,7 @@ from coffer_kit.limits import MAX_FILE_BYTES, PAGE_LIMIT_DEFAULT, PAGE_OFFSET_DE
 from coffer_kit.names import normalize_name
 from coffer_kit.resources import Visibility
 from coffer_kit.timeutil import isoformat, utcnow
-from coffer_kit.wire import MinterRef, TusAdvance, TusAppended, TusComplete, TusCreate, TusUpload
+from coffer_kit.wire import Ingest, MinterRef, TusAdvance, TusAppended, TusComplete, TusCreate, TusUpload
 
 log = logging.getLogger("coffer.edge.tus")
 T = TypeVar("T")
@@ -504,7 +505,14 @@ async def _write(
 
         Kept.keep(state, after, asyncio.ensure_future(record()))
         return after
-    done = TusComplete(lock_token=upload.lock_token, from_offset=upload.offset, sha256=appended.sha256)
+    ingest = await _admitted(state, upload, appended, rid)
+    done = TusComplete(
+        lock_token=upload.lock_token,
+        from_offset=upload.offset,
+        sha256=appended.sha256,
+        detected_type=appended.detected_type,
+        scan_status=ingest.first_scan_status(),
+    )
     try:
         completed = await metadata.tus_complete(upload.id, done, request_id=rid)
     except CofferError as exc:
@@ -516,7 +524,34 @@ async def _write(
         UPLOADS.labels("failed").inc()
         raise
     UPLOADS.labels("created").inc()
+    if done.scan_status == "pending" and state.scans is not None:
+        state.scans.wake()
     return completed
+
+
+async def _admitted(state: EdgeState, upload: TusUpload, appended: TusAppended, rid: str) -> Ingest:
+    """Safe ingest (issue 48) at the last byte, before the asset exists: the organization's
+    rules (asked now: the caller may hold only the upload's capability); a type they do not
+    allow ends the upload (415; bytes and reservation released); under ``block`` the object is
+    held back from downloads until its scan passes. A failure gives the lease back at once
+    (the client's retry of this PATCH publishes the file again)."""
+    metadata = state.metadata
+    try:
+        ingest = await state.auth.ingest(upload.organization_id, request_id=rid)
+        detected = appended.detected_type or "application/octet-stream"
+        for ranges in ingest.allow_lists(None):
+            if not media.matches(detected, ranges.split(",")):
+                await _let_go(metadata, upload, rid)
+                await _terminate(upload.id, upload.organization_id, metadata, state.blob, rid)
+                UPLOADS.labels("rejected").inc()
+                raise media.type_mismatch(upload.mime_type, detected, ranges.split(","))
+        if ingest.scan == "block":
+            await state.blob.set_held(upload.key, True, request_id=rid)
+    except CofferError as exc:
+        if exc.status != 415:
+            await _let_go(metadata, upload, rid)
+        raise
+    return ingest
 
 
 async def _let_go(metadata: MetadataClient, upload: TusUpload, rid: str) -> None:

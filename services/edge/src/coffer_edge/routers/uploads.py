@@ -154,6 +154,7 @@ async def upload_with_token(
         # The token's, else the organization's default now; never the (untrusted) form's.
         visibility=grant.visibility or grant.default_visibility,
         fixed_visibility=True,
+        ingest=grant.ingest,
     )
     return await upload_response(request, scope, metadata, blob, rid)
 

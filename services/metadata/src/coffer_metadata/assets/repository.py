@@ -35,6 +35,9 @@ _VIEW = sa.select(
     _assets.c.sha256,
     _assets.c.updated_at,
     _assets.c.visibility,
+    _assets.c.detected_type,
+    _assets.c.scan_status,
+    _assets.c.scan_signature,
 )
 _GET_ROW = KeyedRead(
     _VIEW.where(_assets.c.organization_id == sa.bindparam("org_id"), _assets.c.id == sa.bindparam("asset_id"))

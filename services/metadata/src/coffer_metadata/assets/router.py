@@ -101,6 +101,8 @@ async def commit_upload(request: Request, org_id: str) -> JSONResponse:
         "sha256": body.sha256,
         "quota_bytes": body.quota_bytes,
         "visibility": body.visibility,
+        "detected_type": body.detected_type,
+        "scan_status": body.scan_status,
         "cdn_url": state.settings.cdn_url,
         "idle_seconds": state.settings.metadata_tus_idle_seconds,
     }

@@ -57,6 +57,9 @@ def view(asset: Asset | Row | SimpleNamespace, cdn_url: str) -> dict[str, Any]: 
         "sha256": asset.sha256,
         "updatedAt": isoformat(asset.updated_at),
         "visibility": asset.visibility,
+        "detectedType": asset.detected_type,
+        "scanStatus": asset.scan_status,
+        "scanSignature": asset.scan_signature,
     }
 
 
@@ -75,7 +78,23 @@ def page_views(rows: Iterable[Row], cdn_url: str, org_id: str) -> list[dict[str,
     views = []
     for row in rows:
         # (A search's rows carry their window count after the listing columns.)
-        asset_id, owner, folder_id, key, name, mime_type, size, created, sha256, updated, visibility, *_ = row
+        (
+            asset_id,
+            owner,
+            folder_id,
+            key,
+            name,
+            mime_type,
+            size,
+            created,
+            sha256,
+            updated,
+            visibility,
+            detected_type,
+            scan_status,
+            scan_signature,
+            *_,
+        ) = row
         url = None
         if visibility != "private":
             head = f"{owner}/{asset_id}/"
@@ -97,6 +116,9 @@ def page_views(rows: Iterable[Row], cdn_url: str, org_id: str) -> list[dict[str,
                 "sha256": sha256,
                 "updatedAt": _iso(updated),
                 "visibility": visibility,
+                "detectedType": detected_type,
+                "scanStatus": scan_status,
+                "scanSignature": scan_signature,
             }
         )
     return views
@@ -221,6 +243,8 @@ def commit_upload(
     quota_bytes: int,
     visibility: str = "public",
     idle_seconds: float = DEFAULT_IDLE_SECONDS,
+    detected_type: str | None = None,
+    scan_status: str | None = None,
 ) -> dict[str, Any]:
     """Step 3: check the folder, reserve quota (honouring the organization's other resumable
     uploads' holds), insert the asset, consume the intent — one transaction."""
@@ -234,6 +258,8 @@ def commit_upload(
         size=size,
         sha256=sha256,
         visibility=visibility,
+        detected_type=detected_type,
+        scan_status=scan_status,
     )
     if folder_id is not None:
         check_folder(session, org_id=org_id, folder_id=folder_id)
@@ -266,6 +292,7 @@ def _asset_row(*, org_id: str, asset_id: str, key: str, name: str, **fields: Any
         raise invalid("The key does not belong to this asset.", field="key")
     name = normalize_name(name)
     now = utcnow()
+    scan_status = fields.pop("scan_status", None)
     return {
         "id": asset_id,
         "organization_id": org_id,
@@ -274,6 +301,12 @@ def _asset_row(*, org_id: str, asset_id: str, key: str, name: str, **fields: Any
         "created_at": now,
         "updated_at": now,
         "name_key": search_key(name),
+        "detected_type": None,
+        # A pending scan is the queue's at once (the scan job, docs/architecture.md).
+        "scan_status": scan_status,
+        "scan_signature": None,
+        "scan_attempts": 0,
+        "scan_due_at": now if scan_status == "pending" else None,
         **fields,
     }
 

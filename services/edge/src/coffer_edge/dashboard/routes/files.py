@@ -46,7 +46,7 @@ from coffer_kit import transforms
 from coffer_kit.errors import CofferError, file_too_large, invalid, not_found
 from coffer_kit.limits import MAX_FILE_BYTES
 from coffer_kit.resources import Asset, AssetList, Folder, FolderList, FolderWithPath
-from coffer_kit.wire import TransformFields, UploadTokenIn
+from coffer_kit.wire import Ingest, TransformFields, UploadTokenIn
 
 log = logging.getLogger("coffer.edge.dashboard")
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
@@ -609,6 +609,9 @@ async def upload(request: Request, visit: OrgVisitDep, folder: str = "") -> Resp
             folder_id=folder_id,
             fixed_folder=True,
             visibility=visit.org.default_visibility,
+            ingest=Ingest(
+                mode=visit.org.ingest_mode, allowed_types=visit.org.allowed_types, scan=visit.org.scan_mode
+            ),
         )
         asset = await counted_upload(body_request, scope, state.metadata, state.blob, rid)
     except CofferError as exc:

@@ -217,6 +217,37 @@ async def set_default_visibility(request: Request, visit: OrgVisitDep) -> Respon
     return redirect(f"{PREFIX}/o/{visit.org.id}/settings?visibility={visibility}")
 
 
+@router.post("/o/{org_id}/settings/ingest")
+async def set_ingest(request: Request, visit: OrgVisitDep) -> Response:
+    """Issue 48: detected types recorded or enforced, the allowed types, malware scanning
+    (owners; auth refuses members and bad values)."""
+    form = await posted(request, visit)
+    accounts = accounts_of(request)
+    try:
+        await accounts.set_ingest(
+            visit.caller,
+            visit.org.id,
+            mode=field(form, "ingest", limit=16),
+            allowed_types=field(form, "allowed", limit=4096),
+            scan=field(form, "scan", limit=16),
+        )
+    except CofferError as exc:
+        if exc.status == 400:
+            return render(
+                visit,
+                "settings.html",
+                400,
+                title="Settings",
+                section="settings",
+                name=visit.org.name,
+                error=exc.message,
+            )
+        raise
+    assert visit.caller.session_hash is not None
+    accounts.forget(visit.caller.session_hash)
+    return redirect(f"{PREFIX}/o/{visit.org.id}/settings?ingest=1")
+
+
 # Audit log ------------------------------------------------------------------------------
 
 FILTERS = ("action", "actor", "since", "until")

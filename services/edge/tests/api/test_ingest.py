@@ -1,0 +1,175 @@
+"""Safe ingest (issue 48) through the public API, on both databases: the detected type on every
+upload path, the organization's ``enforce`` mode against upload tokens' contentTypes and its
+own allowed list (415 with both types, nothing stored or counted), and the CDN's sandbox for a
+file that is active content by either type. Scanning over real processes and a real clamd:
+tests/e2e/test_scan.py."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+from coffer_testkit.testing import assert_error
+
+from .test_tus import create, meta, patch
+
+GIF = (  # a 1x1 GIF
+    b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x01\x00\x00\x00\x00,"
+    b"\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;"
+)
+HTML = b"<!DOCTYPE html><html><body><script>document.title = 'ran'</script></body></html>\n"
+JPEG_ONLY = ["image/jpeg"]
+SETTLE_SECONDS = 5.0  # edge caches the principal (1 s here, at most 5 s)
+
+
+def upload(api: httpx.Client, name: str, data: bytes, content_type: str) -> httpx.Response:
+    return api.post("/api/assets", files={"file": (name, data, content_type)})
+
+
+def token_upload(
+    api: httpx.Client, tenant: Any, name: str, data: bytes, content_type: str, **scope: Any
+) -> httpx.Response:
+    minted = tenant.api.post("/api/upload-tokens", json=scope)
+    assert minted.status_code == 201, minted.text
+    return api.post(minted.json()["url"], files={"file": (name, data, content_type)})
+
+
+def test_every_upload_path_records_the_detected_type(stack, tenant) -> None:
+    asset = upload(tenant.api, "photo.jpg", GIF, "image/jpeg").json()
+    assert (asset["mimeType"], asset["detectedType"]) == ("image/jpeg", "image/gif")
+    assert asset["scanStatus"] is None and asset["scanSignature"] is None  # scanning is off
+    assert tenant.api.get(f"/api/assets/{asset['id']}").json() == asset
+    assert tenant.api.get("/api/assets").json()["assets"] == [asset]
+
+    with httpx.Client(base_url=stack.edge_url) as anonymous:
+        by_token = token_upload(
+            anonymous, tenant, "photo.jpg", GIF, "image/jpeg", contentTypes=["image/jpeg"]
+        )
+    # record mode (the default): the token's contentTypes meet the declared type, as before.
+    assert by_token.status_code == 201, by_token.text
+    assert (by_token.json()["mimeType"], by_token.json()["detectedType"]) == ("image/jpeg", "image/gif")
+
+    created = create(tenant.api, len(GIF), meta(filename="clip.jpg", filetype="image/jpeg"))
+    assert created.status_code == 201, created.text
+    done = patch(tenant.api, created.headers["location"], GIF, 0)
+    assert done.status_code == 204, done.text
+    resumable = tenant.api.get(f"/api/assets/{done.headers['coffer-asset-id']}").json()
+    assert (resumable["mimeType"], resumable["detectedType"]) == ("image/jpeg", "image/gif")
+
+
+def test_html_declared_as_an_image_is_sandboxed_on_the_cdn(tenant) -> None:
+    asset = upload(tenant.api, "cat.png", HTML, "image/png").json()
+    assert (asset["mimeType"], asset["detectedType"]) == ("image/png", "text/html")
+    served = httpx.get(asset["publicUrl"])
+    assert served.status_code == 200 and served.content == HTML
+    assert served.headers["content-security-policy"] == "sandbox"
+    assert served.headers["x-content-type-options"] == "nosniff"
+    assert served.headers["content-type"] == "image/png"  # the declared type, as the contract says
+
+
+def counted(tenant: Any) -> int:
+    """What the quota counts (GET /api/usage, exact)."""
+    return tenant.api.get("/api/usage").json()["usedBytes"]  # type: ignore[no-any-return]
+
+
+def set_ingest(admin, org_id: str, *args: str) -> dict[str, Any]:
+    return admin("set-ingest", "--org", org_id, *args)  # type: ignore[no-any-return]
+
+
+def until_refused(attempt, status: int = 415) -> httpx.Response:
+    """Poll until the new setting reaches edge (its principal cache)."""
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while (response := attempt()).status_code != status:
+        assert time.monotonic() < deadline, f"still {response.status_code}: {response.text}"
+        time.sleep(0.1)
+    return response  # type: ignore[no-any-return]
+
+
+def test_enforce_matches_a_tokens_content_types_against_the_bytes(stack, admin, tenant) -> None:
+    shown = set_ingest(admin, tenant.org_id, "--ingest", "enforce")
+    assert shown["ingestMode"] == "enforce"
+    before = counted(tenant)
+    with httpx.Client(base_url=stack.edge_url) as anonymous:
+        refused = until_refused(
+            lambda: token_upload(
+                anonymous, tenant, "photo.jpg", GIF, "image/jpeg", contentTypes=["image/jpeg"]
+            )
+        )
+        error = assert_error(refused, 415, "unsupported_media_type")
+        assert error["details"] == {"declared": "image/jpeg", "detected": "image/gif"}
+        # A real JPEG's first bytes pass; an image/* token takes the GIF whatever its name.
+        jpeg = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00" + b"\x00" * 64
+        ok = token_upload(anonymous, tenant, "real.jpg", jpeg, "image/jpeg", contentTypes=JPEG_ONLY)
+        assert ok.status_code == 201, ok.text
+        ok = token_upload(anonymous, tenant, "photo.jpg", GIF, "image/jpeg", contentTypes=["image/*"])
+        assert ok.status_code == 201, ok.text
+    assert counted(tenant) == before + len(jpeg) + len(GIF)  # the refused one counted nothing
+    assert tenant.api.get("/api/assets").json()["total"] == 2
+
+
+def test_enforce_with_the_organizations_allowed_list(admin, tenant) -> None:
+    set_ingest(admin, tenant.org_id, "--ingest", "enforce", "--allowed-types", "image/*,application/pdf")
+    refused = until_refused(lambda: upload(tenant.api, "cat.png", HTML, "image/png"))
+    error = assert_error(refused, 415, "unsupported_media_type")
+    assert error["details"] == {"declared": "image/png", "detected": "text/html"}
+    assert tenant.api.get("/api/assets").json()["total"] == 0
+    assert counted(tenant) == 0
+    assert upload(tenant.api, "photo.jpg", GIF, "image/jpeg").status_code == 201
+    # A resumable upload: refused when its last byte shows what it is, nothing kept.
+    created = create(tenant.api, len(HTML), meta(filename="page.png", filetype="image/png"))
+    assert created.status_code == 201, created.text
+    error = assert_error(
+        patch(tenant.api, created.headers["location"], HTML, 0), 415, "unsupported_media_type"
+    )
+    assert error["details"] == {"declared": "image/png", "detected": "text/html"}
+    assert tenant.api.get("/api/assets").json()["total"] == 1
+    assert counted(tenant) == len(GIF)
+    # record mode again: the list is not applied.
+    set_ingest(admin, tenant.org_id, "--ingest", "record")
+    until_refused(lambda: upload(tenant.api, "cat.png", HTML, "image/png"), status=201)
+
+
+def test_bad_settings_are_refused(admin, tenant) -> None:
+    import pytest
+
+    for args in (("--ingest", "strict"), ("--allowed-types", "image/<x>"), ("--scan", "sometimes")):
+        with pytest.raises(Exception):  # noqa: B017, PT011 - the CLI exits non-zero
+            set_ingest(admin, tenant.org_id, *args)
+
+
+def test_the_dashboard_shows_and_sets_the_rules_and_enforces_them(stack) -> None:
+    from coffer_testkit.dashboard import sign_up
+
+    browser = sign_up(stack.edge_url)
+    try:
+        settings = f"/dashboard/o/{browser.org_id}/settings"
+        page = browser.http.get(settings).text
+        assert 'id="save-ingest"' in page and 'value="record" checked' in page
+        bad = browser.post(f"{settings}/ingest", {"ingest": "enforce", "allowed": "image/<x>", "scan": "off"})
+        assert bad.status_code == 400 and "allowedTypes" in bad.text
+        saved = browser.post(
+            f"{settings}/ingest", {"ingest": "enforce", "allowed": "image/*", "scan": "async"}
+        )
+        assert saved.status_code == 303, saved.text
+        page = browser.http.get(settings).text
+        assert (
+            'value="enforce" checked' in page
+            and 'value="image/*"' in page
+            and 'value="async" checked' in page
+        )
+
+        # The dashboard's own upload path keeps to them: HTML is refused, a GIF is kept and shown.
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while (refused := browser.upload_xhr(HTML, "cat.png")).status_code != 415:
+            assert time.monotonic() < deadline, refused.text
+            time.sleep(0.1)
+        assert refused.json()["error"]["details"] == {"declared": "image/png", "detected": "text/html"}
+        made = browser.upload_xhr(GIF, "photo.jpg")
+        assert made.status_code == 201, made.text
+        shown = browser.http.get(made.json()["page"]).text
+        assert 'id="asset-detected-type">image/gif' in shown
+        assert 'id="asset-scan">Pending' in shown  # no scanner in these tests: it stays pending
+    finally:
+        browser.http.close()

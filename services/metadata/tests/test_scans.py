@@ -1,0 +1,94 @@
+"""The malware scan queue (issue 48), SQLite and PostgreSQL: an upload committed with a pending
+scan is queued in its own transaction; a claim leases it (a second claim gets nothing until the
+lease ends); a retry puts it back later; a result ends it once, with its events in the outbox,
+and a result sent again changes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+from coffer_kit.ids import new_id
+from coffer_testkit.testing import commit_asset
+
+from .test_events import pending
+
+pytestmark = pytest.mark.anyio
+
+
+async def claim(api: httpx.AsyncClient, lease: float = 60) -> dict[str, Any]:
+    answer = await api.post("/internal/v1/scans/claim", json={"limit": 10, "leaseSeconds": lease})
+    assert answer.status_code == 200, answer.text
+    return answer.json()  # type: ignore[no-any-return]
+
+
+async def report(api: httpx.AsyncClient, org: str, asset_id: str, **body: Any) -> httpx.Response:
+    return await api.post(f"/internal/v1/orgs/{org}/scans/{asset_id}", json=body)
+
+
+async def test_a_pending_scan_is_claimed_leased_retried_and_ended_once(
+    api: httpx.AsyncClient, engine: Engine
+) -> None:
+    org = new_id("org")
+    assert await claim(api) == {"jobs": [], "pending": 0}
+    plain = (await commit_asset(api, org, name="plain.txt")).json()
+    assert (plain["scanStatus"], plain["detectedType"]) == (None, None)  # scanning off: not queued
+    asset = (
+        await commit_asset(api, org, name="x.txt", scanStatus="pending", detectedType="text/plain")
+    ).json()
+    assert (asset["scanStatus"], asset["detectedType"], asset["scanSignature"]) == (
+        "pending",
+        "text/plain",
+        None,
+    )
+
+    claimed = await claim(api)
+    assert claimed["pending"] == 1
+    assert claimed["jobs"] == [
+        {"assetId": asset["id"], "organizationId": org, "key": asset["key"], "attempts": 0}
+    ]
+    assert (await claim(api))["jobs"] == []  # leased
+
+    retried = await report(api, org, asset["id"], status="retry", retrySeconds=0)
+    assert retried.json()["scanStatus"] == "pending"
+    again = await claim(api)
+    assert [(j["assetId"], j["attempts"]) for j in again["jobs"]] == [(asset["id"], 1)]
+
+    assert (await report(api, new_id("org"), asset["id"], status="clean")).status_code == 404  # not theirs
+    ended = await report(api, org, asset["id"], status="infected", signature="Coffer.Test.EICAR.UNOFFICIAL")
+    assert ended.status_code == 200, ended.text
+    assert (ended.json()["scanStatus"], ended.json()["scanSignature"]) == (
+        "infected",
+        "Coffer.Test.EICAR.UNOFFICIAL",
+    )
+    resent = await report(api, org, asset["id"], status="clean")
+    assert resent.json()["scanStatus"] == "infected"  # ended already: nothing changes
+    assert await claim(api) == {"jobs": [], "pending": 0}
+    shown = (await api.get(f"/internal/v1/orgs/{org}/assets/{asset['id']}")).json()
+    assert shown["scanStatus"] == "infected"
+
+    events = [(e["type"], e["data"]["id"], e["data"]["scanStatus"]) for e in await pending(api)]
+    # (Both in one transaction, at the same time: in either order.)
+    assert sorted(events[-2:]) == [
+        ("asset.infected", asset["id"], "infected"),
+        ("asset.scanned", asset["id"], "infected"),
+    ]
+    with engine.connect() as db:
+        due = db.execute(text("SELECT scan_due_at FROM assets WHERE id = :id"), {"id": asset["id"]}).scalar()
+    assert due is None
+
+
+async def test_unscanned_and_clean_end_the_scan_without_an_infected_event(api: httpx.AsyncClient) -> None:
+    org = new_id("org")
+    ids = [(await commit_asset(api, org, name=f"{n}.txt", scanStatus="pending")).json()["id"] for n in "ab"]
+    await claim(api)
+    assert (await report(api, org, ids[0], status="clean")).json()["scanStatus"] == "clean"
+    assert (await report(api, org, ids[1], status="unscanned")).json()["scanStatus"] == "unscanned"
+    types = [e["type"] for e in await pending(api) if e["data"]["id"] in ids]
+    assert types.count("asset.scanned") == 2 and "asset.infected" not in types
+    bad = await report(api, org, ids[0], status="maybe")
+    assert bad.status_code == 400
