@@ -18,6 +18,14 @@ from pydantic.alias_generators import to_camel
 from coffer_kit.ids import ASSET_ID_PATTERN, TUS_UPLOAD_ID_PATTERN
 from coffer_kit.limits import EXPIRES_IN_MAX, EXPIRES_IN_MIN, MAX_FILE_BYTES
 from coffer_kit.resources import Visibility
+from coffer_kit.scopes import (
+    ACTIONS,
+    DEFAULT_SCOPES,
+    MAX_NETWORK_CHARS,
+    MAX_NETWORKS,
+    MAX_SCOPE_CHARS,
+    MAX_SCOPES,
+)
 
 
 class WireModel(BaseModel):
@@ -47,6 +55,36 @@ class Principal(WireModel):
     default_visibility: Visibility = "public"
     # A user key's role in the organization (``owner``, ``member``); None for an organization key.
     role: str | None = None
+    # Issue 46: the key's scopes as given, the actions they allow, the folder subtree it is
+    # confined to, and the client networks (CIDRs) it may be used from. The defaults are a
+    # key without limits, as an auth from before scopes answers.
+    scopes: list[str] = Field(default_factory=lambda: list(DEFAULT_SCOPES))
+    actions: list[str] = Field(default_factory=lambda: list(ACTIONS))
+    folder_id: str | None = None
+    networks: list[str] = Field(default_factory=list)
+
+
+# auth: the key API (issue 46), asked by edge for the calling key (``x-caller-key-id``)
+
+
+class KeyCreate(WireModel):
+    """A key to make, as ``POST /api/keys`` takes it (the caller's limits are auth's to apply)."""
+
+    kind: Literal["organization", "user"] | None = None
+    name: str = Field(default="", max_length=255)
+    scopes: list[Annotated[str, Field(max_length=MAX_SCOPE_CHARS)]] | None = Field(
+        default=None, max_length=MAX_SCOPES
+    )
+    folder_id: str | None = Field(default=None, max_length=64)
+    networks: list[Annotated[str, Field(max_length=MAX_NETWORK_CHARS)]] | None = Field(
+        default=None, max_length=MAX_NETWORKS
+    )
+    expires_in: StrictInt | None = None
+
+
+class KeyRotate(WireModel):
+    # How long the old key keeps working: 0 (at once, the default) to 7 days.
+    grace_seconds: StrictInt = Field(default=0, ge=0, le=604800)
 
 
 # Who makes a change (edge tells metadata with every call that changes something; metadata

@@ -28,6 +28,7 @@ from coffer_edge.deps import (
     SettingsDep,
     UploadTokensDep,
     edge_state,
+    needs,
 )
 from coffer_edge.routers.assets import UploadScope, upload_response
 from coffer_edge.routers.folders import JSONRoute
@@ -35,6 +36,7 @@ from coffer_edge.schemas import TOKEN_UPLOAD_BODY, Success, UploadToken, UploadT
 from coffer_edge.schemas import Asset as AssetOut
 from coffer_kit.errors import CofferError
 from coffer_kit.ids import UPLOAD_TOKEN_ID_PATTERN
+from coffer_kit.scopes import TOKEN
 from coffer_kit.wire import UploadTokenIn
 
 UPLOADS_PATH = "/api/uploads"
@@ -57,7 +59,11 @@ def token_hash(token: str) -> str:
 
 
 @json_router.post(
-    "/api/upload-tokens", status_code=201, response_model=UploadToken, responses=errors(404, 415)
+    "/api/upload-tokens",
+    status_code=201,
+    response_model=UploadToken,
+    responses=errors(404, 415),
+    openapi_extra=needs("upload-tokens:create"),
 )
 async def create_upload_token(
     body: UploadTokenCreate,
@@ -95,7 +101,12 @@ async def create_upload_token(
     }
 
 
-@router.delete("/api/upload-tokens/{token_id}", response_model=Success, responses=errors(404))
+@router.delete(
+    "/api/upload-tokens/{token_id}",
+    response_model=Success,
+    responses=errors(404),
+    openapi_extra=needs("upload-tokens:create"),
+)
 async def revoke_upload_token(
     token_id: Annotated[str, Path(pattern=UPLOAD_TOKEN_ID_PATTERN)],
     principal: PrincipalDep,
@@ -112,7 +123,7 @@ async def revoke_upload_token(
     status_code=201,
     response_model=AssetOut,
     responses=errors(404, 413, 415),
-    openapi_extra=TOKEN_UPLOAD_BODY,
+    openapi_extra=needs(TOKEN, **TOKEN_UPLOAD_BODY),
 )
 async def upload_with_token(
     request: Request,
