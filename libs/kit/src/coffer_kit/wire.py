@@ -59,7 +59,7 @@ class Principal(WireModel):
     # confined to, and the client networks (CIDRs) it may be used from. The defaults are a
     # key without limits, as an auth from before scopes answers.
     scopes: list[str] = Field(default_factory=lambda: list(DEFAULT_SCOPES))
-    actions: list[str] = Field(default_factory=lambda: list(ACTIONS))
+    actions: list[str] = Field(default_factory=lambda: [str(a) for a in ACTIONS])
     folder_id: str | None = None
     networks: list[str] = Field(default_factory=list)
 
@@ -91,6 +91,9 @@ class KeyRotate(WireModel):
 # writes it into the change's event, which feeds the audit log and webhooks).
 
 ACTOR_HEADER = "coffer-actor"
+# The folder a subtree key is confined to (issue 46): edge sends it with every metadata call
+# made for such a key, and metadata answers as if that folder were the organization's root.
+SUBTREE_HEADER = "coffer-subtree"
 
 
 ActorType = Literal["key", "user", "token", "system"]

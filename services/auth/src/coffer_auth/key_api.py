@@ -1,6 +1,7 @@
 """The key API (issue 46): keys managed by a key, through edge's ``/api/keys``.
 
-edge asks for the calling key (``x-caller-key-id``), which it has authenticated and whose
+edge asks (``/internal/v1/orgs/{org}/api-keys``; the dashboard's own ``.../keys`` are a
+user's) for the calling key (``x-caller-key-id``), which it has authenticated and whose
 ``keys:manage`` it has checked; auth reads that key again and applies the owners' rules of the
 dashboard (``apikeys``) and the one rule of its own: a key never makes or manages a key that
 can do more than itself (actions, networks, expiry). Whether a folder lies inside the
@@ -29,7 +30,9 @@ from coffer_kit.limits import MAX_KEYS_PER_ORG
 from coffer_kit.timeutil import as_utc, utcnow
 from coffer_kit.wire import ACTOR_HEADER, KeyCreate, KeyRotate
 
-router = APIRouter(prefix="/internal/v1/orgs/{org_id}/keys", dependencies=[Depends(require_internal_token)])
+router = APIRouter(
+    prefix="/internal/v1/orgs/{org_id}/api-keys", dependencies=[Depends(require_internal_token)]
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from fastapi import Depends, Request
 from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader
 
-from coffer_edge.actor import act_as
+from coffer_edge.actor import act_as, confine_to
 from coffer_edge.clients.auth import AuthClient, Principal
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
@@ -95,6 +95,8 @@ async def authenticate(
     await state.rate_limiter.check(principal.key_id)
     require_scope(request, principal)
     act_as(request, "key", principal.key_id, user_id=principal.user_id)
+    if principal.folder_id is not None:
+        confine_to(principal.folder_id)
     return principal
 
 
@@ -127,7 +129,7 @@ def require_declared_actions(app: Any) -> None:
     ``/api`` route says what it needs, so none can be left out of the scope check and of the
     authorization matrix generated from the declarations (tests/e2e/test_scopes.py)."""
     missing = [
-        f"{sorted(route.methods)} {route.path}"
+        f"{sorted(route.methods or ())} {route.path}"
         for route in app.routes
         if isinstance(route, APIRoute)
         and route.path.startswith("/api/")

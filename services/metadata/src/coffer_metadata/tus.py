@@ -37,12 +37,14 @@ from coffer_kit.limits import TUS_EXPIRY_SECONDS
 from coffer_kit.timeutil import utcnow
 from coffer_kit.urls import asset_prefix
 from coffer_kit.wire import TusAdvance, TusComplete, TusCreate, TusEnded, TusLease, TusLock, TusUpload
+from coffer_metadata import subtree
 from coffer_metadata.assets import service as assets
 from coffer_metadata.deps import DatabaseDep, SettingsDep
 from coffer_metadata.events import ActorDep
 from coffer_metadata.folders.service import check_folder
 from coffer_metadata.models import TusUpload as TusRow
 from coffer_metadata.models import UploadIntent
+from coffer_metadata.subtree import SubtreeDep
 
 # CONTRACT §9: an upload expires this long after its last write.
 EXPIRY = timedelta(seconds=TUS_EXPIRY_SECONDS)
@@ -306,22 +308,48 @@ def counts(session: Session) -> tuple[int, int]:
 
 @router.post("/orgs/{org_id}/tus", status_code=201)
 async def create_upload(
-    org_id: str, body: TusCreate, database: DatabaseDep, settings: SettingsDep
+    org_id: str, body: TusCreate, database: DatabaseDep, settings: SettingsDep, root: SubtreeDep
 ) -> TusUpload:
+    if root is not None:  # a subtree key's upload (issue 46): into its subtree, its root by default
+        where = functools.partial(subtree.folder_or_root, org_id=org_id, root=root, folder_id=body.folder_id)
+        body = body.model_copy(update={"folder_id": await run_read(database.engine, where)})
     limit = settings.metadata_max_uploads_in_flight
     return await database.write(functools.partial(create, org_id=org_id, upload=body, max_in_flight=limit))
 
 
 @router.get("/tus/{upload_id}")
 async def get_upload(
-    upload_id: str, database: DatabaseDep, org: Annotated[str | None, Query(max_length=40)] = None
+    upload_id: str,
+    database: DatabaseDep,
+    root: SubtreeDep,
+    org: Annotated[str | None, Query(max_length=40)] = None,
 ) -> TusUpload:
-    """The upload (of organization ``org``, if said): 404 if none, another's or expired."""
+    """The upload (of organization ``org``, if said): 404 if none, another's or expired (or,
+    for a subtree key, outside its subtree)."""
+    await _confined(database, upload_id, org, root)
     return await run_read(database.engine, lambda session: _view(_live(session, upload_id, org)))
 
 
+async def _confined(database: Any, upload_id: str, org: str | None, root: str | None) -> None:
+    """404 for a subtree key's call on an upload outside its subtree (issue 46)."""
+    if root is None:
+        return
+
+    def check(session: Session) -> None:
+        row = _live(session, upload_id, org)
+        if not (
+            org is not None
+            and row.folder_id is not None
+            and subtree.inside(session, org_id=org, root=root, folder_id=row.folder_id)
+        ):
+            raise not_found(f"Upload {upload_id} does not exist (or has expired).")
+
+    await run_read(database.engine, check)
+
+
 @router.post("/tus/{upload_id}/lock")
-async def lock_upload(upload_id: str, body: TusLock, database: DatabaseDep) -> TusUpload:
+async def lock_upload(upload_id: str, body: TusLock, database: DatabaseDep, root: SubtreeDep) -> TusUpload:
+    await _confined(database, upload_id, body.organization_id, root)
     return await database.write(functools.partial(lock, upload_id=upload_id, want=body))
 
 
@@ -354,9 +382,11 @@ async def complete_upload(
 async def terminate_upload(
     upload_id: str,
     database: DatabaseDep,
+    root: SubtreeDep,
     org: Annotated[str | None, Query(max_length=40)] = None,
     lease: TusLease | None = None,
 ) -> TusEnded | None:
+    await _confined(database, upload_id, org, root)
     token = lease.lock_token if lease is not None else None
     return await database.write(
         functools.partial(terminate, upload_id=upload_id, org_id=org, lock_token=token)

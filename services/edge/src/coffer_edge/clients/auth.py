@@ -79,7 +79,7 @@ class AuthClient(ServiceClient):
     # The key API (issue 46): never cached, each answered by auth for the calling key.
 
     def _keys(self, org_id: str, key_id: str = "") -> str:
-        return f"/internal/v1/orgs/{_seg(org_id)}/keys" + (f"/{_seg(key_id)}" if key_id else "")
+        return f"/internal/v1/orgs/{_seg(org_id)}/api-keys" + (f"/{_seg(key_id)}" if key_id else "")
 
     async def list_keys(self, org_id: str, caller_key_id: str, *, request_id: str) -> schemas.KeysOut:
         headers = {"x-caller-key-id": caller_key_id}
