@@ -80,7 +80,7 @@ def insufficient_scope(required: str, granted: Sequence[str], message: str | Non
     return CofferError(
         403,
         "insufficient_scope",
-        message or f"This key may not {required}: its scopes do not include it.",
+        message or f"This key lacks the {required} scope.",
         details={"required": required, "granted": list(granted)},
     )
 
