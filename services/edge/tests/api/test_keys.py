@@ -3,6 +3,7 @@ route, bundles, networks, the key API's owners' rules, and no escalation."""
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from typing import Any
@@ -151,3 +152,55 @@ def test_an_organization_holds_a_bounded_number_of_keys(tenant: Any) -> None:
 def test_the_key_api_needs_a_key(stack: Any, path: str) -> None:
     with httpx.Client(base_url=stack.edge_url) as anon:
         assert_error(anon.get(path), 401, "unauthorized")
+
+
+def test_the_dashboard_makes_scoped_keys_and_says_what_they_can_do(stack: Any) -> None:
+    from coffer_testkit.dashboard import sign_up
+
+    browser = sign_up(stack.edge_url)
+    try:
+        keys = f"/dashboard/o/{browser.org_id}/keys"
+        made = browser.http.post(
+            f"/dashboard/o/{browser.org_id}/files/folders",
+            data={"csrf_token": browser.csrf, "name": "avatars"},
+        )
+        assert made.status_code == 303, made.text
+        form = {"form_id": "f", "kind": "organization", "name": "up", "expiry": "30d", "access": "uploader"}
+        created = browser.post(keys, {**form, "folder": "/avatars"})
+        assert created.status_code == 201, created.text[:500]
+        words = "can upload into /avatars, list folders, make upload tokens; cannot read or delete"
+        assert words in created.text
+        assert words in browser.http.get(keys).text
+        secret = re.search(r"cof_org_[0-9A-Za-z]+", created.text)
+        assert secret
+        with client(stack, secret.group(0)) as api:
+            me = api.get("/api/keys/self").json()
+            assert me["scopes"] == ["uploader"] and me["folderPath"] == "/avatars"
+        missing = browser.post(keys, {**form, "form_id": "g", "folder": "/nope"})
+        assert missing.status_code == 400 and "There is no folder /nope." in missing.text
+        bad = browser.post(keys, {**form, "form_id": "h", "access": "root"})
+        assert bad.status_code == 400
+    finally:
+        browser.http.close()
+
+
+def test_the_key_api_is_audited_with_the_calling_key(stack: Any, tenant: Any) -> None:
+    from sqlalchemy import create_engine, text
+
+    _, made = make_key(tenant.api, name="audited", scopes=["read-only"])
+    assert tenant.api.delete(f"/api/keys/{made['id']}").status_code == 200
+    engine = create_engine(stack.auth_database_url)
+    try:
+        with engine.connect() as db:
+            rows = db.execute(
+                text(
+                    "SELECT action, actor_type, actor_id FROM audit_events WHERE target_id = :k ORDER BY id"
+                ),
+                {"k": made["id"]},
+            ).all()
+    finally:
+        engine.dispose()
+    assert [tuple(r) for r in rows] == [
+        ("key.created", "key", tenant.key_id),
+        ("key.deleted", "key", tenant.key_id),
+    ]

@@ -394,9 +394,17 @@ class AccountsClient(ServiceClient):
         ).keys
 
     async def create_key(
-        self, caller: Caller, org_id: str, *, kind: str, name: str, expires_in: int | None
+        self,
+        caller: Caller,
+        org_id: str,
+        *,
+        kind: str,
+        name: str,
+        expires_in: int | None,
+        scopes: list[str] | None = None,
+        folder_id: str | None = None,
     ) -> schemas.KeyCreatedOut:
-        body = {"kind": kind, "name": name, "expiresIn": expires_in}
+        body = {"kind": kind, "name": name, "expiresIn": expires_in, "scopes": scopes, "folderId": folder_id}
         answer = await self._call("POST", f"/orgs/{_seg(org_id)}/keys", caller, json=body)
         return schemas.KeyCreatedOut.model_validate(answer)
 

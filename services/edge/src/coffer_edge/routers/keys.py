@@ -52,6 +52,32 @@ async def _visible(key: KeyOut, principal: Principal, metadata: MetadataClient, 
     )
 
 
+async def described(keys: list[KeyOut], org_id: str, metadata: MetadataClient, rid: str) -> list[KeyOut]:
+    """The keys with their scopes in words, their folder named by its path ("can upload into
+    /avatars"): auth knows the folder's id only."""
+    paths: dict[str, str] = {}
+    for folder_id in {k.folder_id for k in keys if k.folder_id}:
+        try:
+            folder = await metadata.get_folder(org_id, folder_id, request_id=rid)
+        except CofferError as exc:
+            if exc.status not in (403, 404):
+                raise
+            continue
+        paths[folder_id] = "/" + "/".join(step.name for step in folder.path)
+    return [
+        k.model_copy(
+            update={
+                "description": scopes.describe(
+                    k.actions, folder=paths.get(k.folder_id, k.folder_id), networks=k.networks
+                )
+            }
+        )
+        if k.folder_id
+        else k
+        for k in keys
+    ]
+
+
 @router.get("/self", response_model=KeySelf, responses=errors(), openapi_extra=needs(scopes.ANY_KEY))
 async def key_self(principal: PrincipalDep, metadata: MetadataDep, rid: RequestIdDep) -> Any:
     """What the calling key may do: its scopes, actions, subtree, networks and expiry (any key)."""
@@ -87,7 +113,8 @@ async def key_self(principal: PrincipalDep, metadata: MetadataDep, rid: RequestI
 async def list_keys(principal: PrincipalDep, auth: AuthDep, metadata: MetadataDep, rid: RequestIdDep) -> Any:
     """The keys the calling key may manage, newest first (never their secrets)."""
     listed = await auth.list_keys(principal.organization_id, principal.key_id, request_id=rid)
-    return KeysOut(keys=[k for k in listed.keys if await _visible(k, principal, metadata, rid)])
+    visible = [k for k in listed.keys if await _visible(k, principal, metadata, rid)]
+    return KeysOut(keys=await described(visible, principal.organization_id, metadata, rid))
 
 
 @router.post(
@@ -107,7 +134,9 @@ async def create_key(
         metadata, principal.organization_id, body.folder_id, principal.folder_id, request_id=rid
     ):
         raise not_found(f"Folder {body.folder_id} does not exist.")
-    return await auth.create_key(principal.organization_id, principal.key_id, body, request_id=rid)
+    made = await auth.create_key(principal.organization_id, principal.key_id, body, request_id=rid)
+    (key,) = await described([made.api_key], principal.organization_id, metadata, rid)
+    return made.model_copy(update={"api_key": key})
 
 
 async def _get(
@@ -116,7 +145,7 @@ async def _get(
     key = await auth.get_key(principal.organization_id, principal.key_id, key_id, request_id=rid)
     if not await _visible(key, principal, metadata, rid):
         raise not_found(f"Key {key_id} does not exist.")
-    return key
+    return (await described([key], principal.organization_id, metadata, rid))[0]
 
 
 @router.get("/{key_id}", response_model=KeyOut, responses=errors(404), openapi_extra=needs("keys:manage"))
