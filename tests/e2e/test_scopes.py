@@ -185,9 +185,8 @@ CALLS: dict[str, list[Variant]] = {
     "POST /api/upload-tokens": [
         Variant(lambda c, r: c.post("/api/upload-tokens", json={"folderId": r.folder}), 201)
     ],
-    # Known gap: revoking an upload token is not confined to the subtree (tokens live in auth).
     "DELETE /api/upload-tokens/{token_id}": [
-        Variant(lambda c, r: c.delete(f"/api/upload-tokens/{r.token['id']}"), 200, outside=200)
+        Variant(lambda c, r: c.delete(f"/api/upload-tokens/{r.token['id']}"), 200)
     ],
     # The token is the credential: whoever calls, the upload is the token's.
     "POST /api/uploads": [

@@ -82,6 +82,12 @@ class KeyCreate(WireModel):
     expires_in: StrictInt | None = None
 
 
+class UploadTokenPlace(WireModel):
+    """Where an upload token's upload goes (a subtree key revokes only its subtree's tokens)."""
+
+    folder_id: str | None = None
+
+
 class KeyRotate(WireModel):
     # How long the old key keeps working: 0 (at once, the default) to 7 days.
     grace_seconds: StrictInt = Field(default=0, ge=0, le=604800)

@@ -219,6 +219,11 @@ def rotate_key(key_id: str, body: KeyRotate, caller: CallerDep, session: Session
     new, secret, previous = apikeys.rotate(
         session, caller.actor, org=caller.org, row=row, grace_seconds=body.grace_seconds, created_by=None
     )
+    end = caller.row.expires_at
+    if end is not None and (new.expires_at is None or as_utc(new.expires_at) > as_utc(end)):
+        new.expires_at = end  # no key outlives the key that made it, a rotated one included
+        session.add(new)
+        session.flush()
     return KeyRotatedOut(
         key=secret,
         api_key=apikeys.view_of(session, new),

@@ -204,3 +204,11 @@ def test_the_key_api_is_audited_with_the_calling_key(stack: Any, tenant: Any) ->
         ("key.created", "key", tenant.key_id),
         ("key.deleted", "key", tenant.key_id),
     ]
+
+
+def test_a_rotated_key_does_not_outlive_the_key_that_rotated_it(stack: Any, tenant: Any, admin: Any) -> None:
+    expiring = admin("create-key", "--org", tenant.org_id, "--expires-in", "600")
+    with client(stack, expiring["key"]) as api:
+        _, made = make_key(api, name="child")
+        rotated = api.post(f"/api/keys/{made['id']}/rotate", json={}).json()["apiKey"]
+        assert rotated["expiresAt"] <= expiring["expiresAt"]

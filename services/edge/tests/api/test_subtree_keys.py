@@ -73,7 +73,7 @@ def test_listings_and_searches_show_only_the_subtree(tree: Any) -> None:
 
 
 def test_anything_outside_is_not_found(tree: Any) -> None:
-    _, sub, ids = tree
+    api, sub, ids = tree
     for asset in ("in_private", "at_root"):
         a = ids[asset]
         assert_error(sub.get(f"/api/assets/{a}"), 404, "not_found")
@@ -89,6 +89,11 @@ def test_anything_outside_is_not_found(tree: Any) -> None:
     assert_error(sub.post("/api/folders", json={"name": "n", "parentId": p}), 404, "not_found")
     assert_error(sub.post("/api/assets", files={"file": ("f", b"f")}, data={"folderId": p}), 404, "not_found")
     assert_error(sub.post("/api/upload-tokens", json={"folderId": p}), 404, "not_found")
+    for folder in (p, None):  # a token of the organization's, outside the subtree: not revocable
+        outside = api.post("/api/upload-tokens", json={"folderId": folder}).json()["id"]
+        assert_error(sub.delete(f"/api/upload-tokens/{outside}"), 404, "not_found")
+    inside = api.post("/api/upload-tokens", json={"folderId": ids["avatars"]}).json()["id"]
+    assert sub.delete(f"/api/upload-tokens/{inside}").json() == {"success": True}
     # Moving something of the subtree out of it: 404, nothing moved.
     assert_error(sub.patch(f"/api/assets/{ids['in_public']}", json={"folderId": p}), 404, "not_found")
     assert_error(sub.patch(f"/api/folders/{ids['avatars']}", json={"parentId": p}), 404, "not_found")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from coffer_edge.clients.base import ServiceClient
-from coffer_kit.wire import Done, TokenClaim, UploadGrant, UploadTokenCreated, UploadTokenIn
+from coffer_kit.wire import Done, TokenClaim, UploadGrant, UploadTokenCreated, UploadTokenIn, UploadTokenPlace
 
 
 class UploadTokenClient(ServiceClient):
@@ -18,6 +18,11 @@ class UploadTokenClient(ServiceClient):
             json=token.model_dump(by_alias=True),
             request_id=request_id,
         )
+
+    async def place(self, org_id: str, token_id: str, *, request_id: str) -> UploadTokenPlace:
+        """Where the token's upload goes; 404 for another organization's."""
+        path = f"/internal/v1/orgs/{org_id}/upload-tokens/{token_id}"
+        return await self.call(UploadTokenPlace, "GET", path, request_id=request_id)
 
     async def revoke(self, org_id: str, token_id: str, *, request_id: str) -> None:
         """Delete one of the organization's tokens; 404 for any other."""

@@ -16,6 +16,7 @@ from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.deps import EdgeState, MetadataDep, PrincipalDep, RequestIdDep, needs
 from coffer_edge.routers.folders import JSONRoute
 from coffer_edge.schemas import KeySelf, Success, errors
+from coffer_edge.subtree import folder_within
 from coffer_kit import scopes
 from coffer_kit.accounts_wire import KeyCreatedOut, KeyOut, KeyRotatedOut, KeysOut
 from coffer_kit.errors import CofferError, not_found
@@ -26,19 +27,6 @@ from coffer_kit.wire import KeyCreate, KeyRotate
 router = APIRouter(prefix="/api/keys", tags=["keys"], route_class=JSONRoute)
 AuthDep = Annotated[AuthClient, Depends(from_state(EdgeState, lambda state: state.auth))]
 KeyId = Annotated[str, Path(max_length=64, description="The key's id (`key_…`).")]
-
-
-async def folder_within(
-    metadata: MetadataClient, org_id: str, folder_id: str, root: str | None, *, request_id: str
-) -> bool:
-    """Whether a folder exists and lies in the subtree of ``root`` (None: anywhere)."""
-    try:
-        folder = await metadata.get_folder(org_id, folder_id, request_id=request_id)
-    except CofferError as exc:
-        if exc.status in (403, 404):
-            return False
-        raise
-    return root is None or any(step.id == root for step in folder.path)
 
 
 async def _visible(key: KeyOut, principal: Principal, metadata: MetadataClient, rid: str) -> bool:

@@ -34,6 +34,7 @@ from coffer_edge.routers.assets import UploadScope, upload_response
 from coffer_edge.routers.folders import JSONRoute
 from coffer_edge.schemas import TOKEN_UPLOAD_BODY, Success, UploadToken, UploadTokenCreate, errors
 from coffer_edge.schemas import Asset as AssetOut
+from coffer_edge.subtree import require_token_inside
 from coffer_kit.errors import CofferError
 from coffer_kit.ids import UPLOAD_TOKEN_ID_PATTERN
 from coffer_kit.scopes import TOKEN
@@ -111,9 +112,12 @@ async def revoke_upload_token(
     token_id: Annotated[str, Path(pattern=UPLOAD_TOKEN_ID_PATTERN)],
     principal: PrincipalDep,
     tokens: UploadTokensDep,
+    metadata: MetadataDep,
     rid: RequestIdDep,
 ) -> Any:
     """Revoke an upload token before it is used (the minting organization's keys; others 404)."""
+    if principal.folder_id is not None:  # a subtree key: its subtree's tokens only (issue 46)
+        await require_token_inside(principal, token_id, tokens, metadata, rid)
     await tokens.revoke(principal.organization_id, token_id, request_id=rid)
     return {"success": True}
 
