@@ -212,3 +212,12 @@ def test_a_rotated_key_does_not_outlive_the_key_that_rotated_it(stack: Any, tena
         _, made = make_key(api, name="child")
         rotated = api.post(f"/api/keys/{made['id']}/rotate", json={}).json()["apiKey"]
         assert rotated["expiresAt"] <= expiring["expiresAt"]
+
+
+def test_rotate_takes_no_body_and_a_body_must_be_json(tenant: Any) -> None:
+    _, made = make_key(tenant.api, name="r")
+    rotated = tenant.api.post(f"/api/keys/{made['id']}/rotate")
+    assert rotated.status_code == 201, rotated.text
+    assert rotated.json()["previous"] is None
+    form = tenant.api.post("/api/keys", data={"name": "x"})
+    assert_error(form, 415, "unsupported_media_type")

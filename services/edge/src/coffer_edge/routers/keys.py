@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Path
 from coffer_edge.clients.auth import AuthClient, Principal
 from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.deps import EdgeState, MetadataDep, PrincipalDep, RequestIdDep, needs
-from coffer_edge.routers.folders import JSONRoute
+from coffer_edge.routers.webhooks import JSONBodyRoute
 from coffer_edge.schemas import KeySelf, Success, errors
 from coffer_edge.subtree import folder_within
 from coffer_kit import scopes
@@ -24,7 +24,8 @@ from coffer_kit.state import from_state
 from coffer_kit.timeutil import isoformat
 from coffer_kit.wire import KeyCreate, KeyRotate
 
-router = APIRouter(prefix="/api/keys", tags=["keys"], route_class=JSONRoute)
+# A body that is sent must be JSON; rotate takes none (its grace then defaults to 0).
+router = APIRouter(prefix="/api/keys", tags=["keys"], route_class=JSONBodyRoute)
 AuthDep = Annotated[AuthClient, Depends(from_state(EdgeState, lambda state: state.auth))]
 KeyId = Annotated[str, Path(max_length=64, description="The key's id (`key_…`).")]
 
