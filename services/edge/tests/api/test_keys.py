@@ -143,7 +143,8 @@ def test_personal_keys_follow_the_owners_rules(stack: Any, tenant: Any, admin: A
 def test_an_organization_holds_a_bounded_number_of_keys(tenant: Any) -> None:
     made = 1  # the tenant's own
     while made < MAX_KEYS_PER_ORG:
-        assert tenant.api.post("/api/keys", json={"scopes": ["usage:read"]}).status_code == 201
+        made_one = tenant.api.post("/api/keys", json={"scopes": ["usage:read"]})
+        assert made_one.status_code == 201, made_one.text
         made += 1
     assert_error(tenant.api.post("/api/keys", json={}), 409, "conflict")
 
