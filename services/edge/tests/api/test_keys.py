@@ -222,3 +222,15 @@ def test_rotate_takes_no_body_and_a_body_must_be_json(tenant: Any) -> None:
     assert rotated.json()["previous"] is None
     form = tenant.api.post("/api/keys", data={"name": "x"})
     assert_error(form, 415, "unsupported_media_type")
+
+
+def test_self_is_not_a_key_id_and_an_empty_folder_is_none(tenant: Any) -> None:
+    options = tenant.api.options("/api/keys/self")
+    assert_error(options, 405, "method_not_allowed")
+    assert options.headers["allow"] == "GET"
+    made = tenant.api.post(
+        "/api/keys", json={"kind": None, "name": "", "folderId": "", "networks": [], "expiresIn": None}
+    )
+    assert made.status_code == 201, made.text
+    assert made.json()["apiKey"]["folderId"] is None
+    assert_error(tenant.api.get("/api/keys/nope"), 404, "not_found")

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path
+from starlette.convertors import Convertor, register_url_convertor
 
 from coffer_edge.clients.auth import AuthClient, Principal
 from coffer_edge.clients.metadata import MetadataClient
@@ -24,10 +25,26 @@ from coffer_kit.state import from_state
 from coffer_kit.timeutil import isoformat
 from coffer_kit.wire import KeyCreate, KeyRotate
 
+
+class KeyIdConvertor(Convertor[str]):
+    """A key id in a path (``key_…``): ``/api/keys/self`` is never taken for one, so its
+    405 lists GET alone."""
+
+    regex = "key_[^/]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("key_id", KeyIdConvertor())
+
 # A body that is sent must be JSON; rotate takes none (its grace then defaults to 0).
 router = APIRouter(prefix="/api/keys", tags=["keys"], route_class=JSONBodyRoute)
 AuthDep = Annotated[AuthClient, Depends(from_state(EdgeState, lambda state: state.auth))]
-KeyId = Annotated[str, Path(max_length=64, description="The key's id (`key_…`).")]
+KeyId = Annotated[str, Path(max_length=64, pattern=r"^key_[^/]+$", description="The key's id (`key_…`).")]
 
 
 async def _visible(key: KeyOut, principal: Principal, metadata: MetadataClient, rid: str) -> bool:
@@ -117,7 +134,7 @@ async def create_key(
     body: KeyCreate, principal: PrincipalDep, auth: AuthDep, metadata: MetadataDep, rid: RequestIdDep
 ) -> Any:
     """Make a key no more able than the calling one; the answer holds its secret, shown only now."""
-    if body.folder_id is None:
+    if not body.folder_id:  # omitted or empty: the caller's subtree, if any
         body = body.model_copy(update={"folder_id": principal.folder_id})
     elif not await folder_within(
         metadata, principal.organization_id, body.folder_id, principal.folder_id, request_id=rid
@@ -137,7 +154,9 @@ async def _get(
     return (await described([key], principal.organization_id, metadata, rid))[0]
 
 
-@router.get("/{key_id}", response_model=KeyOut, responses=errors(404), openapi_extra=needs("keys:manage"))
+@router.get(
+    "/{key_id:key_id}", response_model=KeyOut, responses=errors(404), openapi_extra=needs("keys:manage")
+)
 async def get_key(
     key_id: KeyId, principal: PrincipalDep, auth: AuthDep, metadata: MetadataDep, rid: RequestIdDep
 ) -> Any:
@@ -145,7 +164,9 @@ async def get_key(
     return await _get(key_id, principal, auth, metadata, rid)
 
 
-@router.delete("/{key_id}", response_model=Success, responses=errors(404), openapi_extra=needs("keys:manage"))
+@router.delete(
+    "/{key_id:key_id}", response_model=Success, responses=errors(404), openapi_extra=needs("keys:manage")
+)
 async def delete_key(
     key_id: KeyId, principal: PrincipalDep, auth: AuthDep, metadata: MetadataDep, rid: RequestIdDep
 ) -> Any:
@@ -156,7 +177,7 @@ async def delete_key(
 
 
 @router.post(
-    "/{key_id}/rotate",
+    "/{key_id:key_id}/rotate",
     status_code=201,
     response_model=KeyRotatedOut,
     responses=errors(404, 415),
