@@ -79,6 +79,7 @@ GROUPS = (
     "cdn-small",
     "asset-get",
     "asset-get-traced",
+    "asset-get-scoped",
     "list",
     "search",
     "move",
@@ -615,6 +616,45 @@ class Bench:
             also=[(p99, lambda s: s.p99_ms), (cpu, cpu_ms_per_request)],
         )
 
+    def scoped_asset_gets(self, asset: dict[str, Any]) -> None:
+        """Issue 46: the asset GET with a limited key (read-only, client networks) beside a full
+        key, alternating in the same run: the scope check (an action looked up in the matched
+        route, an address in a network) costs no measurable time."""
+        scoped = str(
+            auth_cli(
+                self.stack,
+                "create-key",
+                "--org",
+                str(asset["organizationId"]),
+                "--scope",
+                "read-only",
+                "--network",
+                "127.0.0.0/8",
+            )["key"]
+        )
+        httpx.get(
+            self.stack.edge_url + "/api/folders", headers=self.headers(scoped), timeout=30
+        ).raise_for_status()
+        rate = Figure(
+            "GET /api/assets/:id with a read-only key limited to 127.0.0.0/8",
+            "req/s",
+            reference_name="the same GET with a full key",
+        )
+        cpu = Figure(
+            "GET /api/assets/:id with a read-only key limited to 127.0.0.0/8: CPU per request",
+            "ms",
+            reference_name="the same GET with a full key",
+            goal="ratio <= 1.05",
+            derived=True,
+        )
+        rate.client = cpu.client = "wrk, 32 connections, one key each (auth answers cached)"
+        cpu.note = "CPU (utime + stime) of every Coffer process ÷ requests completed; ratio scoped ÷ full"
+        self.figures += [rate, cpu]
+        url = f"{self.stack.edge_url}/api/assets/{asset['id']}"
+        limited = self.wrk_get(url, self.coffer_pids(), 32, headers=self.headers(scoped))
+        full = self.wrk_get(url, self.coffer_pids(), 32, headers=self.headers())
+        self.pair(rate, limited, full, warmup=self.warm(limited, full), also=[(cpu, cpu_ms_per_request)])
+
     def traced_asset_gets(self, asset: dict[str, Any]) -> None:
         """``GET /api/assets/:id`` with tracing on beside tracing off, alternating in the same
         run: two more stacks on the same data, exporting to bench/otlp_sink.py, one sampling
@@ -1132,6 +1172,8 @@ class Bench:
                 self.asset_gets_with_key(listing["assets"][0])
         if "asset-get-traced" in want and small_asset:
             self.traced_asset_gets(small_asset)
+        if "asset-get-scoped" in want and small_asset:
+            self.scoped_asset_gets(small_asset)
         if "list" in want:
             self.listing()
         if "search" in want:

@@ -46,7 +46,7 @@ def commands() -> tuple[str, ...]:
     """Every command `coffer --help` must list (issue 15)."""
     return (
         *("ls", "mkdir", "upload", "download", "url", "presets"),
-        *("mv", "rm", "rmdir", "sync", "usage", "configure", "info"),
+        *("mv", "rm", "rmdir", "sync", "usage", "configure", "info", "keys"),
     )
 
 

@@ -63,9 +63,13 @@ checks.positive_data_acceptance.expected-statuses = ["2XX", "3XX", "400", "401",
 # a perfectly valid upload (a file and a real folderId, nothing else) as "invalid data
 # accepted", with --mode positive too, and ignores a per-phase setting. So the stateful phase
 # runs on its own without that one check; every other phase runs every check.
+# Deleting and rotating a key are left out: schemathesis reuses ids from earlier answers (the
+# key list's), and deleted the very key it fuzzes with (issue 46: a key may manage itself).
+# Both are tested in process (services/edge/tests/api/test_keys.py).
+NOT_FUZZED = ["--exclude-operation-id-regex", "^(deleteKey|rotateKey)$"]
 PASSES = [
-    ("examples,coverage,fuzzing", []),
-    ("stateful", ["--exclude-checks", "negative_data_rejection"]),
+    ("examples,coverage,fuzzing", NOT_FUZZED),
+    ("stateful", ["--exclude-checks", "negative_data_rejection", *NOT_FUZZED]),
 ]
 ORGANIZATION = """
 [auth.openapi.OrganizationId]

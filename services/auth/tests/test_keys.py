@@ -121,6 +121,9 @@ async def test_create_list_delete(api: Api, engine: Engine) -> None:
         "prefix": secret[:12],
         "name": "ci",
         "expiresAt": key["expiresAt"],
+        "scopes": ["full"],
+        "folderId": None,
+        "networks": [],
     }
     assert len(events) == 5
 

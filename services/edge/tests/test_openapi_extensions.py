@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from pydantic import SecretStr
 
 from coffer_edge.config import Settings
@@ -93,3 +94,40 @@ def test_section_10_image_transforms_are_in_the_openapi_document(tmp_path: Any) 
     put = paths["/api/transform-presets/{name}"]["put"]
     assert {"400", "403", "409", "415"} <= set(put["responses"])
     assert "invalid_transform" in put["responses"]["400"]["description"]
+
+
+def test_every_operation_declares_its_action_and_the_key_api_is_documented(tmp_path: Any) -> None:
+    """Issue 46: the action each route needs is in its operation, for every public route."""
+    from coffer_kit import scopes
+
+    doc = document(tmp_path)
+    for path, operations in doc["paths"].items():
+        for method, operation in operations.items():
+            action = operation.get("x-coffer-action")
+            assert action in (*scopes.ACTIONS, scopes.ANY_KEY, scopes.TOKEN), (method, path, action)
+            if "403" in operation["responses"]:
+                assert "insufficient_scope" in operation["responses"]["403"]["description"], (method, path)
+    paths = doc["paths"]
+    assert {"get", "post"} <= set(paths["/api/keys"])
+    assert {"get", "delete"} <= set(paths["/api/keys/{key_id}"])
+    assert "post" in paths["/api/keys/{key_id}/rotate"]
+    assert paths["/api/keys/self"]["get"]["x-coffer-action"] == scopes.ANY_KEY
+    assert paths["/api/assets/{asset_id}"]["delete"]["x-coffer-action"] == "assets:delete"
+    assert {"scopes", "folderId", "networks", "expiresIn"} <= set(
+        doc["components"]["schemas"]["KeyCreate"]["properties"]
+    )
+
+
+def test_a_route_without_a_declared_action_stops_edge_from_starting() -> None:
+    from fastapi import FastAPI
+
+    from coffer_edge.deps import PrincipalDep, require_declared_actions
+
+    app = FastAPI()
+
+    @app.get("/api/new")
+    async def new(principal: PrincipalDep) -> dict[str, str]:
+        return {"organizationId": principal.organization_id}
+
+    with pytest.raises(RuntimeError, match="/api/new"):
+        require_declared_actions(app)

@@ -40,7 +40,18 @@ from coffer_client._base import (
     source_for,
     transport_error,
 )
-from coffer_client.models import Asset, AssetPage, Folder, SignedUrl, TransformPreset, UploadToken, Usage
+from coffer_client.models import (
+    ApiKey,
+    Asset,
+    AssetPage,
+    CreatedKey,
+    Folder,
+    KeySelf,
+    SignedUrl,
+    TransformPreset,
+    UploadToken,
+    Usage,
+)
 from coffer_client.paths import split_path
 from coffer_client.transforms import Transform, preset_path
 
@@ -257,6 +268,52 @@ class Coffer:
 
     def usage(self) -> Usage:
         return parse(Usage, self._request("GET", "/api/usage"))
+
+    # --- keys (issue 46) ---------------------------------------------------------------------
+
+    def key_self(self) -> KeySelf:
+        """What this client's key may do: scopes, actions, folder subtree, networks, expiry."""
+        return parse(KeySelf, self._request("GET", "/api/keys/self"))
+
+    def list_keys(self) -> list[ApiKey]:
+        r = self._request("GET", "/api/keys")
+        return [ApiKey.model_validate(k) for k in r.json()["keys"]]
+
+    def get_key(self, key_id: str) -> ApiKey:
+        return parse(ApiKey, self._request("GET", f"/api/keys/{key_id}"))
+
+    def create_key(
+        self,
+        *,
+        name: str = "",
+        scopes: list[str] | None = None,
+        folder_id: str | None = None,
+        networks: list[str] | None = None,
+        expires_in: int | None = None,
+        kind: str | None = None,
+    ) -> CreatedKey:
+        """A new key that can do no more than this one (its secret is in ``key``, shown once)."""
+        body = clean_params(
+            {
+                "name": name,
+                "scopes": scopes,
+                "folderId": folder_id,
+                "networks": networks,
+                "expiresIn": expires_in,
+                "kind": kind,
+            }
+        )
+        return parse(CreatedKey, self._request("POST", "/api/keys", json=body, replayable=False))
+
+    def rotate_key(self, key_id: str, *, grace_seconds: int = 0) -> CreatedKey:
+        """A new secret with the same scopes; the old one works ``grace_seconds`` more."""
+        body = {"graceSeconds": grace_seconds}
+        r = self._request("POST", f"/api/keys/{key_id}/rotate", json=body, replayable=False)
+        return parse(CreatedKey, r)
+
+    def delete_key(self, key_id: str) -> None:
+        """Every edge refuses the key within 5 seconds."""
+        self._request("DELETE", f"/api/keys/{key_id}")
 
     def upload(
         self,

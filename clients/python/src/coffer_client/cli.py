@@ -746,6 +746,100 @@ def presets_rm(
         dump({"deleted": name})
 
 
+# --- keys (issue 46) -----------------------------------------------------------------------------
+
+keys_app = typer.Typer(
+    help="API keys limited to actions, a folder and networks: make, list, delete (issue 46).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(keys_app, name="keys")
+
+
+def key_line(k: Any) -> str:
+    expires = k.expires_at.isoformat() if k.expires_at else "never"
+    return f"{k.id}\t{k.name or '-'}\t{','.join(k.scopes)}\t{k.description}\texpires {expires}"
+
+
+@keys_app.command("create")
+@handled
+def keys_create(
+    ctx: typer.Context,
+    scope: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--scope",
+            "-s",
+            metavar="SCOPE",
+            help="An action (assets:read, ...) or a bundle (full, read-only, uploader); repeatable.",
+        ),
+    ] = None,
+    folder: Annotated[
+        str | None, typer.Option("--folder", metavar="FOLDER_PATH", help="Confine the key to this folder.")
+    ] = None,
+    network: Annotated[
+        list[str] | None, typer.Option("--network", metavar="CIDR", help="Usable only from it; repeatable.")
+    ] = None,
+    name: Annotated[str, typer.Option("--name", help="A name to recognise it by.")] = "",
+    expires_in: Annotated[
+        int | None, typer.Option("--expires-in", min=1, metavar="SECONDS", help="Lifetime.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Make a key that can do no more than this one; print its secret (shown only now)."""
+    c = state(ctx).client()
+    folder_id = None
+    if folder is not None:
+        found = c.resolve_folder(folder)
+        if found is None:
+            usage_error("--folder must name a folder, not the root")
+        folder_id = found.id
+    made = c.create_key(name=name, scopes=scope, folder_id=folder_id, networks=network, expires_in=expires_in)
+    if as_json:
+        dump(made)
+        return
+    print(made.key)
+    err().print(escape(f"{made.api_key.id}: {made.api_key.description}. The secret is shown only this once."))
+
+
+@keys_app.command("ls")
+@handled
+def keys_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """The keys this key may manage, newest first, with what each can do."""
+    found = state(ctx).client().list_keys()
+    if as_json:
+        dump({"keys": found})
+        return
+    for k in found:
+        print(key_line(k))
+
+
+@keys_app.command("rm")
+@handled
+def keys_rm(
+    ctx: typer.Context,
+    key_id: Annotated[str, typer.Argument(metavar="KEY_ID", help="The key's id (key_...).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete a key: it stops working within 5 seconds."""
+    state(ctx).client().delete_key(key_id)
+    if as_json:
+        dump({"deleted": key_id})
+
+
+@keys_app.command("self")
+@handled
+def keys_self(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """What the key in use may do (its scopes, folder, networks, expiry)."""
+    me = state(ctx).client().key_self()
+    if as_json:
+        dump(me)
+        return
+    print(f"{me.id}\t{','.join(me.scopes)}\t{me.description}")
+
+
 @app.command()
 @handled
 def info(

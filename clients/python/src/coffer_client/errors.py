@@ -75,6 +75,15 @@ class Forbidden(APIError):
     status = 403
 
 
+class InsufficientScope(Forbidden):
+    """The key's scopes lack what the call needs (issue 46); ``details["required"]`` names it."""
+
+    @property
+    def required(self) -> str | None:
+        value = self.details.get("required")
+        return value if isinstance(value, str) else None
+
+
 class NotFound(APIError):
     status = 404
 
@@ -155,6 +164,7 @@ _BY_CODE: dict[str, type[APIError]] = {
     "invalid_transform": InvalidTransform,
     "not_an_image": NotAnImage,
     "image_too_large": ImageTooLarge,
+    "insufficient_scope": InsufficientScope,
 }
 _BY_STATUS: dict[int, type[APIError]] = {
     400: BadRequest,

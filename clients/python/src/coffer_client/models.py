@@ -108,3 +108,44 @@ class TransformPreset(Model):
     fit: str = "cover"
     fmt: str | None = None
     q: int = 80
+
+
+class ApiKey(Model):
+    """A key as the key API shows it (issue 46): never its secret."""
+
+    id: str
+    name: str
+    kind: str
+    prefix: str
+    organization_id: str
+    created_at: datetime
+    expires_at: datetime | None = None
+    last_used_at: datetime | None = None
+    scopes: list[str] = ["full"]
+    actions: list[str] = []
+    folder_id: str | None = None
+    networks: list[str] = []
+    #: The scopes in words ("can upload into /avatars; cannot read or delete").
+    description: str = ""
+
+
+class CreatedKey(Model):
+    """A new (or rotated) key: ``key`` is its secret, shown this once."""
+
+    key: str
+    api_key: ApiKey
+
+
+class KeySelf(Model):
+    """What the calling key may do (``GET /api/keys/self``)."""
+
+    id: str
+    kind: str
+    organization_id: str
+    scopes: list[str]
+    actions: list[str]
+    folder_id: str | None = None
+    folder_path: str | None = None
+    networks: list[str] = []
+    expires_at: datetime | None = None
+    description: str = ""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, PlainSerializer
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 from pydantic.alias_generators import to_camel
 
 from coffer_kit.timeutil import isoformat
@@ -164,6 +164,12 @@ class KeyOut(Camel):
     created_by: UserRef | None  # who made it (null: the operator, or a deleted user)
     expires_at: Timestamp | None
     last_used_at: Timestamp | None
+    # Issue 46: as given, the actions they allow, the subtree, the networks, and all in words.
+    scopes: list[str] = Field(default_factory=lambda: ["full"])
+    actions: list[str] = Field(default_factory=list)
+    folder_id: str | None = None
+    networks: list[str] = Field(default_factory=list)
+    description: str = ""
 
 
 class KeysOut(Camel):

@@ -74,6 +74,17 @@ def forbidden(message: str = "You do not have access to this resource.") -> Coff
     return CofferError(403, "forbidden", message)
 
 
+def insufficient_scope(required: str, granted: Sequence[str], message: str | None = None) -> CofferError:
+    """403 ``insufficient_scope`` (issue 46): the key's scopes do not allow this;
+    ``details.required`` names what is missing (an action, ``folder``, ``networks``, ``expiry``)."""
+    return CofferError(
+        403,
+        "insufficient_scope",
+        message or f"This key lacks the {required} scope.",
+        details={"required": required, "granted": list(granted)},
+    )
+
+
 def not_found(message: str) -> CofferError:
     """404 ``not_found``."""
     return CofferError(404, "not_found", message)

@@ -30,3 +30,7 @@ MAX_NAME_CHARS = 255
 # The furthest expiry an API key may have: 10 years (a date past it, such as 9999-12-31, was
 # a 500 when the day after was computed).
 MAX_KEY_LIFETIME_DAYS = 3650
+
+# Keys one organization may hold (its organization keys and the personal keys made in it):
+# POST /api/keys beyond it is 409 (issue 46).
+MAX_KEYS_PER_ORG = 100

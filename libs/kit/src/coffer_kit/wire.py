@@ -19,6 +19,14 @@ from coffer_kit.ids import ASSET_ID_PATTERN, TUS_UPLOAD_ID_PATTERN
 from coffer_kit.limits import EXPIRES_IN_MAX, EXPIRES_IN_MIN, MAX_FILE_BYTES
 from coffer_kit.media import IngestMode, ScanMode
 from coffer_kit.resources import ScanStatus, Visibility
+from coffer_kit.scopes import (
+    ACTIONS,
+    DEFAULT_SCOPES,
+    MAX_NETWORK_CHARS,
+    MAX_NETWORKS,
+    MAX_SCOPE_CHARS,
+    MAX_SCOPES,
+)
 
 
 class WireModel(BaseModel):
@@ -71,12 +79,51 @@ class Principal(WireModel):
     # A user key's role in the organization (``owner``, ``member``); None for an organization key.
     role: str | None = None
     ingest: Ingest = Field(default_factory=lambda: Ingest())
+    # Issue 46: the key's scopes as given, the actions they allow, the folder subtree it is
+    # confined to, and the client networks (CIDRs) it may be used from. The defaults are a
+    # key without limits, as an auth from before scopes answers.
+    scopes: list[str] = Field(default_factory=lambda: list(DEFAULT_SCOPES))
+    actions: list[str] = Field(default_factory=lambda: [str(a) for a in ACTIONS])
+    folder_id: str | None = None
+    networks: list[str] = Field(default_factory=list)
+
+
+# auth: the key API (issue 46), asked by edge for the calling key (``x-caller-key-id``)
+
+
+class KeyCreate(WireModel):
+    """A key to make, as ``POST /api/keys`` takes it (the caller's limits are auth's to apply)."""
+
+    kind: Literal["organization", "user"] | None = None
+    name: str = Field(default="", max_length=255)
+    scopes: list[Annotated[str, Field(max_length=MAX_SCOPE_CHARS)]] | None = Field(
+        default=None, max_length=MAX_SCOPES
+    )
+    folder_id: str | None = Field(default=None, max_length=64)
+    networks: list[Annotated[str, Field(max_length=MAX_NETWORK_CHARS)]] | None = Field(
+        default=None, max_length=MAX_NETWORKS
+    )
+    expires_in: StrictInt | None = None
+
+
+class UploadTokenPlace(WireModel):
+    """Where an upload token's upload goes (a subtree key revokes only its subtree's tokens)."""
+
+    folder_id: str | None = None
+
+
+class KeyRotate(WireModel):
+    # How long the old key keeps working: 0 (at once, the default) to 7 days.
+    grace_seconds: StrictInt = Field(default=0, ge=0, le=604800)
 
 
 # Who makes a change (edge tells metadata with every call that changes something; metadata
 # writes it into the change's event, which feeds the audit log and webhooks).
 
 ACTOR_HEADER = "coffer-actor"
+# The folder a subtree key is confined to (issue 46): edge sends it with every metadata call
+# made for such a key, and metadata answers as if that folder were the organization's root.
+SUBTREE_HEADER = "coffer-subtree"
 
 
 ActorType = Literal["key", "user", "token", "system"]

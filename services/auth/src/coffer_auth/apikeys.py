@@ -3,6 +3,7 @@ which keys, with an audit event for each change. Resolving a key stays in ``serv
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -15,6 +16,7 @@ from coffer_auth.audit import Actor
 from coffer_auth.keys import display_prefix, generate_key, hash_key
 from coffer_auth.models import ApiKey, KeyKind, KeyUse, Membership, Organization, Role, User
 from coffer_auth.schemas import KeyKindName, KeyOut, UserRef
+from coffer_kit import scopes
 from coffer_kit.errors import forbidden, invalid, not_found
 from coffer_kit.ids import KEY, new_id
 from coffer_kit.limits import MAX_KEY_LIFETIME_DAYS
@@ -38,6 +40,13 @@ def view(row: ApiKey, org: Organization, owner: User | None, creator: User | Non
         created_by=_ref(creator),
         expires_at=row.expires_at,
         last_used_at=row.last_used_at,
+        scopes=row.scopes.split(),
+        actions=scopes.ordered(scopes.expand(row.scopes.split())),
+        folder_id=row.folder_id,
+        networks=row.networks.split(),
+        description=scopes.describe(
+            scopes.expand(row.scopes.split()), folder=row.folder_id, networks=row.networks.split()
+        ),
     )
 
 
@@ -47,6 +56,9 @@ def _details(row: ApiKey) -> dict[str, Any]:
         "prefix": row.prefix,
         "name": row.name,
         "expiresAt": isoformat(row.expires_at) if row.expires_at else None,
+        "scopes": row.scopes.split(),
+        "folderId": row.folder_id,
+        "networks": row.networks.split(),
     }
 
 
@@ -99,8 +111,14 @@ def create(
     name: str,
     expires_in: int | None,
     created_by: str | None,
+    scope_names: Sequence[str] | None = None,
+    folder_id: str | None = None,
+    networks: Sequence[str] | None = None,
 ) -> tuple[ApiKey, str]:
-    """A new key and its secret (returned once; only the SHA-256 is kept)."""
+    """A new key and its secret (returned once; only the SHA-256 is kept), with its scopes
+    (issue 46; default ``full``), which never change afterwards."""
+    stored_scopes = scopes.normalize(scope_names)
+    stored_networks = scopes.parse_networks(networks)
     if expires_in is not None and expires_in <= 0:
         raise invalid("The expiry must be in the future (expiresIn > 0).", field="expiresIn")
     if expires_in is not None and expires_in > MAX_KEY_LIFETIME_DAYS * 86400:
@@ -131,6 +149,9 @@ def create(
         created_at=now,
         expires_at=now + timedelta(seconds=expires_in) if expires_in else None,
         created_by_user_id=created_by,
+        scopes=" ".join(stored_scopes),
+        folder_id=folder_id,
+        networks=" ".join(stored_networks),
     )
     session.add(row)
     session.flush()
@@ -266,6 +287,10 @@ def _replacement(
         created_at=now,
         expires_at=now + timedelta(seconds=lifetime) if lifetime else None,
         created_by_user_id=created_by,
+        # A rotation keeps the scopes (issue 46): the new key can do what the old one could.
+        scopes=old.scopes,
+        folder_id=old.folder_id,
+        networks=old.networks,
     )
     session.add(new)
     session.flush()

@@ -89,6 +89,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--user", default=None, help="user id or email: a personal key of that user")
     p.add_argument("--name", default="")
     p.add_argument("--expires-in", type=int, default=None, metavar="SECONDS")
+    p.add_argument(
+        "--scope",
+        action="append",
+        default=None,
+        help="an action (assets:read, ...) or a bundle (full, read-only, uploader); repeatable; default full",
+    )
+    p.add_argument("--folder-id", default=None, help="confine the key to this folder's subtree")
+    p.add_argument(
+        "--network", action="append", default=None, help="a CIDR the key may be used from; repeatable"
+    )
 
     p = sub.add_parser("delete-key", help="delete a key")
     p.add_argument("key_id", metavar="KEY_ID")
@@ -227,7 +237,14 @@ def _revoke_sessions(session: Session, _settings: Settings, args: argparse.Names
 def _create_key(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     user_id = _user(session, args.user).id if args.user else None
     row, secret = service.create_key(
-        session, org_id=args.org, user_id=user_id, name=args.name, expires_in=args.expires_in
+        session,
+        org_id=args.org,
+        user_id=user_id,
+        name=args.name,
+        expires_in=args.expires_in,
+        scope_names=args.scope,
+        folder_id=args.folder_id,
+        networks=args.network,
     )
     return {"key": secret, **service.key_view(row)}
 

@@ -442,6 +442,8 @@ def create_key(org_id: str, body: KeyIn, caller: CallerDep, session: SessionDep)
         name=body.name,
         expires_in=body.expires_in,
         created_by=caller.user.id,
+        scope_names=body.scopes,
+        folder_id=body.folder_id,
     )
     return KeyCreatedOut(key=secret, api_key=apikeys.view_of(session, row))
 

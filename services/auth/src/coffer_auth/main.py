@@ -17,6 +17,7 @@ from coffer_auth.config import Settings
 from coffer_auth.dashboard_api import router as dashboard_router
 from coffer_auth.deps import AuthState
 from coffer_auth.internal import router as internal_router
+from coffer_auth.key_api import router as key_api_router
 from coffer_auth.upload_tokens import router as upload_tokens_router
 from coffer_kit.app import database_service_app
 from coffer_kit.db import DatabaseState, writer
@@ -57,6 +58,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = database_service_app("auth", settings.auth_database_url, settings)
     app.include_router(internal_router)
     app.include_router(upload_tokens_router)
+    app.include_router(key_api_router)
     app.include_router(dashboard_router)
     database_lifespan = app.router.lifespan_context
 

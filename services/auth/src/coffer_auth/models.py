@@ -131,6 +131,12 @@ class ApiKey(SQLModel, table=True):
         default=None,
         sa_column=Column(String(40), ForeignKey("users.id", ondelete="SET NULL"), nullable=True),
     )
+    # Issue 46, fixed at creation and kept by a rotation: the actions and bundles
+    # (coffer_kit.scopes) space-separated, the folder subtree it is confined to, and the
+    # client networks (CIDRs, space-separated) it may be used from.
+    scopes: str = Field(default="full", sa_column=Column(String(512), nullable=False, server_default="full"))
+    folder_id: str | None = Field(default=None, sa_column=Column(String(40), nullable=True))
+    networks: str = Field(default="", sa_column=Column(String(1200), nullable=False, server_default=""))
 
 
 class KeyUse(SQLModel, table=True):

@@ -4,7 +4,7 @@ describes both."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -39,6 +39,7 @@ from coffer_kit.accounts_wire import (  # re-exported: auth's modules import the
     UserOut,
     UserRef,
 )
+from coffer_kit.scopes import MAX_SCOPE_CHARS, MAX_SCOPES
 
 # Audit actions edge may record through POST /orgs/{org}/audit (the file browser's).
 EdgeAuditAction = Literal[
@@ -128,6 +129,11 @@ class KeyIn(Camel):
     name: str = Field(default="", max_length=255)
     # Seconds from now; null means "No expiry".
     expires_in: int | None = None
+    # Issue 46: actions and bundles (default full), and the folder subtree (checked by edge).
+    scopes: list[Annotated[str, Field(max_length=MAX_SCOPE_CHARS)]] | None = Field(
+        default=None, max_length=MAX_SCOPES
+    )
+    folder_id: str | None = Field(default=None, max_length=64)
 
 
 class RotateIn(Camel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -13,6 +14,7 @@ from coffer_auth import apikeys, audit, errors, orgs, passwords
 from coffer_auth.audit import OPERATOR, Actor
 from coffer_auth.models import ApiKey, KeyKind, KeyUse, Membership, Organization, Role, User
 from coffer_auth.orgs import UNSET, Unset
+from coffer_kit import scopes
 from coffer_kit.errors import forbidden, invalid, not_found, organization_required, unauthorized
 from coffer_kit.timeutil import as_utc, isoformat, utcnow
 from coffer_kit.wire import Principal
@@ -95,8 +97,12 @@ def create_key(
     name: str,
     expires_in: int | None,
     actor: Actor = OPERATOR,
+    scope_names: Sequence[str] | None = None,
+    folder_id: str | None = None,
+    networks: Sequence[str] | None = None,
 ) -> tuple[ApiKey, str]:
-    """Create an organization key, or a user key when ``user_id`` is given. Returns (row, secret)."""
+    """Create an organization key, or a user key when ``user_id`` is given, with its scopes
+    (issue 46; default ``full``). Returns (row, secret)."""
     org = session.get(Organization, org_id)
     if org is None:
         raise not_found(f"Organization {org_id} does not exist.")
@@ -110,6 +116,9 @@ def create_key(
         name=name or "",
         expires_in=expires_in,
         created_by=None,
+        scope_names=scope_names,
+        folder_id=folder_id,
+        networks=networks,
     )
 
 
@@ -142,6 +151,9 @@ def key_view(row: ApiKey) -> dict[str, Any]:
         "userId": row.user_id,
         "createdAt": isoformat(row.created_at),
         "lastUsedAt": isoformat(row.last_used_at) if row.last_used_at else None,
+        "scopes": row.scopes.split(),
+        "folderId": row.folder_id,
+        "networks": row.networks.split(),
     }
 
 
@@ -197,6 +209,10 @@ def resolve_principal(session: Session, *, key_hash: str, organization_id: str |
         default_visibility=org.default_visibility,
         role=None if row.kind == KeyKind.organization else roles.get(org.id),
         ingest=org.ingest(),
+        scopes=row.scopes.split(),
+        actions=scopes.ordered(scopes.expand(row.scopes.split())),
+        folder_id=row.folder_id,
+        networks=row.networks.split(),
     )
     use = session.get(KeyUse, (row.id, org.id))
     return Resolved(principal, as_utc(use.last_used_at) if use else None)

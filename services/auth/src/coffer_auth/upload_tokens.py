@@ -33,6 +33,7 @@ from coffer_kit.wire import (
     UploadGrant,
     UploadTokenCreated,
     UploadTokenIn,
+    UploadTokenPlace,
 )
 
 # Expired tokens are deleted this long after they expired, when their organization mints again.
@@ -248,6 +249,15 @@ def create_token(org_id: str, body: UploadTokenIn, session: SessionDep) -> Uploa
         user_id=body.user_id,
     )
     return UploadTokenCreated(id=row.id, expires_at=isoformat(row.expires_at))
+
+
+@router.get("/orgs/{org_id}/upload-tokens/{token_id}")
+def token_place(org_id: str, token_id: str, session: SessionDep) -> UploadTokenPlace:
+    """Where a token of the organization uploads to (issue 46: its subtree); 404 for any other."""
+    row = session.get(UploadToken, token_id)
+    if row is None or row.organization_id != org_id:
+        raise not_found(f"Upload token {token_id} does not exist.")
+    return UploadTokenPlace(folder_id=row.folder_id)
 
 
 @router.delete("/orgs/{org_id}/upload-tokens/{token_id}")

@@ -17,6 +17,8 @@ from coffer_kit.errors import request_id_of
 from coffer_kit.wire import Actor, ActorType
 
 _current: ContextVar[Actor | None] = ContextVar("coffer_actor", default=None)
+# The folder the request's key is confined to (issue 46), sent to metadata with every call.
+_subtree: ContextVar[str | None] = ContextVar("coffer_subtree", default=None)
 
 
 def act_as(
@@ -49,3 +51,13 @@ def actor_header() -> str | None:
     if actor is None:
         return None
     return json.dumps(actor.model_dump(by_alias=True, exclude_none=True), separators=(",", ":"))
+
+
+def confine_to(folder_id: str | None) -> None:
+    """The request's key sees only this folder's subtree (None: the whole organization)."""
+    _subtree.set(folder_id)
+
+
+def subtree_root() -> str | None:
+    """The folder the current request is confined to, or None."""
+    return _subtree.get()

@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader
 
-from coffer_edge.actor import act_as
+from coffer_edge.actor import act_as, confine_to
 from coffer_edge.clients.auth import AuthClient, Principal
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
@@ -19,7 +20,16 @@ from coffer_edge.config import Settings
 from coffer_edge.dashboard.state import DashboardState
 from coffer_edge.ratelimit import RateLimiter
 from coffer_edge.scans import ScanRelay
-from coffer_kit.errors import CofferError, request_id_of, unauthorized
+from coffer_kit import scopes
+from coffer_kit.errors import (
+    CofferError,
+    forbidden,
+    insufficient_scope,
+    internal,
+    request_id_of,
+    unauthorized,
+)
+from coffer_kit.scopes import ACTION_EXTENSION, ANY_KEY, TOKEN
 from coffer_kit.state import ServiceState, from_state, request_state
 
 # Distinct scheme names: both default to "APIKeyHeader", and the document kept only one.
@@ -86,8 +96,59 @@ async def authenticate(
     # For the access log line (coffer_kit.middleware).
     request.state.organization_id = principal.organization_id
     await state.rate_limiter.check(principal.key_id)
+    require_scope(request, principal)
     act_as(request, "key", principal.key_id, user_id=principal.user_id)
+    if principal.folder_id is not None:
+        confine_to(principal.folder_id)
     return principal
+
+
+def declared_action(route: Any) -> str | None:
+    """The action a route declares (``x-coffer-action`` in its operation; issue 46)."""
+    extra = getattr(route, "openapi_extra", None)
+    return extra.get(ACTION_EXTENSION) if extra else None
+
+
+def require_scope(request: Request, principal: Principal) -> None:
+    """The one scope check (issue 46): the key may call the matched route, from this address.
+
+    Every keyed route declares its action (``needs``); one that does not is refused, so a
+    route added without a declaration can never be called with a limited key's full power
+    (edge's create_app also refuses to start with one)."""
+    if principal.networks and not scopes.address_allowed(
+        request.client.host if request.client else None, principal.networks
+    ):
+        raise forbidden("This key may not be used from this address (its networks do not include it).")
+    action = declared_action(request.scope.get("route"))
+    if action == ANY_KEY or (action is not None and action in principal.actions):
+        return
+    if action is None or action == TOKEN:
+        raise internal("The route declares no action a key may call it with.")
+    raise insufficient_scope(action, scopes.ordered(principal.actions))
+
+
+def require_declared_actions(app: Any) -> None:
+    """Refuse to build an app with a keyed route that declares no action (issue 46): every
+    ``/api`` route says what it needs, so none can be left out of the scope check and of the
+    authorization matrix generated from the declarations (tests/e2e/test_scopes.py)."""
+    missing = [
+        f"{sorted(route.methods or ())} {route.path}"
+        for route in app.routes
+        if isinstance(route, APIRoute)
+        and route.path.startswith("/api/")
+        and set(route.methods or ()) - {"OPTIONS"}
+        and declared_action(route) is None
+    ]
+    if missing:
+        raise RuntimeError(f"routes without a declared action (coffer_edge.deps.needs): {missing}")
+
+
+def needs(action: str, **extra: Any) -> dict[str, Any]:
+    """A route's declaration of the action it needs (its ``openapi_extra``): an action of
+    coffer_kit.scopes, ``ANY_KEY`` or ``TOKEN``."""
+    if action not in scopes.ALL and action not in (ANY_KEY, TOKEN):
+        raise ValueError(f"unknown action {action!r}")
+    return {**extra, ACTION_EXTENSION: action}
 
 
 async def principal_of(request: Request) -> Principal:

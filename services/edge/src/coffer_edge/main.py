@@ -19,9 +19,9 @@ from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.clients.upload_tokens import UploadTokenClient
 from coffer_edge.config import Settings
 from coffer_edge.dashboard import Dashboard
-from coffer_edge.deps import EdgeState
+from coffer_edge.deps import EdgeState, require_declared_actions
 from coffer_edge.ratelimit import RateLimiter
-from coffer_edge.routers import assets, folders, transform_presets, tus, uploads, usage, webhooks
+from coffer_edge.routers import assets, folders, keys, transform_presets, tus, uploads, usage, webhooks
 from coffer_edge.scans import SCAN_TIMEOUT_SECONDS, ScanRelay
 from coffer_edge.sweeper import sweep_forever
 from coffer_kit.app import base_app
@@ -213,6 +213,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     webhooks.document_events(app)
     app.include_router(transform_presets.router)
     app.include_router(transform_presets.json_router)
+    app.include_router(keys.router)
+    require_declared_actions(app)
     app.add_middleware(ResponseHeadersMiddleware, headers_for=api_headers)
     # The dashboard's routes stay out of the OpenAPI document: it describes the public API only.
     dashboard = Dashboard.install(app, settings) if settings.dashboard_enabled else None

@@ -128,6 +128,22 @@ class AssetUpdate(BaseModel):
 AssetSort = Literal["-createdAt", "createdAt", "name", "-name", "size", "-size"]
 
 
+class KeySelf(BaseModel):
+    """What the calling key may do (``GET /api/keys/self``, issue 46)."""
+
+    id: str
+    kind: str = Field(description="`organization` or `user`.")
+    organizationId: str
+    userId: str | None
+    scopes: list[str] = Field(description="As given at creation: actions and bundles.")
+    actions: list[str] = Field(description="The actions the scopes allow.")
+    folderId: str | None = Field(description="The folder subtree the key is confined to; null: none.")
+    folderPath: str | None = Field(description="That folder's path (`/public/avatars`).")
+    networks: list[str] = Field(description="CIDRs the key may be used from; empty: any.")
+    expiresAt: str | None
+    description: str = Field(description="The scopes in words.")
+
+
 class Success(BaseModel):
     success: bool = Field(description="Always true.")
 
@@ -137,7 +153,8 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     descriptions = {
         400: "Invalid request (`invalid_request`, `organization_required`, `invalid_transform`).",
         401: "Missing, unknown, deleted or expired API key (`unauthorized`).",
-        403: "No access to the organization or resource (`forbidden`).",
+        403: "No access to the organization or resource (`forbidden`), or the key's scopes lack the"
+        " route's action (`insufficient_scope`, `details.required`).",
         404: "Unknown id (`not_found`).",
         409: "A sibling folder has the same name (`conflict`); a folder cannot move into its own"
         " subtree (`folder_cycle`).",

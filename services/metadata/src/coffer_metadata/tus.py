@@ -60,13 +60,16 @@ from coffer_kit.wire import (
     TusPage,
     TusUpload,
 )
+from coffer_metadata import subtree
 from coffer_metadata.assets import repository
 from coffer_metadata.assets import service as assets
 from coffer_metadata.deps import DatabaseDep, SettingsDep
 from coffer_metadata.events import ActorDep
+from coffer_metadata.folders.repository import tree_ids
 from coffer_metadata.folders.service import check_folder
 from coffer_metadata.models import TusUpload as TusRow
 from coffer_metadata.models import UploadIntent
+from coffer_metadata.subtree import SubtreeDep
 
 # CONTRACT §9: an upload expires this long after its last write.
 EXPIRY = timedelta(seconds=TUS_EXPIRY_SECONDS)
@@ -382,15 +385,20 @@ def terminate(
     return TusEnded(asset_id=row.asset_id, prefix=asset_prefix(row.organization_id, row.asset_id))
 
 
-def open_page(session: Session, *, org_id: str, limit: int, offset: int, idle_seconds: float) -> TusPage:
+def open_page(
+    session: Session, *, org_id: str, limit: int, offset: int, idle_seconds: float, root: str | None = None
+) -> TusPage:
     """The organization's unfinished, unexpired uploads, newest first, each saying whether it
-    holds its reservation (active) or gave it back (idle)."""
+    holds its reservation (active) or gave it back (idle); for a subtree key's call (``root``),
+    only those into its subtree."""
     now = utcnow()
     where = [
         _uploads.c.organization_id == org_id,
         _uploads.c.completed.is_(False),
         _uploads.c.expires_at > now,
     ]
+    if root is not None:
+        where.append(_uploads.c.folder_id.in_(tree_ids(org_id, root)))
     connection = session.connection()
     total = connection.execute(sa.select(sa.func.count()).select_from(_uploads).where(*where)).scalar() or 0
     active_after = repository.active_after(now=now, idle=timedelta(seconds=idle_seconds))
@@ -463,8 +471,11 @@ def counts(session: Session) -> tuple[int, int]:
 
 @router.post("/orgs/{org_id}/tus", status_code=201)
 async def create_upload(
-    org_id: str, body: TusCreate, database: DatabaseDep, settings: SettingsDep
+    org_id: str, body: TusCreate, database: DatabaseDep, settings: SettingsDep, root: SubtreeDep
 ) -> TusUpload:
+    if root is not None:  # a subtree key's upload (issue 46): into its subtree, its root by default
+        where = functools.partial(subtree.folder_or_root, org_id=org_id, root=root, folder_id=body.folder_id)
+        body = body.model_copy(update={"folder_id": await run_read(database.engine, where)})
     limit, idle = settings.metadata_max_uploads_in_flight, settings.metadata_tus_idle_seconds
     return await database.write(
         functools.partial(create, org_id=org_id, upload=body, max_in_flight=limit, idle_seconds=idle)
@@ -476,12 +487,14 @@ async def list_uploads(
     org_id: str,
     database: DatabaseDep,
     settings: SettingsDep,
+    root: SubtreeDep,
     limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = PAGE_LIMIT_DEFAULT,
     offset: Annotated[int, Query(ge=0, le=PAGE_OFFSET_MAX)] = PAGE_OFFSET_DEFAULT,
 ) -> TusPage:
     """The organization's unfinished uploads, newest first."""
+    idle = settings.metadata_tus_idle_seconds
     page = functools.partial(
-        open_page, org_id=org_id, limit=limit, offset=offset, idle_seconds=settings.metadata_tus_idle_seconds
+        open_page, org_id=org_id, limit=limit, offset=offset, idle_seconds=idle, root=root
     )
     return await run_read(database.engine, page)
 
@@ -497,16 +510,39 @@ async def list_minted(
 
 @router.get("/tus/{upload_id}")
 async def get_upload(
-    upload_id: str, database: DatabaseDep, org: Annotated[str | None, Query(max_length=40)] = None
+    upload_id: str,
+    database: DatabaseDep,
+    root: SubtreeDep,
+    org: Annotated[str | None, Query(max_length=40)] = None,
 ) -> TusUpload:
-    """The upload (of organization ``org``, if said): 404 if none, another's or expired."""
+    """The upload (of organization ``org``, if said): 404 if none, another's or expired (or,
+    for a subtree key, outside its subtree)."""
+    await _confined(database, upload_id, org, root)
     return await run_read(database.engine, lambda session: _view(_live(session, upload_id, org)))
+
+
+async def _confined(database: Any, upload_id: str, org: str | None, root: str | None) -> None:
+    """404 for a subtree key's call on an upload outside its subtree (issue 46)."""
+    if root is None:
+        return
+
+    def check(session: Session) -> None:
+        row = _live(session, upload_id, org)
+        if not (
+            org is not None
+            and row.folder_id is not None
+            and subtree.inside(session, org_id=org, root=root, folder_id=row.folder_id)
+        ):
+            raise not_found(f"Upload {upload_id} does not exist (or has expired).")
+
+    await run_read(database.engine, check)
 
 
 @router.post("/tus/{upload_id}/lock")
 async def lock_upload(
-    upload_id: str, body: TusLock, database: DatabaseDep, settings: SettingsDep
+    upload_id: str, body: TusLock, database: DatabaseDep, settings: SettingsDep, root: SubtreeDep
 ) -> TusUpload:
+    await _confined(database, upload_id, body.organization_id, root)
     take = functools.partial(
         lock,
         upload_id=upload_id,
@@ -553,9 +589,11 @@ async def complete_upload(
 async def terminate_upload(
     upload_id: str,
     database: DatabaseDep,
+    root: SubtreeDep,
     org: Annotated[str | None, Query(max_length=40)] = None,
     lease: TusLease | None = None,
 ) -> TusEnded | None:
+    await _confined(database, upload_id, org, root)
     token = lease.lock_token if lease is not None else None
     return await database.write(
         functools.partial(terminate, upload_id=upload_id, org_id=org, lock_token=token)

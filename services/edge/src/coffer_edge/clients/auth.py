@@ -19,6 +19,7 @@ from coffer_kit import wire
 from coffer_kit.errors import CofferError
 from coffer_kit.internal import InternalClient
 from coffer_kit.resources import Visibility
+from coffer_kit.scopes import ALL, DEFAULT_SCOPES, Network, networks_of
 from coffer_kit.wire import Ingest
 
 CacheKey = tuple[str, str | None]
@@ -43,6 +44,13 @@ class Principal:
     role: str | None = None
     # Issue 48: the organization's ingest rules (cached with the rest, ≤ 5 s).
     ingest: Ingest = field(default_factory=Ingest)
+    # Issue 46: the scopes as given, the actions they allow (checked on every request by
+    # deps.authenticate), the folder subtree the key is confined to, and its client networks
+    # (parsed once, when the answer is cached).
+    scopes: tuple[str, ...] = DEFAULT_SCOPES
+    actions: frozenset[str] = ALL
+    folder_id: str | None = None
+    networks: tuple[Network, ...] = ()
 
 
 class AuthClient(ServiceClient):
@@ -74,6 +82,52 @@ class AuthClient(ServiceClient):
     async def record_changes(self, events: list[dict[str, Any]]) -> None:
         """Record metadata's change events in the audit log (each once, however often sent)."""
         await self.request("POST", "/internal/v1/audit/changes", json={"events": events})
+
+    # The key API (issue 46): never cached, each answered by auth for the calling key.
+
+    def _keys(self, org_id: str, key_id: str = "") -> str:
+        return f"/internal/v1/orgs/{_seg(org_id)}/api-keys" + (f"/{_seg(key_id)}" if key_id else "")
+
+    async def list_keys(self, org_id: str, caller_key_id: str, *, request_id: str) -> schemas.KeysOut:
+        headers = {"x-caller-key-id": caller_key_id}
+        return await self.call(
+            schemas.KeysOut, "GET", self._keys(org_id), headers=headers, request_id=request_id
+        )
+
+    async def get_key(
+        self, org_id: str, caller_key_id: str, key_id: str, *, request_id: str
+    ) -> schemas.KeyOut:
+        headers = {"x-caller-key-id": caller_key_id}
+        path = self._keys(org_id, key_id)
+        return await self.call(schemas.KeyOut, "GET", path, headers=headers, request_id=request_id)
+
+    async def create_key(
+        self, org_id: str, caller_key_id: str, body: wire.KeyCreate, *, request_id: str
+    ) -> schemas.KeyCreatedOut:
+        return await self.call(
+            schemas.KeyCreatedOut,
+            "POST",
+            self._keys(org_id),
+            headers={"x-caller-key-id": caller_key_id},
+            json=body.model_dump(by_alias=True),
+            request_id=request_id,
+        )
+
+    async def delete_key(self, org_id: str, caller_key_id: str, key_id: str, *, request_id: str) -> None:
+        headers = {"x-caller-key-id": caller_key_id}
+        await self.request("DELETE", self._keys(org_id, key_id), headers=headers, request_id=request_id)
+
+    async def rotate_key(
+        self, org_id: str, caller_key_id: str, key_id: str, body: wire.KeyRotate, *, request_id: str
+    ) -> schemas.KeyRotatedOut:
+        return await self.call(
+            schemas.KeyRotatedOut,
+            "POST",
+            self._keys(org_id, key_id) + "/rotate",
+            headers={"x-caller-key-id": caller_key_id},
+            json=body.model_dump(by_alias=True),
+            request_id=request_id,
+        )
 
     async def principal(
         self, key_hash: str, organization_id: str | None, *, request_id: str | None
@@ -124,9 +178,12 @@ class AuthClient(ServiceClient):
         expires = body.key_expires_at
         expires_unix = datetime.fromisoformat(expires.replace("Z", "+00:00")).timestamp() if expires else None
         principal = Principal(
-            **body.model_dump(exclude={"key_expires_at", "ingest"}),
+            **body.model_dump(exclude={"key_expires_at", "ingest", "scopes", "actions", "networks"}),
             key_expires_at=expires_unix,
             ingest=body.ingest,
+            scopes=tuple(body.scopes),
+            actions=frozenset(body.actions),
+            networks=networks_of(body.networks),
         )
         ttl = self.cache_seconds
         if expires_unix is not None:
@@ -353,9 +410,17 @@ class AccountsClient(ServiceClient):
         ).keys
 
     async def create_key(
-        self, caller: Caller, org_id: str, *, kind: str, name: str, expires_in: int | None
+        self,
+        caller: Caller,
+        org_id: str,
+        *,
+        kind: str,
+        name: str,
+        expires_in: int | None,
+        scopes: list[str] | None = None,
+        folder_id: str | None = None,
     ) -> schemas.KeyCreatedOut:
-        body = {"kind": kind, "name": name, "expiresIn": expires_in}
+        body = {"kind": kind, "name": name, "expiresIn": expires_in, "scopes": scopes, "folderId": folder_id}
         answer = await self._call("POST", f"/orgs/{_seg(org_id)}/keys", caller, json=body)
         return schemas.KeyCreatedOut.model_validate(answer)
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from coffer_edge.actor import actor_header
+from coffer_edge.actor import actor_header, subtree_root
 from coffer_edge.clients.base import ServiceClient
 from coffer_kit import wire
 from coffer_kit.resources import Asset, Folder, FolderWithPath
@@ -36,6 +36,9 @@ class MetadataClient(ServiceClient):
     on_change: Callable[[], None] | None = None
 
     async def request(self, method: str, path: str, **kwargs: Any) -> bytes:
+        if (root := subtree_root()) is not None:
+            # A subtree key's call: metadata answers as if that folder were the root (issue 46).
+            kwargs["headers"] = {**(kwargs.get("headers") or {}), wire.SUBTREE_HEADER: root}
         body = await super().request(method, path, **kwargs)
         if method != "GET" and self.on_change is not None and actor_header() is not None:
             self.on_change()

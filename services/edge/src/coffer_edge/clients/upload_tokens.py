@@ -17,6 +17,7 @@ from coffer_kit.wire import (
     UploadGrant,
     UploadTokenCreated,
     UploadTokenIn,
+    UploadTokenPlace,
 )
 
 
@@ -50,6 +51,11 @@ class UploadTokenClient(ServiceClient):
             json=token.model_dump(by_alias=True),
             request_id=request_id,
         )
+
+    async def place(self, org_id: str, token_id: str, *, request_id: str) -> UploadTokenPlace:
+        """Where the token's upload goes; 404 for another organization's."""
+        path = f"/internal/v1/orgs/{org_id}/upload-tokens/{token_id}"
+        return await self.call(UploadTokenPlace, "GET", path, request_id=request_id)
 
     async def revoke(self, org_id: str, token_id: str, *, request_id: str) -> None:
         """Delete one of the organization's tokens; 404 for any other."""

@@ -17,7 +17,16 @@ from starlette.requests import ClientDisconnect
 
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
-from coffer_edge.deps import KEYED, BlobDep, MetadataDep, PrincipalDep, RequestIdDep, edge_state, principal_of
+from coffer_edge.deps import (
+    KEYED,
+    BlobDep,
+    MetadataDep,
+    PrincipalDep,
+    RequestIdDep,
+    edge_state,
+    needs,
+    principal_of,
+)
 from coffer_edge.metrics import UPLOAD_BYTES, UPLOAD_DURATION, UPLOADS
 from coffer_edge.routers.folders import JSONRoute
 from coffer_edge.schemas import (
@@ -191,7 +200,7 @@ def media_type_allowed(mime_type: str, allowed: tuple[str, ...]) -> bool:
     status_code=201,
     response_model=AssetOut,
     responses=errors(404, 413, 415),
-    openapi_extra={**UPLOAD_BODY, **KEYED},
+    openapi_extra=needs("assets:write", **UPLOAD_BODY, **KEYED),
 )
 async def upload_asset(request: Request) -> Response:
     """Upload a file (multipart/form-data: `file`, optional `name` and `folderId`)."""
@@ -360,7 +369,7 @@ async def _upload(
 # Reads answer metadata's JSON as it is: it is the public body byte for byte, so decoding,
 # validating against the response model and encoding it again would only cost CPU. The
 # response models stay in the decorators for the OpenAPI document.
-@router.get("", response_model=AssetList, responses=errors(404))
+@router.get("", response_model=AssetList, responses=errors(404), openapi_extra=needs("assets:read"))
 async def list_assets(
     principal: PrincipalDep,
     metadata: MetadataDep,
@@ -396,7 +405,9 @@ async def list_assets(
     return Response(page, media_type="application/json")
 
 
-@lean_router.get("/{asset_id}", response_model=AssetOut, responses=errors(404), openapi_extra=KEYED)
+@lean_router.get(
+    "/{asset_id}", response_model=AssetOut, responses=errors(404), openapi_extra=needs("assets:read", **KEYED)
+)
 async def get_asset(request: Request, asset_id: str) -> Response:
     """One asset."""
     principal = await principal_of(request)
@@ -407,7 +418,9 @@ async def get_asset(request: Request, asset_id: str) -> Response:
     return Response(asset, media_type="application/json")
 
 
-@json_router.patch("/{asset_id}", response_model=AssetOut, responses=errors(404, 415))
+@json_router.patch(
+    "/{asset_id}", response_model=AssetOut, responses=errors(404, 415), openapi_extra=needs("assets:write")
+)
 async def update_asset(
     asset_id: str,
     body: AssetUpdate,
@@ -455,7 +468,9 @@ async def update_stored_asset(
     return body
 
 
-@router.delete("/{asset_id}", response_model=Success, responses=errors(404))
+@router.delete(
+    "/{asset_id}", response_model=Success, responses=errors(404), openapi_extra=needs("assets:delete")
+)
 async def delete_asset(
     asset_id: str, principal: PrincipalDep, metadata: MetadataDep, blob: BlobDep, rid: RequestIdDep
 ) -> Any:
@@ -493,7 +508,9 @@ def refuse_unscanned(asset: AssetOut, scan_mode: str) -> None:
         )
 
 
-@router.get("/{asset_id}/url", response_model=SignedUrl, responses=errors(404, 409))
+@router.get(
+    "/{asset_id}/url", response_model=SignedUrl, responses=errors(404, 409), openapi_extra=needs("urls:sign")
+)
 async def get_signed_url(
     asset_id: str,
     principal: PrincipalDep,

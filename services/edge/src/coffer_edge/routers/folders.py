@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.routing import APIRoute
 
-from coffer_edge.deps import MetadataDep, PrincipalDep, RequestIdDep
+from coffer_edge.deps import MetadataDep, PrincipalDep, RequestIdDep, needs
 from coffer_edge.schemas import Folder as FolderOut
 from coffer_edge.schemas import FolderCreate, FolderList, FolderUpdate, FolderWithPath, Success, errors
 from coffer_kit.errors import invalid, unsupported_media_type
@@ -39,7 +39,7 @@ class JSONRoute(APIRoute):
 router = APIRouter(prefix="/api/folders", tags=["folders"], route_class=JSONRoute)
 
 
-@router.get("", response_model=FolderList, responses=errors(404))
+@router.get("", response_model=FolderList, responses=errors(404), openapi_extra=needs("folders:read"))
 async def list_folders(
     principal: PrincipalDep,
     metadata: MetadataDep,
@@ -54,7 +54,13 @@ async def list_folders(
     return Response(folders, media_type="application/json")
 
 
-@router.post("", status_code=201, response_model=FolderOut, responses=errors(404, 409, 415))
+@router.post(
+    "",
+    status_code=201,
+    response_model=FolderOut,
+    responses=errors(404, 409, 415),
+    openapi_extra=needs("folders:write"),
+)
 async def create_folder(
     body: FolderCreate, principal: PrincipalDep, metadata: MetadataDep, rid: RequestIdDep
 ) -> Any:
@@ -62,7 +68,9 @@ async def create_folder(
     return await metadata.create_folder(principal.organization_id, body.name, body.parentId, request_id=rid)
 
 
-@router.get("/{folder_id}", response_model=FolderWithPath, responses=errors(404))
+@router.get(
+    "/{folder_id}", response_model=FolderWithPath, responses=errors(404), openapi_extra=needs("folders:read")
+)
 async def get_folder(
     folder_id: str, principal: PrincipalDep, metadata: MetadataDep, rid: RequestIdDep
 ) -> Response:
@@ -71,7 +79,12 @@ async def get_folder(
     return Response(folder, media_type="application/json")
 
 
-@router.patch("/{folder_id}", response_model=FolderOut, responses=errors(404, 409, 415))
+@router.patch(
+    "/{folder_id}",
+    response_model=FolderOut,
+    responses=errors(404, 409, 415),
+    openapi_extra=needs("folders:write"),
+)
 async def update_folder(
     folder_id: str, body: FolderUpdate, principal: PrincipalDep, metadata: MetadataDep, rid: RequestIdDep
 ) -> Response:
@@ -83,7 +96,9 @@ async def update_folder(
     return Response(folder, media_type="application/json")
 
 
-@router.delete("/{folder_id}", response_model=Success, responses=errors(404))
+@router.delete(
+    "/{folder_id}", response_model=Success, responses=errors(404), openapi_extra=needs("folders:write")
+)
 async def delete_folder(
     folder_id: str, principal: PrincipalDep, metadata: MetadataDep, rid: RequestIdDep
 ) -> Any:

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path
 
 from coffer_edge.clients.auth import Principal
-from coffer_edge.deps import BlobDep, PrincipalDep, RequestIdDep
+from coffer_edge.deps import BlobDep, PrincipalDep, RequestIdDep, needs
 from coffer_edge.routers.folders import JSONRoute
 from coffer_edge.schemas import Success, TransformPreset, TransformPresetBody, TransformPresetList, errors
 from coffer_kit import transforms
@@ -54,7 +54,7 @@ def _out(name: str, transform: transforms.Transform, *, built_in: bool) -> Trans
     return TransformPreset(name=name, builtIn=built_in, **transform.fields())
 
 
-@router.get("", response_model=TransformPresetList, responses=errors())
+@router.get("", response_model=TransformPresetList, responses=errors(), openapi_extra=needs("urls:sign"))
 async def list_presets(principal: PrincipalDep, blob: BlobDep, rid: RequestIdDep) -> Any:
     """The built-in presets, then the organization's own, by name."""
     own = await blob.transform_presets(principal.organization_id, request_id=rid)
@@ -63,7 +63,9 @@ async def list_presets(principal: PrincipalDep, blob: BlobDep, rid: RequestIdDep
     return TransformPresetList(presets=built_in + mine)
 
 
-@router.get("/{name}", response_model=TransformPreset, responses=errors(404))
+@router.get(
+    "/{name}", response_model=TransformPreset, responses=errors(404), openapi_extra=needs("urls:sign")
+)
 async def get_preset(name: PresetName, principal: PrincipalDep, blob: BlobDep, rid: RequestIdDep) -> Any:
     """One preset, built in or the organization's own."""
     if name in transforms.BUILTIN_PRESETS:
@@ -75,7 +77,12 @@ async def get_preset(name: PresetName, principal: PrincipalDep, blob: BlobDep, r
     return TransformPreset(name=name, builtIn=False, **fields.model_dump())
 
 
-@json_router.put("/{name}", response_model=TransformPreset, responses=errors(400, 409, 415))
+@json_router.put(
+    "/{name}",
+    response_model=TransformPreset,
+    responses=errors(400, 409, 415),
+    openapi_extra=needs("presets:manage"),
+)
 async def put_preset(
     name: OwnPresetName, body: TransformPresetBody, principal: AdminDep, blob: BlobDep, rid: RequestIdDep
 ) -> Any:
@@ -94,7 +101,9 @@ async def put_preset(
     return TransformPreset(name=name, builtIn=False, **stored.model_dump())
 
 
-@router.delete("/{name}", response_model=Success, responses=errors(400, 404))
+@router.delete(
+    "/{name}", response_model=Success, responses=errors(400, 404), openapi_extra=needs("presets:manage")
+)
 async def delete_preset(name: OwnPresetName, principal: AdminDep, blob: BlobDep, rid: RequestIdDep) -> Any:
     """Remove one of the organization's presets; built-in ones cannot be removed (400)."""
     if name in transforms.BUILTIN_PRESETS:

@@ -42,7 +42,15 @@ from starlette.types import Scope
 from coffer_edge.actor import act_as
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
-from coffer_edge.deps import EdgeState, MetadataDep, PrincipalDep, RequestIdDep, authenticate, edge_state
+from coffer_edge.deps import (
+    EdgeState,
+    MetadataDep,
+    PrincipalDep,
+    RequestIdDep,
+    authenticate,
+    edge_state,
+    needs,
+)
 from coffer_edge.metrics import UPLOAD_BYTES, UPLOADS
 from coffer_edge.routers.assets import media_type_allowed
 from coffer_edge.routers.uploads import TOKEN_PREFIX, UPLOADS_PATH, token_hash
@@ -741,7 +749,8 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
     "",
     status_code=201,
     responses=_responses(201, "Created; `Location` is the upload's URL.", 404, 412, 413, 415, 460),
-    openapi_extra=_documented(
+    openapi_extra=needs("assets:write")
+    | _documented(
         **{
             "Upload-Length": "The file's size in bytes (at most 104857600); required.",
             "Upload-Metadata": "Comma-separated `key base64(value)`: `filename` (required), `folderId`, "
@@ -810,7 +819,7 @@ def _has_body(request: Request) -> bool:
 @router.head(
     "/{upload_id}",
     responses=_responses(200, "The upload's offset and length.", 404, 412),
-    openapi_extra=_documented(),
+    openapi_extra=needs("assets:write") | _documented(),
 )
 async def upload_state(upload_id: UploadIdPath, request: Request, token: Token = None) -> Response:
     """How much of the upload is stored (`Upload-Offset`), and its asset once complete."""
@@ -837,7 +846,8 @@ async def upload_state(upload_id: UploadIdPath, request: Request, token: Token =
     responses=_responses(
         204, "Stored; `Upload-Offset` is the new offset.", 404, 409, 412, 413, 415, 423, 460
     ),
-    openapi_extra=_documented(
+    openapi_extra=needs("assets:write")
+    | _documented(
         body="The chunk's bytes, at most what the upload still lacks.",
         **{
             "Upload-Offset": "Where this chunk starts: the offset HEAD answered.",
@@ -876,7 +886,7 @@ async def upload_chunk(upload_id: UploadIdPath, request: Request, token: Token =
     "/{upload_id}",
     status_code=204,
     responses=_responses(204, "Terminated: its bytes and reservation released.", 404, 412, 423),
-    openapi_extra=_documented(),
+    openapi_extra=needs("assets:write") | _documented(),
 )
 async def terminate_upload(upload_id: UploadIdPath, request: Request, token: Token = None) -> Response:
     """Terminate the upload (tus termination): its bytes are deleted and its reservation
@@ -920,7 +930,11 @@ def open_upload(upload: TusUpload) -> dict[str, Any]:
 
 
 @open_router.get(
-    UPLOADS_PATH, response_model=OpenUploadList, responses=errors(), tags=["resumable uploads (tus)"]
+    UPLOADS_PATH,
+    response_model=OpenUploadList,
+    responses=errors(),
+    tags=["resumable uploads (tus)"],
+    openapi_extra=needs("assets:write"),
 )
 async def list_open_uploads(
     principal: PrincipalDep,
@@ -940,6 +954,7 @@ async def list_open_uploads(
     response_model=Success,
     responses={**errors(404), 423: {"model": ErrorEnvelope, "description": "A PATCH is running (`locked`)."}},
     tags=["resumable uploads (tus)"],
+    openapi_extra=needs("assets:write"),
 )
 async def terminate_open_upload(
     upload_id: Annotated[str, Path(description="The upload's id (`tus_…`).")],

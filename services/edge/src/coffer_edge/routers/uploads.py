@@ -28,13 +28,16 @@ from coffer_edge.deps import (
     SettingsDep,
     UploadTokensDep,
     edge_state,
+    needs,
 )
 from coffer_edge.routers.assets import UploadScope, upload_response
 from coffer_edge.routers.folders import JSONRoute
 from coffer_edge.schemas import TOKEN_UPLOAD_BODY, Success, UploadToken, UploadTokenCreate, errors
 from coffer_edge.schemas import Asset as AssetOut
+from coffer_edge.subtree import require_token_inside
 from coffer_kit.errors import CofferError
 from coffer_kit.ids import UPLOAD_TOKEN_ID_PATTERN
+from coffer_kit.scopes import TOKEN
 from coffer_kit.wire import UploadTokenIn
 
 UPLOADS_PATH = "/api/uploads"
@@ -57,7 +60,11 @@ def token_hash(token: str) -> str:
 
 
 @json_router.post(
-    "/api/upload-tokens", status_code=201, response_model=UploadToken, responses=errors(404, 415)
+    "/api/upload-tokens",
+    status_code=201,
+    response_model=UploadToken,
+    responses=errors(404, 415),
+    openapi_extra=needs("upload-tokens:create"),
 )
 async def create_upload_token(
     body: UploadTokenCreate,
@@ -95,14 +102,22 @@ async def create_upload_token(
     }
 
 
-@router.delete("/api/upload-tokens/{token_id}", response_model=Success, responses=errors(404))
+@router.delete(
+    "/api/upload-tokens/{token_id}",
+    response_model=Success,
+    responses=errors(404),
+    openapi_extra=needs("upload-tokens:create"),
+)
 async def revoke_upload_token(
     token_id: Annotated[str, Path(pattern=UPLOAD_TOKEN_ID_PATTERN)],
     principal: PrincipalDep,
     tokens: UploadTokensDep,
+    metadata: MetadataDep,
     rid: RequestIdDep,
 ) -> Any:
     """Revoke an upload token before it is used (the minting organization's keys; others 404)."""
+    if principal.folder_id is not None:  # a subtree key: its subtree's tokens only (issue 46)
+        await require_token_inside(principal, token_id, tokens, metadata, rid)
     await tokens.revoke(principal.organization_id, token_id, request_id=rid)
     return {"success": True}
 
@@ -112,7 +127,7 @@ async def revoke_upload_token(
     status_code=201,
     response_model=AssetOut,
     responses=errors(404, 413, 415),
-    openapi_extra=TOKEN_UPLOAD_BODY,
+    openapi_extra=needs(TOKEN, **TOKEN_UPLOAD_BODY),
 )
 async def upload_with_token(
     request: Request,

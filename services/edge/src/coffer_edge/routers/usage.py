@@ -6,13 +6,13 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from coffer_edge.deps import MetadataDep, PrincipalDep, RequestIdDep
+from coffer_edge.deps import MetadataDep, PrincipalDep, RequestIdDep, needs
 from coffer_edge.schemas import Usage, errors
 
 router = APIRouter(prefix="/api/usage", tags=["usage"])
 
 
-@router.get("", response_model=Usage, responses=errors())
+@router.get("", response_model=Usage, responses=errors(), openapi_extra=needs("usage:read"))
 async def get_usage(principal: PrincipalDep, metadata: MetadataDep, rid: RequestIdDep) -> Any:
     """Bytes and assets stored by the acting organization, and its quota."""
     used = await metadata.usage(principal.organization_id, request_id=rid)

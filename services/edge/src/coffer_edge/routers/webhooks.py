@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Respons
 from fastapi.routing import APIRoute
 
 from coffer_edge.clients.auth import Principal
-from coffer_edge.deps import MetadataDep, PrincipalDep, RequestIdDep
+from coffer_edge.deps import MetadataDep, PrincipalDep, RequestIdDep, needs
 from coffer_edge.routers.folders import require_json
 from coffer_edge.schemas import PageLimit, PageOffset, Success, errors
 from coffer_kit.errors import forbidden, invalid
@@ -61,7 +61,13 @@ class JSONBodyRoute(APIRoute):
 router = APIRouter(prefix="/api/webhooks", tags=["webhooks"], route_class=JSONBodyRoute)
 
 
-@router.post("", status_code=201, response_model=WebhookEndpointWithSecret, responses=errors(404, 409, 415))
+@router.post(
+    "",
+    status_code=201,
+    response_model=WebhookEndpointWithSecret,
+    openapi_extra=needs("webhooks:manage"),
+    responses=errors(404, 409, 415),
+)
 async def create_webhook(
     body: WebhookCreate, principal: AdminDep, metadata: MetadataDep, rid: RequestIdDep
 ) -> Any:
@@ -74,19 +80,31 @@ async def create_webhook(
     return await metadata.create_webhook(principal.organization_id, body, request_id=rid)
 
 
-@router.get("", response_model=WebhookEndpointList, responses=errors())
+@router.get(
+    "", response_model=WebhookEndpointList, openapi_extra=needs("webhooks:manage"), responses=errors()
+)
 async def list_webhooks(principal: AdminDep, metadata: MetadataDep, rid: RequestIdDep) -> Any:
     """The organization's endpoints, oldest first (never their secrets)."""
     return await metadata.list_webhooks(principal.organization_id, request_id=rid)
 
 
-@router.get("/{webhook_id}", response_model=WebhookEndpoint, responses=errors(404))
+@router.get(
+    "/{webhook_id}",
+    response_model=WebhookEndpoint,
+    openapi_extra=needs("webhooks:manage"),
+    responses=errors(404),
+)
 async def get_webhook(webhook_id: str, principal: AdminDep, metadata: MetadataDep, rid: RequestIdDep) -> Any:
     """One endpoint."""
     return await metadata.get_webhook(principal.organization_id, webhook_id, request_id=rid)
 
 
-@router.patch("/{webhook_id}", response_model=WebhookEndpoint, responses=errors(404, 415))
+@router.patch(
+    "/{webhook_id}",
+    response_model=WebhookEndpoint,
+    openapi_extra=needs("webhooks:manage"),
+    responses=errors(404, 415),
+)
 async def update_webhook(
     webhook_id: str, body: WebhookUpdate, principal: AdminDep, metadata: MetadataDep, rid: RequestIdDep
 ) -> Any:
@@ -97,7 +115,9 @@ async def update_webhook(
     return await metadata.update_webhook(principal.organization_id, webhook_id, body, request_id=rid)
 
 
-@router.delete("/{webhook_id}", response_model=Success, responses=errors(404))
+@router.delete(
+    "/{webhook_id}", response_model=Success, openapi_extra=needs("webhooks:manage"), responses=errors(404)
+)
 async def delete_webhook(
     webhook_id: str, principal: AdminDep, metadata: MetadataDep, rid: RequestIdDep
 ) -> Any:
@@ -105,7 +125,12 @@ async def delete_webhook(
     return await metadata.delete_webhook(principal.organization_id, webhook_id, request_id=rid)
 
 
-@router.post("/{webhook_id}/rotate-secret", response_model=WebhookEndpointWithSecret, responses=errors(404))
+@router.post(
+    "/{webhook_id}/rotate-secret",
+    response_model=WebhookEndpointWithSecret,
+    openapi_extra=needs("webhooks:manage"),
+    responses=errors(404),
+)
 async def rotate_webhook_secret(
     webhook_id: str, principal: AdminDep, metadata: MetadataDep, rid: RequestIdDep
 ) -> Any:
@@ -115,7 +140,11 @@ async def rotate_webhook_secret(
 
 
 @router.post(
-    "/{webhook_id}/test", status_code=202, response_model=WebhookDelivery, responses=errors(404, 409)
+    "/{webhook_id}/test",
+    status_code=202,
+    response_model=WebhookDelivery,
+    openapi_extra=needs("webhooks:manage"),
+    responses=errors(404, 409),
 )
 async def test_webhook(webhook_id: str, principal: AdminDep, metadata: MetadataDep, rid: RequestIdDep) -> Any:
     """Send a ``ping`` event to the endpoint now; its attempts show in the delivery log (409 if
@@ -123,7 +152,12 @@ async def test_webhook(webhook_id: str, principal: AdminDep, metadata: MetadataD
     return await metadata.test_webhook(principal.organization_id, webhook_id, request_id=rid)
 
 
-@router.get("/{webhook_id}/deliveries", response_model=WebhookAttemptList, responses=errors(404))
+@router.get(
+    "/{webhook_id}/deliveries",
+    response_model=WebhookAttemptList,
+    openapi_extra=needs("webhooks:manage"),
+    responses=errors(404),
+)
 async def list_webhook_deliveries(
     webhook_id: str,
     principal: AdminDep,
@@ -143,6 +177,7 @@ async def list_webhook_deliveries(
     "/{webhook_id}/deliveries/{delivery_id}/redeliver",
     status_code=202,
     response_model=WebhookDelivery,
+    openapi_extra=needs("webhooks:manage"),
     responses=errors(404, 409),
 )
 async def redeliver_webhook(

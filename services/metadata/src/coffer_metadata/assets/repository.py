@@ -13,6 +13,7 @@ from sqlmodel import Session, col, delete, select
 
 from coffer_kit.db import Database, DriverStatement, KeyedRead, PgTransaction
 from coffer_kit.limits import TUS_EXPIRY_SECONDS
+from coffer_metadata.folders.repository import tree_ids
 from coffer_metadata.models import Asset, Event, Folder, Tombstone, TusUpload, UploadIntent, Usage
 
 
@@ -253,6 +254,7 @@ def _filters(
     root_only: bool,
     q_key: str | None,
     visibility: str | None = None,
+    within: str | None = None,
 ) -> list[sa.ColumnElement[bool]]:
     sqlite_search = q_key is not None and session.get_bind().dialect.name == "sqlite"
     where: list[sa.ColumnElement[bool]] = [_assets.c.organization_id == org_id]
@@ -264,6 +266,8 @@ def _filters(
         where.append(_assets.c.folder_id == folder_id)
     if visibility is not None:
         where.append(_assets.c.visibility == visibility)
+    if within is not None:  # a subtree key's every asset (issue 46)
+        where.append(_assets.c.folder_id.in_(tree_ids(org_id, within)))
     if q_key is not None:
         pattern = _like_pattern(q_key)
         if not sqlite_search:
@@ -288,6 +292,7 @@ def search_page(
     limit: int,
     offset: int,
     visibility: str | None = None,
+    within: str | None = None,
 ) -> tuple[list[Row], int | None]:  # type: ignore[type-arg]
     """A page in any of the SORTS order, optionally only names containing ``q_key``, and then
     the number of matches (None without ``q_key`` or when the page is empty: ask ``count``
@@ -301,7 +306,7 @@ def search_page(
     counted = q_key is not None
     select = _VIEW.add_columns(func.count().over().label("total")) if counted else _VIEW
     statement = (
-        select.where(*_filters(session, org_id, folder_id, root_only, q_key, visibility))
+        select.where(*_filters(session, org_id, folder_id, root_only, q_key, visibility, within))
         .order_by(*(c.desc() if descending else c.asc() for c in order))
         .limit(limit)
         .offset(offset)
@@ -318,11 +323,12 @@ def search_count(
     root_only: bool,
     q_key: str | None,
     visibility: str | None = None,
+    within: str | None = None,
 ) -> int:
     statement = (
         sa.select(func.count())
         .select_from(_assets)
-        .where(*_filters(session, org_id, folder_id, root_only, q_key, visibility))
+        .where(*_filters(session, org_id, folder_id, root_only, q_key, visibility, within))
     )
     return int(session.connection().execute(statement).scalar() or 0)
 

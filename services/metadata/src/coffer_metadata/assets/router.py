@@ -9,9 +9,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
+from sqlmodel import Session
 
 from coffer_kit.db import DatabaseState, run_read
-from coffer_kit.errors import invalid
+from coffer_kit.errors import invalid, not_found
 from coffer_kit.internal_token import require_internal_token
 from coffer_kit.limits import (
     MAX_NAME_CHARS,
@@ -35,11 +36,13 @@ from coffer_kit.wire import (
     UploadCommit,
     UploadTarget,
 )
+from coffer_metadata import subtree
 from coffer_metadata.assets import repository, service
 from coffer_metadata.deps import DatabaseDep, SessionDep, SettingsDep
 from coffer_metadata.events import ActorDep, actor_of
 from coffer_metadata.folders.service import UNSET, check_folder
 from coffer_metadata.names import default_name
+from coffer_metadata.subtree import SubtreeDep
 
 Sort = repository.Sort
 
@@ -89,13 +92,17 @@ async def commit_upload(request: Request, org_id: str) -> JSONResponse:
     await require_internal_token(request)
     body = await json_body(request, UploadCommit)
     state = request_state(request, DatabaseState)
+    folder_id = body.folder_id or None
+    if (root := subtree.of_request(request)) is not None:
+        where = functools.partial(subtree.folder_or_root, org_id=org_id, root=root, folder_id=folder_id)
+        folder_id = await run_read(state.database.engine, where)
     commit = {
         "actor": actor_of(request),
         "org_id": org_id,
         "asset_id": body.id,
         "key": body.key,
         "name": body.name if body.name is not None else default_name(body.filename, body.key),
-        "folder_id": body.folder_id or None,
+        "folder_id": folder_id,
         "mime_type": body.mime_type,
         "size": body.size,
         "sha256": body.sha256,
@@ -127,9 +134,11 @@ async def list_assets(
     q: Annotated[str | None, Query(min_length=1, max_length=MAX_NAME_CHARS)] = None,
     sort: Annotated[Sort, Query()] = repository.DEFAULT_SORT,
     visibility: Annotated[Visibility | None, Query()] = None,
+    root: SubtreeDep = None,
 ) -> JSONResponse:
     if (
-        folder_id is None
+        root is None
+        and folder_id is None
         and q is None
         and sort == repository.DEFAULT_SORT
         and visibility is None
@@ -151,6 +160,7 @@ async def list_assets(
         q=q,
         sort=sort,
         visibility=visibility,
+        subtree=root,
     )
     return JSONResponse(await run_read(database.engine, page))
 
@@ -159,8 +169,18 @@ async def list_assets(
 async def get_asset(request: Request, org_id: str, asset_id: str) -> JSONResponse:
     await require_internal_token(request)
     state = request_state(request, DatabaseState)
-    view = service.read_view(state.database, org_id=org_id, asset_id=asset_id, cdn_url=state.settings.cdn_url)
-    return JSONResponse(await view)
+    view = await service.read_view(
+        state.database, org_id=org_id, asset_id=asset_id, cdn_url=state.settings.cdn_url
+    )
+    if (root := subtree.of_request(request)) is not None:
+        where = view["folderId"]
+
+        def within(session: Session) -> bool:
+            return where is not None and subtree.inside(session, org_id=org_id, root=root, folder_id=where)
+
+        if not await run_read(state.database.engine, within):
+            raise not_found(f"Asset {asset_id} does not exist.")
+    return JSONResponse(view)
 
 
 @router.get("/orgs/{org_id}/usage")
@@ -170,10 +190,11 @@ async def get_usage(org_id: str, database: DatabaseDep) -> StoredUsage:
 
 
 @router.post("/orgs/{org_id}/upload-targets")
-def check_target(org_id: str, body: UploadTarget, session: SessionDep) -> UploadTarget:
+def check_target(org_id: str, body: UploadTarget, session: SessionDep, root: SubtreeDep) -> UploadTarget:
     """Where a future upload will go (an upload token's scope): the folder exists and is the
-    organization's, the name is valid. Answers the name normalised."""
-    folder_id = body.folder_id or None
+    organization's (and in a subtree key's subtree: its root when none is named), the name is
+    valid. Answers the name normalised."""
+    folder_id = subtree.folder_or_root(session, org_id=org_id, root=root, folder_id=body.folder_id or None)
     if folder_id is not None:
         check_folder(session, org_id=org_id, folder_id=folder_id)
     name = normalize_name(body.name) if body.name is not None else None
@@ -190,7 +211,13 @@ class AssetPatch(BaseModel):
 
 @router.patch("/orgs/{org_id}/assets/{asset_id}")
 def update_asset(
-    org_id: str, asset_id: str, body: AssetPatch, session: SessionDep, settings: SettingsDep, actor: ActorDep
+    org_id: str,
+    asset_id: str,
+    body: AssetPatch,
+    session: SessionDep,
+    settings: SettingsDep,
+    actor: ActorDep,
+    root: SubtreeDep,
 ) -> Asset:
     sent = body.model_fields_set
     if "name" in sent and body.name is None:
@@ -199,12 +226,16 @@ def update_asset(
         raise invalid("'visibility' is 'public' or 'private'.", field="visibility")
     if not sent & {"name", "folder_id", "visibility"}:
         raise invalid("Send 'name', 'folderId' or 'visibility'.", field="body")
+    subtree.require_asset_inside(session, org_id=org_id, root=root, asset_id=asset_id)
+    folder: str | object | None = UNSET
+    if "folder_id" in sent:
+        folder = subtree.folder_or_root(session, org_id=org_id, root=root, folder_id=body.folder_id or None)
     asset = service.update(
         session,
         org_id=org_id,
         asset_id=asset_id,
         name=body.name,
-        folder_id=(body.folder_id or None) if "folder_id" in sent else UNSET,
+        folder_id=folder,  # type: ignore[arg-type]
         visibility=body.visibility,
         cdn_url=settings.cdn_url,
         actor=actor,
@@ -214,8 +245,9 @@ def update_asset(
 
 @router.post("/orgs/{org_id}/assets/{asset_id}/tombstone")
 def hide_asset(
-    org_id: str, asset_id: str, session: SessionDep, settings: SettingsDep, actor: ActorDep
+    org_id: str, asset_id: str, session: SessionDep, settings: SettingsDep, actor: ActorDep, root: SubtreeDep
 ) -> Hidden:
+    subtree.require_asset_inside(session, org_id=org_id, root=root, asset_id=asset_id)
     return Hidden(
         key=service.hide(session, org_id=org_id, asset_id=asset_id, cdn_url=settings.cdn_url, actor=actor)
     )

@@ -30,6 +30,7 @@ from coffer_kit.tracing import tracer
 from coffer_kit.urls import asset_prefix, public_url
 from coffer_kit.wire import Actor, StaleIntent, StaleTombstone, StoredUsage, SweepCandidates
 from coffer_metadata import events
+from coffer_metadata import subtree as confined
 from coffer_metadata.assets import repository
 from coffer_metadata.folders.service import Unset, check_folder
 from coffer_metadata.models import Asset
@@ -361,21 +362,32 @@ def list_views(
     q: str | None = None,
     sort: repository.Sort = repository.DEFAULT_SORT,
     visibility: str | None = None,
+    subtree: str | None = None,
 ) -> dict[str, Any]:
     """A page of assets and the total that match, as the contract writes them.
 
     ``folder_id`` "" means root level only; ``q`` keeps names containing it (any case);
-    ``visibility`` keeps only public or only private assets.
+    ``visibility`` keeps only public or only private assets. With ``subtree`` (a subtree key,
+    issue 46) that folder is the root: "" lists its own assets, none lists its whole subtree,
+    and a folder outside it is 404.
     """
     root_only = folder_id == ""
     folder = folder_id or None
     repository.one_snapshot(session)
+    within: str | None = None
+    if subtree is not None:
+        if root_only:
+            root_only, folder = False, subtree
+        elif folder is None:
+            within = subtree
+        else:
+            confined.require_inside(session, org_id=org_id, root=subtree, folder_id=folder)
     if folder is not None:
         check_folder(session, org_id=org_id, folder_id=folder)
     if q is not None and not could_be_in_a_name(q):
         # No name holds a control character (and PostgreSQL could not even compare a NUL).
         return {"assets": [], "total": 0, "limit": limit, "offset": offset}
-    if q is None and sort == repository.DEFAULT_SORT and visibility is None:
+    if q is None and sort == repository.DEFAULT_SORT and visibility is None and within is None:
         total = repository.count(session, org_id=org_id, folder_id=folder, root_only=root_only)
         items = repository.page(
             session,
@@ -398,10 +410,11 @@ def list_views(
             limit=limit,
             offset=offset,
             visibility=visibility,
+            within=within,
         )
         if matches is not None:
             total = matches
-        elif q_key is None and visibility is None:
+        elif q_key is None and visibility is None and within is None:
             total = repository.count(session, org_id=org_id, folder_id=folder, root_only=root_only)
         else:  # a page past the end, or a visibility without a search: count apart
             total = repository.search_count(
@@ -411,6 +424,7 @@ def list_views(
                 root_only=root_only,
                 q_key=q_key,
                 visibility=visibility,
+                within=within,
             )
     return {"assets": page_views(items, cdn_url, org_id), "total": total, "limit": limit, "offset": offset}
 

@@ -98,7 +98,7 @@ def lock_tree(session: Session, *, org_id: str) -> None:
         session.connection().execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
 
 
-def _tree_ids(org_id: str, folder_id: str) -> sa.Select[tuple[str]]:
+def tree_ids(org_id: str, folder_id: str) -> sa.Select[tuple[str]]:
     """The ids of a folder and all its descendants (one recursive query)."""
     tree = (
         sa_select(col(Folder.id))
@@ -115,7 +115,7 @@ def _tree_ids(org_id: str, folder_id: str) -> sa.Select[tuple[str]]:
 
 def subtree(session: Session, *, org_id: str, folder_id: str) -> list[Folder]:
     """A folder and all its descendants."""
-    ids = _tree_ids(org_id, folder_id)
+    ids = tree_ids(org_id, folder_id)
     return list(
         session.exec(select(Folder).where(col(Folder.organization_id) == org_id, col(Folder.id).in_(ids)))
     )
@@ -123,7 +123,7 @@ def subtree(session: Session, *, org_id: str, folder_id: str) -> list[Folder]:
 
 def subtree_counts(session: Session, *, org_id: str, folder_id: str) -> tuple[int, int]:
     """(folders below the folder, assets in it and below): what deleting it touches."""
-    ids = _tree_ids(org_id, folder_id)
+    ids = tree_ids(org_id, folder_id)
     folders = session.execute(sa_select(sa.func.count()).select_from(ids.subquery())).scalar_one()
     assets = session.execute(
         sa_select(sa.func.count())
@@ -133,12 +133,12 @@ def subtree_counts(session: Session, *, org_id: str, folder_id: str) -> tuple[in
     return max(0, int(folders) - 1), int(assets)
 
 
-def delete_tree(session: Session, *, org_id: str, folder_id: str) -> None:
-    """Delete a folder and all its descendants; their assets move to root."""
-    ids = _tree_ids(org_id, folder_id)
+def delete_tree(session: Session, *, org_id: str, folder_id: str, assets_to: str | None = None) -> None:
+    """Delete a folder and all its descendants; their assets move to root (or ``assets_to``)."""
+    ids = tree_ids(org_id, folder_id)
     session.exec(
         update(Asset)
         .where(col(Asset.organization_id) == org_id, col(Asset.folder_id).in_(ids))
-        .values(folder_id=None)
+        .values(folder_id=assets_to)
     )
     session.exec(delete(Folder).where(col(Folder.organization_id) == org_id, col(Folder.id).in_(ids)))

@@ -157,12 +157,15 @@ def update(
     return folder
 
 
-def delete_tree(session: Session, *, org_id: str, folder_id: str, actor: Actor) -> None:
+def delete_tree(
+    session: Session, *, org_id: str, folder_id: str, actor: Actor, assets_to: str | None = None
+) -> None:
     """Delete a folder and its subfolders in this transaction, one event each; their assets
-    move to root (without an event each: ``folder.deleted`` says so for all of them)."""
+    move to root, or to ``assets_to`` (without an event each: ``folder.deleted`` says so for
+    all of them)."""
     repository.lock_tree(session, org_id=org_id)
     check_folder(session, org_id=org_id, folder_id=folder_id)
     now = utcnow()
     for folder in repository.subtree(session, org_id=org_id, folder_id=folder_id):
         events.record(session, org_id=org_id, type="folder.deleted", data=view(folder), actor=actor, now=now)
-    repository.delete_tree(session, org_id=org_id, folder_id=folder_id)
+    repository.delete_tree(session, org_id=org_id, folder_id=folder_id, assets_to=assets_to)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Depends, Query
 
-from coffer_kit.errors import invalid
+from coffer_kit.errors import invalid, not_found
 from coffer_kit.limits import PAGE_LIMIT_MAX, PAGE_OFFSET_MAX
 from coffer_kit.webhooks import (
     WebhookAttemptList,
@@ -18,9 +18,12 @@ from coffer_kit.webhooks import (
     WebhookUpdate,
 )
 from coffer_kit.wire import Done
+from coffer_metadata import subtree
 from coffer_metadata.config import Settings
 from coffer_metadata.deps import SessionDep, SettingsDep
 from coffer_metadata.events import ActorDep
+from coffer_metadata.models import WebhookEndpoint as WebhookEndpointRow
+from coffer_metadata.subtree import SubtreeDep
 from coffer_metadata.webhooks import service
 from coffer_metadata.webhooks.secrets import SecretBox
 
@@ -31,25 +34,60 @@ def _box(settings: Settings) -> SecretBox:
     return SecretBox(settings.webhook_secret())
 
 
+def _confined(org_id: str, webhook_id: str, session: SessionDep, root: SubtreeDep) -> None:
+    """A subtree key (issue 46) reaches only the endpoints limited to its subtree: 404 else."""
+    if root is None:
+        return
+    endpoint = session.get(WebhookEndpointRow, webhook_id)
+    if (
+        endpoint is not None
+        and endpoint.organization_id == org_id
+        and not (
+            endpoint.folder_id is not None
+            and subtree.inside(session, org_id=org_id, root=root, folder_id=endpoint.folder_id)
+        )
+    ):
+        raise not_found(f"Webhook endpoint {webhook_id} does not exist.")
+
+
+Confined = [Depends(_confined)]
+
+
 @router.post("", status_code=201)
 def create_webhook(
-    org_id: str, body: WebhookCreate, session: SessionDep, settings: SettingsDep, actor: ActorDep
+    org_id: str,
+    body: WebhookCreate,
+    session: SessionDep,
+    settings: SettingsDep,
+    actor: ActorDep,
+    root: SubtreeDep,
 ) -> WebhookEndpointWithSecret:
+    if root is not None:  # a subtree key's endpoint hears its subtree only
+        folder = subtree.folder_or_root(session, org_id=org_id, root=root, folder_id=body.folderId)
+        body = body.model_copy(update={"folderId": folder})
     box = _box(settings)
     return service.create(session, org_id=org_id, body=body, settings=settings, box=box, actor=actor)
 
 
 @router.get("")
-def list_webhooks(org_id: str, session: SessionDep) -> WebhookEndpointList:
-    return WebhookEndpointList.model_validate({"webhooks": service.list_views(session, org_id=org_id)})
+def list_webhooks(org_id: str, session: SessionDep, root: SubtreeDep) -> WebhookEndpointList:
+    views = service.list_views(session, org_id=org_id)
+    if root is not None:
+        views = [
+            v
+            for v in views
+            if v["folderId"] is not None
+            and subtree.inside(session, org_id=org_id, root=root, folder_id=v["folderId"])
+        ]
+    return WebhookEndpointList.model_validate({"webhooks": views})
 
 
-@router.get("/{webhook_id}")
+@router.get("/{webhook_id}", dependencies=Confined)
 def get_webhook(org_id: str, webhook_id: str, session: SessionDep) -> WebhookEndpoint:
     return WebhookEndpoint.model_validate(service.get_view(session, org_id=org_id, webhook_id=webhook_id))
 
 
-@router.patch("/{webhook_id}")
+@router.patch("/{webhook_id}", dependencies=Confined)
 def update_webhook(
     org_id: str,
     webhook_id: str,
@@ -57,8 +95,13 @@ def update_webhook(
     session: SessionDep,
     settings: SettingsDep,
     actor: ActorDep,
+    root: SubtreeDep,
 ) -> WebhookEndpoint:
     changes = body.model_dump(mode="json", include=body.model_fields_set)
+    if root is not None and "folderId" in changes:
+        changes["folderId"] = subtree.folder_or_root(
+            session, org_id=org_id, root=root, folder_id=changes["folderId"]
+        )
     for field in ("url", "events", "enabled"):
         if field in changes and changes[field] is None:
             raise invalid(f"'{field}' must not be null.", field=field)
@@ -68,25 +111,25 @@ def update_webhook(
     return WebhookEndpoint.model_validate(view)
 
 
-@router.delete("/{webhook_id}")
+@router.delete("/{webhook_id}", dependencies=Confined)
 def delete_webhook(org_id: str, webhook_id: str, session: SessionDep, actor: ActorDep) -> Done:
     service.delete(session, org_id=org_id, webhook_id=webhook_id, actor=actor)
     return Done()
 
 
-@router.post("/{webhook_id}/rotate-secret")
+@router.post("/{webhook_id}/rotate-secret", dependencies=Confined)
 def rotate_secret(
     org_id: str, webhook_id: str, session: SessionDep, settings: SettingsDep, actor: ActorDep
 ) -> WebhookEndpointWithSecret:
     return service.rotate(session, org_id=org_id, webhook_id=webhook_id, box=_box(settings), actor=actor)
 
 
-@router.post("/{webhook_id}/test", status_code=202)
+@router.post("/{webhook_id}/test", status_code=202, dependencies=Confined)
 def test_webhook(org_id: str, webhook_id: str, session: SessionDep, settings: SettingsDep) -> WebhookDelivery:
     return service.ping(session, org_id=org_id, webhook_id=webhook_id, settings=settings)
 
 
-@router.get("/{webhook_id}/deliveries")
+@router.get("/{webhook_id}/deliveries", dependencies=Confined)
 def list_deliveries(
     org_id: str,
     webhook_id: str,
@@ -97,7 +140,7 @@ def list_deliveries(
     return service.attempts_page(session, org_id=org_id, webhook_id=webhook_id, limit=limit, offset=offset)
 
 
-@router.post("/{webhook_id}/deliveries/{delivery_id}/redeliver", status_code=202)
+@router.post("/{webhook_id}/deliveries/{delivery_id}/redeliver", status_code=202, dependencies=Confined)
 def redeliver(
     org_id: str, webhook_id: str, delivery_id: str, session: SessionDep, settings: SettingsDep
 ) -> WebhookDelivery:

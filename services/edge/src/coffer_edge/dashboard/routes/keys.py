@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
@@ -17,11 +18,13 @@ from coffer_edge.dashboard.web import (
     Visit,
     accounts_of,
     field,
+    metadata_of,
     posted,
     redirect,
     state_of,
     with_sudo,
 )
+from coffer_edge.routers.keys import described
 from coffer_kit.accounts_wire import KeyCreatedOut, KeyOut, KeyRotatedOut
 from coffer_kit.errors import CofferError, invalid, not_found
 from coffer_kit.limits import MAX_KEY_LIFETIME_DAYS
@@ -37,6 +40,29 @@ PRESETS: dict[str, tuple[str, int | None]] = {
     "never": ("No expiry", None),
 }
 DEFAULT_EXPIRY = "90d"
+# What a key made here may do (issue 46): the bundles, in words.
+ACCESS: dict[str, str] = {
+    "full": "Everything (full)",
+    "read-only": "Read only: read files, list folders, sign URLs, see usage",
+    "uploader": "Upload only: upload, list folders, make upload tokens",
+}
+
+
+async def _folder_by_path(visit: Visit, path: str) -> str | None:
+    """The folder at ``/a/b`` (None for the root); 400 naming the first missing part."""
+    metadata = metadata_of(visit.request)
+    parent: str | None = None
+    walked = ""
+    for part in [p for p in path.strip().split("/") if p]:
+        walked += "/" + part
+        children = json.loads(
+            await metadata.list_folders(visit.org.id, parent, request_id=visit.caller.request_id or "")
+        )
+        match = [f["id"] for f in children["folders"] if f["name"] == part]
+        if not match:
+            raise invalid(f"There is no folder {walked}.")
+        parent = match[0]
+    return parent
 
 
 def _choices(visit: Visit) -> list[tuple[str, str]]:
@@ -82,6 +108,7 @@ async def _keys_page(
     notice: str | None = None,
 ) -> Response:
     keys = await accounts_of(visit.request).keys(visit.caller, visit.org.id)
+    keys = await described(keys, visit.org.id, metadata_of(visit.request), visit.caller.request_id or "")
     return render(
         visit,
         "keys.html",
@@ -93,9 +120,18 @@ async def _keys_page(
         now=datetime.now(UTC),
         error=error,
         notice=notice,
-        form=form or {"kind": "organization", "name": "", "expiry": DEFAULT_EXPIRY, "expiry_date": ""},
+        form=form
+        or {
+            "kind": "organization",
+            "name": "",
+            "expiry": DEFAULT_EXPIRY,
+            "expiry_date": "",
+            "access": "full",
+            "folder": "",
+        },
         form_id=secrets.token_urlsafe(16),
         expiry_choices=_choices(visit),
+        access_choices=list(ACCESS.items()),
     )
 
 
@@ -134,11 +170,16 @@ async def create_key(request: Request, visit: OrgVisitDep) -> Response:
         "name": name,
         "expiry": field(form, "expiry", limit=32),
         "expiry_date": field(form, "expiry_date", limit=32),
+        "access": field(form, "access", limit=32) or "full",
+        "folder": field(form, "folder", limit=1024).strip(),
     }
     if kind not in ("organization", "user"):
         return await _keys_page(visit, status=400, error="Choose the kind of key.", form=values)
+    if values["access"] not in ACCESS:
+        return await _keys_page(visit, status=400, error="Choose what the key may do.", form=values)
     try:
         expires_in = _expires_in(visit, form)
+        folder_id = await _folder_by_path(visit, values["folder"])
     except CofferError as exc:
         return await _keys_page(visit, status=400, error=exc.message, form=values)
     form_id = field(form, "form_id", limit=64)
@@ -155,7 +196,13 @@ async def create_key(request: Request, visit: OrgVisitDep) -> Response:
             )
         try:
             created = await accounts_of(request).create_key(
-                v.caller, v.org.id, kind=kind, name=name, expires_in=expires_in
+                v.caller,
+                v.org.id,
+                kind=kind,
+                name=name,
+                expires_in=expires_in,
+                scopes=[values["access"]],
+                folder_id=folder_id,
             )
         except CofferError as exc:
             if exc.status == 400:
@@ -170,7 +217,8 @@ async def create_key(request: Request, visit: OrgVisitDep) -> Response:
             raise
         if form_id:
             used[form_id] = True
-        return _created_page(v, created, rotated=False)
+        (key,) = await described([created.api_key], v.org.id, metadata_of(request), v.caller.request_id or "")
+        return _created_page(v, created.model_copy(update={"api_key": key}), rotated=False)
 
     return await with_sudo(visit, form, action)
 

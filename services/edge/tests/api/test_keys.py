@@ -1,0 +1,236 @@
+"""Scoped keys and the key API (issue 46), in process on both databases: scopes enforced per
+route, bundles, networks, the key API's owners' rules, and no escalation."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from coffer_kit.ids import new_id
+from coffer_kit.limits import MAX_KEYS_PER_ORG
+from coffer_testkit.testing import assert_error
+
+
+def client(stack: Any, key: str, **headers: str) -> httpx.Client:
+    return httpx.Client(base_url=stack.edge_url, headers={"x-api-key": key, **headers}, timeout=30)
+
+
+def make_key(api: httpx.Client, **body: Any) -> tuple[str, dict[str, Any]]:
+    made = api.post("/api/keys", json=body)
+    assert made.status_code == 201, made.text
+    return made.json()["key"], made.json()["apiKey"]
+
+
+def test_a_read_only_key_reads_and_is_refused_writes_with_the_missing_scope(stack: Any, tenant: Any) -> None:
+    tenant.api.post("/api/assets", files={"file": ("a.txt", b"a")})
+    secret, key = make_key(tenant.api, name="reader", scopes=["read-only"])
+    assert key["scopes"] == ["read-only"] and "assets:write" not in key["actions"]
+    assert key["description"] == "can read files, list folders, sign URLs, see usage; cannot upload or delete"
+    assert secret.startswith("cof_org_")
+    with client(stack, secret) as reader:
+        assert reader.get("/api/assets").json()["total"] == 1
+        refused = reader.post("/api/assets", files={"file": ("b.txt", b"b")})
+        assert_error(refused, 403, "insufficient_scope")
+        assert refused.json()["error"]["details"]["required"] == "assets:write"
+        assert "assets:read" in refused.json()["error"]["details"]["granted"]
+        assert_error(reader.post("/api/folders", json={"name": "x"}), 403, "insufficient_scope")
+        assert_error(reader.get("/api/keys"), 403, "insufficient_scope")
+        me = reader.get("/api/keys/self").json()
+        assert me["id"] == key["id"] and me["scopes"] == ["read-only"] and me["folderId"] is None
+        assert me["actions"] == ["assets:read", "folders:read", "urls:sign", "usage:read"]
+    # Existing keys are full: unchanged.
+    me = tenant.api.get("/api/keys/self").json()
+    assert me["scopes"] == ["full"] and len(me["actions"]) == 11 and me["description"] == "can do everything"
+
+
+def test_scopes_are_checked_when_a_key_is_made(tenant: Any) -> None:
+    for scopes in (["root"], [], ["urls:sign"], ["upload-tokens:create"], ["x" * 100]):
+        refused = tenant.api.post("/api/keys", json={"scopes": scopes})
+        assert_error(refused, 400, "invalid_request")
+    for networks in (["10.0.0.1/8"], ["nope"], [f"10.0.{i}.0/24" for i in range(17)]):
+        assert_error(tenant.api.post("/api/keys", json={"networks": networks}), 400, "invalid_request")
+    assert_error(tenant.api.post("/api/keys", json={"kind": "user"}), 403, "forbidden")
+
+
+def test_a_key_is_used_only_from_its_networks(stack: Any, tenant: Any) -> None:
+    elsewhere, _ = make_key(tenant.api, networks=["203.0.113.0/24"])
+    here, key = make_key(tenant.api, networks=["127.0.0.0/8", "2001:db8::/32"])
+    assert key["networks"] == ["127.0.0.0/8", "2001:db8::/32"]
+    with client(stack, elsewhere) as far, client(stack, here) as near:
+        assert_error(far.get("/api/folders"), 403, "forbidden")
+        assert near.get("/api/folders").status_code == 200
+        # A key made by a key with networks stays within them.
+        assert near.post("/api/keys", json={}).json()["apiKey"]["networks"] == [
+            "127.0.0.0/8",
+            "2001:db8::/32",
+        ]
+        wider = near.post("/api/keys", json={"networks": ["0.0.0.0/0"]})
+        assert_error(wider, 403, "insufficient_scope")
+        assert wider.json()["error"]["details"]["required"] == "networks"
+
+
+def test_a_key_cannot_make_or_manage_a_wider_key(stack: Any, tenant: Any, admin: Any) -> None:
+    limited = admin("create-key", "--org", tenant.org_id, "--scope", "read-only", "--scope", "keys:manage")
+    full_id = tenant.key_id
+    with client(stack, limited["key"]) as api:
+        wider = api.post("/api/keys", json={"scopes": ["full"]})
+        assert_error(wider, 403, "insufficient_scope")
+        assert wider.json()["error"]["details"]["required"] == "assets:write"
+        assert_error(api.post("/api/keys", json={"scopes": ["assets:delete"]}), 403, "insufficient_scope")
+        narrower, made = make_key(api, scopes=["assets:read"], expiresIn=3600)
+        # It sees and manages only keys that can do no more than itself.
+        listed = {k["id"] for k in api.get("/api/keys").json()["keys"]}
+        assert made["id"] in listed and limited["id"] in listed and full_id not in listed
+        assert_error(api.get(f"/api/keys/{full_id}"), 404, "not_found")
+        assert_error(api.delete(f"/api/keys/{full_id}"), 404, "not_found")
+        assert_error(api.post(f"/api/keys/{full_id}/rotate", json={}), 404, "not_found")
+    # An expiring key makes keys that expire no later.
+    expiring = admin("create-key", "--org", tenant.org_id, "--expires-in", "600")
+    with client(stack, expiring["key"]) as api:
+        later = api.post("/api/keys", json={"expiresIn": 3600})
+        assert_error(later, 403, "insufficient_scope")
+        assert later.json()["error"]["details"]["required"] == "expiry"
+        assert api.post("/api/keys", json={}).json()["apiKey"]["expiresAt"] is not None
+    assert narrower
+
+
+def test_rotate_keeps_the_scopes_and_delete_refuses_the_key(stack: Any, tenant: Any) -> None:
+    secret, key = make_key(tenant.api, name="up", scopes=["uploader"], networks=["127.0.0.1/32"])
+    assert tenant.api.get(f"/api/keys/{key['id']}").json()["scopes"] == ["uploader"]
+    rotated = tenant.api.post(f"/api/keys/{key['id']}/rotate", json={"graceSeconds": 0})
+    assert rotated.status_code == 201, rotated.text
+    new = rotated.json()["apiKey"]
+    assert rotated.json()["previous"] is None
+    assert (new["name"], new["scopes"], new["networks"]) == ("up", ["uploader"], ["127.0.0.1/32"])
+    with client(stack, rotated.json()["key"]) as api:
+        assert api.post("/api/assets", files={"file": ("a.txt", b"a")}).status_code == 201
+        assert_error(api.get("/api/assets"), 403, "insufficient_scope")
+        assert tenant.api.delete(f"/api/keys/{new['id']}").json() == {"success": True}
+        deadline = time.monotonic() + 5
+        while api.get("/api/keys/self").status_code != 401:
+            assert time.monotonic() < deadline, "deleted key still accepted"
+            time.sleep(0.05)
+    assert_error(tenant.api.get(f"/api/keys/{new['id']}"), 404, "not_found")
+    assert secret
+
+
+def test_personal_keys_follow_the_owners_rules(stack: Any, tenant: Any, admin: Any) -> None:
+    def person(role: str) -> str:
+        email = f"{new_id('u')[-8:].lower()}@example.com"
+        user = admin("create-user", "--email", email, "--password", "pw-" + secrets.token_urlsafe(18))
+        admin("add-member", "--org", tenant.org_id, "--user", user["id"], "--role", role)
+        return str(admin("create-key", "--org", tenant.org_id, "--user", user["id"])["key"])
+
+    member, owner = person("member"), person("owner")
+    with client(stack, member) as m, client(stack, owner) as o:
+        assert_error(m.post("/api/keys", json={"kind": "organization"}), 403, "forbidden")
+        _, mine = make_key(m, scopes=["read-only"])
+        assert mine["kind"] == "user"
+        # The owner sees the member's key but cannot manage it; an organization key does not see it.
+        assert_error(o.delete(f"/api/keys/{mine['id']}"), 403, "forbidden")
+        assert_error(tenant.api.get(f"/api/keys/{mine['id']}"), 404, "not_found")
+        _, org_key = make_key(o, kind="organization", scopes=["read-only"])
+        assert org_key["kind"] == "organization"
+        assert_error(m.delete(f"/api/keys/{org_key['id']}"), 403, "forbidden")
+        assert m.delete(f"/api/keys/{mine['id']}").json() == {"success": True}
+
+
+def test_an_organization_holds_a_bounded_number_of_keys(tenant: Any) -> None:
+    made = 1  # the tenant's own
+    while made < MAX_KEYS_PER_ORG:
+        made_one = tenant.api.post("/api/keys", json={"scopes": ["usage:read"]})
+        assert made_one.status_code == 201, made_one.text
+        made += 1
+    assert_error(tenant.api.post("/api/keys", json={}), 409, "conflict")
+
+
+@pytest.mark.parametrize("path", ["/api/keys/self", "/api/keys"])
+def test_the_key_api_needs_a_key(stack: Any, path: str) -> None:
+    with httpx.Client(base_url=stack.edge_url) as anon:
+        assert_error(anon.get(path), 401, "unauthorized")
+
+
+def test_the_dashboard_makes_scoped_keys_and_says_what_they_can_do(stack: Any) -> None:
+    from coffer_testkit.dashboard import sign_up
+
+    browser = sign_up(stack.edge_url)
+    try:
+        keys = f"/dashboard/o/{browser.org_id}/keys"
+        made = browser.http.post(
+            f"/dashboard/o/{browser.org_id}/files/folders",
+            data={"csrf_token": browser.csrf, "name": "avatars"},
+        )
+        assert made.status_code == 303, made.text
+        form = {"form_id": "f", "kind": "organization", "name": "up", "expiry": "30d", "access": "uploader"}
+        created = browser.post(keys, {**form, "folder": "/avatars"})
+        assert created.status_code == 201, created.text[:500]
+        words = "can upload into /avatars, list folders, make upload tokens; cannot read or delete"
+        assert words in created.text
+        assert words in browser.http.get(keys).text
+        secret = re.search(r"cof_org_[0-9A-Za-z]+", created.text)
+        assert secret
+        with client(stack, secret.group(0)) as api:
+            me = api.get("/api/keys/self").json()
+            assert me["scopes"] == ["uploader"] and me["folderPath"] == "/avatars"
+        missing = browser.post(keys, {**form, "form_id": "g", "folder": "/nope"})
+        assert missing.status_code == 400 and "There is no folder /nope." in missing.text
+        bad = browser.post(keys, {**form, "form_id": "h", "access": "root"})
+        assert bad.status_code == 400
+    finally:
+        browser.http.close()
+
+
+def test_the_key_api_is_audited_with_the_calling_key(stack: Any, tenant: Any) -> None:
+    from sqlalchemy import create_engine, text
+
+    _, made = make_key(tenant.api, name="audited", scopes=["read-only"])
+    assert tenant.api.delete(f"/api/keys/{made['id']}").status_code == 200
+    engine = create_engine(stack.auth_database_url)
+    try:
+        with engine.connect() as db:
+            rows = db.execute(
+                text(
+                    "SELECT action, actor_type, actor_id FROM audit_events WHERE target_id = :k ORDER BY id"
+                ),
+                {"k": made["id"]},
+            ).all()
+    finally:
+        engine.dispose()
+    assert [tuple(r) for r in rows] == [
+        ("key.created", "key", tenant.key_id),
+        ("key.deleted", "key", tenant.key_id),
+    ]
+
+
+def test_a_rotated_key_does_not_outlive_the_key_that_rotated_it(stack: Any, tenant: Any, admin: Any) -> None:
+    expiring = admin("create-key", "--org", tenant.org_id, "--expires-in", "600")
+    with client(stack, expiring["key"]) as api:
+        _, made = make_key(api, name="child")
+        rotated = api.post(f"/api/keys/{made['id']}/rotate", json={}).json()["apiKey"]
+        assert rotated["expiresAt"] <= expiring["expiresAt"]
+
+
+def test_rotate_takes_no_body_and_a_body_must_be_json(tenant: Any) -> None:
+    _, made = make_key(tenant.api, name="r")
+    rotated = tenant.api.post(f"/api/keys/{made['id']}/rotate")
+    assert rotated.status_code == 201, rotated.text
+    assert rotated.json()["previous"] is None
+    form = tenant.api.post("/api/keys", data={"name": "x"})
+    assert_error(form, 415, "unsupported_media_type")
+
+
+def test_self_is_not_a_key_id_and_an_empty_folder_is_none(tenant: Any) -> None:
+    options = tenant.api.options("/api/keys/self")
+    assert_error(options, 405, "method_not_allowed")
+    assert options.headers["allow"] == "GET"
+    made = tenant.api.post(
+        "/api/keys", json={"kind": None, "name": "", "folderId": "", "networks": [], "expiresIn": None}
+    )
+    assert made.status_code == 201, made.text
+    assert made.json()["apiKey"]["folderId"] is None
+    assert_error(tenant.api.get("/api/keys/nope"), 404, "not_found")

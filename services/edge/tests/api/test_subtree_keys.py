@@ -1,0 +1,168 @@
+"""Keys confined to a folder subtree (issue 46), in process on both databases: the folder is
+the key's root, and nothing outside it exists for the key."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import httpx
+import pytest
+
+from coffer_testkit.testing import assert_error
+
+
+@pytest.fixture
+def tree(stack: Any, tenant: Any) -> Any:
+    """/public (with /public/avatars) and /private, an asset in each, and a key confined to
+    /public (full actions): ``(full api, subtree api, ids)``."""
+    api = tenant.api
+
+    def folder(name: str, parent: str | None = None) -> str:
+        made = api.post("/api/folders", json={"name": name, "parentId": parent})
+        assert made.status_code == 201, made.text
+        return str(made.json()["id"])
+
+    def asset(name: str, folder_id: str | None) -> str:
+        data = {"folderId": folder_id} if folder_id else {}
+        made = api.post("/api/assets", files={"file": (name, b"x")}, data=data)
+        assert made.status_code == 201, made.text
+        return str(made.json()["id"])
+
+    public = folder("public")
+    avatars = folder("avatars", public)
+    private = folder("private")
+    ids = {
+        "public": public,
+        "avatars": avatars,
+        "private": private,
+        "in_public": asset("logo.png", public),
+        "in_avatars": asset("me.png", avatars),
+        "in_private": asset("secret.txt", private),
+        "at_root": asset("root.txt", None),
+    }
+    made = api.post("/api/keys", json={"name": "public", "folderId": public})
+    assert made.status_code == 201, made.text
+    assert made.json()["apiKey"]["folderId"] == public
+    with httpx.Client(base_url=stack.edge_url, headers={"x-api-key": made.json()["key"]}, timeout=30) as sub:
+        yield api, sub, ids
+
+
+def test_listings_and_searches_show_only_the_subtree(tree: Any) -> None:
+    _, sub, ids = tree
+    assert [f["id"] for f in sub.get("/api/folders").json()["folders"]] == [ids["avatars"]]
+    listed = sub.get("/api/assets").json()
+    assert {a["id"] for a in listed["assets"]} == {ids["in_public"], ids["in_avatars"]}
+    assert listed["total"] == 2
+    assert [a["id"] for a in sub.get("/api/assets", params={"folderId": ""}).json()["assets"]] == [
+        ids["in_public"]
+    ]
+    for q in ("secret", "root", ".txt"):
+        assert sub.get("/api/assets", params={"q": q}).json() == {
+            "assets": [],
+            "total": 0,
+            "limit": 50,
+            "offset": 0,
+        }
+    assert sub.get("/api/assets", params={"q": "me", "sort": "name"}).json()["total"] == 1
+    own = sub.get(f"/api/folders/{ids['avatars']}").json()
+    assert [step["id"] for step in own["path"]] == [ids["public"], ids["avatars"]]
+    me = sub.get("/api/keys/self").json()
+    assert me["folderId"] == ids["public"] and me["folderPath"] == "/public"
+    assert me["description"] == "can do everything in /public"
+
+
+def test_anything_outside_is_not_found(tree: Any) -> None:
+    api, sub, ids = tree
+    for asset in ("in_private", "at_root"):
+        a = ids[asset]
+        assert_error(sub.get(f"/api/assets/{a}"), 404, "not_found")
+        assert_error(sub.get(f"/api/assets/{a}/url"), 404, "not_found")
+        assert_error(sub.patch(f"/api/assets/{a}", json={"name": "n"}), 404, "not_found")
+        assert_error(sub.delete(f"/api/assets/{a}"), 404, "not_found")
+    p = ids["private"]
+    assert_error(sub.get(f"/api/folders/{p}"), 404, "not_found")
+    assert_error(sub.get("/api/folders", params={"parentId": p}), 404, "not_found")
+    assert_error(sub.get("/api/assets", params={"folderId": p}), 404, "not_found")
+    assert_error(sub.patch(f"/api/folders/{p}", json={"name": "n"}), 404, "not_found")
+    assert_error(sub.delete(f"/api/folders/{p}"), 404, "not_found")
+    assert_error(sub.post("/api/folders", json={"name": "n", "parentId": p}), 404, "not_found")
+    assert_error(sub.post("/api/assets", files={"file": ("f", b"f")}, data={"folderId": p}), 404, "not_found")
+    assert_error(sub.post("/api/upload-tokens", json={"folderId": p}), 404, "not_found")
+    for folder in (p, None):  # a token of the organization's, outside the subtree: not revocable
+        outside = api.post("/api/upload-tokens", json={"folderId": folder}).json()["id"]
+        assert_error(sub.delete(f"/api/upload-tokens/{outside}"), 404, "not_found")
+    inside = api.post("/api/upload-tokens", json={"folderId": ids["avatars"]}).json()["id"]
+    assert sub.delete(f"/api/upload-tokens/{inside}").json() == {"success": True}
+    # Moving something of the subtree out of it: 404, nothing moved.
+    assert_error(sub.patch(f"/api/assets/{ids['in_public']}", json={"folderId": p}), 404, "not_found")
+    assert_error(sub.patch(f"/api/folders/{ids['avatars']}", json={"parentId": p}), 404, "not_found")
+    tus = sub.post(
+        "/api/uploads/tus",
+        headers={
+            "Tus-Resumable": "1.0.0",
+            "Upload-Length": "1",
+            "Upload-Metadata": "filename "
+            + base64.b64encode(b"f").decode()
+            + ",folderId "
+            + base64.b64encode(p.encode()).decode(),
+        },
+    )
+    assert_error(tus, 404, "not_found")
+
+
+def test_the_root_is_the_keys_folder(tree: Any) -> None:
+    api, sub, ids = tree
+    made = sub.post("/api/folders", json={"name": "docs"}).json()
+    assert made["parentId"] == ids["public"]
+    uploaded = sub.post("/api/assets", files={"file": ("new.txt", b"n")}).json()
+    assert uploaded["folderId"] == ids["public"]
+    moved = sub.patch(f"/api/assets/{ids['in_avatars']}", json={"folderId": None}).json()
+    assert moved["folderId"] == ids["public"]
+    assert (
+        sub.patch(f"/api/folders/{made['id']}", json={"parentId": None}).json()["parentId"] == ids["public"]
+    )
+    token = sub.post("/api/upload-tokens", json={}).json()
+    stored = httpx.post(token["url"], files={"file": ("t.txt", b"t")})
+    assert stored.status_code == 201 and stored.json()["folderId"] == ids["public"]
+    # Its root can be read, not renamed, moved or deleted.
+    assert sub.get(f"/api/folders/{ids['public']}").json()["path"] == [
+        {"id": ids["public"], "name": "public"}
+    ]
+    for call in (
+        lambda: sub.patch(f"/api/folders/{ids['public']}", json={"name": "x"}),
+        lambda: sub.patch(f"/api/folders/{ids['public']}", json={"parentId": None}),
+        lambda: sub.delete(f"/api/folders/{ids['public']}"),
+    ):
+        assert_error(call(), 403, "forbidden")
+    # A folder deleted inside leaves its assets in the key's root, never outside it.
+    assert sub.delete(f"/api/folders/{ids['avatars']}").json() == {"success": True}
+    assert api.get(f"/api/assets/{ids['in_avatars']}").json()["folderId"] == ids["public"]
+
+
+def test_a_subtree_key_mints_only_within_its_subtree(tree: Any) -> None:
+    _, sub, ids = tree
+    inherited = sub.post("/api/keys", json={"scopes": ["read-only"]})
+    assert inherited.status_code == 201 and inherited.json()["apiKey"]["folderId"] == ids["public"]
+    deeper = sub.post("/api/keys", json={"folderId": ids["avatars"]})
+    assert deeper.status_code == 201 and deeper.json()["apiKey"]["folderId"] == ids["avatars"]
+    assert_error(sub.post("/api/keys", json={"folderId": ids["private"]}), 404, "not_found")
+    # It sees only the keys of its subtree: not the organization's full key.
+    listed = {k["folderId"] for k in sub.get("/api/keys").json()["keys"]}
+    assert listed <= {ids["public"], ids["avatars"]}
+
+
+def test_a_subtree_keys_webhooks_hear_its_subtree(tree: Any) -> None:
+    api, sub, ids = tree
+    hook = {"url": "https://93.184.215.34/hook", "events": ["asset.created"]}
+    made = sub.post("/api/webhooks", json=hook)
+    assert made.status_code == 201, made.text
+    assert made.json()["folderId"] == ids["public"]
+    assert_error(sub.post("/api/webhooks", json={**hook, "folderId": ids["private"]}), 404, "not_found")
+    assert_error(
+        sub.patch(f"/api/webhooks/{made.json()['id']}", json={"folderId": ids["private"]}), 404, "not_found"
+    )
+    org_wide = api.post("/api/webhooks", json=hook).json()["id"]
+    assert_error(sub.get(f"/api/webhooks/{org_wide}"), 404, "not_found")
+    assert_error(sub.delete(f"/api/webhooks/{org_wide}"), 404, "not_found")
+    assert [w["id"] for w in sub.get("/api/webhooks").json()["webhooks"]] == [made.json()["id"]]
