@@ -1,8 +1,8 @@
 """api_keys.scopes, folder_id, networks: least-privilege keys (issue 46). Every existing key
 is ``full``, what a key could do before.
 
-Revision ID: 0008_key_scopes
-Revises: 0007_audit_source
+Revision ID: 0010_key_scopes
+Revises: 0009_org_ingest
 Create Date: 2026-11-27 17:45:00.000000
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0008_key_scopes"
-down_revision: str | None = "0007_audit_source"
+revision: str = "0010_key_scopes"
+down_revision: str | None = "0009_org_ingest"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
