@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import create_engine, insert
 from ulid import ULID
 
-from coffer_kit.names import search_key
+from coffer_kit.contract.names import search_key
 from coffer_metadata.models import Asset, Folder, Usage
 
 BATCH = 5000

@@ -7,7 +7,7 @@ import hashlib
 import httpx
 import pytest
 
-from coffer_kit.urls import MAX_FILE_BYTES
+from coffer_kit.contract.urls import MAX_FILE_BYTES
 from coffer_testkit.testing import PeakRss, multipart_stream, pattern_chunks
 
 pytestmark = pytest.mark.e2e

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from coffer_testkit.api import upload_zeros, used_bytes
+from coffer_harness.api import upload_zeros, used_bytes
 
 pytestmark = pytest.mark.e2e
 KIB = 1024

@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from coffer_kit import scopes
-from coffer_kit.ids import new_id
+from coffer_kit.contract import scopes
+from coffer_kit.contract.ids import new_id
 from coffer_stack.stack import Stack
 from coffer_testkit.webhooks import Receiver, webhook_receiver
 

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import event, text
 from sqlmodel import Session
 
+from coffer_kit.contract.errors import CofferError
 from coffer_kit.db import Database
-from coffer_kit.errors import CofferError
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import time
 import pytest
 from ulid import ULID
 
-from coffer_kit import ids
+from coffer_kit.contract import ids
 
 
 def test_a_new_id_is_a_ulid_of_now() -> None:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from coffer_kit.contract.errors import CofferError
 from coffer_kit.db import Database, KeyedRead
-from coffer_kit.errors import CofferError
 from coffer_testkit.pytest_plugin import new_database_url
 
 

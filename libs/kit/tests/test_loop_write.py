@@ -14,8 +14,8 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from coffer_kit.contract.errors import CofferError, conflict
 from coffer_kit.db import Database, DriverStatement, PgTransaction
-from coffer_kit.errors import CofferError, conflict
 from coffer_testkit.pytest_plugin import new_database_url
 
 

@@ -13,8 +13,8 @@ import pytest
 from fastapi import FastAPI
 
 from coffer_kit.app import base_app
-from coffer_kit.errors import not_found
-from coffer_kit.ids import REQUEST, id_pattern
+from coffer_kit.contract.errors import not_found
+from coffer_kit.contract.ids import REQUEST, id_pattern
 from coffer_kit.middleware import REQUEST_ID_MAX_LENGTH
 
 GENERATED = id_pattern(REQUEST)

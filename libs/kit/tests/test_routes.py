@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 from pydantic import BaseModel, Field
 
 from coffer_kit.app import base_app
-from coffer_kit.errors import forbidden, not_found
+from coffer_kit.contract.errors import forbidden, not_found
 from coffer_kit.routes import LeanRoute, json_body, json_request_body
 
 

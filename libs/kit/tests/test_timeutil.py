@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from coffer_kit.timeutil import isoformat
+from coffer_kit.contract.timeutil import isoformat
 
 
 @pytest.mark.parametrize(

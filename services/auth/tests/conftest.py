@@ -19,9 +19,9 @@ from coffer_auth import passwords
 from coffer_auth.config import Settings
 from coffer_auth.main import create_app
 from coffer_auth.migrations import migrate
+from coffer_harness.inprocess import truncate_all
 from coffer_kit.db import make_engine
 from coffer_kit.internal import INTERNAL_TOKEN_HEADER
-from coffer_testkit.inprocess import truncate_all
 from coffer_testkit.pytest_plugin import migrated_database_url
 from coffer_testkit.testing import app_client
 

@@ -22,8 +22,8 @@ from coffer_auth import passwords, sessions
 from coffer_auth.accounts import create_reset
 from coffer_auth.config import Settings
 from coffer_auth.models import AuditEvent, DashboardSession, LoginThrottle, User
+from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.db import writer
-from coffer_kit.timeutil import utcnow
 from coffer_testkit.testing import assert_error
 
 from .support import Api, age_session, session_hash, strong_password

@@ -14,8 +14,8 @@ from sqlmodel import Session, col, select
 
 from coffer_auth.main import sweep
 from coffer_auth.models import AuditEvent, DashboardSession
+from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.db import writer
-from coffer_kit.timeutil import utcnow
 from coffer_testkit.testing import assert_error
 
 from .support import Api, age_session, join

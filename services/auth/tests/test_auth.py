@@ -12,11 +12,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlmodel import Session, select
 
-from coffer_auth import passwords, service
+from coffer_auth import admin, passwords
 from coffer_auth.keys import hash_key
 from coffer_auth.models import ApiKey, Role, all_tables
+from coffer_kit.contract.errors import CofferError
 from coffer_kit.db import writer
-from coffer_kit.errors import CofferError
 from coffer_kit.migrate import metadata_of
 from coffer_testkit.pytest_plugin import new_database_url
 
@@ -28,8 +28,8 @@ def test_migrations_match_the_models(engine) -> None:
 
 def test_only_the_hash_of_a_key_is_stored(engine) -> None:
     with Session(writer(engine), expire_on_commit=False) as s:
-        org = service.create_org(s, name="Acme", quota_bytes=10)
-        _row, secret = service.create_key(s, org_id=org.id, user_id=None, name="ci", expires_in=None)
+        org = admin.create_org(s, name="Acme", quota_bytes=10)
+        _row, secret = admin.create_key(s, org_id=org.id, user_id=None, name="ci", expires_in=None)
         s.commit()
         stored = s.exec(select(ApiKey)).one()
     assert stored.key_hash == hashlib.sha256(secret.encode()).hexdigest() == hash_key(secret)
@@ -39,7 +39,7 @@ def test_only_the_hash_of_a_key_is_stored(engine) -> None:
 
 def test_passwords_are_argon2_hashed(engine) -> None:
     with Session(writer(engine), expire_on_commit=False) as s:
-        user = service.create_user(s, email="Ada@Example.com", password="correct horse")
+        user = admin.create_user(s, email="Ada@Example.com", password="correct horse")
         s.commit()
     assert user.email == "ada@example.com"
     assert user.password_hash.startswith("$argon2")
@@ -49,20 +49,20 @@ def test_passwords_are_argon2_hashed(engine) -> None:
 
 def test_principal_refusals(engine) -> None:
     with Session(writer(engine), expire_on_commit=False) as s:
-        a = service.create_org(s, name="A", quota_bytes=5)
-        b = service.create_org(s, name="B", quota_bytes=7)
-        user = service.create_user(s, email="u@example.com", password="password1")
-        service.add_member(s, org_id=a.id, user_id=user.id, role=Role.owner)
-        service.add_member(s, org_id=b.id, user_id=user.id, role=Role.member)
-        _, user_key = service.create_key(s, org_id=a.id, user_id=user.id, name="", expires_in=None)
+        a = admin.create_org(s, name="A", quota_bytes=5)
+        b = admin.create_org(s, name="B", quota_bytes=7)
+        user = admin.create_user(s, email="u@example.com", password="password1")
+        admin.add_member(s, org_id=a.id, user_id=user.id, role=Role.owner)
+        admin.add_member(s, org_id=b.id, user_id=user.id, role=Role.member)
+        _, user_key = admin.create_key(s, org_id=a.id, user_id=user.id, name="", expires_in=None)
         s.commit()
         with pytest.raises(CofferError) as refused:
-            service.resolve_principal(s, key_hash=hash_key(user_key), organization_id=None)
+            admin.resolve_principal(s, key_hash=hash_key(user_key), organization_id=None)
         assert (refused.value.status, refused.value.code) == (400, "organization_required")
-        principal = service.resolve_principal(s, key_hash=hash_key(user_key), organization_id=b.id).principal
+        principal = admin.resolve_principal(s, key_hash=hash_key(user_key), organization_id=b.id).principal
         assert principal.organization_id == b.id and principal.quota_bytes == 7
         with pytest.raises(CofferError) as unknown:
-            service.resolve_principal(s, key_hash="0" * 64, organization_id=None)
+            admin.resolve_principal(s, key_hash="0" * 64, organization_id=None)
         assert unknown.value.status == 401
 
 

@@ -18,6 +18,6 @@ print(json.dumps(sorted(sys.modules)))
 
 
 def test_auth_loads_no_postgresql_dialect_before_it_talks_to_postgresql() -> None:
-    # 2.3 MiB of idle RSS in a SQLite-backed auth: service.touch_key imports the engine's own.
+    # 2.3 MiB of idle RSS in a SQLite-backed auth: admin.touch_key imports the engine's own.
     out = subprocess.run([sys.executable, "-c", PROBE], check=True, capture_output=True, text=True).stdout
     assert "sqlalchemy.dialects.postgresql" not in json.loads(out)

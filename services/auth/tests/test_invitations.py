@@ -12,8 +12,8 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col
 
 from coffer_auth.models import Invitation
+from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.db import writer
-from coffer_kit.timeutil import utcnow
 from coffer_testkit.testing import assert_error
 
 from .support import Api, age_session, strong_password

@@ -11,10 +11,10 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from coffer_auth import service
+from coffer_auth import admin
 from coffer_auth.models import AuditEvent
-from coffer_kit.errors import CofferError
-from coffer_kit.wire import Principal
+from coffer_kit.contract.errors import CofferError
+from coffer_kit.contract.wire import Principal
 from coffer_testkit.testing import assert_error
 
 from .support import Api, age_session, join
@@ -29,7 +29,7 @@ def _at(value: str) -> datetime:
 def _resolve(engine: Engine, key: str, org: str | None = None) -> Principal | CofferError:
     with Session(engine) as s:
         try:
-            return service.resolve_principal(
+            return admin.resolve_principal(
                 s, key_hash=hashlib.sha256(key.encode()).hexdigest(), organization_id=org
             ).principal
         except CofferError as exc:
@@ -275,8 +275,8 @@ async def test_each_organization_lists_the_keys_that_act_in_it_with_their_use_th
     ).json()
     key_id, key_hash = made["apiKey"]["id"], hashlib.sha256(made["key"].encode()).hexdigest()
     with Session(engine) as s:
-        used = service.resolve_principal(s, key_hash=key_hash, organization_id=elsewhere["id"]).last_used_at
-        service.touch_key(s, key_id=key_id, organization_id=elsewhere["id"], last_used_at=used)
+        used = admin.resolve_principal(s, key_hash=key_hash, organization_id=elsewhere["id"]).last_used_at
+        admin.touch_key(s, key_id=key_id, organization_id=elsewhere["id"], last_used_at=used)
         s.commit()
 
     async def last_used(org_id: str, token: str) -> list[Any]:
@@ -288,7 +288,7 @@ async def test_each_organization_lists_the_keys_that_act_in_it_with_their_use_th
     assert listed == key_id and when is not None
     assert await last_used(org["id"], owner["token"]) == [(key_id, None)]
     with Session(engine) as s:
-        assert service.resolve_principal(s, key_hash=key_hash, organization_id=org["id"]).last_used_at is None
+        assert admin.resolve_principal(s, key_hash=key_hash, organization_id=org["id"]).last_used_at is None
 
 
 async def test_a_key_lives_at_most_ten_years(api: Api) -> None:

@@ -149,9 +149,9 @@ def test_two_owners_demoting_each_other_at_once_leave_one_owner(engine: Engine) 
     from coffer_auth import orgs
     from coffer_auth.audit import OPERATOR
     from coffer_auth.models import Organization, Role, User
+    from coffer_kit.contract.errors import CofferError
+    from coffer_kit.contract.timeutil import utcnow
     from coffer_kit.db import writer
-    from coffer_kit.errors import CofferError
-    from coffer_kit.timeutil import utcnow
 
     with Session(writer(engine)) as s:
         s.add(Organization(id="org_r", name="R", quota_bytes=1, created_at=utcnow()))

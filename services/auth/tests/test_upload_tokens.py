@@ -14,12 +14,12 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from coffer_auth import service, upload_tokens
+from coffer_auth import admin, upload_tokens
 from coffer_auth.migrations import migrate
+from coffer_kit.contract.errors import CofferError
+from coffer_kit.contract.ids import new_id
+from coffer_kit.contract.wire import UploadGrant
 from coffer_kit.db import make_engine, writer
-from coffer_kit.errors import CofferError
-from coffer_kit.ids import new_id
-from coffer_kit.wire import UploadGrant
 from coffer_testkit.pytest_plugin import new_database_url
 
 
@@ -36,7 +36,7 @@ def mint(engine: Engine, *, expires_in: int = 600, **scope: Any) -> tuple[str, s
     """A new organization and a token of it: (token hash, organization id)."""
     token_hash = hashlib.sha256(secrets.token_bytes(16)).hexdigest()
     with Session(writer(engine), expire_on_commit=False) as s:
-        org = service.create_org(s, name="Acme", quota_bytes=1234)
+        org = admin.create_org(s, name="Acme", quota_bytes=1234)
         upload_tokens.create(
             s,
             org_id=org.id,

@@ -18,7 +18,7 @@ MULTIPART = f"multipart/form-data; boundary={BOUNDARY}"
 
 
 def new_asset_id() -> str:
-    from coffer_kit.ids import new_id
+    from coffer_kit.contract.ids import new_id
 
     return new_id("ast")
 

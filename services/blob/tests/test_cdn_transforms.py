@@ -30,11 +30,11 @@ from coffer_blob.deps import BlobState
 from coffer_blob.main import create_app, create_cdn_app
 from coffer_blob.storage import make_storage
 from coffer_blob.transforms import presets
-from coffer_kit import transforms
-from coffer_kit.errors import CofferError
+from coffer_kit.contract import transforms
+from coffer_kit.contract.errors import CofferError
+from coffer_kit.contract.transforms import Transform
 from coffer_kit.internal import INTERNAL_TOKEN_HEADER
 from coffer_kit.state import state_of
-from coffer_kit.transforms import Transform
 from coffer_testkit.testing import app_client, assert_error
 
 from .support import CDN_URL, END, MULTIPART, ORG, TOKEN, file_part, new_asset_id

@@ -10,7 +10,7 @@ import pytest
 
 from coffer_blob.config import Settings
 from coffer_blob.storage.s3 import PART_SIZE
-from coffer_kit.urls import MAX_FILE_BYTES
+from coffer_kit.contract.urls import MAX_FILE_BYTES
 from coffer_testkit.pytest_plugin import S3Server
 from coffer_testkit.testing import assert_error, pattern_chunks
 

@@ -17,7 +17,7 @@ from coffer_blob.storage import StorageUnavailable
 from coffer_blob.storage import fs as fs_module
 from coffer_blob.storage.base import READ_CHUNK
 from coffer_blob.storage.fs import FsStorage
-from coffer_kit.ids import TUS_UPLOAD, new_id
+from coffer_kit.contract.ids import TUS_UPLOAD, new_id
 
 from .support import files_under, object_path
 

@@ -16,8 +16,8 @@ import pyvips
 from coffer_blob.config import Settings
 from coffer_blob.transforms import formats, render
 from coffer_blob.transforms.limits import MIB, Limits
-from coffer_kit import transforms as params
-from coffer_kit.errors import CofferError
+from coffer_kit.contract import transforms as params
+from coffer_kit.contract.errors import CofferError
 from coffer_testkit import images
 
 

@@ -7,7 +7,7 @@ import secrets
 import time
 
 from coffer_blob import signing
-from coffer_kit import transforms as params
+from coffer_kit.contract import transforms as params
 
 KEY = "org_1/ast_1/photo.jpg"
 

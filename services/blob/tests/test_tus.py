@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from coffer_blob.config import Settings
-from coffer_kit.ids import TUS_UPLOAD, new_id
+from coffer_kit.contract.ids import TUS_UPLOAD, new_id
 from coffer_testkit.testing import assert_error
 
 from .support import ORG, new_asset_id

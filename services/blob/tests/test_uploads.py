@@ -17,8 +17,8 @@ from coffer_blob import uploads
 from coffer_blob.multipart import ParseFailed, parse_boundary
 from coffer_blob.storage import StorageUnavailable
 from coffer_blob.storage import fs as fs_module
-from coffer_kit.errors import CofferError
-from coffer_kit.urls import MAX_FILE_BYTES
+from coffer_kit.contract.errors import CofferError
+from coffer_kit.contract.urls import MAX_FILE_BYTES
 from coffer_testkit.testing import assert_error, pattern_chunks, rss_bytes
 
 from .support import (

@@ -24,7 +24,7 @@ from coffer_edge.dashboard.security import content_security_policy, cross_origin
 from coffer_edge.dashboard.state import cookie_policy
 from coffer_edge.dashboard.web import safe_next
 from coffer_edge.main import create_app
-from coffer_kit.ids import new_id
+from coffer_kit.contract.ids import new_id
 
 pytestmark = pytest.mark.anyio
 

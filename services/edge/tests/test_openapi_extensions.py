@@ -98,7 +98,7 @@ def test_section_10_image_transforms_are_in_the_openapi_document(tmp_path: Any) 
 
 def test_every_operation_declares_its_action_and_the_key_api_is_documented(tmp_path: Any) -> None:
     """Issue 46: the action each route needs is in its operation, for every public route."""
-    from coffer_kit import scopes
+    from coffer_kit.contract import scopes
 
     doc = document(tmp_path)
     for path, operations in doc["paths"].items():

@@ -8,7 +8,7 @@ import secrets
 import pytest
 
 from coffer_edge.ratelimit import RateLimiter
-from coffer_kit.errors import CofferError
+from coffer_kit.contract.errors import CofferError
 
 pytestmark = pytest.mark.anyio
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from coffer_edge.routers import tus
-from coffer_kit.wire import TusUpload
+from coffer_kit.contract.wire import TusUpload
 
 pytestmark = pytest.mark.anyio
 

@@ -11,12 +11,12 @@ import pytest
 from pydantic import SecretStr
 from sqlalchemy.engine import Engine
 
+from coffer_harness.inprocess import truncate_all
 from coffer_kit.db import make_engine
 from coffer_kit.internal import INTERNAL_TOKEN_HEADER
 from coffer_metadata.config import Settings
 from coffer_metadata.main import create_app
 from coffer_metadata.migrations import migrate
-from coffer_testkit.inprocess import truncate_all
 from coffer_testkit.pytest_plugin import migrated_database_url
 from coffer_testkit.testing import app_client
 

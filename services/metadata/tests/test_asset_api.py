@@ -7,8 +7,8 @@ from typing import Any, get_args
 import httpx
 import pytest
 
-from coffer_kit.ids import new_id
-from coffer_kit.names import search_key
+from coffer_kit.contract.ids import new_id
+from coffer_kit.contract.names import search_key
 from coffer_metadata.assets import repository
 from coffer_metadata.assets.router import Sort
 from coffer_testkit.testing import commit_asset

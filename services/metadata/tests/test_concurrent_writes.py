@@ -11,7 +11,7 @@ import sys
 import httpx
 import pytest
 
-from coffer_kit.ids import new_id
+from coffer_kit.contract.ids import new_id
 from coffer_kit.internal import INTERNAL_TOKEN_HEADER
 from coffer_testkit.testing import free_port, wait_healthy
 

@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
+from coffer_kit.contract.ids import new_id
+from coffer_kit.contract.timeutil import utcnow
+from coffer_kit.contract.wire import ACTOR_HEADER
 from coffer_kit.db import make_engine
-from coffer_kit.ids import new_id
-from coffer_kit.timeutil import utcnow
-from coffer_kit.wire import ACTOR_HEADER
 from coffer_testkit.testing import commit_asset
 
 pytestmark = pytest.mark.anyio

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from coffer_kit.ids import new_id
+from coffer_kit.contract.ids import new_id
 
 pytestmark = pytest.mark.anyio
 

@@ -8,10 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
+from coffer_kit.contract.errors import CofferError
+from coffer_kit.contract.ids import new_id
+from coffer_kit.contract.wire import SYSTEM
 from coffer_kit.db import writer
-from coffer_kit.errors import CofferError
-from coffer_kit.ids import new_id
-from coffer_kit.wire import SYSTEM
 from coffer_metadata.folders import service
 from coffer_metadata.models import Folder
 

@@ -10,9 +10,9 @@ from alembic.migration import MigrationContext
 from sqlalchemy import text
 from sqlmodel import Session, select
 
+from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.db import writer
 from coffer_kit.migrate import metadata_of
-from coffer_kit.timeutil import utcnow
 from coffer_metadata.assets import repository as assets
 from coffer_metadata.folders import repository as folders
 from coffer_metadata.models import (

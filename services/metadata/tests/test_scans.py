@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from coffer_kit.ids import new_id
+from coffer_kit.contract.ids import new_id
 from coffer_testkit.testing import commit_asset
 
 from .test_events import pending

@@ -15,9 +15,9 @@ import pytest
 from pydantic import SecretStr
 from sqlalchemy import create_engine, text
 
-from coffer_kit.ids import ASSET, FOLDER, TUS_UPLOAD, new_id
+from coffer_kit.contract.ids import ASSET, FOLDER, TUS_UPLOAD, new_id
+from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.internal import INTERNAL_TOKEN_HEADER
-from coffer_kit.timeutil import utcnow
 from coffer_metadata.config import Settings
 from coffer_metadata.main import create_app
 from coffer_testkit.testing import app_client, assert_error

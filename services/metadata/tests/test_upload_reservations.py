@@ -12,8 +12,8 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
+from coffer_kit.contract.ids import ASSET, new_id
 from coffer_kit.db import make_engine
-from coffer_kit.ids import ASSET, new_id
 from coffer_kit.internal import INTERNAL_TOKEN_HEADER
 from coffer_metadata.config import Settings
 from coffer_metadata.main import create_app

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from coffer_kit.ids import new_id
+from coffer_kit.contract.ids import new_id
 from coffer_testkit.testing import commit_asset
 
 pytestmark = pytest.mark.anyio

@@ -22,10 +22,10 @@ import pytest
 from pydantic import SecretStr, ValidationError
 from sqlalchemy import text
 
+from coffer_kit.contract.ids import new_id
+from coffer_kit.contract.timeutil import utcnow
+from coffer_kit.contract.wire import ACTOR_HEADER
 from coffer_kit.db import Database, make_engine
-from coffer_kit.ids import new_id
-from coffer_kit.timeutil import utcnow
-from coffer_kit.wire import ACTOR_HEADER
 from coffer_metadata.config import Settings
 from coffer_metadata.webhooks.dispatch.claim import Job, _fair_pick
 from coffer_metadata.webhooks.dispatch.dispatcher import Dispatcher

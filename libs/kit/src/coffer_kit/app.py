@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
-from coffer_kit.errors import install_error_handlers
+from coffer_kit.contract.errors import install_error_handlers
 from coffer_kit.guard import BodyGuardMiddleware, BodyLimits, UnhandledErrorMiddleware
 from coffer_kit.middleware import RequestContextMiddleware
 from coffer_kit.settings import BaseServiceSettings

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from coffer_kit.errors import envelope, file_too_large
+from coffer_kit.contract.errors import envelope, file_too_large
 
 log = logging.getLogger("coffer.errors")
 

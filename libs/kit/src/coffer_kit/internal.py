@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from coffer_kit.errors import CofferError, internal, unavailable
+from coffer_kit.contract.errors import CofferError, internal, unavailable
 from coffer_kit.internal_token import INTERNAL_TOKEN_HEADER, require_internal_token
 from coffer_kit.tracing import client_trace_config, redact_url, tracing_enabled
 

@@ -10,7 +10,7 @@ import hmac
 
 from fastapi import Request
 
-from coffer_kit.errors import unauthorized
+from coffer_kit.contract.errors import unauthorized
 from coffer_kit.state import ServiceState, request_state
 
 INTERNAL_TOKEN_HEADER = "x-coffer-internal-token"

@@ -11,7 +11,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from coffer_kit.ids import REQUEST, new_id
+from coffer_kit.contract.ids import REQUEST, new_id
 from coffer_kit.metrics import observe_request
 from coffer_kit.tracing import current_trace_id
 

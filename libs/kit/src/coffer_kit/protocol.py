@@ -17,8 +17,8 @@ import logging
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from coffer_kit.errors import envelope
-from coffer_kit.ids import new_id
+from coffer_kit.contract.errors import envelope
+from coffer_kit.contract.ids import new_id
 
 log = logging.getLogger("coffer.http")
 

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from coffer_kit.errors import validation_error
+from coffer_kit.contract.errors import validation_error
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 

@@ -25,11 +25,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from coffer_testkit.api import admin, admin_for, anon, new_tenant, tenant
 from coffer_testkit.testing import free_port, wait_healthy
-
-# Fixtures over a stack (each test directory provides ``stack``).
-__all__ = ["admin", "admin_for", "anon", "new_tenant", "tenant"]
 
 DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import httpx
 
-from coffer_kit.ids import ASSET, new_id
+from coffer_kit.contract.ids import ASSET, new_id
 
 # Ports handed to servers that bind them later. The kernel's bind(0) draws from its
 # ephemeral range, where the same port can come back to another pytest worker (or to

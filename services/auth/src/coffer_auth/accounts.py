@@ -33,9 +33,9 @@ from coffer_auth.schemas import (
 )
 from coffer_auth.sessions import Lifetimes
 from coffer_auth.tokens import RESET_ID, RESET_PREFIX, new_token
-from coffer_kit.errors import not_found, unauthorized
-from coffer_kit.ids import new_id
-from coffer_kit.timeutil import as_utc, utcnow
+from coffer_kit.contract.errors import not_found, unauthorized
+from coffer_kit.contract.ids import new_id
+from coffer_kit.contract.timeutil import as_utc, utcnow
 
 log = logging.getLogger("coffer.auth")
 

@@ -16,11 +16,11 @@ from coffer_auth.audit import Actor
 from coffer_auth.keys import display_prefix, generate_key, hash_key
 from coffer_auth.models import ApiKey, KeyKind, KeyUse, Membership, Organization, Role, User
 from coffer_auth.schemas import KeyKindName, KeyOut, UserRef
-from coffer_kit import scopes
-from coffer_kit.errors import forbidden, invalid, not_found
-from coffer_kit.ids import KEY, new_id
-from coffer_kit.limits import MAX_KEY_LIFETIME_DAYS
-from coffer_kit.timeutil import as_utc, isoformat, utcnow
+from coffer_kit.contract import scopes
+from coffer_kit.contract.errors import forbidden, invalid, not_found
+from coffer_kit.contract.ids import KEY, new_id
+from coffer_kit.contract.limits import MAX_KEY_LIFETIME_DAYS
+from coffer_kit.contract.timeutil import as_utc, isoformat, utcnow
 
 
 def _ref(user: User | None) -> UserRef | None:

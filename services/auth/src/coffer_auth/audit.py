@@ -11,8 +11,8 @@ from sqlmodel import Session, col, select
 
 from coffer_auth.models import ApiKey, AuditEvent, User
 from coffer_auth.schemas import ActorType, AuditEventOut
-from coffer_kit.errors import invalid
-from coffer_kit.timeutil import as_utc, isoformat, utcnow
+from coffer_kit.contract.errors import invalid
+from coffer_kit.contract.timeutil import as_utc, isoformat, utcnow
 
 
 @dataclass(frozen=True, slots=True)

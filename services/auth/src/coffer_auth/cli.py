@@ -16,13 +16,13 @@ from typing import Any
 
 from sqlmodel import Session
 
-from coffer_auth import accounts, audit, invitations, orgs, service, sessions
+from coffer_auth import accounts, admin, audit, invitations, orgs, sessions
 from coffer_auth.audit import OPERATOR
 from coffer_auth.config import Settings
 from coffer_auth.models import Organization, Role, User
+from coffer_kit.contract.errors import CofferError, not_found
+from coffer_kit.contract.timeutil import isoformat
 from coffer_kit.db import make_engine, writer
-from coffer_kit.errors import CofferError, not_found
-from coffer_kit.timeutil import isoformat
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -121,7 +121,7 @@ def _admin(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
 
 def _create_org(session: Session, settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     quota = settings.auth_default_quota_bytes if args.quota_bytes is None else args.quota_bytes
-    org = service.create_org(session, name=args.name, quota_bytes=quota)
+    org = admin.create_org(session, name=args.name, quota_bytes=quota)
     return {
         "id": org.id,
         "name": org.name,
@@ -131,14 +131,14 @@ def _create_org(session: Session, settings: Settings, args: argparse.Namespace) 
 
 
 def _set_quota(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
-    org = service.set_quota(session, org_id=args.org, quota_bytes=args.quota_bytes)
+    org = admin.set_quota(session, org_id=args.org, quota_bytes=args.quota_bytes)
     return {"id": org.id, "name": org.name, "quotaBytes": org.quota_bytes}
 
 
 def _set_default_visibility(
     session: Session, _settings: Settings, args: argparse.Namespace
 ) -> dict[str, Any]:
-    org = service.set_default_visibility(session, org_id=args.org, visibility=args.visibility)
+    org = admin.set_default_visibility(session, org_id=args.org, visibility=args.visibility)
     return {"id": org.id, "name": org.name, "defaultVisibility": org.default_visibility}
 
 
@@ -146,9 +146,7 @@ def _set_ingest(session: Session, _settings: Settings, args: argparse.Namespace)
     allowed: Any = orgs.UNSET
     if args.allowed_types is not None:
         allowed = args.allowed_types.split(",") if args.allowed_types else None
-    org = service.set_ingest(
-        session, org_id=args.org, mode=args.ingest, allowed_types=allowed, scan=args.scan
-    )
+    org = admin.set_ingest(session, org_id=args.org, mode=args.ingest, allowed_types=allowed, scan=args.scan)
     ingest = org.ingest()
     return {
         "id": org.id,
@@ -160,7 +158,7 @@ def _set_ingest(session: Session, _settings: Settings, args: argparse.Namespace)
 
 
 def _create_user(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
-    user = service.create_user(session, email=args.email, password=args.password)
+    user = admin.create_user(session, email=args.email, password=args.password)
     return {"id": user.id, "email": user.email, "createdAt": isoformat(user.created_at)}
 
 
@@ -174,7 +172,7 @@ def _user(session: Session, ref: str) -> User:
 
 def _add_member(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     user = _user(session, args.user)
-    m = service.add_member(session, org_id=args.org, user_id=user.id, role=Role(args.role))
+    m = admin.add_member(session, org_id=args.org, user_id=user.id, role=Role(args.role))
     return {"organizationId": m.organization_id, "userId": m.user_id, "role": m.role}
 
 
@@ -186,7 +184,7 @@ def _set_role(session: Session, _settings: Settings, args: argparse.Namespace) -
 
 def _remove_member(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     user = _user(session, args.user)
-    service.remove_member(session, org_id=args.org, user_id=user.id)
+    admin.remove_member(session, org_id=args.org, user_id=user.id)
     return {"organizationId": args.org, "userId": user.id, "removed": True}
 
 
@@ -236,7 +234,7 @@ def _revoke_sessions(session: Session, _settings: Settings, args: argparse.Names
 
 def _create_key(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     user_id = _user(session, args.user).id if args.user else None
-    row, secret = service.create_key(
+    row, secret = admin.create_key(
         session,
         org_id=args.org,
         user_id=user_id,
@@ -246,16 +244,16 @@ def _create_key(session: Session, _settings: Settings, args: argparse.Namespace)
         folder_id=args.folder_id,
         networks=args.network,
     )
-    return {"key": secret, **service.key_view(row)}
+    return {"key": secret, **admin.key_view(row)}
 
 
 def _delete_key(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
-    service.delete_key(session, key_id=args.key_id)
+    admin.delete_key(session, key_id=args.key_id)
     return {"id": args.key_id, "deleted": True}
 
 
 def _list_keys(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
-    return {"keys": [service.key_view(k) for k in service.list_keys(session, org_id=args.org)]}
+    return {"keys": [admin.key_view(k) for k in admin.list_keys(session, org_id=args.org)]}
 
 
 _COMMANDS: dict[str, Callable[[Session, Settings, argparse.Namespace], dict[str, Any]]] = {

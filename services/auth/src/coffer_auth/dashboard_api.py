@@ -58,8 +58,8 @@ from coffer_auth.schemas import (
     SuccessOut,
 )
 from coffer_auth.sessions import Lifetimes
+from coffer_kit.contract.errors import invalid, not_found, request_id_of
 from coffer_kit.db import writer
-from coffer_kit.errors import invalid, not_found, request_id_of
 from coffer_kit.internal_token import require_internal_token
 
 log = logging.getLogger("coffer.auth")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from coffer_kit.errors import CofferError, forbidden, rate_limited, unauthorized
+from coffer_kit.contract.errors import CofferError, forbidden, rate_limited, unauthorized
 
 # Codes of auth's internal dashboard API beyond the contract's (INTERNAL_API.md): one
-# constructor each, carrying its status, like coffer_kit.errors.
+# constructor each, carrying its status, like coffer_kit.contract.errors.
 
 
 def wrong_credentials() -> CofferError:

@@ -11,13 +11,13 @@ from pydantic import Field
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from coffer_auth import audit, service
+from coffer_auth import admin, audit
 from coffer_auth.deps import DatabaseDep, SessionDep
 from coffer_auth.models import Organization
+from coffer_kit.contract.errors import not_found
+from coffer_kit.contract.wire import Actor, Done, Ingest, Principal, WireModel
 from coffer_kit.db import writer
-from coffer_kit.errors import not_found
 from coffer_kit.internal_token import require_internal_token
-from coffer_kit.wire import Actor, Done, Ingest, Principal, WireModel
 
 log = logging.getLogger("coffer.auth")
 router = APIRouter(prefix="/internal/v1", dependencies=[Depends(require_internal_token)])
@@ -31,14 +31,14 @@ def principal(
     organization_id: Annotated[str | None, Header(alias="x-organization-id")] = None,
 ) -> Principal:
     """Resolve a key's SHA-256 (the raw key never crosses the network) to a principal."""
-    resolved = service.resolve_principal(
+    resolved = admin.resolve_principal(
         session, key_hash=key_hash.lower(), organization_id=organization_id or None
     )
     key_id = resolved.principal.key_id
     # Best effort, in its own short write transaction, so lookups stay read-only and concurrent.
     try:
         with Session(writer(database.engine)) as write:
-            service.touch_key(
+            admin.touch_key(
                 write,
                 key_id=key_id,
                 organization_id=resolved.principal.organization_id,

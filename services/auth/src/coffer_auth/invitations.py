@@ -15,9 +15,9 @@ from coffer_auth.models import Invitation, Membership, Organization, Role, User
 from coffer_auth.schemas import InvitationOut, InvitationPreviewOut, InvitationStatus, RoleName, UserRef
 from coffer_auth.sessions import normalize_email
 from coffer_auth.tokens import INVITATION_ID, INVITATION_PREFIX, new_token
-from coffer_kit.errors import invalid, not_found
-from coffer_kit.ids import new_id
-from coffer_kit.timeutil import as_utc, isoformat, utcnow
+from coffer_kit.contract.errors import invalid, not_found
+from coffer_kit.contract.ids import new_id
+from coffer_kit.contract.timeutil import as_utc, isoformat, utcnow
 
 log = logging.getLogger("coffer.auth")
 

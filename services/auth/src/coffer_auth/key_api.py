@@ -22,13 +22,20 @@ from coffer_auth import apikeys
 from coffer_auth.audit import Actor
 from coffer_auth.deps import SessionDep
 from coffer_auth.models import ApiKey, KeyKind, Membership, Organization, Role
-from coffer_kit import scopes
-from coffer_kit.accounts_wire import KeyCreatedOut, KeyOut, KeyRotatedOut, KeysOut, SuccessOut
-from coffer_kit.errors import conflict, forbidden, insufficient_scope, invalid, not_found, unauthorized
+from coffer_kit.contract import scopes
+from coffer_kit.contract.accounts import KeyCreatedOut, KeyOut, KeyRotatedOut, KeysOut, SuccessOut
+from coffer_kit.contract.errors import (
+    conflict,
+    forbidden,
+    insufficient_scope,
+    invalid,
+    not_found,
+    unauthorized,
+)
+from coffer_kit.contract.limits import MAX_KEYS_PER_ORG
+from coffer_kit.contract.timeutil import as_utc, utcnow
+from coffer_kit.contract.wire import ACTOR_HEADER, KeyCreate, KeyRotate
 from coffer_kit.internal_token import require_internal_token
-from coffer_kit.limits import MAX_KEYS_PER_ORG
-from coffer_kit.timeutil import as_utc, utcnow
-from coffer_kit.wire import ACTOR_HEADER, KeyCreate, KeyRotate
 
 router = APIRouter(
     prefix="/internal/v1/orgs/{org_id}/api-keys", dependencies=[Depends(require_internal_token)]

@@ -22,10 +22,10 @@ from sqlalchemy import (
 )
 from sqlmodel import Field, SQLModel, col
 
-from coffer_kit.ids import USER, new_id
-from coffer_kit.media import IngestMode, ScanMode
-from coffer_kit.timeutil import utcnow
-from coffer_kit.wire import Ingest
+from coffer_kit.contract.ids import USER, new_id
+from coffer_kit.contract.media import IngestMode, ScanMode
+from coffer_kit.contract.timeutil import utcnow
+from coffer_kit.contract.wire import Ingest
 
 
 def _ts(nullable: bool = False, index: bool = False) -> Column:  # type: ignore[type-arg]
@@ -132,7 +132,7 @@ class ApiKey(SQLModel, table=True):
         sa_column=Column(String(40), ForeignKey("users.id", ondelete="SET NULL"), nullable=True),
     )
     # Issue 46, fixed at creation and kept by a rotation: the actions and bundles
-    # (coffer_kit.scopes) space-separated, the folder subtree it is confined to, and the
+    # (coffer_kit.contract.scopes) space-separated, the folder subtree it is confined to, and the
     # client networks (CIDRs, space-separated) it may be used from.
     scopes: str = Field(default="full", sa_column=Column(String(512), nullable=False, server_default="full"))
     folder_id: str | None = Field(default=None, sa_column=Column(String(40), nullable=True))

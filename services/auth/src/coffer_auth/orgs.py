@@ -12,11 +12,11 @@ from coffer_auth import audit, errors
 from coffer_auth.audit import Actor
 from coffer_auth.models import Membership, Organization, Role, User
 from coffer_auth.schemas import MemberOut, OrgOut, RoleName
-from coffer_kit import media
-from coffer_kit.errors import invalid, not_found
-from coffer_kit.ids import ORG, new_id
-from coffer_kit.resources import VISIBILITIES, Visibility
-from coffer_kit.timeutil import utcnow
+from coffer_kit.contract import media
+from coffer_kit.contract.errors import invalid, not_found
+from coffer_kit.contract.ids import ORG, new_id
+from coffer_kit.contract.resources import VISIBILITIES, Visibility
+from coffer_kit.contract.timeutil import utcnow
 
 
 def _name(name: str) -> str:

@@ -12,7 +12,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
 from coffer_auth.errors import weak_password
-from coffer_kit.errors import invalid
+from coffer_kit.contract.errors import invalid
 
 # argon2-cffi's defaults (argon2id, m = 64 MiB, t = 3, p = 4): one hash takes about 140 ms and
 # 64 MiB here, so at most HASH_CONCURRENCY run at once per process (256 MiB, two cores busy).

@@ -1,5 +1,5 @@
 """The dashboard's internal API: request bodies (JSON in camelCase). The responses live in
-``coffer_kit.accounts_wire``, shared with edge's client; ``services/auth/INTERNAL_API.md``
+``coffer_kit.contract.accounts``, shared with edge's client; ``services/auth/INTERNAL_API.md``
 describes both."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from coffer_kit.accounts_wire import (  # re-exported: auth's modules import them from here
+from coffer_kit.contract.accounts import (  # re-exported: auth's modules import them from here
     ActorType,
     AuditEventOut,
     AuditPageOut,
@@ -39,7 +39,7 @@ from coffer_kit.accounts_wire import (  # re-exported: auth's modules import the
     UserOut,
     UserRef,
 )
-from coffer_kit.scopes import MAX_SCOPE_CHARS, MAX_SCOPES
+from coffer_kit.contract.scopes import MAX_SCOPE_CHARS, MAX_SCOPES
 
 # Audit actions edge may record through POST /orgs/{org}/audit (the file browser's).
 EdgeAuditAction = Literal[

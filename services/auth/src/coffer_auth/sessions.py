@@ -15,9 +15,9 @@ from coffer_auth.config import Settings
 from coffer_auth.models import DashboardSession, LoginThrottle, User
 from coffer_auth.schemas import SessionOut
 from coffer_auth.tokens import SESSION_ID, SESSION_PREFIX, new_csrf_token, new_token
-from coffer_kit.errors import unauthorized
-from coffer_kit.ids import new_id
-from coffer_kit.timeutil import as_utc, utcnow
+from coffer_kit.contract.errors import unauthorized
+from coffer_kit.contract.ids import new_id
+from coffer_kit.contract.timeutil import as_utc, utcnow
 
 # Like a key's last_used_at: writing last_seen_at on every page would make each read a write.
 SEEN_RESOLUTION = timedelta(seconds=60)

@@ -6,7 +6,7 @@ import secrets
 
 from coffer_auth.keys import hash_key
 
-# Row ids of the dashboard's tables (the contract's own prefixes are in coffer_kit.ids).
+# Row ids of the dashboard's tables (the contract's own prefixes are in coffer_kit.contract.ids).
 SESSION_ID = "ses"
 INVITATION_ID = "inv"
 RESET_ID = "rst"

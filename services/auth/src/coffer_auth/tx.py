@@ -14,8 +14,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
+from coffer_kit.contract.errors import unavailable
 from coffer_kit.db import run_read, writer
-from coffer_kit.errors import unavailable
 
 T = TypeVar("T")
 

@@ -20,11 +20,10 @@ from sqlmodel import Session, SQLModel, col, select
 
 from coffer_auth.deps import SessionDep
 from coffer_auth.models import ApiKey, KeyKind, Membership, Organization
-from coffer_kit.errors import not_found, unauthorized
-from coffer_kit.ids import UPLOAD_TOKEN, new_id
-from coffer_kit.internal_token import require_internal_token
-from coffer_kit.timeutil import as_utc, isoformat, utcnow
-from coffer_kit.wire import (
+from coffer_kit.contract.errors import not_found, unauthorized
+from coffer_kit.contract.ids import UPLOAD_TOKEN, new_id
+from coffer_kit.contract.timeutil import as_utc, isoformat, utcnow
+from coffer_kit.contract.wire import (
     Done,
     MinterRef,
     MintersIn,
@@ -35,6 +34,7 @@ from coffer_kit.wire import (
     UploadTokenIn,
     UploadTokenPlace,
 )
+from coffer_kit.internal_token import require_internal_token
 
 # Expired tokens are deleted this long after they expired, when their organization mints again.
 KEEP_EXPIRED = timedelta(days=1)

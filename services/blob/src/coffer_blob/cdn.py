@@ -32,12 +32,12 @@ from starlette.datastructures import QueryParams
 from coffer_blob import keys, signing
 from coffer_blob.config import Settings
 from coffer_blob.deps import BlobState, blob_state
-from coffer_blob.observe import DOWNLOAD_BYTES
+from coffer_blob.metrics import DOWNLOAD_BYTES
 from coffer_blob.storage import ObjectInfo, Reader, Storage, read_range
 from coffer_blob.transforms import formats, presets
 from coffer_blob.transforms.pool import CACHE_HITS
-from coffer_kit import transforms
-from coffer_kit.errors import (
+from coffer_kit.contract import transforms
+from coffer_kit.contract.errors import (
     CofferError,
     forbidden,
     not_an_image,
@@ -45,8 +45,8 @@ from coffer_kit.errors import (
     precondition_failed,
     range_not_satisfiable,
 )
+from coffer_kit.contract.transforms import Transform
 from coffer_kit.routes import LeanRoute
-from coffer_kit.transforms import Transform
 
 router = APIRouter(route_class=LeanRoute)
 

@@ -21,8 +21,8 @@ import mimetypes
 import re
 import unicodedata
 
-from coffer_kit import urls
-from coffer_kit.ids import is_asset_id, is_org_id
+from coffer_kit.contract import urls
+from coffer_kit.contract.ids import is_asset_id, is_org_id
 
 MAX_FILENAME_BYTES = 255
 # An extension longer than this is not worth keeping when a name must be shortened.

@@ -17,10 +17,10 @@ from coffer_blob.storage import StorageUnavailable, make_storage
 from coffer_blob.transforms.pool import TransformPool
 from coffer_blob.transforms.presets import PresetCache
 from coffer_kit.app import base_app
-from coffer_kit.errors import error_response, unavailable
+from coffer_kit.contract.errors import error_response, unavailable
+from coffer_kit.contract.limits import MAX_FILE_BYTES, MAX_UPLOAD_BODY_BYTES
 from coffer_kit.health import ReadinessCheck, health_router
 from coffer_kit.internal_token import require_internal_token
-from coffer_kit.limits import MAX_FILE_BYTES, MAX_UPLOAD_BODY_BYTES
 from coffer_kit.metrics import metrics_router
 from coffer_kit.middleware import ResponseHeadersMiddleware, inside_request_context
 from coffer_kit.state import clear_state, install_state, state_of

@@ -25,8 +25,8 @@ from coffer_blob import keys
 from coffer_blob.config import Settings
 from coffer_blob.deps import SettingsDep, StorageDep
 from coffer_blob.storage import Reader, Storage
-from coffer_kit.errors import CofferError, invalid, not_found
-from coffer_kit.wire import HeldIn, ScanOutcome
+from coffer_kit.contract.errors import CofferError, invalid, not_found
+from coffer_kit.contract.wire import HeldIn, ScanOutcome
 
 router = APIRouter(prefix="/internal/v1")
 

@@ -19,7 +19,7 @@ _EXPIRES = re.compile(r"^(0|[1-9][0-9]{0,11})$")  # canonical: one URL per expir
 def signature(secret: bytes, key: str, expires: int, transform: str = "") -> str:
     """base64url (no padding) of HMAC-SHA256(secret, tag NUL expires NUL key [NUL transform]).
 
-    ``transform`` is the canonical form (``coffer_kit.transforms.spec_of``);
+    ``transform`` is the canonical form (``coffer_kit.contract.transforms.spec_of``);
     empty for the original.
     """
     fields: tuple[bytes, ...]

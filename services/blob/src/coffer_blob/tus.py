@@ -27,10 +27,10 @@ from coffer_blob import detect, keys
 from coffer_blob.deps import StorageDep
 from coffer_blob.storage import StorageUnavailable, read_range
 from coffer_blob.storage.base import Resumable
-from coffer_kit.errors import checksum_mismatch, file_too_large, invalid, unavailable
-from coffer_kit.ids import TUS_UPLOAD_ID_PATTERN
-from coffer_kit.limits import MAX_FILE_BYTES
-from coffer_kit.wire import TusAppended, TusKey, TusTarget
+from coffer_kit.contract.errors import checksum_mismatch, file_too_large, invalid, unavailable
+from coffer_kit.contract.ids import TUS_UPLOAD_ID_PATTERN
+from coffer_kit.contract.limits import MAX_FILE_BYTES
+from coffer_kit.contract.wire import TusAppended, TusKey, TusTarget
 
 router = APIRouter(prefix="/internal/v1/tus")
 _UPLOAD_ID = re.compile(TUS_UPLOAD_ID_PATTERN)

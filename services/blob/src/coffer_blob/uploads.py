@@ -40,11 +40,11 @@ from coffer_blob import detect, keys
 from coffer_blob.deps import StorageDep
 from coffer_blob.multipart import ParseFailed, PartRouter, Target, parse_boundary
 from coffer_blob.storage import ObjectInfo, Storage, StorageUnavailable, Writer
-from coffer_kit import media
-from coffer_kit.errors import CofferError, file_too_large, invalid, unsupported_media_type
-from coffer_kit.limits import MAX_FILE_BYTES
-from coffer_kit.resources import VISIBILITIES, Visibility
-from coffer_kit.wire import Stored, UploadFields
+from coffer_kit.contract import media
+from coffer_kit.contract.errors import CofferError, file_too_large, invalid, unsupported_media_type
+from coffer_kit.contract.limits import MAX_FILE_BYTES
+from coffer_kit.contract.resources import VISIBILITIES, Visibility
+from coffer_kit.contract.wire import Stored, UploadFields
 
 log = logging.getLogger("coffer.blob.uploads")
 router = APIRouter(prefix="/internal/v1")

@@ -13,8 +13,8 @@ from contextvars import ContextVar
 
 from starlette.requests import Request
 
-from coffer_kit.errors import request_id_of
-from coffer_kit.wire import Actor, ActorType
+from coffer_kit.contract.errors import request_id_of
+from coffer_kit.contract.wire import Actor, ActorType
 
 _current: ContextVar[Actor | None] = ContextVar("coffer_actor", default=None)
 # The folder the request's key is confined to (issue 46), sent to metadata with every call.

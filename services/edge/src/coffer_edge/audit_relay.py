@@ -16,7 +16,7 @@ from contextlib import suppress
 
 from coffer_edge.clients.auth import AuthClient
 from coffer_edge.clients.metadata import MetadataClient
-from coffer_kit.errors import CofferError
+from coffer_kit.contract.errors import CofferError
 
 log = logging.getLogger("coffer.edge.audit")
 

@@ -20,8 +20,8 @@ from coffer_edge.config import Settings
 from coffer_edge.dashboard.state import DashboardState
 from coffer_edge.ratelimit import RateLimiter
 from coffer_edge.scans import ScanRelay
-from coffer_kit import scopes
-from coffer_kit.errors import (
+from coffer_kit.contract import scopes
+from coffer_kit.contract.errors import (
     CofferError,
     forbidden,
     insufficient_scope,
@@ -29,7 +29,7 @@ from coffer_kit.errors import (
     request_id_of,
     unauthorized,
 )
-from coffer_kit.scopes import ACTION_EXTENSION, ANY_KEY, TOKEN
+from coffer_kit.contract.scopes import ACTION_EXTENSION, ANY_KEY, TOKEN
 from coffer_kit.state import ServiceState, from_state, request_state
 
 # Distinct scheme names: both default to "APIKeyHeader", and the document kept only one.
@@ -145,7 +145,7 @@ def require_declared_actions(app: Any) -> None:
 
 def needs(action: str, **extra: Any) -> dict[str, Any]:
     """A route's declaration of the action it needs (its ``openapi_extra``): an action of
-    coffer_kit.scopes, ``ANY_KEY`` or ``TOKEN``."""
+    coffer_kit.contract.scopes, ``ANY_KEY`` or ``TOKEN``."""
     if action not in scopes.ALL and action not in (ANY_KEY, TOKEN):
         raise ValueError(f"unknown action {action!r}")
     return {**extra, ACTION_EXTENSION: action}

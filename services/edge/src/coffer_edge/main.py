@@ -25,9 +25,9 @@ from coffer_edge.routers import assets, folders, keys, transform_presets, tus, u
 from coffer_edge.scans import SCAN_TIMEOUT_SECONDS, ScanRelay
 from coffer_edge.sweeper import sweep_forever
 from coffer_kit.app import base_app
+from coffer_kit.contract.limits import MAX_FILE_BYTES, MAX_UPLOAD_BODY_BYTES
 from coffer_kit.health import ReadinessCheck, health_router
 from coffer_kit.internal import internal_client
-from coffer_kit.limits import MAX_FILE_BYTES, MAX_UPLOAD_BODY_BYTES
 from coffer_kit.metrics import metrics_router
 from coffer_kit.middleware import ResponseHeadersMiddleware
 from coffer_kit.state import clear_state, install_state, state_of

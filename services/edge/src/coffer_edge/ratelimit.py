@@ -11,7 +11,7 @@ from limits.aio.strategies import FixedWindowRateLimiter
 from limits.storage import storage_from_string
 
 from coffer_edge.metrics import RATE_LIMIT_FALLBACKS
-from coffer_kit.errors import CofferError, rate_limited
+from coffer_kit.contract.errors import CofferError, rate_limited
 
 log = logging.getLogger("coffer.edge.ratelimit")
 

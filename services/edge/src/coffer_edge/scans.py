@@ -22,8 +22,8 @@ from prometheus_client import Counter, Gauge
 
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
-from coffer_kit.errors import CofferError
-from coffer_kit.wire import ScanJob, ScanReport
+from coffer_kit.contract.errors import CofferError
+from coffer_kit.contract.wire import ScanJob, ScanReport
 
 log = logging.getLogger("coffer.edge.scans")
 

@@ -8,9 +8,15 @@ from annotated_types import Interval
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from coffer_kit.limits import EXPIRES_IN_MAX, EXPIRES_IN_MIN, MAX_FILE_BYTES, PAGE_LIMIT_MAX, PAGE_OFFSET_MAX
-from coffer_kit.names import NAME_RULES, NAME_SCHEMA, UPLOAD_NAME_SCHEMA
-from coffer_kit.resources import (
+from coffer_kit.contract.limits import (
+    EXPIRES_IN_MAX,
+    EXPIRES_IN_MIN,
+    MAX_FILE_BYTES,
+    PAGE_LIMIT_MAX,
+    PAGE_OFFSET_MAX,
+)
+from coffer_kit.contract.names import NAME_RULES, NAME_SCHEMA, UPLOAD_NAME_SCHEMA
+from coffer_kit.contract.resources import (
     Asset,
     AssetList,
     Folder,
@@ -170,7 +176,7 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
-# Image transforms (CONTRACT §10). Values are checked by coffer_kit.transforms, whose refusal is
+# Image transforms (CONTRACT §10). Values are checked by coffer_kit.contract.transforms, whose refusal is
 # 400 ``invalid_transform``; the schema states the same bounds for clients.
 SIDE_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": 4096}
 QUALITY_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 20, "maximum": 100}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from coffer_edge.clients.auth import Principal
 from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.clients.upload_tokens import UploadTokenClient
-from coffer_kit.errors import CofferError, not_found
+from coffer_kit.contract.errors import CofferError, not_found
 
 
 async def folder_within(

@@ -22,8 +22,8 @@ from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.clients.upload_tokens import UploadTokenClient
 from coffer_edge.metrics import SWEPT
-from coffer_kit.errors import CofferError
-from coffer_kit.wire import MinterRef
+from coffer_kit.contract.errors import CofferError
+from coffer_kit.contract.wire import MinterRef
 
 log = logging.getLogger("coffer.edge.sweeper")
 

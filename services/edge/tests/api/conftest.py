@@ -1,6 +1,6 @@
 """The public API's rules, tested in process: the four services' real apps on real databases
 (SQLite and PostgreSQL, migrated once per session), served on loopback from this process
-(coffer_testkit.inprocess). Tables are emptied after every test."""
+(coffer_harness.inprocess). Tables are emptied after every test."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from coffer_testkit.inprocess import InProcessStack, new_stack, serving
+from coffer_harness.inprocess import InProcessStack, new_stack, serving
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgresql"])

@@ -10,7 +10,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 import pytest
 
-from coffer_kit.urls import MAX_FILE_BYTES
+from coffer_kit.contract.urls import MAX_FILE_BYTES
 from coffer_testkit.testing import assert_error, multipart_stream, pattern_bytes
 
 ISO_MS_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")

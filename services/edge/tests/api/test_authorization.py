@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from coffer_kit.ids import new_id
+from coffer_kit.contract.ids import new_id
 
 OK, IN_B, NO_KEY, NO_ORG, NOT_MEMBER = "ok", "in_b", "no_key", "no_org", "not_member"
 MEMBER, MEMBER_IN_B = "member", "member_in_b"  # a member's personal key, acting in A or in B

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from coffer_edge.dashboard.routes.files import _expires_in, _first_part_token, preview_kind
-from coffer_kit.errors import CofferError
+from coffer_kit.contract.errors import CofferError
 from coffer_kit.metrics import HTTP_REQUESTS
 from coffer_testkit.dashboard import SAME_ORIGIN, Browser, audit_once, sign_up
 

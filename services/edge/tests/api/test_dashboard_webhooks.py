@@ -17,8 +17,8 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from coffer_kit.ids import new_id
-from coffer_kit.webhooks import EVENT_TYPES, MAX_ENDPOINTS
+from coffer_kit.contract.ids import new_id
+from coffer_kit.contract.webhooks import EVENT_TYPES, MAX_ENDPOINTS
 from coffer_testkit.dashboard import SAME_ORIGIN, Browser, audit_once, sign_up
 
 # A name under .invalid never resolves (RFC 6761): metadata accepts it (it checks again at

@@ -1,5 +1,5 @@
 """CONTRACT §8 through the public API, on both backends (the four real apps over real HTTP,
-coffer_testkit.inprocess): new fields, usage, folder paths, rename and move (a 40-way move
+coffer_harness.inprocess): new fields, usage, folder paths, rename and move (a 40-way move
 race included), search and sort, and upload tokens (single use under concurrency, scope,
 quota, CORS). Rules one service enforces alone are tested against that service
 (services/metadata/tests, services/auth/tests); that tokens never reach logs or spans needs
@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from coffer_kit.ids import new_id
+from coffer_kit.contract.ids import new_id
 from coffer_testkit.testing import assert_error
 
 KIB = 1024

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from coffer_kit.ids import new_id
-from coffer_kit.limits import MAX_KEYS_PER_ORG
+from coffer_kit.contract.ids import new_id
+from coffer_kit.contract.limits import MAX_KEYS_PER_ORG
 from coffer_testkit.testing import assert_error
 
 

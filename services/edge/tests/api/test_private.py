@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import httpx
 
-from coffer_kit.ids import new_id
+from coffer_kit.contract.ids import new_id
 from coffer_testkit.testing import assert_error
 
 DATA = b"for the eyes of the owner only\n" * 100

@@ -10,7 +10,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from coffer_testkit.api import upload_zeros, used_bytes
+from coffer_harness.api import upload_zeros, used_bytes
 from coffer_testkit.testing import assert_error
 
 KIB = 1024

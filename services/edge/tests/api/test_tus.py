@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 from tusclient import client as tus
 
-from coffer_testkit.api import Tenant, used_bytes
+from coffer_harness.api import Tenant, used_bytes
 from coffer_testkit.testing import assert_error
 
 MIB = 1024 * 1024

@@ -11,7 +11,7 @@ from aiohttp import web
 from prometheus_client import REGISTRY
 
 from coffer_edge.clients.auth import AuthClient, Principal
-from coffer_kit.errors import CofferError
+from coffer_kit.contract.errors import CofferError
 from coffer_kit.internal import internal_client
 
 pytestmark = pytest.mark.anyio

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from coffer_edge.clients.base import ServiceClient
-from coffer_kit.errors import CofferError
+from coffer_kit.contract.errors import CofferError
 from coffer_kit.internal import INTERNAL_TOKEN_HEADER, internal_client
 from coffer_testkit.testing import free_port
 

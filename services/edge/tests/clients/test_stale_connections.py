@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from coffer_edge.clients.base import ServiceClient
-from coffer_kit.errors import CofferError
+from coffer_kit.contract.errors import CofferError
 from coffer_kit.internal import internal_client
 from coffer_testkit.testing import free_port
 

@@ -7,7 +7,7 @@ import ipaddress
 from pydantic import Field, SecretStr, model_validator
 
 from coffer_kit import ports
-from coffer_kit.limits import TUS_EXPIRY_SECONDS
+from coffer_kit.contract.limits import TUS_EXPIRY_SECONDS
 from coffer_kit.settings import BaseServiceSettings, checked_secret
 
 # CONTRACT §11: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, then every 10 h.

@@ -17,10 +17,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 from sqlmodel import Session
 
-from coffer_kit.ids import EVENT, new_id
-from coffer_kit.timeutil import isoformat, utcnow
+from coffer_kit.contract.ids import EVENT, new_id
+from coffer_kit.contract.timeutil import isoformat, utcnow
+from coffer_kit.contract.wire import ACTOR_HEADER, SYSTEM, Actor, Done
 from coffer_kit.tracing import tracing_enabled
-from coffer_kit.wire import ACTOR_HEADER, SYSTEM, Actor, Done
 from coffer_metadata.deps import SessionDep, SettingsDep
 from coffer_metadata.models import Event
 

@@ -1,9 +1,9 @@
-"""Asset names given by default (the name rules themselves are coffer_kit.names)."""
+"""Asset names given by default (the name rules themselves are coffer_kit.contract.names)."""
 
 from __future__ import annotations
 
-from coffer_kit.errors import CofferError
-from coffer_kit.names import normalize_name
+from coffer_kit.contract.errors import CofferError
+from coffer_kit.contract.names import normalize_name
 
 __all__ = ["default_name", "normalize_name"]
 

@@ -20,10 +20,10 @@ import sqlalchemy as sa
 from fastapi import APIRouter
 from sqlmodel import Session
 
+from coffer_kit.contract.errors import not_found
+from coffer_kit.contract.timeutil import as_utc, utcnow
+from coffer_kit.contract.wire import SYSTEM, ScanClaim, ScanJob, ScanJobs, ScanReport
 from coffer_kit.db import KeyedRead
-from coffer_kit.errors import not_found
-from coffer_kit.timeutil import as_utc, utcnow
-from coffer_kit.wire import SYSTEM, ScanClaim, ScanJob, ScanJobs, ScanReport
 from coffer_metadata import events
 from coffer_metadata.assets.service import view
 from coffer_metadata.deps import DatabaseDep, SettingsDep

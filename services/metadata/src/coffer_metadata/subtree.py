@@ -13,9 +13,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlmodel import Session, col, select
 
-from coffer_kit.errors import forbidden, not_found
-from coffer_kit.ids import is_folder_id
-from coffer_kit.wire import SUBTREE_HEADER
+from coffer_kit.contract.errors import forbidden, not_found
+from coffer_kit.contract.ids import is_folder_id
+from coffer_kit.contract.wire import SUBTREE_HEADER
 from coffer_metadata.folders import repository
 from coffer_metadata.models import Asset
 

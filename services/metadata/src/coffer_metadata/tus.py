@@ -36,19 +36,18 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Query
 from sqlmodel import Session
 
-from coffer_kit.db import run_read
-from coffer_kit.errors import CofferError, conflict, not_found, offset_mismatch, upload_locked
-from coffer_kit.ids import TUS_UPLOAD_ID_PATTERN
-from coffer_kit.limits import (
+from coffer_kit.contract.errors import CofferError, conflict, not_found, offset_mismatch, upload_locked
+from coffer_kit.contract.ids import TUS_UPLOAD_ID_PATTERN
+from coffer_kit.contract.limits import (
     PAGE_LIMIT_DEFAULT,
     PAGE_LIMIT_MAX,
     PAGE_OFFSET_DEFAULT,
     PAGE_OFFSET_MAX,
     TUS_EXPIRY_SECONDS,
 )
-from coffer_kit.timeutil import utcnow
-from coffer_kit.urls import asset_prefix
-from coffer_kit.wire import (
+from coffer_kit.contract.timeutil import utcnow
+from coffer_kit.contract.urls import asset_prefix
+from coffer_kit.contract.wire import (
     TusAdvance,
     TusComplete,
     TusCreate,
@@ -60,6 +59,7 @@ from coffer_kit.wire import (
     TusPage,
     TusUpload,
 )
+from coffer_kit.db import run_read
 from coffer_metadata import subtree
 from coffer_metadata.assets import repository
 from coffer_metadata.assets import service as assets

@@ -23,7 +23,7 @@ __all__ = [
 
 def make_storage(settings: Settings) -> Storage:
     """The driver that ``COFFER_STORAGE`` names, configured from settings, timed and traced."""
-    from coffer_blob.observe import InstrumentedStorage
+    from coffer_blob.metrics import InstrumentedStorage
 
     return InstrumentedStorage(make_driver(settings))
 

@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from coffer_blob.storage.base import READ_CHUNK, ObjectInfo, StorageUnavailable
-from coffer_kit.ids import TUS_UPLOAD_ID_PATTERN
+from coffer_kit.contract.ids import TUS_UPLOAD_ID_PATTERN
 
 _RESERVED = "%"  # first character of the driver's own file names
 # A file being written is flushed to disk every this many bytes, so the fsync at commit

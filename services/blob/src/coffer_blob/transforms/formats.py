@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coffer_kit.transforms import Transform
+from coffer_kit.contract.transforms import Transform
 
 MEDIA_TYPES = {"webp": "image/webp", "avif": "image/avif", "jpeg": "image/jpeg", "png": "image/png"}
 EXTENSIONS = {"webp": ".webp", "avif": ".avif", "jpeg": ".jpg", "png": ".png"}

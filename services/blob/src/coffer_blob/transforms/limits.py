@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from coffer_blob.config import Settings
-from coffer_kit.errors import CofferError, image_too_costly
+from coffer_kit.contract.errors import CofferError, image_too_costly
 
 MIB = 1024 * 1024
 DEFAULT_MAX_PIXELS = 50_000_000

@@ -49,8 +49,8 @@ from prometheus_client import Counter, Gauge, Histogram
 from coffer_blob.config import Settings
 from coffer_blob.transforms import worker
 from coffer_blob.transforms.limits import Limits
-from coffer_kit.errors import unavailable
-from coffer_kit.transforms import Transform
+from coffer_kit.contract.errors import unavailable
+from coffer_kit.contract.transforms import Transform
 
 if TYPE_CHECKING:  # imported with the workers, on the first transform (see _workers)
     from pebble import ProcessPool

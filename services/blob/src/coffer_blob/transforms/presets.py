@@ -33,9 +33,9 @@ import re
 import time
 
 from coffer_blob.storage import Storage
-from coffer_kit import transforms
-from coffer_kit.errors import conflict
-from coffer_kit.transforms import Transform
+from coffer_kit.contract import transforms
+from coffer_kit.contract.errors import conflict
+from coffer_kit.contract.transforms import Transform
 
 # A preset's object is a few hundred bytes; the retired whole-organization object held 20.
 MAX_PRESET_BYTES = 64 * 1024

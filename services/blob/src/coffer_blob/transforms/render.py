@@ -11,8 +11,8 @@ import pyvips
 
 from coffer_blob.transforms import engine
 from coffer_blob.transforms.limits import Limits
-from coffer_kit import errors
-from coffer_kit.transforms import Transform
+from coffer_kit.contract import errors
+from coffer_kit.contract.transforms import Transform
 
 UNBOUNDED = 10_000_000  # libvips's VIPS_MAX_COORD
 # Bytes of one sample, by libvips band format.

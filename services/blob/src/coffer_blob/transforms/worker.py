@@ -24,9 +24,9 @@ from coffer_blob.config import Settings
 from coffer_blob.storage import Storage, make_driver, read_range
 from coffer_blob.transforms import formats
 from coffer_blob.transforms.limits import Limits
-from coffer_kit.errors import CofferError
-from coffer_kit.limits import MAX_FILE_BYTES
-from coffer_kit.transforms import Transform
+from coffer_kit.contract.errors import CofferError
+from coffer_kit.contract.limits import MAX_FILE_BYTES
+from coffer_kit.contract.transforms import Transform
 
 Outcome = tuple[Any, ...]
 

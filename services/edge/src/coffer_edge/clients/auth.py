@@ -14,13 +14,13 @@ from cachetools import TLRUCache, TTLCache
 
 from coffer_edge.clients.base import ServiceClient
 from coffer_edge.metrics import AUTH_CACHE
-from coffer_kit import accounts_wire as schemas
-from coffer_kit import wire
-from coffer_kit.errors import CofferError
+from coffer_kit.contract import accounts as schemas
+from coffer_kit.contract import wire
+from coffer_kit.contract.errors import CofferError
+from coffer_kit.contract.resources import Visibility
+from coffer_kit.contract.scopes import ALL, DEFAULT_SCOPES, Network, networks_of
+from coffer_kit.contract.wire import Ingest
 from coffer_kit.internal import InternalClient
-from coffer_kit.resources import Visibility
-from coffer_kit.scopes import ALL, DEFAULT_SCOPES, Network, networks_of
-from coffer_kit.wire import Ingest
 
 CacheKey = tuple[str, str | None]
 

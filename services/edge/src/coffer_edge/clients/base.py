@@ -13,8 +13,8 @@ from aiohttp.http import RawResponseMessage
 from pydantic import BaseModel
 
 from coffer_edge.actor import actor_header
+from coffer_kit.contract.wire import ACTOR_HEADER
 from coffer_kit.internal import TRANSPORT_ERRORS, Attempt, InternalClient, relay_error, transport_error
-from coffer_kit.wire import ACTOR_HEADER
 
 log = logging.getLogger("coffer.edge.clients")
 

@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import quote
 
 from coffer_edge.clients.base import ServiceClient
-from coffer_kit.wire import (
+from coffer_kit.contract.wire import (
     Deleted,
     HeldIn,
     ScanOutcome,

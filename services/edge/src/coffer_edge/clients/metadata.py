@@ -8,9 +8,9 @@ from urllib.parse import quote
 
 from coffer_edge.actor import actor_header, subtree_root
 from coffer_edge.clients.base import ServiceClient
-from coffer_kit import wire
-from coffer_kit.resources import Asset, Folder, FolderWithPath
-from coffer_kit.webhooks import (
+from coffer_kit.contract import wire
+from coffer_kit.contract.resources import Asset, Folder, FolderWithPath
+from coffer_kit.contract.webhooks import (
     WebhookAttemptList,
     WebhookCreate,
     WebhookDelivery,
@@ -19,7 +19,7 @@ from coffer_kit.webhooks import (
     WebhookEndpointWithSecret,
     WebhookUpdate,
 )
-from coffer_kit.wire import ScanClaim, ScanJobs, ScanReport
+from coffer_kit.contract.wire import ScanClaim, ScanJobs, ScanReport
 
 
 def _seg(value: str) -> str:

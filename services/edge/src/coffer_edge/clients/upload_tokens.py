@@ -7,8 +7,7 @@ import time
 from cachetools import TTLCache
 
 from coffer_edge.clients.base import ServiceClient
-from coffer_kit.internal import InternalClient
-from coffer_kit.wire import (
+from coffer_kit.contract.wire import (
     Done,
     MinterRef,
     MintersIn,
@@ -19,6 +18,7 @@ from coffer_kit.wire import (
     UploadTokenIn,
     UploadTokenPlace,
 )
+from coffer_kit.internal import InternalClient
 
 
 class UploadTokenClient(ServiceClient):

@@ -23,9 +23,9 @@ from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.dashboard.security import CROSS_ORIGIN_MESSAGE, PREFIX
 from coffer_edge.dashboard.state import DashboardState
 from coffer_edge.deps import edge_state
-from coffer_kit.accounts_wire import CurrentOut, LoginOut, OrgOut
-from coffer_kit.errors import CofferError, not_found
-from coffer_kit.ids import is_org_id
+from coffer_kit.contract.accounts import CurrentOut, LoginOut, OrgOut
+from coffer_kit.contract.errors import CofferError, not_found
+from coffer_kit.contract.ids import is_org_id
 
 log = logging.getLogger("coffer.edge.dashboard")
 

@@ -47,8 +47,8 @@ from coffer_edge.schemas import (
     errors,
 )
 from coffer_edge.schemas import Asset as AssetOut
-from coffer_kit import transforms
-from coffer_kit.errors import (
+from coffer_kit.contract import transforms
+from coffer_kit.contract.errors import (
     CofferError,
     file_too_large,
     invalid,
@@ -57,17 +57,17 @@ from coffer_kit.errors import (
     unavailable,
     unsupported_media_type,
 )
-from coffer_kit.ids import ASSET, new_id
-from coffer_kit.limits import (
+from coffer_kit.contract.ids import ASSET, new_id
+from coffer_kit.contract.limits import (
     EXPIRES_IN_DEFAULT,
     MAX_FILE_BYTES,
     MULTIPART_OVERHEAD,
     PAGE_LIMIT_DEFAULT,
     PAGE_OFFSET_DEFAULT,
 )
-from coffer_kit.resources import Visibility
+from coffer_kit.contract.resources import Visibility
+from coffer_kit.contract.wire import Ingest, Stored, TransformFields, UploadCommit
 from coffer_kit.routes import LeanRoute
-from coffer_kit.wire import Ingest, Stored, TransformFields, UploadCommit
 
 log = logging.getLogger("coffer.edge.assets")
 router = APIRouter(prefix="/api/assets", tags=["assets"])

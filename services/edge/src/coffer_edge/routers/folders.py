@@ -11,7 +11,7 @@ from fastapi.routing import APIRoute
 from coffer_edge.deps import MetadataDep, PrincipalDep, RequestIdDep, needs
 from coffer_edge.schemas import Folder as FolderOut
 from coffer_edge.schemas import FolderCreate, FolderList, FolderUpdate, FolderWithPath, Success, errors
-from coffer_kit.errors import invalid, unsupported_media_type
+from coffer_kit.contract.errors import invalid, unsupported_media_type
 
 
 def require_json(request: Request) -> None:

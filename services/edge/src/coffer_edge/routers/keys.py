@@ -18,12 +18,12 @@ from coffer_edge.deps import EdgeState, MetadataDep, PrincipalDep, RequestIdDep,
 from coffer_edge.routers.webhooks import JSONBodyRoute
 from coffer_edge.schemas import KeySelf, Success, errors
 from coffer_edge.subtree import folder_within
-from coffer_kit import scopes
-from coffer_kit.accounts_wire import KeyCreatedOut, KeyOut, KeyRotatedOut, KeysOut
-from coffer_kit.errors import CofferError, not_found
+from coffer_kit.contract import scopes
+from coffer_kit.contract.accounts import KeyCreatedOut, KeyOut, KeyRotatedOut, KeysOut
+from coffer_kit.contract.errors import CofferError, not_found
+from coffer_kit.contract.timeutil import isoformat
+from coffer_kit.contract.wire import KeyCreate, KeyRotate
 from coffer_kit.state import from_state
-from coffer_kit.timeutil import isoformat
-from coffer_kit.wire import KeyCreate, KeyRotate
 
 
 class KeyIdConvertor(Convertor[str]):

@@ -16,9 +16,9 @@ from coffer_edge.clients.auth import Principal
 from coffer_edge.deps import BlobDep, PrincipalDep, RequestIdDep, needs
 from coffer_edge.routers.folders import JSONRoute
 from coffer_edge.schemas import Success, TransformPreset, TransformPresetBody, TransformPresetList, errors
-from coffer_kit import transforms
-from coffer_kit.errors import forbidden, invalid_transform, not_found
-from coffer_kit.wire import TransformFields
+from coffer_kit.contract import transforms
+from coffer_kit.contract.errors import forbidden, invalid_transform, not_found
+from coffer_kit.contract.wire import TransformFields
 
 
 async def preset_admin(principal: PrincipalDep) -> Principal:
@@ -33,7 +33,7 @@ PresetName = Annotated[
     str, Path(description="A built-in preset's name or one of the organization's.", max_length=64)
 ]
 # The organization's own: described exactly (pattern, not a built-in), checked by
-# coffer_kit.transforms.check_preset_name so that a bad one is 400 invalid_transform.
+# coffer_kit.contract.transforms.check_preset_name so that a bad one is 400 invalid_transform.
 OwnPresetName = Annotated[
     str,
     Path(

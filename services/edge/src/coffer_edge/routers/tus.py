@@ -55,8 +55,8 @@ from coffer_edge.metrics import UPLOAD_BYTES, UPLOADS
 from coffer_edge.routers.assets import media_type_allowed
 from coffer_edge.routers.uploads import TOKEN_PREFIX, UPLOADS_PATH, token_hash
 from coffer_edge.schemas import ErrorEnvelope, OpenUploadList, PageLimit, PageOffset, Success, errors
-from coffer_kit import media
-from coffer_kit.errors import (
+from coffer_kit.contract import media
+from coffer_kit.contract.errors import (
     CofferError,
     file_too_large,
     invalid,
@@ -67,12 +67,25 @@ from coffer_kit.errors import (
     unsupported_media_type,
     unsupported_version,
 )
-from coffer_kit.ids import ASSET, TUS_UPLOAD, TUS_UPLOAD_ID_PATTERN, new_id
-from coffer_kit.limits import MAX_FILE_BYTES, PAGE_LIMIT_DEFAULT, PAGE_OFFSET_DEFAULT, TUS_EXPIRY_SECONDS
-from coffer_kit.names import normalize_name
-from coffer_kit.resources import Visibility
-from coffer_kit.timeutil import isoformat, utcnow
-from coffer_kit.wire import Ingest, MinterRef, TusAdvance, TusAppended, TusComplete, TusCreate, TusUpload
+from coffer_kit.contract.ids import ASSET, TUS_UPLOAD, TUS_UPLOAD_ID_PATTERN, new_id
+from coffer_kit.contract.limits import (
+    MAX_FILE_BYTES,
+    PAGE_LIMIT_DEFAULT,
+    PAGE_OFFSET_DEFAULT,
+    TUS_EXPIRY_SECONDS,
+)
+from coffer_kit.contract.names import normalize_name
+from coffer_kit.contract.resources import Visibility
+from coffer_kit.contract.timeutil import isoformat, utcnow
+from coffer_kit.contract.wire import (
+    Ingest,
+    MinterRef,
+    TusAdvance,
+    TusAppended,
+    TusComplete,
+    TusCreate,
+    TusUpload,
+)
 
 log = logging.getLogger("coffer.edge.tus")
 T = TypeVar("T")

@@ -35,10 +35,10 @@ from coffer_edge.routers.folders import JSONRoute
 from coffer_edge.schemas import TOKEN_UPLOAD_BODY, Success, UploadToken, UploadTokenCreate, errors
 from coffer_edge.schemas import Asset as AssetOut
 from coffer_edge.subtree import require_token_inside
-from coffer_kit.errors import CofferError
-from coffer_kit.ids import UPLOAD_TOKEN_ID_PATTERN
-from coffer_kit.scopes import TOKEN
-from coffer_kit.wire import UploadTokenIn
+from coffer_kit.contract.errors import CofferError
+from coffer_kit.contract.ids import UPLOAD_TOKEN_ID_PATTERN
+from coffer_kit.contract.scopes import TOKEN
+from coffer_kit.contract.wire import UploadTokenIn
 
 UPLOADS_PATH = "/api/uploads"
 TOKEN_PREFIX = "cof_upl_"

@@ -17,9 +17,9 @@ from coffer_edge.clients.auth import Principal
 from coffer_edge.deps import MetadataDep, PrincipalDep, RequestIdDep, needs
 from coffer_edge.routers.folders import require_json
 from coffer_edge.schemas import PageLimit, PageOffset, Success, errors
-from coffer_kit.errors import forbidden, invalid
-from coffer_kit.limits import PAGE_LIMIT_DEFAULT, PAGE_OFFSET_DEFAULT
-from coffer_kit.webhooks import (
+from coffer_kit.contract.errors import forbidden, invalid
+from coffer_kit.contract.limits import PAGE_LIMIT_DEFAULT, PAGE_OFFSET_DEFAULT
+from coffer_kit.contract.webhooks import (
     EVENT_TYPES,
     PING,
     WebhookAttemptList,

@@ -11,8 +11,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Row
 from sqlmodel import Session, col, delete, select
 
+from coffer_kit.contract.limits import TUS_EXPIRY_SECONDS
 from coffer_kit.db import Database, DriverStatement, KeyedRead, PgTransaction
-from coffer_kit.limits import TUS_EXPIRY_SECONDS
 from coffer_metadata.folders.repository import tree_ids
 from coffer_metadata.models import Asset, Event, Folder, Tombstone, TusUpload, UploadIntent, Usage
 

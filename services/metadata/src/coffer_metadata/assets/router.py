@@ -11,22 +11,18 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import Session
 
-from coffer_kit.db import DatabaseState, run_read
-from coffer_kit.errors import invalid, not_found
-from coffer_kit.internal_token import require_internal_token
-from coffer_kit.limits import (
+from coffer_kit.contract.errors import invalid, not_found
+from coffer_kit.contract.limits import (
     MAX_NAME_CHARS,
     PAGE_LIMIT_DEFAULT,
     PAGE_LIMIT_MAX,
     PAGE_OFFSET_DEFAULT,
     PAGE_OFFSET_MAX,
 )
-from coffer_kit.names import normalize_name
-from coffer_kit.resources import Asset, Visibility
-from coffer_kit.routes import LeanRoute, json_body, json_request_body
-from coffer_kit.state import request_state
-from coffer_kit.urls import asset_prefix
-from coffer_kit.wire import (
+from coffer_kit.contract.names import normalize_name
+from coffer_kit.contract.resources import Asset, Visibility
+from coffer_kit.contract.urls import asset_prefix
+from coffer_kit.contract.wire import (
     Done,
     Hidden,
     IntentIn,
@@ -36,6 +32,10 @@ from coffer_kit.wire import (
     UploadCommit,
     UploadTarget,
 )
+from coffer_kit.db import DatabaseState, run_read
+from coffer_kit.internal_token import require_internal_token
+from coffer_kit.routes import LeanRoute, json_body, json_request_body
+from coffer_kit.state import request_state
 from coffer_metadata import subtree
 from coffer_metadata.assets import repository, service
 from coffer_metadata.deps import DatabaseDep, SessionDep, SettingsDep

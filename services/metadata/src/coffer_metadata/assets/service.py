@@ -13,8 +13,7 @@ from prometheus_client import Counter
 from sqlalchemy.engine import Connection, Row
 from sqlmodel import Session
 
-from coffer_kit.db import Database, PgTransaction
-from coffer_kit.errors import (
+from coffer_kit.contract.errors import (
     CofferError,
     conflict,
     forbidden,
@@ -23,12 +22,13 @@ from coffer_kit.errors import (
     quota_exceeded,
     rate_limited,
 )
-from coffer_kit.ids import is_asset_id
-from coffer_kit.names import could_be_in_a_name, normalize_name, search_key
-from coffer_kit.timeutil import isoformat, utcnow
+from coffer_kit.contract.ids import is_asset_id
+from coffer_kit.contract.names import could_be_in_a_name, normalize_name, search_key
+from coffer_kit.contract.timeutil import isoformat, utcnow
+from coffer_kit.contract.urls import asset_prefix, public_url
+from coffer_kit.contract.wire import Actor, StaleIntent, StaleTombstone, StoredUsage, SweepCandidates
+from coffer_kit.db import Database, PgTransaction
 from coffer_kit.tracing import tracer
-from coffer_kit.urls import asset_prefix, public_url
-from coffer_kit.wire import Actor, StaleIntent, StaleTombstone, StoredUsage, SweepCandidates
 from coffer_metadata import events
 from coffer_metadata import subtree as confined
 from coffer_metadata.assets import repository

@@ -9,10 +9,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import Session
 
+from coffer_kit.contract.errors import invalid
+from coffer_kit.contract.resources import Folder, FolderCreate
+from coffer_kit.contract.wire import Done, SubtreeCounts
 from coffer_kit.db import run_read
-from coffer_kit.errors import invalid
-from coffer_kit.resources import Folder, FolderCreate
-from coffer_kit.wire import Done, SubtreeCounts
 from coffer_metadata import subtree
 from coffer_metadata.deps import DatabaseDep, SessionDep
 from coffer_metadata.events import ActorDep

@@ -7,11 +7,11 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from coffer_kit.errors import CofferError, conflict, folder_cycle, forbidden, not_found
-from coffer_kit.ids import FOLDER, is_folder_id, new_id
-from coffer_kit.names import normalize_name
-from coffer_kit.timeutil import isoformat, utcnow
-from coffer_kit.wire import Actor
+from coffer_kit.contract.errors import CofferError, conflict, folder_cycle, forbidden, not_found
+from coffer_kit.contract.ids import FOLDER, is_folder_id, new_id
+from coffer_kit.contract.names import normalize_name
+from coffer_kit.contract.timeutil import isoformat, utcnow
+from coffer_kit.contract.wire import Actor
 from coffer_metadata import events
 from coffer_metadata.folders import repository
 from coffer_metadata.models import Folder

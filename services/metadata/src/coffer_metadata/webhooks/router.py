@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Query
 
-from coffer_kit.errors import invalid, not_found
-from coffer_kit.limits import PAGE_LIMIT_MAX, PAGE_OFFSET_MAX
-from coffer_kit.webhooks import (
+from coffer_kit.contract.errors import invalid, not_found
+from coffer_kit.contract.limits import PAGE_LIMIT_MAX, PAGE_OFFSET_MAX
+from coffer_kit.contract.webhooks import (
     WebhookAttemptList,
     WebhookCreate,
     WebhookDelivery,
@@ -17,7 +17,7 @@ from coffer_kit.webhooks import (
     WebhookEndpointWithSecret,
     WebhookUpdate,
 )
-from coffer_kit.wire import Done
+from coffer_kit.contract.wire import Done
 from coffer_metadata import subtree
 from coffer_metadata.config import Settings
 from coffer_metadata.deps import SessionDep, SettingsDep

@@ -17,10 +17,10 @@ from urllib.parse import urlsplit
 import sqlalchemy as sa
 from sqlmodel import Session, col, func, select
 
-from coffer_kit.errors import conflict, invalid, not_found
-from coffer_kit.ids import EVENT, WEBHOOK, WEBHOOK_DELIVERY, id_pattern, new_id
-from coffer_kit.timeutil import as_utc, isoformat, utcnow
-from coffer_kit.webhooks import (
+from coffer_kit.contract.errors import conflict, invalid, not_found
+from coffer_kit.contract.ids import EVENT, WEBHOOK, WEBHOOK_DELIVERY, id_pattern, new_id
+from coffer_kit.contract.timeutil import as_utc, isoformat, utcnow
+from coffer_kit.contract.webhooks import (
     MAX_ENDPOINTS,
     PING,
     ROTATION_OVERLAP_SECONDS,
@@ -30,7 +30,7 @@ from coffer_kit.webhooks import (
     WebhookDelivery,
     WebhookEndpointWithSecret,
 )
-from coffer_kit.wire import Actor
+from coffer_kit.contract.wire import Actor
 from coffer_metadata import events
 from coffer_metadata.config import Settings
 from coffer_metadata.folders.service import check_folder

@@ -20,7 +20,7 @@ from coffer_edge.dashboard.web import (
     redirect,
     with_sudo,
 )
-from coffer_kit.errors import CofferError
+from coffer_kit.contract.errors import CofferError
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 

@@ -42,11 +42,11 @@ from coffer_edge.deps import edge_state
 from coffer_edge.routers.assets import UploadScope, counted_upload, delete_stored_asset, update_stored_asset
 from coffer_edge.routers.tus import TUS_PATH
 from coffer_edge.routers.uploads import new_token, token_hash
-from coffer_kit import transforms
-from coffer_kit.errors import CofferError, file_too_large, invalid, not_found
-from coffer_kit.limits import MAX_FILE_BYTES
-from coffer_kit.resources import Asset, AssetList, Folder, FolderList, FolderWithPath
-from coffer_kit.wire import Ingest, TransformFields, UploadTokenIn
+from coffer_kit.contract import transforms
+from coffer_kit.contract.errors import CofferError, file_too_large, invalid, not_found
+from coffer_kit.contract.limits import MAX_FILE_BYTES
+from coffer_kit.contract.resources import Asset, AssetList, Folder, FolderList, FolderWithPath
+from coffer_kit.contract.wire import Ingest, TransformFields, UploadTokenIn
 
 log = logging.getLogger("coffer.edge.dashboard")
 router = APIRouter(prefix=PREFIX, include_in_schema=False)

@@ -25,9 +25,9 @@ from coffer_edge.dashboard.web import (
     with_sudo,
 )
 from coffer_edge.routers.keys import described
-from coffer_kit.accounts_wire import KeyCreatedOut, KeyOut, KeyRotatedOut
-from coffer_kit.errors import CofferError, invalid, not_found
-from coffer_kit.limits import MAX_KEY_LIFETIME_DAYS
+from coffer_kit.contract.accounts import KeyCreatedOut, KeyOut, KeyRotatedOut
+from coffer_kit.contract.errors import CofferError, invalid, not_found
+from coffer_kit.contract.limits import MAX_KEY_LIFETIME_DAYS
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 

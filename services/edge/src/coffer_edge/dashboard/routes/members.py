@@ -16,8 +16,8 @@ from coffer_edge.dashboard.web import (
     redirect,
     with_sudo,
 )
-from coffer_kit.accounts_wire import InvitationCreatedOut, MemberOut
-from coffer_kit.errors import CofferError, not_found
+from coffer_kit.contract.accounts import InvitationCreatedOut, MemberOut
+from coffer_kit.contract.errors import CofferError, not_found
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 

@@ -27,8 +27,8 @@ from coffer_edge.dashboard.web import (
     state_of,
 )
 from coffer_edge.routers.tus import end_open_upload
-from coffer_kit.accounts_wire import AuditEventOut
-from coffer_kit.errors import CofferError, forbidden, invalid, not_found
+from coffer_kit.contract.accounts import AuditEventOut
+from coffer_kit.contract.errors import CofferError, forbidden, invalid, not_found
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 

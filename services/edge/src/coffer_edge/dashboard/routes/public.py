@@ -29,8 +29,8 @@ from coffer_edge.dashboard.web import (
     token_hash,
 )
 from coffer_edge.metrics import DASHBOARD_LOGINS
-from coffer_kit.accounts_wire import InvitationPreviewOut
-from coffer_kit.errors import CofferError, not_found
+from coffer_kit.contract.accounts import InvitationPreviewOut
+from coffer_kit.contract.errors import CofferError, not_found
 
 log = logging.getLogger("coffer.edge.dashboard")
 router = APIRouter(prefix=PREFIX, include_in_schema=False)

@@ -30,8 +30,8 @@ from coffer_edge.dashboard.web import (
     state_of,
     with_sudo,
 )
-from coffer_kit.errors import CofferError, forbidden, not_found
-from coffer_kit.webhooks import (
+from coffer_kit.contract.errors import CofferError, forbidden, not_found
+from coffer_kit.contract.webhooks import (
     EVENT_TYPES,
     MAX_DESCRIPTION_CHARS,
     MAX_ENDPOINTS,

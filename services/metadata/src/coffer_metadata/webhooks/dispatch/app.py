@@ -14,11 +14,11 @@ from fastapi import FastAPI
 from sqlalchemy.engine import Engine
 
 from coffer_kit.app import base_app
+from coffer_kit.contract.timeutil import as_utc, utcnow
 from coffer_kit.db import Database, DatabaseState, database_check
 from coffer_kit.health import health_router
 from coffer_kit.metrics import metrics_router, register_gauge
 from coffer_kit.state import clear_state, install_state, installed_state
-from coffer_kit.timeutil import as_utc, utcnow
 from coffer_metadata.config import Settings
 from coffer_metadata.webhooks.dispatch import statements as sql
 from coffer_metadata.webhooks.dispatch.dispatcher import Dispatcher, untraced

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
-from coffer_kit.timeutil import as_utc
+from coffer_kit.contract.timeutil import as_utc
 from coffer_metadata.webhooks.dispatch import statements as sql
 from coffer_metadata.webhooks.dispatch.fanout import FanOut
 from coffer_metadata.webhooks.secrets import SecretBox

@@ -19,10 +19,10 @@ import aiohttp
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session
 
+from coffer_kit.contract.timeutil import utcnow
+from coffer_kit.contract.webhooks import DELIVERY_TIMEOUT_SECONDS
 from coffer_kit.db import Database, writer
-from coffer_kit.timeutil import utcnow
 from coffer_kit.tracing import tracing_enabled
-from coffer_kit.webhooks import DELIVERY_TIMEOUT_SECONDS
 from coffer_metadata.config import Settings
 from coffer_metadata.webhooks.dispatch import statements as sql
 from coffer_metadata.webhooks.dispatch.claim import PREFETCH, Job, lease, leased_jobs, plan_claim, release

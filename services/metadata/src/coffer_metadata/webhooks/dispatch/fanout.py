@@ -11,8 +11,8 @@ from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
-from coffer_kit.timeutil import as_utc
-from coffer_kit.webhooks import EVENT_TYPES
+from coffer_kit.contract.timeutil import as_utc
+from coffer_kit.contract.webhooks import EVENT_TYPES
 from coffer_metadata.webhooks import service
 from coffer_metadata.webhooks.dispatch import statements as sql
 

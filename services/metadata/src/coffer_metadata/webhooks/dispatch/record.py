@@ -15,10 +15,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session
 
+from coffer_kit.contract.ids import WEBHOOK_ATTEMPT, new_id
+from coffer_kit.contract.timeutil import as_utc, utcnow
+from coffer_kit.contract.wire import SYSTEM
 from coffer_kit.db import writer
-from coffer_kit.ids import WEBHOOK_ATTEMPT, new_id
-from coffer_kit.timeutil import as_utc, utcnow
-from coffer_kit.wire import SYSTEM
 from coffer_metadata import events as outbox
 from coffer_metadata.models import WebhookEndpoint as EndpointRow
 from coffer_metadata.webhooks import service

@@ -16,9 +16,9 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 from prometheus_client import Counter, Histogram
 
-from coffer_kit.timeutil import utcnow
+from coffer_kit.contract.timeutil import utcnow
+from coffer_kit.contract.webhooks import DELIVERY_TIMEOUT_SECONDS, RESPONSE_KEEP_BYTES
 from coffer_kit.tracing import tracer, tracing_enabled
-from coffer_kit.webhooks import DELIVERY_TIMEOUT_SECONDS, RESPONSE_KEEP_BYTES
 from coffer_metadata.webhooks.dispatch.claim import Job
 from coffer_metadata.webhooks.safety import AddressPolicy, RefusedAddress, literal_address
 from coffer_metadata.webhooks.secrets import signatures

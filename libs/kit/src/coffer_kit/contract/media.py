@@ -13,7 +13,7 @@ import fnmatch
 import re
 from typing import Literal
 
-from coffer_kit.errors import CofferError
+from coffer_kit.contract.errors import CofferError
 
 # An organization's ingest rules (auth keeps them with the organization; edge gets them with
 # the principal). ``record``: the detected type is recorded only (today's behaviour);

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from coffer_kit.ids import is_asset_id, is_org_id
-from coffer_kit.limits import MAX_FILE_BYTES
+from coffer_kit.contract.ids import is_asset_id, is_org_id
+from coffer_kit.contract.limits import MAX_FILE_BYTES
 
 __all__ = ["MAX_FILE_BYTES", "asset_prefix", "object_key", "public_url", "split_key"]
 

@@ -3,7 +3,7 @@ client that asks, so both sides are typed and cannot drift apart.
 
 Fields are snake_case in Python and camelCase on the wire, like the public API. The two hot
 reads (an asset, a page of assets) are not here: metadata writes them as the public models
-in :mod:`coffer_kit.resources` and edge passes the bytes through unparsed
+in :mod:`coffer_kit.contract.resources` and edge passes the bytes through unparsed
 (services/edge/tests/test_passthrough.py holds metadata to that).
 """
 
@@ -15,11 +15,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from pydantic.alias_generators import to_camel
 
-from coffer_kit.ids import ASSET_ID_PATTERN, TUS_UPLOAD_ID_PATTERN
-from coffer_kit.limits import EXPIRES_IN_MAX, EXPIRES_IN_MIN, MAX_FILE_BYTES
-from coffer_kit.media import IngestMode, ScanMode
-from coffer_kit.resources import ScanStatus, Visibility
-from coffer_kit.scopes import (
+from coffer_kit.contract.ids import ASSET_ID_PATTERN, TUS_UPLOAD_ID_PATTERN
+from coffer_kit.contract.limits import EXPIRES_IN_MAX, EXPIRES_IN_MIN, MAX_FILE_BYTES
+from coffer_kit.contract.media import IngestMode, ScanMode
+from coffer_kit.contract.resources import ScanStatus, Visibility
+from coffer_kit.contract.scopes import (
     ACTIONS,
     DEFAULT_SCOPES,
     MAX_NETWORK_CHARS,
@@ -490,8 +490,8 @@ class Deleted(WireModel):
 class TransformFields(WireModel):
     """An image transform's free parameters (CONTRACT §10), as JSON; None leaves one unset.
 
-    Ranges and choices are checked by :func:`coffer_kit.transforms.preset_from_fields` or
-    :func:`coffer_kit.transforms.parse_free`, whose 400 is ``invalid_transform``."""
+    Ranges and choices are checked by :func:`coffer_kit.contract.transforms.preset_from_fields` or
+    :func:`coffer_kit.contract.transforms.parse_free`, whose 400 is ``invalid_transform``."""
 
     w: StrictInt | None = None
     h: StrictInt | None = None

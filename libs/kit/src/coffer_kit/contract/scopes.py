@@ -8,7 +8,7 @@ import ipaddress
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from coffer_kit.errors import invalid
+from coffer_kit.contract.errors import invalid
 
 Action = Literal[
     "assets:read",

@@ -7,8 +7,8 @@ import re
 import unicodedata
 from typing import Any
 
-from coffer_kit.errors import invalid
-from coffer_kit.limits import MAX_NAME_CHARS
+from coffer_kit.contract.errors import invalid
+from coffer_kit.contract.limits import MAX_NAME_CHARS
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Bidirectional embeddings, overrides and isolates reorder what a person sees: a file named

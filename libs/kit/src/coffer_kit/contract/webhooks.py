@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coffer_kit.resources import Asset, Folder
+from coffer_kit.contract.resources import Asset, Folder
 
 # The events an endpoint subscribes to; ``ping`` is sent only by POST /api/webhooks/{id}/test.
 EventType = Literal[

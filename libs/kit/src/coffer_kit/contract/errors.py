@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from coffer_kit.limits import MAX_FILE_BYTES
+from coffer_kit.contract.limits import MAX_FILE_BYTES
 
 log = logging.getLogger("coffer.errors")
 

@@ -14,10 +14,10 @@ from coffer_auth import apikeys, audit, errors, orgs, passwords
 from coffer_auth.audit import OPERATOR, Actor
 from coffer_auth.models import ApiKey, KeyKind, KeyUse, Membership, Organization, Role, User
 from coffer_auth.orgs import UNSET, Unset
-from coffer_kit import scopes
-from coffer_kit.errors import forbidden, invalid, not_found, organization_required, unauthorized
-from coffer_kit.timeutil import as_utc, isoformat, utcnow
-from coffer_kit.wire import Principal
+from coffer_kit.contract import scopes
+from coffer_kit.contract.errors import forbidden, invalid, not_found, organization_required, unauthorized
+from coffer_kit.contract.timeutil import as_utc, isoformat, utcnow
+from coffer_kit.contract.wire import Principal
 
 # Writing last_used_at on every request would turn each read into a write; once a minute is enough.
 LAST_USED_RESOLUTION = timedelta(seconds=60)

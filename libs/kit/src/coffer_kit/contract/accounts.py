@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 from pydantic.alias_generators import to_camel
 
-from coffer_kit.timeutil import isoformat
+from coffer_kit.contract.timeutil import isoformat
 
 # The contract's timestamps: ISO 8601 UTC with milliseconds and Z (SQLite hands back naive UTC).
 Timestamp = Annotated[datetime, PlainSerializer(isoformat, return_type=str)]

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coffer_kit.names import NAME_RULES, NAME_SCHEMA
+from coffer_kit.contract.names import NAME_RULES, NAME_SCHEMA
 
 # CONTRACT §12: who may fetch an asset's bytes without a key.
 Visibility = Literal["public", "private"]

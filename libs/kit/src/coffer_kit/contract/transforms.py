@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from coffer_kit import errors
+from coffer_kit.contract import errors
 
 MIN_SIDE = 1
 MAX_SIDE = 4096

@@ -1,0 +1,149 @@
+"""The engine chosen by URL (a SQLite file or PostgreSQL), how a failed database maps to 503,
+and the readiness check."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from sqlalchemy import event, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.pool import QueuePool
+from sqlmodel import create_engine
+from starlette.concurrency import run_in_threadpool
+
+from coffer_kit.contract.errors import unavailable
+from coffer_kit.tracing import instrument_engine
+
+# Execution option marking a transaction that will write (see the SQLite begin hook below).
+WRITE_OPTION = "coffer_write"
+
+T = TypeVar("T")
+
+# As many pooled connections as the thread pool has threads (anyio's default is 40): a
+# connection opened past the pool's size is closed again after one use, and opening one costs
+# more than the query it serves.
+POOL_SIZE = 40
+
+
+# How long a SQLite statement waits for a lock before it fails (milliseconds).
+BUSY_TIMEOUT_MS = 30_000
+
+
+def make_engine(
+    url: str, *, pool_size: int = POOL_SIZE, busy_timeout_ms: int = BUSY_TIMEOUT_MS, durable: bool = True
+) -> Engine:
+    """An engine for ``url``; SQLite gets WAL, foreign keys and a busy timeout.
+
+    ``durable=False``: a commit returns before it is on disk (SQLite ``synchronous=NORMAL``,
+    PostgreSQL ``synchronous_commit=off``). A crash of the machine or the server may lose the
+    last commits, never half of one; only for writers that redo whatever such a loss undoes
+    (the webhook dispatcher). On SQLite it then holds the write lock for no flush.
+    """
+    if url.startswith("sqlite"):
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": busy_timeout_ms / 1000},
+            poolclass=QueuePool,
+            pool_size=pool_size,
+            max_overflow=0,
+            pool_timeout=30,
+        )
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            cur.close()
+
+        # pysqlite's own transaction handling starts transactions late and cannot take the
+        # write lock up front. Writers BEGIN IMMEDIATE, so two writers queue on busy_timeout
+        # instead of failing when a read transaction tries to upgrade; readers stay deferred.
+        @event.listens_for(engine, "connect")
+        def _no_autobegin(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+            dbapi_conn.isolation_level = None
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn) -> None:  # type: ignore[no-untyped-def]
+            write = conn.get_execution_options().get(WRITE_OPTION, False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+        instrument_engine(engine)
+        return engine
+    engine = create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=pool_size,
+        max_overflow=0,
+        pool_timeout=10,
+        **({} if durable else {"connect_args": {"options": "-c synchronous_commit=off"}}),
+    )
+    event.listen(engine, "before_cursor_execute", _nul_safe, retval=True)
+    instrument_engine(engine)
+    return engine
+
+
+def _no_nul(value: Any) -> Any:
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) and "\x00" in value else value
+
+
+def _nul_safe(
+    _conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _executemany: bool
+) -> tuple[str, Any]:
+    """PostgreSQL cannot hold U+0000 in text, and psycopg refuses to send it: an id sent with
+    a NUL in it (a path segment, a query parameter) failed as a 500. No stored value can hold
+    one (names refuse control characters, ids and keys are made by Coffer), so such a value
+    matches nothing once the NUL reads U+FFFD, and the lookup answers 404 as on SQLite."""
+    return statement, without_nul(parameters)
+
+
+def without_nul(parameters: Any) -> Any:
+    """``parameters`` (a dict or a sequence) with any NUL in a string value as U+FFFD."""
+    if isinstance(parameters, dict):
+        if any(isinstance(v, str) and "\x00" in v for v in parameters.values()):
+            parameters = {k: _no_nul(v) for k, v in parameters.items()}
+    elif isinstance(parameters, (list, tuple)) and any(
+        isinstance(v, str) and "\x00" in v for v in parameters
+    ):
+        parameters = type(parameters)(_no_nul(v) for v in parameters)
+    return parameters
+
+
+@functools.cache
+def writer(engine: Engine) -> Engine:
+    """The same engine, marked so that its transactions take the write lock at BEGIN."""
+    return engine.execution_options(**{WRITE_OPTION: True})
+
+
+def database_down(exc: DBAPIError) -> bool:
+    """Whether an error means the database could not be reached (503), not a bad statement."""
+    return exc.connection_invalidated or isinstance(exc, OperationalError)
+
+
+async def in_thread(run: Callable[[], T]) -> T:
+    """``run()`` in a worker thread; a database that is down answers 503, as through the
+    session dependency."""
+    try:
+        return await run_in_threadpool(run)
+    except DBAPIError as exc:
+        if database_down(exc):
+            raise unavailable("The database is unavailable.") from exc
+        raise
+
+
+def database_check(engine_of: Callable[[], Engine]) -> Callable[[], Awaitable[None]]:
+    """A readiness check that runs ``SELECT 1`` on the engine ``engine_of()`` returns."""
+
+    def ping() -> None:
+        with engine_of().connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    async def check() -> None:
+        await run_in_threadpool(ping)
+
+    return check

@@ -1,0 +1,1 @@
+"""coffer-harness: test helpers that start or drive the services (a dev dependency; never in an image)."""
