@@ -166,3 +166,31 @@ def test_a_subtree_keys_webhooks_hear_its_subtree(tree: Any) -> None:
     assert_error(sub.get(f"/api/webhooks/{org_wide}"), 404, "not_found")
     assert_error(sub.delete(f"/api/webhooks/{org_wide}"), 404, "not_found")
     assert [w["id"] for w in sub.get("/api/webhooks").json()["webhooks"]] == [made.json()["id"]]
+
+
+def test_an_upload_outside_is_not_found_even_between_its_chunks(tree: Any) -> None:
+    """The full key's upload into /private, its lease kept on this edge between two chunks:
+    the subtree key can neither append to it nor end it, as if it did not exist."""
+    api, sub, ids = tree
+    tus = {"Tus-Resumable": "1.0.0"}
+    chunk = {**tus, "Content-Type": "application/offset+octet-stream"}
+    name = base64.b64encode(b"big.bin").decode()
+    folder = base64.b64encode(ids["private"].encode()).decode()
+    made = api.post(
+        "/api/uploads/tus",
+        headers={**tus, "Upload-Length": "4", "Upload-Metadata": f"filename {name},folderId {folder}"},
+    )
+    assert made.status_code == 201, made.text
+    location = made.headers["location"]
+    first = api.patch(location, content=b"ab", headers={**chunk, "Upload-Offset": "0"})
+    assert first.status_code == 204, first.text  # this edge keeps its lease for the next chunk
+    assert_error(
+        sub.patch(location, content=b"cd", headers={**chunk, "Upload-Offset": "2"}), 404, "not_found"
+    )
+    assert_error(sub.delete(location, headers=tus), 404, "not_found")
+    assert sub.head(location, headers=tus).status_code == 404
+    upload_id = location.rsplit("/", 1)[1]
+    assert_error(sub.delete(f"/api/uploads/{upload_id}"), 404, "not_found")
+    assert upload_id not in sub.get("/api/uploads").text
+    last = api.patch(location, content=b"cd", headers={**chunk, "Upload-Offset": "2"})
+    assert last.status_code == 204, last.text

@@ -39,7 +39,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from starlette.requests import ClientDisconnect
 from starlette.types import Scope
 
-from coffer_edge.actor import act_as
+from coffer_edge.actor import act_as, subtree_root
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.deps import (
@@ -394,6 +394,8 @@ class Kept:
         ask metadata, where another request of this edge writing to it meanwhile makes 423);
         409 at another offset than ``offset`` (None: any, to end it); 401 for a capability
         that is not the upload's."""
+        if subtree_root() is not None:
+            return None  # a subtree key's chunk: metadata checks the upload is in its subtree
         kept: dict[str, Kept] = edge_state(request).kept_uploads
         entry = kept.get(upload_id)
         if entry is None or asyncio.get_running_loop().time() >= entry.until:
