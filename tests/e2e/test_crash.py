@@ -106,7 +106,7 @@ def test_kill_services_mid_traffic_then_sweep_converges(own_stack, admin_for) ->
             check=True,
         ).stdout
     )
-    assert again == {"intents": 0, "tombstones": 0, "failed": 0}
+    assert again == {"intents": 0, "tombstones": 0, "failed": 0, "uploads": 0}
 
     rows = all_assets(api)
     stored = stored_objects(own_stack, org)

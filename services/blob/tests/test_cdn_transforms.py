@@ -393,6 +393,7 @@ async def test_organization_presets(api: httpx.AsyncClient, cdn: httpx.AsyncClie
     # Deleted: the public URL's preset is unknown again.
     assert (await api.delete(f"{base}/hero")).status_code == 200
     assert_error(await api.delete(f"{base}/hero"), 404, "not_found")
+    assert_error(await api.delete(f"{base}/%C2%84"), 404, "not_found")  # no preset has that name
     assert_error(await cdn.get(key_path(key) + "?preset=hero"), 400, "invalid_transform")
     # A preset's object is no asset: the CDN never serves it.
     assert_error(await cdn.get(f"/{ORG}/presets/v%25preset.p1"), 404, "not_found")

@@ -166,7 +166,14 @@ def test_the_dashboard_makes_scoped_keys_and_says_what_they_can_do(stack: Any) -
             data={"csrf_token": browser.csrf, "name": "avatars"},
         )
         assert made.status_code == 303, made.text
-        form = {"form_id": "f", "kind": "organization", "name": "up", "expiry": "30d", "access": "uploader"}
+        # Form ids are the stack's (a re-post of one is 409): each form here has its own.
+        form = {
+            "form_id": secrets.token_urlsafe(12),
+            "kind": "organization",
+            "name": "up",
+            "expiry": "30d",
+            "access": "uploader",
+        }
         created = browser.post(keys, {**form, "folder": "/avatars"})
         assert created.status_code == 201, created.text[:500]
         words = "can upload into /avatars, list folders, make upload tokens; cannot read or delete"
@@ -177,9 +184,9 @@ def test_the_dashboard_makes_scoped_keys_and_says_what_they_can_do(stack: Any) -
         with client(stack, secret.group(0)) as api:
             me = api.get("/api/keys/self").json()
             assert me["scopes"] == ["uploader"] and me["folderPath"] == "/avatars"
-        missing = browser.post(keys, {**form, "form_id": "g", "folder": "/nope"})
+        missing = browser.post(keys, {**form, "form_id": secrets.token_urlsafe(12), "folder": "/nope"})
         assert missing.status_code == 400 and "There is no folder /nope." in missing.text
-        bad = browser.post(keys, {**form, "form_id": "h", "access": "root"})
+        bad = browser.post(keys, {**form, "form_id": secrets.token_urlsafe(12), "access": "root"})
         assert bad.status_code == 400
     finally:
         browser.http.close()

@@ -147,7 +147,9 @@ def put(storage: Storage, org_id: str, name: str, preset: Transform) -> bool:
 
 
 def delete(storage: Storage, org_id: str, name: str) -> bool:
-    """Remove one preset; False if there was none of that name."""
+    """Remove one preset; False if there was none of that name (none can have an invalid one)."""
+    if not valid_name(name):
+        return False
     _move_legacy(storage, org_id)
     key = preset_key(org_id, name)
     if storage.stat(key) is None:
