@@ -49,6 +49,10 @@ def test_every_page(dashboard: Any, admin_for: Any, tmp_path: Path, until: Any) 
         for n in range(3):
             answer = api.post("/assets", files={"file": (f"photo-{n}.jpg", os.urandom(300_000 * (n + 1)))})
             assert answer.status_code == 201, answer.text
+        # A key that may only upload into /avatars, for the Keys page's "Can" column.
+        avatars = api.post("/folders", json={"name": "avatars"}).json()["id"]
+        scoped = api.post("/keys", json={"name": "site", "scopes": ["uploader"], "folderId": avatars})
+        assert scoped.status_code == 201, scoped.text
     dashboard.create_key(page, org_id, kind="user", name="laptop", expiry="7d")
     shot(page, "key-created")
     page.goto("/dashboard/orgs")
@@ -86,7 +90,27 @@ def test_every_page(dashboard: Any, admin_for: Any, tmp_path: Path, until: Any) 
     guest.click("text=Accept and join")
     guest.wait_for_url(f"**/dashboard/o/{org_id}")
 
-    page.goto(f"/dashboard/o/{org_id}/usage")
+    # An unfinished resumable upload, a quarter sent, for the Usage page's list.
+    with httpx.Client(base_url=dashboard.stack.edge_url + "/api", headers={"x-api-key": key}) as api:
+        tus = {"Tus-Resumable": "1.0.0"}
+        created = api.post(
+            "/uploads/tus",
+            headers={
+                **tus,
+                "Upload-Length": str(4 * 1024 * 1024),
+                "Upload-Metadata": "filename dmlkZW8ubXA0",
+            },
+        )
+        assert created.status_code == 201, created.text
+        chunk = {**tus, "Upload-Offset": "0", "Content-Type": "application/offset+octet-stream"}
+        sent = api.patch(created.headers["location"], content=os.urandom(1024 * 1024), headers=chunk)
+        assert sent.status_code == 204, sent.text
+
+    def usage_shows_the_upload() -> bool:
+        page.goto(f"/dashboard/o/{org_id}/usage")
+        return "1 MiB of 4 MiB" in page.inner_text("#open-uploads")
+
+    until(usage_shows_the_upload)
     assert "3 assets, 1,800,000 bytes." in page.inner_text("main")  # metadata's own count
     shot(page, "usage")
 
