@@ -1217,10 +1217,11 @@ class Bench:
             TreeMemory,
             bare_thumbnail_seconds,
             get_until_served,
-            process_tree,
             test_jpeg,
             timed_get,
         )
+
+        from coffer_testkit.testing import descendants
 
         threads = self.blob_setting("cdn_transform_threads")
         workers = self.blob_setting("cdn_transform_workers")
@@ -1273,7 +1274,7 @@ class Bench:
         blob_pid = self.stack.processes["blob"].pid
 
         def pids() -> dict[str, list[int]]:
-            return {**self.coffer_pids(), "blob": process_tree(blob_pid)}
+            return {**self.coffer_pids(), "blob": descendants(blob_pid)}
 
         # 1. First requests, each on an asset never transformed; the first of all (untimed)
         # starts the fork server and the workers.

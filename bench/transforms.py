@@ -7,7 +7,6 @@ The CDN's transform workers are not the blob process's children but its fork ser
 from __future__ import annotations
 
 import http.client
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -15,6 +14,8 @@ from urllib.parse import urlsplit
 
 import pyvips
 from load import rss_bytes
+
+from coffer_testkit.testing import descendants
 
 # The thumb preset (CONTRACT §10): 256×256 cover, webp, quality 80.
 THUMB = 256
@@ -83,26 +84,6 @@ def get_until_served(url: str, deadline: float) -> tuple[int, int]:
         time.sleep(float(retry or 1))  # the client's back-off the answer asks for
 
 
-def process_tree(root: int) -> list[int]:
-    """``root`` and every process descended from it, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo.extend(children.get(pid, []))
-    return tree
-
-
 def pss_bytes(pid: int) -> int:
     """Proportional set size: shared pages split among the processes sharing them."""
     with open(f"/proc/{pid}/smaps_rollup") as fh:
@@ -129,7 +110,7 @@ class TreeMemory:
 
     def read(self) -> tuple[int, int, int]:
         rss = pss = 0
-        pids = process_tree(self.root)
+        pids = descendants(self.root)
         for pid in pids:
             try:
                 one = rss_bytes(pid)
