@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import httpx
@@ -42,17 +43,36 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-async def api(database_url: str, tmp_path: Any) -> AsyncIterator[httpx.AsyncClient]:
+def metadata_app(
+    database_url: str, tmp_path: Any
+) -> Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]:
+    """The real metadata app on the migrated database, called in process, with these settings
+    changed (``metadata_app(metadata_max_uploads_in_flight=3)``)."""
+
+    @asynccontextmanager
+    async def make(**changed: Any) -> AsyncIterator[httpx.AsyncClient]:
+        token = secrets.token_urlsafe(24)
+        settings = Settings(
+            metadata_database_url=database_url,
+            data_dir=tmp_path,
+            internal_token=SecretStr(token),
+            cdn_url="http://cdn.test",
+            **changed,
+        )
+        async with app_client(
+            create_app(settings), "http://metadata", {INTERNAL_TOKEN_HEADER: token}
+        ) as client:
+            yield client
+
+    return make
+
+
+@pytest.fixture
+async def api(
+    metadata_app: Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]], database_url: str
+) -> AsyncIterator[httpx.AsyncClient]:
     """The real metadata app on the migrated database, called in process."""
-    token = secrets.token_urlsafe(24)
-    settings = Settings(
-        metadata_database_url=database_url,
-        data_dir=tmp_path,
-        internal_token=SecretStr(token),
-        cdn_url="http://cdn.test",
-    )
-    app = create_app(settings)
-    async with app_client(app, "http://metadata", {INTERNAL_TOKEN_HEADER: token}) as client:
+    async with metadata_app() as client:
         yield client
     # The database is the session's: leave it empty for the next test.
     engine = make_engine(database_url)

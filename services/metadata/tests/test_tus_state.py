@@ -5,22 +5,17 @@ holder, completion creating the asset, termination and expiry releasing the rese
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
-from pydantic import SecretStr
 from sqlalchemy import create_engine, text
 
 from coffer_kit.contract.ids import ASSET, FOLDER, TUS_UPLOAD, new_id
 from coffer_kit.contract.timeutil import utcnow
-from coffer_kit.internal import INTERNAL_TOKEN_HEADER
-from coffer_metadata.config import Settings
-from coffer_metadata.main import create_app
-from coffer_testkit.testing import app_client, assert_error
+from coffer_testkit.testing import assert_error
 
 pytestmark = pytest.mark.anyio
 
@@ -29,17 +24,9 @@ CAP = 3
 
 
 @pytest.fixture
-async def capped_tus(database_url: str, tmp_path: Any) -> AsyncIterator[httpx.AsyncClient]:
+async def capped_tus(metadata_app: Any) -> AsyncIterator[httpx.AsyncClient]:
     """The metadata app with a cap of CAP uploads in flight per organization."""
-    token = secrets.token_urlsafe(24)
-    settings = Settings(
-        metadata_database_url=database_url,
-        data_dir=tmp_path,
-        internal_token=SecretStr(token),
-        cdn_url="http://cdn.test",
-        metadata_max_uploads_in_flight=CAP,
-    )
-    async with app_client(create_app(settings), "http://metadata", {INTERNAL_TOKEN_HEADER: token}) as client:
+    async with metadata_app(metadata_max_uploads_in_flight=CAP) as client:
         yield client
 
 

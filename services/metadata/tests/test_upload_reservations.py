@@ -4,20 +4,15 @@ has a bounded number at once (issue 23), exact under races on both databases."""
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-from pydantic import SecretStr
 
 from coffer_kit.contract.ids import ASSET, new_id
 from coffer_kit.db import make_engine
-from coffer_kit.internal import INTERNAL_TOKEN_HEADER
-from coffer_metadata.config import Settings
-from coffer_metadata.main import create_app
-from coffer_testkit.testing import app_client, assert_error
+from coffer_testkit.testing import assert_error
 
 pytestmark = pytest.mark.anyio
 
@@ -25,17 +20,9 @@ CAP = 5
 
 
 @pytest.fixture
-async def capped(database_url: str, tmp_path: Any) -> AsyncIterator[httpx.AsyncClient]:
+async def capped(metadata_app: Any) -> AsyncIterator[httpx.AsyncClient]:
     """The metadata app with a cap of CAP uploads in flight per organization."""
-    token = secrets.token_urlsafe(24)
-    settings = Settings(
-        metadata_database_url=database_url,
-        data_dir=tmp_path,
-        internal_token=SecretStr(token),
-        cdn_url="http://cdn.test",
-        metadata_max_uploads_in_flight=CAP,
-    )
-    async with app_client(create_app(settings), "http://metadata", {INTERNAL_TOKEN_HEADER: token}) as client:
+    async with metadata_app(metadata_max_uploads_in_flight=CAP) as client:
         yield client
 
 
