@@ -387,7 +387,7 @@ def test_the_sweeper_ends_uploads_whose_minter_is_gone(own_stack_with: Any, admi
         "--email",
         f"u{os.urandom(4).hex()}@example.com",
         "--password",
-        secrets.token_urlsafe(16),
+        "pw-" + secrets.token_urlsafe(16),  # never "-…", which argparse takes for an option
     )
     admin("add-member", "--org", org, "--user", user["id"])
     personal = admin("create-key", "--org", org, "--user", user["id"])

@@ -313,7 +313,7 @@ def test_authorization(tenant: Any, new_tenant: Any, admin: Any, stack: Stack, r
         "--email",
         f"m-{time.monotonic_ns()}@example.com",
         "--password",
-        secrets.token_urlsafe(18),
+        "pw-" + secrets.token_urlsafe(18),  # never "-…", which argparse takes for an option
     )
     admin("add-member", "--org", tenant.org_id, "--user", user["id"], "--role", "member")
     key = admin("create-key", "--org", tenant.org_id, "--user", user["id"])["key"]

@@ -426,7 +426,7 @@ def test_a_resumable_upload_of_a_member_removed_ends(browser: Browser, stack: An
         "--email",
         f"o{secrets.token_hex(4)}@example.com",
         "--password",
-        secrets.token_urlsafe(16),
+        "pw-" + secrets.token_urlsafe(16),  # never "-…", which argparse takes for an option
     )
     admin("add-member", "--org", browser.org_id, "--user", other["id"], "--role", "owner")
     admin("remove-member", "--org", browser.org_id, "--user", browser.email)

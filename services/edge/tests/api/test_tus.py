@@ -442,7 +442,7 @@ def test_a_member_removed_takes_the_capabilities_of_their_key_along(
         "--email",
         f"u{os.urandom(4).hex()}@example.com",
         "--password",
-        secrets.token_urlsafe(16),
+        "pw-" + secrets.token_urlsafe(16),  # never "-…", which argparse takes for an option
     )
     admin("add-member", "--org", tenant.org_id, "--user", user["id"])
     key = admin("create-key", "--org", tenant.org_id, "--user", user["id"])
