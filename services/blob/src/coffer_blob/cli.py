@@ -1,4 +1,4 @@
-"""``coffer-blob``: serve blob's internal API and/or the CDN host."""
+"""``coffer-blob``: serve blob's internal API and/or the CDN host, or scrub the store."""
 
 from __future__ import annotations
 
@@ -18,8 +18,32 @@ def main(argv: list[str] | None = None) -> int:
         default="all",
         help="api: internal API only; cdn: CDN host (plus health and metrics); all: both",
     )
+    scrub_p = sub.add_parser(
+        "scrub",
+        help="check the store against metadata's manifest (coffer-metadata manifest)",
+        description="Report assets whose object is missing or corrupt and objects no asset owns. "
+        "Exit 0: clean; 1: problems found; 2: bad arguments or manifest.",
+    )
+    scrub_p.add_argument("--manifest", required=True, help="the manifest's path, or - for standard input")
+    scrub_p.add_argument("--json", action="store_true", help="print the report as JSON")
+    scrub_p.add_argument(
+        "--delete-orphans", action="store_true", help="delete the orphans found (nothing else is changed)"
+    )
+    scrub_p.add_argument(
+        "--verify", help="hash all, none, or a share (0-1) of the objects (default: COFFER_BLOB_SCRUB_VERIFY)"
+    )
+    scrub_p.add_argument("--rate", type=int, help="bytes a second to hash (COFFER_BLOB_SCRUB_RATE_BYTES)")
+    scrub_p.add_argument(
+        "--orphan-age", type=float, help="seconds an unowned object must be old to count (in-flight window)"
+    )
+    scrub_p.add_argument("--metrics-file", help="write the metrics there (node exporter textfile format)")
+    scrub_p.add_argument("--pushgateway", help="push the metrics to this Prometheus Pushgateway (host:port)")
     args = parser.parse_args(argv)
     settings = Settings()
+    if args.command == "scrub":
+        from coffer_blob.scrub_cli import run_scrub
+
+        return run_scrub(args, settings)
 
     from coffer_blob.main import create_app, create_cdn_app
     from coffer_kit.logs import configure_logging

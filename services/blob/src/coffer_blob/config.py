@@ -66,6 +66,20 @@ class Settings(BaseServiceSettings):
     s3_region: str | None = None
     s3_force_path_style: bool = False  # MinIO, Ceph RGW and moto usually need path-style URLs
 
+    # The scrub (``coffer-blob scrub``, issue 47; docs/operations.md, "The scrub"). Bytes a
+    # second it reads to hash objects, at most (COFFER_BLOB_SCRUB_RATE_BYTES): 32 MiB/s leaves
+    # the disk or the bucket's bandwidth to the uploads and downloads.
+    blob_scrub_rate_bytes: int = Field(default=32 * 1024 * 1024, ge=1024, le=10 * 1024**3)
+    # The share of assets whose bytes each run hashes, 0-1 (COFFER_BLOB_SCRUB_VERIFY): 1 reads
+    # every object, 0.1 a random tenth (every object about once in ten runs); sizes and
+    # presence are checked for every asset whatever this is.
+    blob_scrub_verify: float = Field(default=0.1, ge=0, le=1)
+    # An object without a row is an orphan only once older than this (the in-flight window,
+    # COFFER_BLOB_SCRUB_ORPHAN_AGE_SECONDS): an upload's bytes are published before its row.
+    blob_scrub_orphan_age_seconds: float = Field(default=86_400, ge=0, le=90 * 86_400)
+    # Manifest entries one run holds (about 300 bytes each): past it the run stops, refused.
+    blob_scrub_max_assets: int = Field(default=20_000_000, ge=1)
+
     @model_validator(mode="after")
     def _blob(self) -> Settings:
         self.signing_secret = checked_secret(

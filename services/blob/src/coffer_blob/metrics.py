@@ -8,7 +8,7 @@ the operation; anyio copies the request's context there, so they join the reques
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any
@@ -16,7 +16,7 @@ from typing import Any
 from opentelemetry import trace
 from prometheus_client import Counter, Histogram
 
-from coffer_blob.storage.base import ObjectInfo, Reader, Resumable, Storage, Writer
+from coffer_blob.storage.base import ObjectInfo, Reader, Resumable, Storage, StoredObject, Writer
 from coffer_kit.metrics import LATENCY_BUCKETS
 from coffer_kit.tracing import tracing_enabled
 
@@ -126,6 +126,9 @@ class InstrumentedStorage:
     def filenames(self, prefix: str, limit: int) -> list[str]:
         with _operation(self.name, "filenames"):
             return self.inner.filenames(prefix, limit)
+
+    def inventory(self) -> Iterator[StoredObject]:
+        return self.inner.inventory()  # (the scrub's walk, timed by the scrub itself)
 
     def check(self) -> None:
         # Readiness probes are neither traced (like /readyz itself) nor worth a span each.

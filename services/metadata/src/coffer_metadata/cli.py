@@ -1,4 +1,4 @@
-"""``coffer-metadata``: serve the metadata API, or migrate its database."""
+"""``coffer-metadata``: serve the metadata API, migrate its database, or write the manifest."""
 
 from __future__ import annotations
 
@@ -16,8 +16,26 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("serve", help="run the metadata service")
     sub.add_parser("migrate", help="create or upgrade the metadata database schema")
     sub.add_parser("dispatch", help="run the webhook dispatcher (health and metrics on its own port)")
+    manifest_p = sub.add_parser(
+        "manifest", help="write what the store should hold as JSON lines (for coffer-blob scrub)"
+    )
+    manifest_p.add_argument("--output", default="-", help="a file to write, or - for standard output")
     args = parser.parse_args(argv)
     settings = Settings()
+    if args.command == "manifest":
+        from coffer_kit.db import make_engine
+        from coffer_metadata.manifest import write_manifest
+
+        engine = make_engine(settings.metadata_database_url, pool_size=1)
+        try:
+            if args.output == "-":
+                write_manifest(engine, sys.stdout)
+            else:
+                with open(args.output, "w", encoding="utf-8") as out:
+                    write_manifest(engine, out)
+        finally:
+            engine.dispose()
+        return 0
     if args.command == "migrate":
         from coffer_metadata.migrations import migrate
 

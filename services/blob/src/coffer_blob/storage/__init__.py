@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from coffer_blob.storage.base import ObjectInfo, Reader, Storage, StorageUnavailable, Writer, read_range
+from coffer_blob.storage.base import (
+    ObjectInfo,
+    Reader,
+    Storage,
+    StorageUnavailable,
+    StoredObject,
+    Writer,
+    read_range,
+)
 
 if TYPE_CHECKING:
     from coffer_blob.config import Settings
@@ -14,6 +22,7 @@ __all__ = [
     "Reader",
     "Storage",
     "StorageUnavailable",
+    "StoredObject",
     "Writer",
     "make_driver",
     "make_storage",

@@ -40,6 +40,15 @@ class ObjectInfo:
     held: bool = False
 
 
+@dataclass(frozen=True)
+class StoredObject:
+    """One committed object as a walk of the whole store finds it (``Storage.inventory``)."""
+
+    key: str  # ``{org}/{asset}/{filename}``, or a driver-reserved key such as a preset's
+    size: int
+    last_modified: datetime  # timezone-aware UTC
+
+
 class Writer(Protocol):
     """One object being written. Nothing is visible under the key until ``commit``."""
 
@@ -133,6 +142,12 @@ class Storage(Protocol):
     def filenames(self, prefix: str, limit: int) -> list[str]:
         """The filenames of the committed objects directly under ``prefix`` (``org/asset/``),
         sorted, at most ``limit`` of them; writes in progress are not listed."""
+        ...
+
+    def inventory(self) -> Iterator[StoredObject]:
+        """Every committed object in the store, in no particular order, a few at a time (the
+        scrub's walk); writes in progress, resumable uploads' parts and the driver's own files
+        are not listed. Variants (``{org}/{asset}/v%…``) and presets (``{org}/presets/…``) are."""
         ...
 
     def check(self) -> None:

@@ -63,7 +63,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
-from coffer_blob.storage.base import READ_CHUNK, ObjectInfo, StorageUnavailable
+from coffer_blob.storage.base import READ_CHUNK, ObjectInfo, StorageUnavailable, StoredObject
 from coffer_kit.contract.ids import TUS_UPLOAD_ID_PATTERN
 
 _RESERVED = "%"  # first character of the driver's own file names
@@ -411,6 +411,52 @@ class FsStorage:
                 raise StorageUnavailable(f"cannot list {prefix}: {exc}") from exc
             names.append(str(meta["name"]))
         return sorted(names)[:limit]
+
+    def inventory(self) -> Iterator[StoredObject]:
+        """Each bucket's data files that have their sidecar, under the key the sidecar names."""
+        try:
+            orgs = sorted(e.name for e in os.scandir(self._objects) if e.is_dir(follow_symlinks=False))
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot list {self._objects}: {exc}") from exc
+        for org in orgs:
+            org_dir = f"{self._objects}/{org}"
+            try:
+                buckets = sorted(e.name for e in os.scandir(org_dir) if e.name.startswith(_RESERVED))
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # removed meanwhile
+            except OSError as exc:
+                raise StorageUnavailable(f"cannot list {org_dir}: {exc}") from exc
+            for bucket in buckets:
+                yield from self._bucket_inventory(org, f"{org_dir}/{bucket}")
+
+    def _bucket_inventory(self, org: str, bucket: str) -> Iterator[StoredObject]:
+        try:
+            with os.scandir(bucket) as entries:
+                names = {e.name for e in entries}
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot list {bucket}: {exc}") from exc
+        for name in sorted(names):
+            asset, dot, h = name.partition(".")
+            # A data file is "<asset>.<h>" (asset ids have no "." or "%"); the rest are the
+            # driver's own files (sidecars, temp files, resumable uploads' parts).
+            if not dot or _RESERVED in asset or f"{asset}{_RESERVED}meta.{h}" not in names:
+                continue
+            try:
+                meta = _read_sidecar(f"{bucket}/{asset}{_RESERVED}meta.{h}")
+                st = os.stat(f"{bucket}/{name}")
+            except FileNotFoundError:
+                continue  # deleted meanwhile
+            except (OSError, ValueError) as exc:
+                raise StorageUnavailable(f"cannot read {bucket}/{name}: {exc}") from exc
+            yield StoredObject(
+                key=f"{org}/{asset}/{meta['name']}",
+                size=st.st_size,
+                last_modified=datetime.fromtimestamp(int(st.st_mtime), UTC),
+            )
 
     def check(self) -> None:
         try:

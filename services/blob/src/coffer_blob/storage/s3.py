@@ -38,7 +38,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from coffer_blob.storage.base import READ_CHUNK, ObjectInfo, StorageUnavailable, read_range
+from coffer_blob.storage.base import READ_CHUNK, ObjectInfo, StorageUnavailable, StoredObject, read_range
 
 if TYPE_CHECKING:
     from coffer_blob.config import Settings
@@ -238,6 +238,20 @@ class S3Storage:
                 if "/" not in name and not name.startswith(_RESERVED):  # not a write in progress
                     names.append(name)
         return sorted(names)[:limit]
+
+    def inventory(self) -> Iterator[StoredObject]:
+        """The bucket's listing, without temp objects, resumable uploads' parts and tails (a
+        ``%`` segment); unfinished multipart uploads list as no object."""
+        for page in self._pages("list_objects_v2", "Contents", ""):
+            for item in page:
+                key = str(item["Key"])
+                if any(part.startswith(_RESERVED) for part in key.split("/")):
+                    continue
+                yield StoredObject(
+                    key=key,
+                    size=int(item["Size"]),
+                    last_modified=item["LastModified"].astimezone(UTC).replace(microsecond=0),
+                )
 
     def check(self) -> None:
         try:

@@ -1,0 +1,300 @@
+"""The scrub (issue 47): walk the store against metadata's manifest and report what is wrong.
+
+blob owns bytes and metadata owns rows, and neither reads the other's store (docs/
+architecture.md), so the scrub takes what *should* exist as a manifest: JSON lines that
+``coffer-metadata manifest`` writes, one per asset row (whatever its state: a trashed asset
+still owns its object), per delete in progress (tombstone), per upload in flight (intent) and
+per resumable upload. It then walks the store (``Storage.inventory``) and reports:
+
+- **missing**: an asset row whose object is not in the store;
+- **corrupt**: an asset's object whose size differs from the row's, or whose bytes no longer
+  hash to the row's SHA-256 (read for a sample of the assets, or all: ``verify``, at most
+  ``rate`` bytes a second);
+- **orphans**: an object that no row owns, older than the in-flight window (``orphan_age``):
+  the bytes of an upload are published before its row is written, and the manifest was read
+  before the walk, so a young object without a row is most likely an upload finishing.
+
+What is not an asset's object is left alone: keys whose second segment is not an asset id
+(an organization's presets, ``{org}/presets/…``), the driver's own files, writes in progress
+and resumable uploads' parts (neither drivers' ``inventory`` lists them), and an asset's image
+variants (``{org}/{asset}/v%…``) while the asset has a row. A delete in progress or an upload
+in flight owns everything under its asset's prefix and expects nothing.
+
+Nothing is repaired: orphans are deleted only when asked (``delete_orphans``); a missing or
+corrupt object is reported with its asset id and organization, for an operator to restore.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import IO, Any
+
+from coffer_blob.storage.base import Storage
+from coffer_kit.contract import urls
+from coffer_kit.contract.ids import is_asset_id
+
+# What a manifest line may hold before it is parsed, and how many lines: bound before work.
+MAX_LINE_BYTES = 8 * 1024
+# An asset row expects its object; the others own its prefix (manifest ``state``).
+OWNS_ONLY = frozenset({"deleting", "uploading"})
+# A transform variant's filename starts with this (coffer_blob.cdn).
+VARIANT_PREFIX = "v%"
+
+
+class ManifestError(ValueError):
+    """A manifest line that is not what ``coffer-metadata manifest`` writes."""
+
+
+@dataclass(frozen=True)
+class Expected:
+    """One manifest line: an asset row, or a delete or upload in progress."""
+
+    org: str
+    asset: str
+    key: str
+    size: int
+    sha256: str
+    state: str
+
+
+def read_manifest(lines: Iterable[str | bytes], *, max_entries: int) -> dict[str, Expected]:
+    """The manifest's lines by ``{org}/{asset}`` prefix; a malformed line raises ManifestError."""
+    found: dict[str, Expected] = {}
+    for number, raw in enumerate(lines, 1):
+        if len(raw) > MAX_LINE_BYTES:
+            raise ManifestError(f"line {number}: longer than {MAX_LINE_BYTES} bytes")
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        if not text.strip():
+            continue
+        if len(found) >= max_entries:
+            raise ManifestError(f"more than {max_entries} entries (COFFER_BLOB_SCRUB_MAX_ASSETS)")
+        try:
+            row = json.loads(text)
+            entry = Expected(
+                org=str(row["org"]),
+                asset=str(row["asset"]),
+                key=str(row["key"]),
+                size=int(row.get("size") or 0),
+                sha256=str(row.get("sha256") or ""),
+                state=str(row.get("state") or "asset"),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ManifestError(f"line {number}: {exc}") from exc
+        prefix = f"{entry.org}/{entry.asset}"
+        previous = found.get(prefix)
+        # An asset row wins over a delete or upload of the same id (it expects the object).
+        if previous is None or previous.state in OWNS_ONLY:
+            found[prefix] = entry
+    return found
+
+
+class RateLimit:
+    """At most ``bytes_per_second`` over any interval, give or take one chunk.
+
+    After each chunk the reader waits until the time its bytes are due at the rate (the due
+    time never runs behind the clock, so an idle spell earns no burst). The accounting is kept
+    (``bytes``, ``waited``) so the bound can be checked without a stopwatch.
+    """
+
+    def __init__(
+        self,
+        bytes_per_second: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if bytes_per_second <= 0:
+            raise ValueError("a rate is positive")
+        self.rate = bytes_per_second
+        self._clock = clock
+        self._sleep = sleep
+        self._due = clock()
+        self.bytes = 0
+        self.waited = 0.0
+
+    def take(self, n: int) -> None:
+        """Account for ``n`` bytes just read; sleep until they are due."""
+        now = self._clock()
+        self._due = max(self._due, now) + n / self.rate
+        self.bytes += n
+        if self._due > now:
+            self.waited += self._due - now
+            self._sleep(self._due - now)
+
+
+@dataclass
+class Finding:
+    """One problem, named by organization and asset (and key)."""
+
+    kind: str  # missing | corrupt | orphan
+    org: str
+    asset: str
+    key: str
+    detail: str = ""
+    size: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "organizationId": self.org, "assetId": self.asset}
+        out["key"] = self.key
+        if self.detail:
+            out["detail"] = self.detail
+        if self.size is not None:
+            out["size"] = self.size
+        return out
+
+
+@dataclass
+class Report:
+    """What a scrub found and did."""
+
+    findings: list[Finding] = field(default_factory=list)
+    assets: int = 0  # asset rows in the manifest
+    objects: int = 0  # objects the walk found
+    verified: int = 0  # objects whose bytes were hashed
+    verified_bytes: int = 0
+    young_orphans: int = 0  # unowned but inside the in-flight window: not reported
+    deleted_orphans: int = 0
+    seconds: float = 0.0
+
+    def of(self, kind: str) -> list[Finding]:
+        return [f for f in self.findings if f.kind == kind]
+
+    @property
+    def clean(self) -> bool:
+        return not self.findings
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "clean": self.clean,
+            "assets": self.assets,
+            "objects": self.objects,
+            "verified": self.verified,
+            "verifiedBytes": self.verified_bytes,
+            "missing": [f.as_dict() for f in self.of("missing")],
+            "corrupt": [f.as_dict() for f in self.of("corrupt")],
+            "orphans": [f.as_dict() for f in self.of("orphan")],
+            "youngOrphans": self.young_orphans,
+            "deletedOrphans": self.deleted_orphans,
+            "seconds": round(self.seconds, 3),
+        }
+
+    def human(self) -> str:
+        lines = [
+            f"scrub: {self.assets} assets, {self.objects} objects, "
+            f"{self.verified} hashed ({self.verified_bytes} bytes) in {self.seconds:.1f} s",
+        ]
+        for kind, title in (
+            ("missing", "missing objects"),
+            ("corrupt", "corrupt objects"),
+            ("orphan", "orphans"),
+        ):
+            found = self.of(kind)
+            lines.append(f"{title}: {len(found)}")
+            for f in found:
+                extra = f" ({f.detail})" if f.detail else ""
+                lines.append(f"  {f.org} {f.asset} {f.key}{extra}")
+        if self.young_orphans:
+            young = self.young_orphans
+            lines.append(f"objects without a row inside the in-flight window (not reported): {young}")
+        if self.deleted_orphans:
+            lines.append(f"orphans deleted: {self.deleted_orphans}")
+        lines.append("clean" if self.clean else "PROBLEMS FOUND")
+        return "\n".join(lines)
+
+
+def _owned_by(entry: Expected, filename: str) -> bool:
+    if entry.state in OWNS_ONLY:
+        return True
+    own = urls.split_key(entry.key)
+    return filename.startswith(VARIANT_PREFIX) or (own is not None and own[2] == filename)
+
+
+def scrub(
+    storage: Storage,
+    manifest: dict[str, Expected],
+    *,
+    verify: float,
+    limit: RateLimit,
+    orphan_age: timedelta,
+    delete_orphans: bool = False,
+    now: datetime | None = None,
+    pick: Callable[[], float] = random.random,
+) -> Report:
+    """Walk ``storage`` against ``manifest`` (module docstring); hash a ``verify`` share (0-1)."""
+    started = time.monotonic()
+    report = Report(assets=sum(1 for e in manifest.values() if e.state not in OWNS_ONLY))
+    seen: set[str] = set()
+    to_hash: list[Expected] = []
+    cutoff = (now or datetime.now(UTC)) - orphan_age
+    for obj in storage.inventory():
+        report.objects += 1
+        parts = obj.key.split("/")
+        if len(parts) != 3 or not is_asset_id(parts[1]):
+            continue  # presets and the like: not an asset's object
+        org, asset, filename = parts
+        entry = manifest.get(f"{org}/{asset}")
+        if entry is None or not _owned_by(entry, filename):
+            if obj.last_modified > cutoff:
+                report.young_orphans += 1
+            else:
+                report.findings.append(Finding("orphan", org, asset, obj.key, size=obj.size))
+        elif entry.state not in OWNS_ONLY and obj.key == entry.key:  # (else a variant, or in progress)
+            seen.add(obj.key)
+            if obj.size != entry.size:
+                detail = f"size {obj.size}, expected {entry.size}"
+                report.findings.append(Finding("corrupt", org, asset, obj.key, detail, obj.size))
+            elif verify >= 1 or (verify > 0 and pick() < verify):
+                to_hash.append(entry)
+    for entry in manifest.values():
+        if entry.state not in OWNS_ONLY and entry.key not in seen:
+            report.findings.append(Finding("missing", entry.org, entry.asset, entry.key))
+    _verify(storage, to_hash, limit, report)
+    if delete_orphans:
+        for finding in report.of("orphan"):
+            storage.delete(finding.key)
+            report.deleted_orphans += 1
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _verify(storage: Storage, entries: list[Expected], limit: RateLimit, report: Report) -> None:
+    """Hash each entry's object at the limit's rate; report the ones that differ."""
+    for entry in entries:
+        digest = _hash(storage, entry.key, limit)
+        report.verified += 1
+        report.verified_bytes += entry.size
+        if digest is None:
+            gone = Finding("missing", entry.org, entry.asset, entry.key, "gone during the scrub")
+            report.findings.append(gone)
+        elif digest != entry.sha256:
+            detail = f"sha256 {digest}, expected {entry.sha256}"
+            report.findings.append(Finding("corrupt", entry.org, entry.asset, entry.key, detail))
+
+
+def _hash(storage: Storage, key: str, limit: RateLimit) -> str | None:
+    reader = storage.open_reader(key)
+    if reader is None:
+        return None
+    digest = hashlib.sha256()
+    try:
+        for chunk in reader:
+            digest.update(chunk)
+            limit.take(len(chunk))
+    finally:
+        reader.close()
+    return digest.hexdigest()
+
+
+def iter_lines(stream: IO[bytes]) -> Iterator[bytes]:
+    """A binary stream's lines, each read at most ``MAX_LINE_BYTES + 1`` bytes at a time."""
+    while True:
+        line = stream.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        yield line

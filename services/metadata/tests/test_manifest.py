@@ -1,0 +1,59 @@
+"""``coffer-metadata manifest`` (issue 47): every row that owns bytes, on both databases."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import httpx
+import pytest
+
+from coffer_kit.contract.ids import ASSET, ORG, new_id
+from coffer_kit.db import make_engine
+from coffer_metadata import cli
+from coffer_metadata.manifest import write_manifest
+from coffer_testkit.testing import commit_asset
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_the_manifest_lists_assets_deletes_and_uploads_in_flight(
+    api: httpx.AsyncClient, database_url: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    org = new_id(ORG)
+    kept = (await commit_asset(api, org, size=5, sha256="c" * 64, key_name="kept.txt")).json()
+    hidden = (await commit_asset(api, org, size=7, key_name="gone.txt")).json()
+    assert (await api.post(f"/internal/v1/orgs/{org}/assets/{hidden['id']}/tombstone")).status_code == 200
+    in_flight = new_id(ASSET)
+    assert (await api.post(f"/internal/v1/orgs/{org}/intents", json={"assetId": in_flight})).status_code == 201
+
+    engine = make_engine(database_url)
+    try:
+        out = io.StringIO()
+        count = write_manifest(engine, out)
+    finally:
+        engine.dispose()
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert count == len(rows) == 3
+    by_asset = {row["asset"]: row for row in rows}
+    assert by_asset[kept["id"]] == {
+        "org": org,
+        "asset": kept["id"],
+        "key": f"{org}/{kept['id']}/kept.txt",
+        "size": 5,
+        "sha256": "c" * 64,
+        "created": by_asset[kept["id"]]["created"],
+        "state": "asset",
+    }
+    assert by_asset[kept["id"]]["created"].startswith("20")
+    assert by_asset[hidden["id"]]["state"] == "deleting"
+    assert by_asset[hidden["id"]]["key"] == f"{org}/{hidden['id']}/gone.txt"
+    assert by_asset[in_flight]["state"] == "uploading"
+
+    # The command writes the same lines to a file.
+    monkeypatch.setenv("COFFER_METADATA_DATABASE_URL", database_url)
+    monkeypatch.setenv("COFFER_DATA_DIR", str(tmp_path))
+    target = f"{tmp_path}/manifest.jsonl"
+    assert cli.main(["manifest", "--output", target]) == 0
+    with open(target, encoding="utf-8") as written:
+        assert sorted(written.read().splitlines()) == sorted(out.getvalue().splitlines())
