@@ -25,7 +25,8 @@ async def test_the_manifest_lists_assets_deletes_and_uploads_in_flight(
     hidden = (await commit_asset(api, org, size=7, key_name="gone.txt")).json()
     assert (await api.post(f"/internal/v1/orgs/{org}/assets/{hidden['id']}/tombstone")).status_code == 200
     in_flight = new_id(ASSET)
-    assert (await api.post(f"/internal/v1/orgs/{org}/intents", json={"assetId": in_flight})).status_code == 201
+    intent = await api.post(f"/internal/v1/orgs/{org}/intents", json={"assetId": in_flight})
+    assert intent.status_code == 201
 
     engine = make_engine(database_url)
     try:

@@ -98,7 +98,8 @@ class RateLimit:
     """At most ``bytes_per_second`` over any interval, give or take one chunk.
 
     After each chunk the reader waits until the time its bytes are due at the rate (the due
-    time never runs behind the clock, so an idle spell earns no burst). The accounting is kept
+    time never runs behind the clock, so an idle spell earns no burst): by the start of any
+    read, the bytes taken are at most the rate times the time since the first. The accounting is kept
     (``bytes``, ``waited``) so the bound can be checked without a stopwatch.
     """
 
@@ -121,7 +122,9 @@ class RateLimit:
     def take(self, n: int) -> None:
         """Account for ``n`` bytes just read; sleep until they are due."""
         now = self._clock()
-        self._due = max(self._due, now) + n / self.rate
+        # Due after the previous chunk's due time (the time spent reading counts toward it),
+        # but never before now: time the reader fell behind is not saved up as credit.
+        self._due = max(self._due + n / self.rate, now)
         self.bytes += n
         if self._due > now:
             self.waited += self._due - now
