@@ -42,6 +42,15 @@ SCENARIOS: dict[str, list[str]] = {
         "--set",
         "networkPolicy.egress.webhooks.cidrs[0]=10.20.0.0/16",
     ],
+    # The scrub (issue 47) on S3, its metrics pushed to a Pushgateway.
+    "scrub-cronjob": [
+        "-f",
+        str(PRODUCTION),
+        "--set",
+        "scrub.cronJob.enabled=true",
+        "--set",
+        "scrub.cronJob.pushgateway=pushgateway.monitoring:9091",
+    ],
     "sweeper-cronjob-fs": [
         "--set",
         "sweeper.cronJob.enabled=true",

@@ -356,6 +356,62 @@ def test_egress_only_to_what_each_component_needs(production: Docs) -> None:
     assert egress_ports("coffer-migrate") == dns | {5432}
 
 
+def test_the_scrub_runs_metadata_then_blob_and_reaches_only_the_stores(render: Callable[..., Docs]) -> None:
+    """Issue 47: metadata's manifest in an init container, blob's scrub reading it; each with its
+    own service's secrets; egress to the database, the store and the Pushgateway, nothing in."""
+    assert not [d for d in render() if d["metadata"]["name"] == "coffer-scrub"]  # off by default
+    production = ["-f", str(CHART / "examples" / "production.yaml")]
+    docs = render(
+        *production, "--set", "scrub.cronJob.enabled=true", "--set", "scrub.cronJob.pushgateway=pg:9091"
+    )
+    job = named(docs, "CronJob", "coffer-scrub")
+    pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (manifest,) = pod["initContainers"]
+    (scrub,) = pod["containers"]
+    assert (
+        manifest["image"].rsplit("/", 1)[-1].startswith("coffer-metadata")
+        and manifest["args"][0] == "manifest"
+    )
+    assert scrub["image"].rsplit("/", 1)[-1].startswith("coffer-blob")
+    assert scrub["args"] == ["scrub", "--manifest", "/work/manifest.jsonl", "--pushgateway", "pg:9091"]
+
+    def secrets(c: Doc) -> set[str]:
+        return {n for n, e in env_of(c).items() if "secretKeyRef" in e.get("valueFrom", {})}
+
+    assert secrets(manifest) == {
+        "COFFER_INTERNAL_TOKEN",
+        "COFFER_METADATA_DATABASE_URL",
+        "COFFER_METADATA_WEBHOOK_SECRET_KEY",
+    }
+    assert secrets(scrub) == {
+        "COFFER_INTERNAL_TOKEN",
+        "COFFER_SIGNING_SECRET",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+    }
+    assert env_of(scrub)["COFFER_BLOB_SCRUB_VERIFY"]["value"] == "0.1"
+    assert env_of(scrub)["COFFER_BLOB_SCRUB_RATE_BYTES"]["value"] == "33554432"
+    policy = named(docs, "NetworkPolicy", "coffer-scrub")
+    assert not policy["spec"].get("ingress")
+    assert {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]} == {53, 5432, 443, 9091}
+
+    fs = render(
+        "--set", "scrub.cronJob.enabled=true", "--set", "storage.driver=fs", "--set",
+        "storage.fs.existingClaim=coffer-blobs", "--set", "database.metadata.url=postgresql+psycopg://u:p@db:5432/m",
+    )  # fmt: skip
+    pod = named(fs, "CronJob", "coffer-scrub")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["blobs"]["readOnly"] is True  # the scrub repairs nothing
+    assert {
+        p["port"]
+        for rule in named(fs, "NetworkPolicy", "coffer-scrub")["spec"]["egress"]
+        for p in rule["ports"]
+    } == {
+        53,
+        5432,
+    }
+
+
 def test_blob_alone_gets_the_scanner_and_only_when_it_is_set(render: Callable[..., Docs]) -> None:
     """Issue 48: COFFER_BLOB_CLAMD_URL and the egress to clamd on blob's pods, nowhere else."""
     for args, expected in (

@@ -113,6 +113,8 @@ def test_default_and_production_render_what_they_should(
         "secrets.webhookSecretKey=too-short-to-seal-with",  # 32+ characters
         "networkPolicy.egress.webhooks.cidrs[0]=not-a-cidr",
         "webhooks.replica=2",
+        "scrub.cronJob.verify=2",  # a share, 0 to 1
+        "scrub.cronJob.rateBytes=0",
     ],
 )
 def test_schema_rejects_typos_and_bad_values(helm_run: Callable[..., Any], bad: str) -> None:
@@ -124,7 +126,8 @@ def test_schema_rejects_typos_and_bad_values(helm_run: Callable[..., Any], bad: 
 # Blocks whose inner keys are Kubernetes fields or free-form maps, documented as a whole.
 PASSTHROUGH = re.compile(
     r"^(podSecurityContext|securityContext|networkPolicy\.(ingressFrom|metricsFrom|egress\.\w+)"
-    r"|\w+\.(resources|autoscaling\.behavior|probes\.\w+)|(migrations|sweeper\.cronJob)\.resources"
+    r"|\w+\.(resources|autoscaling\.behavior|probes\.\w+)|(migrations|sweeper\.cronJob|scrub\.cronJob)\.resources"
+    r"|scrub\.cronJob\.pushgatewayEgress"
     r"|metrics\.dashboard\.labels)(\.|$)"
 )
 
