@@ -4,7 +4,9 @@ behind its back; the report names exactly what was done to the store, and nothin
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -276,3 +278,17 @@ def test_the_command_prints_json_exits_non_zero_and_writes_metrics(
     human = cli.main(["scrub", "--manifest", str(manifest), "--verify", "none"])
     assert human == 1
     assert "missing objects: 1" in capsys.readouterr().out
+
+
+def test_the_command_reads_the_manifest_from_standard_input(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``coffer-metadata manifest | coffer-blob scrub --manifest -``: the pipe the docs show."""
+    storage = make_driver(settings)
+    _, entries = a_store(storage)
+    lines = "".join(json.dumps(e.__dict__) + "\n" for e in entries).encode()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines)))
+    monkeypatch.setenv("COFFER_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("COFFER_BLOB_DIR", str(settings.blob_dir))
+    assert cli.main(["scrub", "--manifest", "-", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["assets"] == 3
