@@ -10,10 +10,13 @@ from alembic.migration import MigrationContext
 from sqlalchemy import text
 from sqlmodel import Session, select
 
+from coffer_kit.contract.errors import CofferError
+from coffer_kit.contract.ids import ASSET, new_id
 from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.db import writer
 from coffer_kit.migrate import metadata_of
 from coffer_metadata.assets import repository as assets
+from coffer_metadata.assets import service
 from coffer_metadata.folders import repository as folders
 from coffer_metadata.models import (
     POSTGRESQL_ONLY_INDEXES,
@@ -23,9 +26,6 @@ from coffer_metadata.models import (
     Folder,
     Usage,
 )
-
-# ``reserve``'s other arguments: an asset id, and the moment active resumable uploads are told by.
-NOW = {"asset_id": "ast_x", "active_after": utcnow()}
 
 
 def test_migrations_match_the_models(engine) -> None:
@@ -42,12 +42,32 @@ def test_migrations_match_the_models(engine) -> None:
     assert diff == []
 
 
+def _commit(engine, org: str, size: int, quota: int) -> bool:
+    """An upload of ``size`` bytes registered, then committed in a transaction of its own; False
+    if the quota refused it."""
+    asset_id = new_id(ASSET)
+    intent = service.NewIntent(org_id=org, asset_id=asset_id, max_in_flight=100)
+    with Session(writer(engine)) as s, s.begin():
+        service.register_intent(s, intent=intent)
+    upload = {"name": "f", "folder_id": None, "mime_type": "text/plain", "sha256": "0" * 64}
+    try:
+        with Session(writer(engine)) as s, s.begin():
+            key = f"{org}/{asset_id}/f"
+            service.commit_upload(
+                s, org_id=org, asset_id=asset_id, key=key, size=size, quota_bytes=quota, **upload
+            )
+    except CofferError as refused:
+        if refused.status != 413:
+            raise
+        return False
+    return True
+
+
 def test_reserve_is_conditional_on_the_quota(engine) -> None:
-    with Session(writer(engine)) as s:
-        assert assets.reserve(s, org_id="org_a", size=60, quota_bytes=100, **NOW)
-        assert not assets.reserve(s, org_id="org_a", size=41, quota_bytes=100, **NOW)
-        assert assets.reserve(s, org_id="org_a", size=40, quota_bytes=100, **NOW)
-        s.commit()
+    assert _commit(engine, "org_a", 60, 100)
+    assert not _commit(engine, "org_a", 41, 100)
+    assert _commit(engine, "org_a", 40, 100)
+    with Session(engine) as s:
         usage = s.get(Usage, "org_a")
         assert (usage.used_bytes, usage.asset_count) == (100, 2)
 
@@ -58,10 +78,7 @@ def test_concurrent_reservations_never_exceed_the_quota(engine) -> None:
 
     def reserve() -> None:
         barrier.wait()
-        with Session(writer(engine)) as s:
-            ok = assets.reserve(s, org_id="org_race", size=10, quota_bytes=55, **NOW)
-            s.commit()
-        results.append(ok)
+        results.append(_commit(engine, "org_race", 10, 55))
 
     threads = [threading.Thread(target=reserve) for _ in range(16)]
     for t in threads:

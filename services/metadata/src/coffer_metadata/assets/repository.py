@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, get_args
 
@@ -383,17 +385,21 @@ _HELD_BY_OTHERS = (
     )
     .scalar_subquery()
 )
-# Usage grows by ``p_size`` only if the organization's stored bytes, the resumable uploads it
-# holds for others and ``p_size`` fit the quota. The usage row must be locked before this
-# statement starts (``lock_usage``: every new or renewed hold takes that lock first), so that
-# the sum, read in the statement's own snapshot, misses no hold.
+
+
+def _fits(used: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
+    """The quota rule: ``used`` stored bytes, what the organization's other active resumable
+    uploads hold and ``p_size`` fit ``p_quota``. Read under the usage row's lock (``lock_usage``:
+    every new or renewed hold takes that lock first), so that the sum, read in the statement's
+    own snapshot, misses no hold."""
+    size = sa.bindparam("p_size", type_=sa.BigInteger)
+    return used + size + _HELD_BY_OTHERS <= sa.bindparam("p_quota", type_=sa.BigInteger)
+
+
+# Usage grows by ``p_size`` only if it fits the quota.
 _RESERVE = (
     sa.update(_usage)
-    .where(
-        _usage.c.organization_id == sa.bindparam("p_org"),
-        _usage.c.used_bytes + sa.bindparam("p_size", type_=sa.BigInteger) + _HELD_BY_OTHERS
-        <= sa.bindparam("p_quota"),
-    )
+    .where(_usage.c.organization_id == sa.bindparam("p_org"), _fits(_usage.c.used_bytes))
     .values(used_bytes=_usage.c.used_bytes + sa.bindparam("p_size"), asset_count=_usage.c.asset_count + 1)
 )
 # An intent whose asset id is taken inserts nothing (rowcount 0): no savepoint needed to
@@ -421,28 +427,6 @@ _IN_FLIGHT = sa.select(func.count(), func.coalesce(func.sum(_intents.c.reserved_
 
 def _dialect(session: Session) -> str:
     return "postgresql" if session.get_bind().dialect.name == "postgresql" else "sqlite"
-
-
-def reserve(
-    session: Session, *, org_id: str, asset_id: str, size: int, quota_bytes: int, active_after: datetime
-) -> bool:
-    """Add ``size`` to the organization's usage only if the result, with what its other active
-    resumable uploads hold (``_HELD_BY_OTHERS``), stays within the quota."""
-    lock_usage(session, org_id=org_id)  # (makes the row if missing)
-    params = {
-        "p_org": org_id,
-        "p_asset": asset_id,
-        "p_size": size,
-        "p_quota": quota_bytes,
-        "p_active_after": active_after,
-    }
-    return bool(session.connection().execute(_RESERVE, params).rowcount == 1)
-
-
-def held_by_others(session: Session, *, org_id: str, asset_id: str, active_after: datetime) -> int:
-    """What the organization's other active resumable uploads hold (for a refusal's message)."""
-    params = {"p_org": org_id, "p_asset": asset_id, "p_active_after": active_after}
-    return int(session.connection().execute(sa.select(_HELD_BY_OTHERS), params).scalar() or 0)
 
 
 def release(session: Session, *, org_id: str, size: int) -> None:
@@ -593,70 +577,115 @@ _LOOP_IN_FLIGHT = DriverStatement(_IN_FLIGHT)
 _LOOP_NEW_INTENT = DriverStatement(_NEW_INTENT["postgresql"])
 
 
-def _commit_statement() -> sa.Select[Any]:
-    """``commit_upload``'s writes as one statement (sent after the usage row's lock, with the
-    COMMIT, in one exchange with the server): the live intent locked (in the folder, if
-    one is named, that the organization has), the quota reserved if the intent is live, the
-    intent consumed if the quota was, the asset inserted if the intent was consumed, and its
-    event if the asset was. It answers how many rows each step took (1 each when it all took).
+# The upload's commit, one rule (docs/architecture.md, the rule → file table): under the usage
+# row's lock, the checks (the folder is the organization's, the upload fits the quota) read as
+# one row, then the live intent consumed if they pass, the quota reserved, the asset and its
+# event inserted. ``coffer_metadata.assets.service.refusal`` answers from the checks and whether
+# the intent was consumed, whichever way the steps ran: one by one through a Session (SQLite,
+# and PostgreSQL's uncommon cases), or chained into one PostgreSQL statement sent with the
+# COMMIT (``commit_on_loop``). A column of ``assets`` or ``events`` is a bound value of the
+# row the service builds, whichever way.
+_P_FOLDER = sa.bindparam("p_folder", type_=sa.String)
+_FOLDER_OWNER = sa.select(_folders.c.organization_id).where(_folders.c.id == _P_FOLDER).scalar_subquery()
+_P_ORG = sa.bindparam("p_org", type_=sa.String)
+_USED = sa.select(_usage.c.used_bytes).where(_usage.c.organization_id == _P_ORG).scalar_subquery()
+_COMMIT_CHECKS = sa.select(
+    sa.or_(_P_FOLDER.is_(None), _FOLDER_OWNER.is_not_distinct_from(_P_ORG)).label("folder_ok"),
+    _FOLDER_OWNER.label("folder_owner"),
+    _fits(_USED).label("fits"),
+    _USED.label("used"),
+    _HELD_BY_OTHERS.label("held"),
+)
 
-    Each step waits for the one before through its rows (data-modifying CTEs see each other's
-    RETURNING, never each other's changes to the tables). The intent's row lock keeps the
-    sweeper from claiming it in between; the usage row is locked before the statement starts,
-    so the quota check sees the latest row and every hold (``_RESERVE``).
-    """
-    bind = sa.bindparam
-    live = (
-        sa.select(_intents.c.asset_id)
-        .where(
-            _intents.c.organization_id == bind("p_org"),
-            _intents.c.asset_id == bind("p_asset"),
-            _intents.c.swept.is_(False),
-            sa.or_(
-                bind("p_folder", type_=sa.String).is_(None),
-                sa.exists().where(
-                    _folders.c.organization_id == bind("p_org"), _folders.c.id == bind("p_folder")
-                ),
-            ),
-        )
-        .with_for_update()
-        .cte("live")
-    )
+
+def _consume_checked(checks: sa.FromClause) -> sa.Delete:
+    """The live intent consumed only if ``checks`` (``_COMMIT_CHECKS``) pass: a refused commit
+    writes nothing. Deleting the intent locks it, so the sweeper cannot claim it meanwhile (and
+    one it claimed first is not consumed)."""
+    passed = sa.select(checks.c.fits).where(checks.c.folder_ok, checks.c.fits)
+    return _CONSUME_INTENT.where(sa.exists(passed))
+
+
+_CONSUME_CHECKED = _consume_checked(_COMMIT_CHECKS.subquery("checks"))
+
+
+def commit_params(asset: dict[str, Any], *, quota_bytes: int, active_after: datetime) -> dict[str, Any]:
+    """The commit's parameters besides the asset's and its event's columns."""
+    return {
+        "p_org": asset["organization_id"],
+        "p_asset": asset["id"],
+        "p_folder": asset["folder_id"],
+        "p_size": asset["size"],
+        "p_quota": quota_bytes,
+        "p_active_after": active_after,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class CommitChecks:
+    """What ``_COMMIT_CHECKS`` read: whether the folder (if one is named) is the organization's
+    and which organization has it, whether the upload fits the quota, and the stored bytes and
+    other uploads' holds that it was measured against."""
+
+    folder_ok: bool
+    folder_owner: str | None
+    fits: bool
+    used: int
+    held: int
+
+    @classmethod
+    def of(cls, row: Sequence[Any]) -> CommitChecks:
+        folder_ok, folder_owner, fits, used, held = row[: len(_COMMIT_CHECKS.selected_columns)]
+        return cls(bool(folder_ok), folder_owner, bool(fits), int(used or 0), int(held or 0))
+
+
+def commit_checks(session: Session, params: dict[str, Any]) -> CommitChecks:
+    """The commit's checks (``_COMMIT_CHECKS``), after ``lock_usage``."""
+    return CommitChecks.of(session.connection().execute(_COMMIT_CHECKS, params).one())
+
+
+def consume_checked_intent(session: Session, params: dict[str, Any]) -> bool:
+    """Consume the live intent if the checks pass; False if they do not, or it is gone or swept."""
+    return bool(session.connection().execute(_CONSUME_CHECKED, params).rowcount == 1)
+
+
+def reserve(session: Session, params: dict[str, Any]) -> None:
+    """Add the upload to the organization's usage (its intent consumed: the checks passed)."""
+    if session.connection().execute(_RESERVE, params).rowcount != 1:
+        raise RuntimeError("the quota was reserved under the usage row's lock, and it does not fit")
+
+
+def _insert_if(table: sa.Table, prefix: str, after: sa.CTE, name: str) -> sa.CTE:
+    """``table``'s row, its columns bound as ``prefix`` + name, inserted if ``after`` took a row."""
+    columns = list(table.c)
+    row = sa.select(*(sa.bindparam(prefix + c.name, type_=c.type) for c in columns))
+    inserted = sa.insert(table).from_select(columns, row.where(sa.exists(sa.select(*after.c))))
+    return inserted.returning(*table.primary_key.columns).cte(name)
+
+
+def _commit_chain() -> sa.Select[Any]:
+    """The commit's steps as one PostgreSQL statement: each step waits for the one before
+    through its rows (data-modifying CTEs see each other's RETURNING, never each other's changes
+    to the tables). It answers the checks and how many rows each write took (1 each, or 0 each
+    when the checks failed or the intent was gone)."""
+    checks = _COMMIT_CHECKS.cte("checks")
+    consumed = _consume_checked(checks).returning(_intents.c.asset_id).cte("consumed")
     reserved = (
-        _RESERVE.where(sa.exists(sa.select(live.c.asset_id)))
-        .returning(_usage.c.organization_id)
-        .cte("reserved")
+        _RESERVE.where(sa.exists(sa.select(*consumed.c))).returning(_usage.c.organization_id).cte("reserved")
     )
-    consumed = (
-        sa.delete(_intents)
-        .where(
-            _intents.c.asset_id.in_(sa.select(live.c.asset_id)),
-            sa.exists(sa.select(reserved.c.organization_id)),
-        )
-        .returning(_intents.c.asset_id)
-        .cte("consumed")
-    )
-
-    def insert_if(table: sa.Table, prefix: str, after: sa.CTE, name: str) -> sa.CTE:
-        columns = list(table.c)
-        row = sa.select(*(bind(prefix + c.name, type_=c.type) for c in columns))
-        inserted = sa.insert(table).from_select(columns, row.where(sa.exists(sa.select(*after.c))))
-        return inserted.returning(*table.primary_key.columns).cte(name)
-
-    added = insert_if(_assets, "", consumed, "added")
-    recorded = insert_if(_events, "e_", added, "recorded")
+    added = _insert_if(_assets, "", reserved, "added")
+    recorded = _insert_if(_events, "e_", added, "recorded")
     took = [
         sa.select(func.count()).select_from(s).scalar_subquery()
-        for s in (reserved, consumed, added, recorded)
+        for s in (consumed, reserved, added, recorded)
     ]
     # Every write step took or none did (a quota reserved for no asset cannot be left): if
     # not, the statement fails on a division by zero, and so writes nothing at all.
     whole = sa.literal(1) // sa.case((sa.and_(*(t == took[0] for t in took[1:])), 1), else_=0)
-    live_count = sa.select(func.count()).select_from(live).scalar_subquery()
-    return sa.select(live_count, *took, whole)
+    return sa.select(*checks.c, *took, whole)
 
 
-_LOOP_COMMIT = DriverStatement(_commit_statement())
+_LOOP_COMMIT = DriverStatement(_commit_chain())
 
 
 async def lock_usage_on_loop(
@@ -679,29 +708,19 @@ async def add_intent_on_loop(transaction: PgTransaction, row: dict[str, Any]) ->
     return bool(added.rowcount == 1)
 
 
-async def add_asset_on_loop(
-    transaction: PgTransaction,
-    *,
-    asset: dict[str, Any],
-    event: dict[str, Any],
-    quota_bytes: int,
-    active_after: datetime,
-) -> bool:
-    """The upload's commit (``_commit_statement``) after the usage row's lock, and the COMMIT,
-    in one exchange: True if every step took; False if none did, and nothing was written.
-    The statement starts once the lock is held, so its snapshot has every hold (``_RESERVE``)."""
-    values = {
-        **asset,
-        **{"e_" + name: value for name, value in event.items()},
-        "p_org": asset["organization_id"],
-        "p_asset": asset["id"],
-        "p_folder": asset["folder_id"],
-        "p_size": asset["size"],
-        "p_quota": quota_bytes,
-        "p_active_after": active_after,
-    }
+async def commit_on_loop(
+    transaction: PgTransaction, *, asset: dict[str, Any], event: dict[str, Any], params: dict[str, Any]
+) -> tuple[CommitChecks, bool] | None:
+    """The commit's steps (``_commit_chain``) after the usage row's lock, and the COMMIT, in one
+    exchange: the checks and whether the intent was consumed (every write took; none did if
+    not); None if the organization has no usage row yet (nothing was written). The statement
+    starts once the lock is held, so its snapshot has every hold (``_fits``)."""
+    values = {**asset, **{"e_" + name: value for name, value in event.items()}, **params}
     # (A step that does not take writes nothing, so the COMMIT is safe in the same exchange.)
-    _, steps = await transaction.send(
-        (_LOOP_LOCK_USAGE, {"p_org": asset["organization_id"]}), (_LOOP_COMMIT, values), commit=True
+    locked, steps = await transaction.send(
+        (_LOOP_LOCK_USAGE, {"p_org": params["p_org"]}), (_LOOP_COMMIT, values), commit=True
     )
-    return bool(steps.rows[0][:5] == (1, 1, 1, 1, 1))
+    if not locked.rows:
+        return None
+    row = steps.rows[0]
+    return CommitChecks.of(row), row[len(_COMMIT_CHECKS.selected_columns)] == 1

@@ -22,7 +22,7 @@ from coffer_kit.contract.errors import (
     quota_exceeded,
     rate_limited,
 )
-from coffer_kit.contract.ids import is_asset_id
+from coffer_kit.contract.ids import is_asset_id, is_folder_id
 from coffer_kit.contract.names import could_be_in_a_name, normalize_name, search_key
 from coffer_kit.contract.timeutil import isoformat, utcnow
 from coffer_kit.contract.urls import asset_prefix, public_url
@@ -32,7 +32,7 @@ from coffer_kit.tracing import tracer
 from coffer_metadata import events
 from coffer_metadata import subtree as confined
 from coffer_metadata.assets import repository
-from coffer_metadata.folders.service import Unset, check_folder
+from coffer_metadata.folders.service import Unset, check_folder, missing_folder
 from coffer_metadata.models import Asset
 
 # COFFER_METADATA_TUS_IDLE_SECONDS's default (config.py): an hour.
@@ -248,7 +248,8 @@ def commit_upload(
     scan_status: str | None = None,
 ) -> dict[str, Any]:
     """Step 3: check the folder, reserve quota (honouring the organization's other resumable
-    uploads' holds), insert the asset, consume the intent — one transaction."""
+    uploads' holds), insert the asset, consume the intent — one transaction; the commit's
+    steps (``repository._COMMIT_CHECKS`` and after) one by one, answered by ``refusal``."""
     asset = _asset_row(
         org_id=org_id,
         asset_id=asset_id,
@@ -262,36 +263,51 @@ def commit_upload(
         detected_type=detected_type,
         scan_status=scan_status,
     )
-    if folder_id is not None:
-        check_folder(session, org_id=org_id, folder_id=folder_id)
-    active_after = repository.active_after(now=utcnow(), idle=timedelta(seconds=idle_seconds))
+    params = _commit_params(asset, quota_bytes=quota_bytes, idle_seconds=idle_seconds)
     with tracer.start_as_current_span("quota.reserve"):
-        reserved = repository.reserve(
-            session,
-            org_id=org_id,
-            asset_id=asset_id,
-            size=size,
-            quota_bytes=quota_bytes,
-            active_after=active_after,
-        )
-    if not reserved:
-        QUOTA_REJECTIONS.inc()
-        used = repository.usage(session, org_id=org_id).used_bytes
-        held = repository.held_by_others(session, org_id=org_id, asset_id=asset_id, active_after=active_after)
-        raise quota_exceeded(size=size, used_bytes=used, quota_bytes=quota_bytes, in_flight_bytes=held)
-    if not repository.consume_intent(session, org_id=org_id, asset_id=asset_id):
-        # The sweeper claimed this upload (or it never registered): its bytes are being deleted.
-        raise conflict("The upload took too long and was abandoned; upload again.")
+        repository.lock_usage(session, org_id=org_id)  # (makes the row if missing)
+        checks = repository.commit_checks(session, params)
+        consumed = repository.consume_checked_intent(session, params)
+    if (refused := refusal(asset, checks, consumed=consumed, quota_bytes=quota_bytes)) is not None:
+        raise refused
+    repository.reserve(session, params)
     repository.add_asset(session, asset)
     return asset
 
 
+def refusal(
+    asset: dict[str, Any], checks: repository.CommitChecks, *, consumed: bool, quota_bytes: int
+) -> CofferError | None:
+    """Why the commit of ``asset`` was refused, if it was (then it wrote nothing), in this
+    order: the folder is not the organization's (403 or 404), the upload does not fit the
+    quota (413), its intent is gone (409)."""
+    if not checks.folder_ok:
+        return missing_folder(asset["folder_id"], owner=checks.folder_owner)
+    if not checks.fits:
+        QUOTA_REJECTIONS.inc()
+        return quota_exceeded(
+            size=asset["size"], used_bytes=checks.used, quota_bytes=quota_bytes, in_flight_bytes=checks.held
+        )
+    if not consumed:
+        # The sweeper claimed this upload (or it never registered): its bytes are being deleted.
+        return conflict("The upload took too long and was abandoned; upload again.")
+    return None
+
+
+def _commit_params(asset: dict[str, Any], *, quota_bytes: int, idle_seconds: float) -> dict[str, Any]:
+    active_after = repository.active_after(now=utcnow(), idle=timedelta(seconds=idle_seconds))
+    return repository.commit_params(asset, quota_bytes=quota_bytes, active_after=active_after)
+
+
 def _asset_row(*, org_id: str, asset_id: str, key: str, name: str, **fields: Any) -> dict[str, Any]:
     """A new asset's row (every column of ``assets``); 400 for a key outside the asset's
-    prefix or a name no asset may have."""
+    prefix or a name no asset may have, 404 for a folder id no folder can have."""
     if not key.startswith(asset_prefix(org_id, asset_id)):
         raise invalid("The key does not belong to this asset.", field="key")
     name = normalize_name(name)
+    folder_id = fields.get("folder_id")
+    if folder_id is not None and not is_folder_id(folder_id):
+        raise not_found(f"Folder {folder_id!r} does not exist.")
     now = utcnow()
     scan_status = fields.pop("scan_status", None)
     return {
@@ -331,19 +347,22 @@ async def commit_upload_view_on_loop(
     **upload: Any,
 ) -> dict[str, Any] | None:
     """``commit_upload_view`` on PostgreSQL's event-loop connections (``Database.write``'s
-    ``on_loop``), in one exchange before the COMMIT; None, to be rolled back, for anything
-    ``commit_upload`` refuses (no such folder, the quota, an intent swept), which it then
-    answers."""
+    ``on_loop``): the same steps chained into one statement, sent with the COMMIT in one
+    exchange, and answered by the same ``refusal``; None, for ``commit_upload_view`` to run,
+    for an organization without a usage row yet."""
     asset = _asset_row(**upload)
     public = view(SimpleNamespace(**asset), cdn_url)
     org_id, now = asset["organization_id"], asset["created_at"]
     event = events.row(org_id=org_id, type="asset.created", data=public, actor=actor, now=now)
+    params = _commit_params(asset, quota_bytes=quota_bytes, idle_seconds=idle_seconds)
     with tracer.start_as_current_span("quota.reserve"):
-        active_after = repository.active_after(now=utcnow(), idle=timedelta(seconds=idle_seconds))
-        took = await repository.add_asset_on_loop(
-            transaction, asset=asset, event=event, quota_bytes=quota_bytes, active_after=active_after
-        )
-    return public if took else None
+        done = await repository.commit_on_loop(transaction, asset=asset, event=event, params=params)
+    if done is None:
+        return None
+    checks, consumed = done
+    if (refused := refusal(asset, checks, consumed=consumed, quota_bytes=quota_bytes)) is not None:
+        raise refused
+    return public
 
 
 def abandon_upload(session: Session, *, org_id: str, asset_id: str) -> None:

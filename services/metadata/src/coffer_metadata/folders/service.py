@@ -43,9 +43,14 @@ def require_folder(session: Session, *, org_id: str, folder_id: str) -> Folder:
     folder = repository.get(session, org_id=org_id, folder_id=folder_id)
     if folder is not None:
         return folder
-    if repository.owner_of(session, folder_id) is not None:
-        raise forbidden(f"Folder {folder_id} belongs to another organization.")
-    raise not_found(f"Folder {folder_id} does not exist.")
+    raise missing_folder(folder_id, owner=repository.owner_of(session, folder_id))
+
+
+def missing_folder(folder_id: str, *, owner: str | None) -> CofferError:
+    """Why an organization has no folder ``folder_id``: 403 if ``owner`` (another) has it, 404 if none."""
+    if owner is not None:
+        return forbidden(f"Folder {folder_id} belongs to another organization.")
+    return not_found(f"Folder {folder_id} does not exist.")
 
 
 def check_folder(session: Session, *, org_id: str, folder_id: str) -> None:
