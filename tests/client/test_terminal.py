@@ -24,35 +24,57 @@ def test_upload_shows_a_bar_a_rate_and_the_file_name(cli: Any, big_file: Any, tm
     tmux = shutil.which("tmux")
     assert tmux, "tmux is needed for this test: apt-get install -y tmux (make test installs it)"
     sock = str(tmp_path / "tmux.sock")
+    screen_log = tmp_path / "screen.log"
     exe = str(Path(sys.executable).parent / "coffer")
     env = [arg for k, v in cli.env.items() for arg in ("-e", f"{k}={v}")]
-    command = f"{shlex.quote(exe)} upload {shlex.quote(str(big_file.path))}; echo EXIT=$?; sleep 600"
+    # Every byte the terminal is sent is recorded (pipe-pane), so no frame rich draws can fall
+    # between two samples of the screen (CI once sampled none while the upload ran). The command
+    # waits on a tmux channel until the recording has started.
+    wait = f"{shlex.quote(tmux)} -S {shlex.quote(sock)} wait-for go"
+    upload = f"{shlex.quote(exe)} upload {shlex.quote(str(big_file.path))}"
+    command = f"{wait}; {upload}; echo EXIT=$?; sleep 600"
     subprocess.run(
         [tmux, "-S", sock, "new-session", "-d", "-s", "t", "-x", "160", "-y", "20", *env, command], check=True
     )
-    frames: list[str] = []
     try:
+        subprocess.run(
+            [tmux, "-S", sock, "pipe-pane", "-o", "-t", "t", f"cat >> {shlex.quote(str(screen_log))}"],
+            check=True,
+        )
+        subprocess.run([tmux, "-S", sock, "wait-for", "-S", "go"], check=True)
         deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            screen = subprocess.run(
-                [tmux, "-S", sock, "capture-pane", "-p", "-t", "t"],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-            frames.append(screen)
-            if "EXIT=" in screen:
-                break
+        while "EXIT=" not in (shown := _text(screen_log)):
+            assert time.monotonic() < deadline, "the upload did not end within 240 s:\n" + shown[-2000:]
             time.sleep(0.05)
     finally:
         subprocess.run([tmux, "-S", sock, "kill-server"], check=False)
-    assert frames and "EXIT=0" in frames[-1], frames[-1:]
-    running = [f for f in frames if "EXIT=" not in f and "uploaded 1 file" not in f]
-    live = [f for f in running if big_file.path.name in f and "━" in f and RATE.search(f) and LEFT.search(f)]
+    assert re.search(r"EXIT=0\b", shown), shown[-2000:]
+    # Each line rich drew before the command ended, in the order drawn.
+    running = [line for line in re.split(r"[\r\n]+", shown.split("EXIT=", 1)[0]) if line.strip()]
+    running = [line for line in running if "uploaded 1 file" not in line]
+    live = [
+        line
+        for line in running
+        if big_file.path.name in line and "━" in line and RATE.search(line) and LEFT.search(line)
+    ]
     assert live, "no frame showed the bar while the upload ran:\n" + "\n---\n".join(running[-3:])
     # And the bar moved: some frame shows a part of the file done, neither 0 nor all of it.
     partial = re.compile(r"\b([1-9]\d?(\.\d)?)/100\.0 MiB")
-    assert any(partial.search(f) for f in live), live[-1]
+    assert any(partial.search(line) for line in live), live[-1]
+
+
+# Control sequences (CSI, OSC, charset selection): what remains is the text the terminal shows.
+ESCAPES = re.compile(
+    r"\x1b\[[0-9;?]*[ -/]*[@-~]"  # CSI: cursor, erase, colour
+    r"|\x1b\][^\x07\x1b]*(\x07|\x1b\\)"  # OSC: title, hyperlink
+    r"|\x1b[()][0-9A-Za-z]|\x1b[=>78]"
+)
+
+
+def _text(path: Path) -> str:
+    """The text written to the terminal so far, without its control sequences."""
+    raw = path.read_bytes().decode("utf-8", "replace") if path.exists() else ""
+    return ESCAPES.sub("", raw)
 
 
 def test_no_bars_when_not_a_terminal_or_quiet(cli: Any, tmp_path: Path) -> None:

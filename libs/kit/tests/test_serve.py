@@ -99,6 +99,7 @@ serve([Listener(busy, "127.0.0.1", busy_port), Listener(quick, "127.0.0.1", quic
 """
 
 
+@pytest.mark.e2e  # a served process of its own
 @pytest.mark.parametrize("own_loop", [True, False])
 def test_a_listener_with_its_own_loop_never_waits_for_the_others(own_loop: bool, tmp_path: Path) -> None:
     """blob's CDN host is served so (issue 23): downloads never wait while an upload is parsed."""
@@ -172,6 +173,7 @@ def _served_answer(tmp_path: Path, source: str) -> str:
         process.wait(timeout=30)
 
 
+@pytest.mark.e2e  # a served process of its own
 def test_start_up_objects_are_left_out_of_later_collections(tmp_path: Path) -> None:
     """Issue 28: a traced request's spans outlive it, so collections run; the full ones no longer
     walk the start-up heap."""

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from coffer_testkit.testing import free_port
 
 DRAW = "from coffer_testkit.testing import free_port; print(*(free_port() for _ in range(40)))"
@@ -19,6 +21,7 @@ def draw(worker: str) -> list[int]:
     return [int(port) for port in out.stdout.split()]
 
 
+@pytest.mark.e2e  # two interpreters stand in for two xdist workers
 def test_two_workers_never_draw_the_same_port_and_stay_below_the_ephemeral_range() -> None:
     low, _ = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
     gw0, gw1 = draw("gw0"), draw("gw1")

@@ -9,6 +9,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+# A fresh interpreter is a process start (1 to 2 s of CPU): with the end-to-end tier (make test),
+# not in make test-fast.
+pytestmark = pytest.mark.e2e
+
 PROBE = """
 import json, sys
 import coffer_auth.cli, coffer_auth.main

@@ -5,9 +5,16 @@ Each check imports the service the way ``coffer-blob serve`` does, in a fresh in
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
+
+import pytest
+
+# A fresh interpreter is a process start (1 to 2 s of CPU): with the end-to-end tier (make test),
+# not in make test-fast.
+pytestmark = pytest.mark.e2e
 
 PROBE = """
 import json, sys
@@ -17,9 +24,10 @@ print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
 """
 
 
-def loaded_packages() -> set[str]:
+@functools.cache  # one interpreter for both checks
+def loaded_packages() -> frozenset[str]:
     out = subprocess.run([sys.executable, "-c", PROBE], check=True, capture_output=True, text=True).stdout
-    return set(json.loads(out))
+    return frozenset(json.loads(out))
 
 
 def test_blob_on_disk_imports_no_s3_client_nor_database_library() -> None:

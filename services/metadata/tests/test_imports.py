@@ -6,9 +6,16 @@ interpreter.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
+
+import pytest
+
+# A fresh interpreter is a process start (1 to 2 s of CPU): with the end-to-end tier (make test),
+# not in make test-fast.
+pytestmark = pytest.mark.e2e
 
 PROBES = {
     "serve": "import coffer_metadata.main; coffer_metadata.main.create_app()",
@@ -19,10 +26,11 @@ PROBES = {
 }
 
 
-def loaded_modules(role: str) -> set[str]:
+@functools.cache  # one interpreter a role
+def loaded_modules(role: str) -> frozenset[str]:
     probe = f"import json, sys, coffer_metadata.cli\n{PROBES[role]}\nprint(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout
-    return set(json.loads(out))
+    return frozenset(json.loads(out))
 
 
 def test_neither_role_loads_cryptography_before_a_secret_is_sealed_or_opened() -> None:

@@ -310,19 +310,44 @@ def world(stack: Any, admin: Any) -> Any:
         client.close()
 
 
-def _fresh_resources(a: httpx.Client, *, webhook: bool = False) -> dict[str, str]:
-    folder = a.post("/api/folders", json={"name": new_id("f")}).json()["id"]
-    asset = a.post("/api/assets", files={"file": ("a.txt", b"a")}, data={"folderId": folder}).json()["id"]
-    token = a.post("/api/upload-tokens", json={}).json()["id"]
-    tus = urlsplit(_tus_create(a, "a.bin").headers["location"]).path
-    # One name, replaced each time: the routes never pile up past the 20 presets allowed.
-    assert a.put("/api/transform-presets/house-style", json={"w": 300, "fmt": "webp"}).status_code == 200
-    resources = {"folder": folder, "asset": asset, "token": token, "tus": tus, "preset": "house-style"}
-    resources["tus_id"] = tus.rsplit("/", 1)[1]  # (what a listing would show of it)
-    if webhook:
-        resources["webhook"] = a.post("/api/webhooks", json=HOOK).json()["id"]
-        resources["delivery"] = a.post(f"/api/webhooks/{resources['webhook']}/test").json()["id"]
-    return resources
+class FreshResources(dict[str, str]):
+    """A's resources for one route, each made the first time the route asks for it (its call
+    reads ``r["folder"]`` and so on): a route pays only for what it touches, in the state it
+    always had (a folder always holds an asset). ``everything()`` makes them all, for a listing
+    that must not show them to another organization."""
+
+    def __init__(self, a: httpx.Client, *, webhook: bool = False) -> None:
+        super().__init__()
+        self._a = a
+        self._webhook = webhook
+
+    def __missing__(self, key: str) -> str:
+        a = self._a
+        if key in ("folder", "asset"):
+            self["folder"] = a.post("/api/folders", json={"name": new_id("f")}).json()["id"]
+            data = {"folderId": self["folder"]}
+            self["asset"] = a.post("/api/assets", files={"file": ("a.txt", b"a")}, data=data).json()["id"]
+        elif key == "token":
+            self["token"] = a.post("/api/upload-tokens", json={}).json()["id"]
+        elif key in ("tus", "tus_id"):
+            self["tus"] = urlsplit(_tus_create(a, "a.bin").headers["location"]).path
+            self["tus_id"] = self["tus"].rsplit("/", 1)[1]  # (what a listing would show of it)
+        elif key == "preset":
+            # One name, replaced each time: the routes never pile up past the 20 presets allowed.
+            preset = a.put("/api/transform-presets/house-style", json={"w": 300, "fmt": "webp"})
+            assert preset.status_code == 200, preset.text
+            self["preset"] = "house-style"
+        elif key in ("webhook", "delivery") and self._webhook:
+            self["webhook"] = a.post("/api/webhooks", json=HOOK).json()["id"]
+            self["delivery"] = a.post(f"/api/webhooks/{self['webhook']}/test").json()["id"]
+        else:
+            raise KeyError(key)
+        return self[key]
+
+    def everything(self) -> FreshResources:
+        for key in ("folder", "token", "tus", "preset", *(("webhook",) if self._webhook else ())):
+            self[key]
+        return self
 
 
 @pytest.mark.parametrize("caller", list(CALLERS))
@@ -330,7 +355,9 @@ def test_every_route_answers_every_caller_as_the_matrix_says(world: Any, caller:
     owner_a = world["A's organization key"]
     wrong: list[str] = []
     for route in _routes():
-        resources = _fresh_resources(owner_a, webhook="/api/webhooks/{id}" in route.name)
+        resources = FreshResources(owner_a, webhook="/api/webhooks/{id}" in route.name)
+        if route.listing:
+            resources.everything()
         answer = route.call(world[caller], resources)
         if "webhook" in resources:  # at most 10 per organization: never keep one
             owner_a.delete(f"/api/webhooks/{resources['webhook']}")
