@@ -109,6 +109,37 @@ def test_enforce_matches_a_tokens_content_types_against_the_bytes(stack, admin, 
     assert tenant.api.get("/api/assets").json()["total"] == 2
 
 
+def test_enforce_matches_a_tokens_content_types_on_a_resumable_upload(admin, tenant, anon) -> None:
+    """A token-minted tus upload is held to the token's contentTypes at its last byte, as a
+    multipart one is: 415 with both types, nothing kept or counted, the token given back."""
+    set_ingest(admin, tenant.org_id, "--ingest", "enforce")
+    minted = tenant.api.post("/api/upload-tokens", json={"contentTypes": JPEG_ONLY}).json()
+    before = counted(tenant)
+
+    def resumable(name: str, data: bytes) -> httpx.Response:
+        created = anon.post(
+            f"/api/uploads/tus?token={minted['token']}",
+            headers={"Tus-Resumable": "1.0.0", "Upload-Length": str(len(data)),
+                     "Upload-Metadata": meta(filename=name, filetype="image/jpeg")},
+        )  # fmt: skip
+        assert created.status_code == 201, created.text
+        return patch(anon, created.headers["location"], data, 0)
+
+    # (edge asks auth for the rules at the last byte, uncached: no wait for its principal cache)
+    error = assert_error(resumable("photo.jpg", GIF), 415, "unsupported_media_type")
+    assert error["details"] == {"declared": "image/jpeg", "detected": "image/gif"}
+    assert tenant.api.get("/api/assets").json()["total"] == 0
+    assert counted(tenant) == before
+    assert tenant.api.get("/api/uploads").json()["total"] == 0
+    # The token is not spent by a refused file: the right one goes through it.
+    jpeg = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00" + b"\x00" * 64
+    done = resumable("real.jpg", jpeg)
+    assert done.status_code == 204, done.text
+    asset = tenant.api.get(f"/api/assets/{done.headers['coffer-asset-id']}").json()
+    assert (asset["mimeType"], asset["detectedType"]) == ("image/jpeg", "image/jpeg")
+    assert counted(tenant) == before + len(jpeg)
+
+
 def test_enforce_with_the_organizations_allowed_list(admin, tenant) -> None:
     set_ingest(admin, tenant.org_id, "--ingest", "enforce", "--allowed-types", "image/*,application/pdf")
     refused = until_refused(lambda: upload(tenant.api, "cat.png", HTML, "image/png"))
