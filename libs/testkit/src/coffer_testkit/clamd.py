@@ -74,9 +74,15 @@ def _clamd() -> str:
     return found
 
 
+# Coffer's file limit (100 MiB) with room to spare, so every upload can be streamed whole: the
+# chart's clamd.conf says the same (charts/coffer/values.yaml, clamav.streamMaxLength).
+STREAM_MAX_LENGTH = "101M"
+
+
 @contextlib.contextmanager
-def running_clamd(root: Path) -> Iterator[Clamd]:
-    """clamd on a free loopback port, its database the EICAR signature alone; stopped after."""
+def running_clamd(root: Path, *, stream_max_length: str = STREAM_MAX_LENGTH) -> Iterator[Clamd]:
+    """clamd on a free loopback port, its database the EICAR signature alone; stopped after.
+    ``stream_max_length``: clamd's StreamMaxLength (a test of a stream past it sets less)."""
     database = root / "db"
     database.mkdir(parents=True, exist_ok=True)
     digest = hashlib.md5(EICAR, usedforsecurity=False).hexdigest()
@@ -91,10 +97,9 @@ def running_clamd(root: Path) -> Iterator[Clamd]:
                 "Foreground yes",
                 f"LogFile {root / 'clamd.log'}",
                 f"PidFile {root / 'clamd.pid'}",
-                # Coffer's file limit, so every upload can be streamed whole.
-                "StreamMaxLength 101M",
-                "MaxFileSize 101M",
-                "MaxScanSize 101M",
+                f"StreamMaxLength {stream_max_length}",
+                f"MaxFileSize {stream_max_length}",
+                f"MaxScanSize {stream_max_length}",
                 "",
             ]
         )
