@@ -42,6 +42,8 @@ SCENARIOS: dict[str, list[str]] = {
         "--set",
         "networkPolicy.egress.webhooks.cidrs[0]=10.20.0.0/16",
     ],
+    # ClamAV in the release (issue 48) instead of the production example's own clamd.
+    "clamav": ["-f", str(PRODUCTION), "--set", "scanner.clamdUrl=", "--set", "clamav.enabled=true"],
     "sweeper-cronjob-fs": [
         "--set",
         "sweeper.cronJob.enabled=true",

@@ -74,6 +74,14 @@ def _clamd() -> str:
     return found
 
 
+def eicar_database(directory: Path) -> Path:
+    """A signature database of the EICAR file alone (an ``.hdb``: MD5, size, name) in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.md5(EICAR, usedforsecurity=False).hexdigest()
+    (directory / "coffer-test.hdb").write_text(f"{digest}:{len(EICAR)}:{SIGNATURE}\n")
+    return directory
+
+
 # Coffer's file limit (100 MiB) with room to spare, so every upload can be streamed whole: the
 # chart's clamd.conf says the same (charts/coffer/values.yaml, clamav.streamMaxLength).
 STREAM_MAX_LENGTH = "101M"
@@ -83,10 +91,7 @@ STREAM_MAX_LENGTH = "101M"
 def running_clamd(root: Path, *, stream_max_length: str = STREAM_MAX_LENGTH) -> Iterator[Clamd]:
     """clamd on a free loopback port, its database the EICAR signature alone; stopped after.
     ``stream_max_length``: clamd's StreamMaxLength (a test of a stream past it sets less)."""
-    database = root / "db"
-    database.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.md5(EICAR, usedforsecurity=False).hexdigest()
-    (database / "coffer-test.hdb").write_text(f"{digest}:{len(EICAR)}:{SIGNATURE}\n")
+    database = eicar_database(root / "db")
     port = free_port()
     (root / "clamd.conf").write_text(
         "\n".join(
