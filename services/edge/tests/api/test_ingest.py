@@ -204,3 +204,69 @@ def test_the_dashboard_shows_and_sets_the_rules_and_enforces_them(stack) -> None
         assert 'id="asset-scan">Pending' in shown  # no scanner in these tests: it stays pending
     finally:
         browser.http.close()
+
+
+# The authorization matrix of the dashboard's ingest settings ---------------------------------
+
+# Each row changes one of the three rules of organization A (the others as they are by default).
+INGEST_ROWS = {
+    "detection mode": {"ingest": "enforce", "allowed": "", "scan": "off"},
+    "allowed types": {"ingest": "record", "allowed": "image/*", "scan": "off"},
+    "scan mode": {"ingest": "record", "allowed": "", "scan": "block"},
+}
+# What each caller gets: A's owner the change; a member of A 403 (the rules are the owners',
+# auth refuses), also when they own another organization; a user who is no member of A 404
+# (no existence oracle); nobody signed in goes to the sign-in page.
+INGEST_EXPECTED = {
+    "owner": 303,
+    "member": 403,
+    "member of A who owns B": 403,
+    "owner of another organization": 404,
+    "anonymous": 303,
+}
+DEFAULT_RULES = {"ingestMode": "record", "allowedTypes": None, "scanMode": "off"}
+
+
+def test_only_owners_change_the_ingest_settings(stack, admin) -> None:
+    from coffer_testkit.dashboard import SAME_ORIGIN, sign_up
+
+    owner = sign_up(stack.edge_url, "A")
+    member, both, outsider = (sign_up(stack.edge_url, n) for n in ("Member's own", "B", "C"))
+    for user in (member, both):
+        admin("add-member", "--org", owner.org_id, "--user", user.email, "--role", "member")
+    anonymous = httpx.Client(base_url=stack.edge_url, headers=SAME_ORIGIN, timeout=30)
+    people = {
+        "owner": owner,
+        "member": member,
+        "member of A who owns B": both,
+        "owner of another organization": outsider,
+        "anonymous": anonymous,
+    }
+    path = f"/dashboard/o/{owner.org_id}/settings/ingest"
+
+    def rules() -> dict[str, Any]:
+        shown = set_ingest(admin, owner.org_id)
+        return {k: shown[k] for k in DEFAULT_RULES}
+
+    wrong = []
+    try:
+        for caller, who in people.items():
+            for row, form in INGEST_ROWS.items():
+                if isinstance(who, httpx.Client):
+                    answer = who.post(path, data={"csrf_token": "none", **form})
+                else:
+                    answer = who.post(path, form)
+                expected = INGEST_EXPECTED[caller]
+                changed = rules() != DEFAULT_RULES
+                if answer.status_code != expected:
+                    wrong.append(f"{caller}, {row}: {answer.status_code}, expected {expected}")
+                elif caller == "anonymous" and "/dashboard/login" not in answer.headers["location"]:
+                    wrong.append(f"{caller}, {row}: redirected to {answer.headers['location']}")
+                elif changed != (caller == "owner"):
+                    wrong.append(f"{caller}, {row}: the rules {'changed' if changed else 'stayed'}")
+                set_ingest(admin, owner.org_id, "--ingest", "record", "--allowed-types", "", "--scan", "off")
+    finally:
+        for b in (owner, member, both, outsider):
+            b.http.close()
+        anonymous.close()
+    assert not wrong, "\n".join(wrong)
