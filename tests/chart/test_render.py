@@ -113,6 +113,9 @@ def test_default_and_production_render_what_they_should(
         "secrets.webhookSecretKey=too-short-to-seal-with",  # 32+ characters
         "networkPolicy.egress.webhooks.cidrs[0]=not-a-cidr",
         "webhooks.replica=2",
+        "clamav.enable=true",  # enabled
+        "clamav.streamMaxLength=25M",  # clamd's default: files above it would go unscanned
+        "clamav.image.tag=latest",
     ],
 )
 def test_schema_rejects_typos_and_bad_values(helm_run: Callable[..., Any], bad: str) -> None:
