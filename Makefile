@@ -19,7 +19,7 @@ PYTEST_WORKERS ?= 2
 # a third worker fills the waits: 760 tests took 58.7 s with two and 50.8 s with three (quiet).
 FAST_WORKERS ?= 3
 
-.PHONY: help setup run test test-fast test-images lint typecheck fmt chart bench browser node vendor dist unasync
+.PHONY: help setup run clamd test test-fast test-images lint typecheck fmt chart bench browser node vendor dist unasync
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -34,13 +34,16 @@ setup: ## Install what is missing: uv (through pip), libmagic (apt, as root), th
 run: setup ## Run the embedded default: all four services on this machine (Ctrl-C stops)
 	@.venv/bin/coffer-stack
 
-test: setup browser node ## Run every test (unit, end-to-end over real processes, browser, chart checks)
+test: setup browser node clamd ## Run every test (unit, end-to-end over real processes, browser, chart checks)
 	@bash scripts/ensure-postgres-connections.sh
 	@command -v tmux >/dev/null 2>&1 || { echo "installing tmux (the client's terminal test)"; \
 	  apt-get install -y -qq tmux >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq tmux >/dev/null; }; }
+	@$(UV) run --frozen --no-sync pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+
+# blob's scan tests (services/blob/tests/test_scan.py) and tests/e2e/test_scan.py run a real clamd.
+clamd: ## Install Debian's clamav-daemon when clamd is missing (apt, as root)
 	@command -v clamd >/dev/null 2>&1 || [ -x /usr/sbin/clamd ] || { echo "installing clamav-daemon (the malware scan tests run a real clamd)"; \
 	  apt-get install -y -qq clamav-daemon >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq clamav-daemon >/dev/null; }; }
-	@$(UV) run --frozen --no-sync pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # The dashboard's browser tests drive Debian's chromium through Playwright's bundled driver;
 # no browser is ever downloaded (never `playwright install`). COFFER_CHROMIUM overrides.
@@ -82,7 +85,7 @@ vendor: ## Re-fetch the dashboard's vendored htmx and tus-js-client (with its li
 	  cp package/dist/tus.min.js $(CURDIR)/$(TUS_FILE) && cp package/LICENSE $(CURDIR)/$(TUS_FILE:.min.js=.LICENSE) && \
 	  rm -rf $$tmp && echo "$(TUS_FILE): sha384-$$got"
 
-test-fast: setup ## Run the in-process tests only (each service against a real database; under a minute on 2 cores)
+test-fast: setup clamd ## Run the in-process tests only (each service against a real database; under a minute on 2 cores)
 	@$(UV) run --frozen --no-sync pytest -n $(FAST_WORKERS) libs services -m "not e2e" $(PYTEST_ARGS)
 
 test-images: setup ## Build the four images with podman (root) and run them against each other, ~5 min

@@ -51,6 +51,8 @@ SCENARIOS: dict[str, list[str]] = {
         "--set",
         "scrub.cronJob.pushgateway=pushgateway.monitoring:9091",
     ],
+    # ClamAV in the release (issue 48) instead of the production example's own clamd.
+    "clamav": ["-f", str(PRODUCTION), "--set", "scanner.clamdUrl=", "--set", "clamav.enabled=true"],
     "sweeper-cronjob-fs": [
         "--set",
         "sweeper.cronJob.enabled=true",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -115,6 +116,8 @@ def test_every_image_is_pinned(scenario: Docs) -> None:
 def test_deployments_probe_health_and_drain_longer_than_uploads(scenario: Docs) -> None:
     for d in of_kind(scenario, "Deployment"):
         name = component(d)
+        if name == "clamav":  # not a Coffer service: test_clamav_runs_clamd_and_freshclam
+            continue
         spec = d["spec"]["template"]["spec"]
         (c,) = spec["containers"]
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
@@ -427,6 +430,117 @@ def test_blob_alone_gets_the_scanner_and_only_when_it_is_set(render: Callable[..
         blob = named(docs, "NetworkPolicy", "coffer-blob")
         ports = {p["port"] for rule in blob["spec"]["egress"] for p in rule["ports"]}
         assert (3310 in ports) == (expected is not None)
+
+
+CLAMAV = ("--set", "clamav.enabled=true")
+
+
+def _clamd_conf(docs: Docs) -> dict[str, str]:
+    text = named(docs, "ConfigMap", "coffer-clamav")["data"]["clamd.conf"]
+    pairs = (line.split(None, 1) for line in text.splitlines() if line and not line.startswith("#"))
+    return {k: v.strip() for k, v in pairs}
+
+
+def _bytes(quantity: str) -> int:
+    """clamd's sizes (101M) and Kubernetes' (512Mi, 1Gi) in bytes."""
+    number, unit = re.fullmatch(r"(\d+)([KMG]i?)?", quantity).groups()  # type: ignore[union-attr]
+    return (
+        int(number)
+        * {None: 1, "K": 2**10, "M": 2**20, "G": 2**30, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}[unit]
+    )
+
+
+def test_clamav_is_opt_in_and_only_blob_reaches_it(render: Callable[..., Docs]) -> None:
+    """Issue 48: the release's own ClamAV (clamav.enabled): blob's pods alone get its address
+    and an egress rule to its pods; its pods admit blob alone, on clamd's port, and go out to
+    DNS and the signature mirror (HTTPS) only."""
+    assert not [d for d in render() if "clamav" in d["metadata"]["name"]], "ClamAV runs only when asked"
+    docs = render(*CLAMAV)
+    assert {d["kind"] for d in docs if d["metadata"]["name"] == "coffer-clamav"} >= {
+        "Deployment", "Service", "NetworkPolicy", "ConfigMap", "PodDisruptionBudget",
+    }  # fmt: skip
+    for workload, template in pod_specs(docs):
+        for container in template["spec"]["containers"]:
+            found = env_of(container).get("COFFER_BLOB_CLAMD_URL")
+            wanted = "tcp://coffer-clamav:3310" if component(workload) == "blob" else None
+            assert (found["value"] if found else None) == wanted, workload["metadata"]["name"]
+    clamav_pods = {"app.kubernetes.io/name": "coffer", "app.kubernetes.io/instance": "coffer",
+                   "app.kubernetes.io/component": "clamav"}  # fmt: skip
+    for policy in of_kind(docs, "NetworkPolicy"):
+        reaches = [
+            rule for rule in policy["spec"].get("egress") or []
+            if any(selects(peer.get("podSelector", {"matchLabels": {"x": "-"}}), clamav_pods)
+                   for peer in rule.get("to", []))
+        ]  # fmt: skip
+        if policy["metadata"]["name"] == "coffer-blob":
+            assert [{p["port"] for p in r["ports"]} for r in reaches] == [{3310}]
+        else:
+            assert not reaches, f"{policy['metadata']['name']} reaches clamd"
+    ((peer, ports),) = _ingress_peers(docs, "coffer-clamav")
+    assert peer == {"podSelector": {"matchLabels": {**clamav_pods, "app.kubernetes.io/component": "blob"}}}
+    assert ports == {"clamd"}
+    out = named(docs, "NetworkPolicy", "coffer-clamav")["spec"]["egress"]
+    assert {p["port"] for rule in out for p in rule["ports"]} == {53, 443}
+    # A clamd of the operator's own and the release's are one or the other.
+    both = ("--set", "scanner.clamdUrl=tcp://x:3310", *CLAMAV)
+    with pytest.raises(AssertionError, match=r"leave scanner\.clamdUrl empty"):
+        render(*both)
+
+
+def test_clamav_runs_clamd_and_freshclam_with_the_signatures_first(render: Callable[..., Docs]) -> None:
+    docs = render(*CLAMAV)
+    spec = named(docs, "Deployment", "coffer-clamav")["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    assert init["command"][0] == "freshclam" and "--daemon" not in init["command"]  # one update, then clamd
+    clamd, freshclam = spec["containers"]
+    assert clamd["command"][0] == "clamd" and clamd["ports"] == [
+        {"name": "clamd", "containerPort": 3310, "protocol": "TCP"}
+    ]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert clamd[probe]["tcpSocket"]["port"] == "clamd", probe  # clamd listens once loaded
+    assert freshclam["command"][0] == "freshclam" and "--daemon" in freshclam["command"]
+    assert "--daemon-notify=/etc/coffer-clamav/clamd.conf" in freshclam["command"]
+    for c in (init, clamd, freshclam):
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        assert mounts["/var/lib/clamav"] == "database", c["name"]  # one database, shared
+    service = named(docs, "Service", "coffer-clamav")["spec"]
+    assert service["ports"] == [{"name": "clamd", "port": 3310, "targetPort": "clamd", "protocol": "TCP"}]
+
+
+def test_the_charts_clamd_takes_coffers_largest_file_and_starts(
+    render: Callable[..., Docs], tmp_path: Path
+) -> None:
+    """Uploads are up to 100 MiB: clamd's stream and scan limits are above it (a stream past
+    them would end `unscanned`, services/blob/tests/test_scan.py), /tmp holds a stream per
+    thread, and a real clamd starts with this configuration and finds the EICAR file."""
+    from coffer_kit.contract.limits import MAX_FILE_BYTES
+    from coffer_testkit.clamd import EICAR, SIGNATURE, Clamd, eicar_database
+    from coffer_testkit.testing import free_port
+
+    docs = render(*CLAMAV)
+    conf = _clamd_conf(docs)
+    for limit in ("StreamMaxLength", "MaxFileSize", "MaxScanSize"):
+        assert _bytes(conf[limit]) > MAX_FILE_BYTES, limit
+    volumes = named(docs, "Deployment", "coffer-clamav")["spec"]["template"]["spec"]["volumes"]
+    tmp = next(v for v in volumes if v["name"] == "tmp")["emptyDir"]["sizeLimit"]
+    assert conf["TemporaryDirectory"] == "/tmp"
+    assert _bytes(tmp) >= int(conf["MaxThreads"]) * _bytes(conf["StreamMaxLength"])
+
+    # The same file, its paths and port moved to this machine's.
+    port = free_port()
+    local = {"DatabaseDirectory": str(eicar_database(tmp_path / "db")), "TCPSocket": str(port),
+             "TemporaryDirectory": str(tmp_path), "PidFile": str(tmp_path / "clamd.pid")}  # fmt: skip
+    text = "\n".join(f"{k} {local.get(k, v)}" for k, v in conf.items()) + "\nTCPAddr 127.0.0.1\n"
+    (tmp_path / "clamd.conf").write_text(text)
+    clamd = Clamd(tmp_path, port)
+    clamd.start()
+    try:
+        from clamav_client import clamd as client
+
+        found = client.ClamdNetworkSocket("127.0.0.1", port, timeout=30).instream(io.BytesIO(EICAR))
+        assert found["stream"] == ("FOUND", f"{SIGNATURE}.UNOFFICIAL")
+    finally:
+        clamd.stop()
 
 
 # ------------------------------------------------------------------------ webhooks

@@ -115,6 +115,9 @@ def test_default_and_production_render_what_they_should(
         "webhooks.replica=2",
         "scrub.cronJob.verify=2",  # a share, 0 to 1
         "scrub.cronJob.rateBytes=0",
+        "clamav.enable=true",  # enabled
+        "clamav.streamMaxLength=25M",  # clamd's default: files above it would go unscanned
+        "clamav.image.tag=latest",
     ],
 )
 def test_schema_rejects_typos_and_bad_values(helm_run: Callable[..., Any], bad: str) -> None:

@@ -218,3 +218,35 @@ paths go to edge's public port like /api; "/" only exactly, for the redirect to 
 {{- end -}}
 {{- toJson $routes -}}
 {{- end -}}
+
+{{/* The ClamAV image (values clamav.image; a tag "sha256:..." pins a digest). Takes the root context. */}}
+{{- define "coffer.clamavImage" -}}
+{{- $img := .Values.clamav.image -}}
+{{- if hasPrefix "sha256:" $img.tag -}}
+{{- printf "%s@%s" $img.repository $img.tag -}}
+{{- else -}}
+{{- printf "%s:%s" $img.repository $img.tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The volume mounts of a ClamAV container: its configuration (read-only), the signature
+database and /tmp (clamd's temporary directory). Takes the configuration's mount path. */}}
+{{- define "coffer.clamavMounts" -}}
+- name: config
+  mountPath: {{ . }}
+  readOnly: true
+- name: database
+  mountPath: /var/lib/clamav
+- name: tmp
+  mountPath: /tmp
+{{- end -}}
+
+{{/* COFFER_BLOB_CLAMD_URL: the release's own clamd (clamav.enabled) or scanner.clamdUrl, or
+nothing. Takes the root context. */}}
+{{- define "coffer.clamdUrl" -}}
+{{- if .Values.clamav.enabled -}}
+{{- printf "tcp://%s:3310" (include "coffer.componentName" (dict "ctx" . "component" "clamav")) -}}
+{{- else -}}
+{{- .Values.scanner.clamdUrl -}}
+{{- end -}}
+{{- end -}}

@@ -70,9 +70,9 @@ this component needs, and no others.
   value: {{ $ctx.Values.transforms.workerMemoryMiB | toString | quote }}
 - name: COFFER_CDN_TRANSFORM_MAX_DECODED_MB
   value: {{ $ctx.Values.transforms.maxDecodedMiB | toString | quote }}
-{{- if and (eq $c "blob") $ctx.Values.scanner.clamdUrl }}
+{{- with and (eq $c "blob") (include "coffer.clamdUrl" $ctx) }}
 - name: COFFER_BLOB_CLAMD_URL
-  value: {{ $ctx.Values.scanner.clamdUrl | quote }}
+  value: {{ . | quote }}
 {{- end }}
 {{- if eq $ctx.Values.storage.driver "s3" }}
 {{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "AWS_ACCESS_KEY_ID" "key" "s3AccessKeyId" "optional" true) }}

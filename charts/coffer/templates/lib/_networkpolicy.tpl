@@ -81,7 +81,16 @@ spec:
     {{- . | nindent 4 }}
     {{- end }}
     {{- end }}
-    {{- if and (eq $c "blob") $ctx.Values.scanner.clamdUrl }}
+    {{- if and (eq $c "blob") $ctx.Values.clamav.enabled }}
+    # The release's own clamd (clamav.enabled).
+    - to:
+        - podSelector:
+            matchLabels:
+              {{- include "coffer.selectorLabels" (dict "ctx" $ctx "component" "clamav") | nindent 14 }}
+      ports:
+        - port: 3310
+          protocol: TCP
+    {{- else if and (eq $c "blob") $ctx.Values.scanner.clamdUrl }}
     {{- include "coffer.egressRule" $np.egress.clamd | nindent 4 }}
     {{- end }}
     {{- if and (has $c (list "blob" "cdn")) (eq $ctx.Values.storage.driver "s3") }}

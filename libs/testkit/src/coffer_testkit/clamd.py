@@ -74,13 +74,24 @@ def _clamd() -> str:
     return found
 
 
-@contextlib.contextmanager
-def running_clamd(root: Path) -> Iterator[Clamd]:
-    """clamd on a free loopback port, its database the EICAR signature alone; stopped after."""
-    database = root / "db"
-    database.mkdir(parents=True, exist_ok=True)
+def eicar_database(directory: Path) -> Path:
+    """A signature database of the EICAR file alone (an ``.hdb``: MD5, size, name) in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
     digest = hashlib.md5(EICAR, usedforsecurity=False).hexdigest()
-    (database / "coffer-test.hdb").write_text(f"{digest}:{len(EICAR)}:{SIGNATURE}\n")
+    (directory / "coffer-test.hdb").write_text(f"{digest}:{len(EICAR)}:{SIGNATURE}\n")
+    return directory
+
+
+# Coffer's file limit (100 MiB) with room to spare, so every upload can be streamed whole: the
+# chart's clamd.conf says the same (charts/coffer/values.yaml, clamav.streamMaxLength).
+STREAM_MAX_LENGTH = "101M"
+
+
+@contextlib.contextmanager
+def running_clamd(root: Path, *, stream_max_length: str = STREAM_MAX_LENGTH) -> Iterator[Clamd]:
+    """clamd on a free loopback port, its database the EICAR signature alone; stopped after.
+    ``stream_max_length``: clamd's StreamMaxLength (a test of a stream past it sets less)."""
+    database = eicar_database(root / "db")
     port = free_port()
     (root / "clamd.conf").write_text(
         "\n".join(
@@ -91,10 +102,9 @@ def running_clamd(root: Path) -> Iterator[Clamd]:
                 "Foreground yes",
                 f"LogFile {root / 'clamd.log'}",
                 f"PidFile {root / 'clamd.pid'}",
-                # Coffer's file limit, so every upload can be streamed whole.
-                "StreamMaxLength 101M",
-                "MaxFileSize 101M",
-                "MaxScanSize 101M",
+                f"StreamMaxLength {stream_max_length}",
+                f"MaxFileSize {stream_max_length}",
+                f"MaxScanSize {stream_max_length}",
                 "",
             ]
         )

@@ -253,11 +253,13 @@ def create_token(org_id: str, body: UploadTokenIn, session: SessionDep) -> Uploa
 
 @router.get("/orgs/{org_id}/upload-tokens/{token_id}")
 def token_place(org_id: str, token_id: str, session: SessionDep) -> UploadTokenPlace:
-    """Where a token of the organization uploads to (issue 46: its subtree); 404 for any other."""
+    """Where a token of the organization uploads to (issue 46: its subtree) and what it accepts
+    (issue 48); 404 for any other."""
     row = session.get(UploadToken, token_id)
     if row is None or row.organization_id != org_id:
         raise not_found(f"Upload token {token_id} does not exist.")
-    return UploadTokenPlace(folder_id=row.folder_id)
+    types = json.loads(row.content_types) if row.content_types is not None else None
+    return UploadTokenPlace(folder_id=row.folder_id, content_types=types)
 
 
 @router.delete("/orgs/{org_id}/upload-tokens/{token_id}")

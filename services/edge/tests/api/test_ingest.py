@@ -109,6 +109,37 @@ def test_enforce_matches_a_tokens_content_types_against_the_bytes(stack, admin, 
     assert tenant.api.get("/api/assets").json()["total"] == 2
 
 
+def test_enforce_matches_a_tokens_content_types_on_a_resumable_upload(admin, tenant, anon) -> None:
+    """A token-minted tus upload is held to the token's contentTypes at its last byte, as a
+    multipart one is: 415 with both types, nothing kept or counted, the token given back."""
+    set_ingest(admin, tenant.org_id, "--ingest", "enforce")
+    minted = tenant.api.post("/api/upload-tokens", json={"contentTypes": JPEG_ONLY}).json()
+    before = counted(tenant)
+
+    def resumable(name: str, data: bytes) -> httpx.Response:
+        created = anon.post(
+            f"/api/uploads/tus?token={minted['token']}",
+            headers={"Tus-Resumable": "1.0.0", "Upload-Length": str(len(data)),
+                     "Upload-Metadata": meta(filename=name, filetype="image/jpeg")},
+        )  # fmt: skip
+        assert created.status_code == 201, created.text
+        return patch(anon, created.headers["location"], data, 0)
+
+    # (edge asks auth for the rules at the last byte, uncached: no wait for its principal cache)
+    error = assert_error(resumable("photo.jpg", GIF), 415, "unsupported_media_type")
+    assert error["details"] == {"declared": "image/jpeg", "detected": "image/gif"}
+    assert tenant.api.get("/api/assets").json()["total"] == 0
+    assert counted(tenant) == before
+    assert tenant.api.get("/api/uploads").json()["total"] == 0
+    # The token is not spent by a refused file: the right one goes through it.
+    jpeg = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00" + b"\x00" * 64
+    done = resumable("real.jpg", jpeg)
+    assert done.status_code == 204, done.text
+    asset = tenant.api.get(f"/api/assets/{done.headers['coffer-asset-id']}").json()
+    assert (asset["mimeType"], asset["detectedType"]) == ("image/jpeg", "image/jpeg")
+    assert counted(tenant) == before + len(jpeg)
+
+
 def test_enforce_with_the_organizations_allowed_list(admin, tenant) -> None:
     set_ingest(admin, tenant.org_id, "--ingest", "enforce", "--allowed-types", "image/*,application/pdf")
     refused = until_refused(lambda: upload(tenant.api, "cat.png", HTML, "image/png"))
@@ -173,3 +204,69 @@ def test_the_dashboard_shows_and_sets_the_rules_and_enforces_them(stack) -> None
         assert 'id="asset-scan">Pending' in shown  # no scanner in these tests: it stays pending
     finally:
         browser.http.close()
+
+
+# The authorization matrix of the dashboard's ingest settings ---------------------------------
+
+# Each row changes one of the three rules of organization A (the others as they are by default).
+INGEST_ROWS = {
+    "detection mode": {"ingest": "enforce", "allowed": "", "scan": "off"},
+    "allowed types": {"ingest": "record", "allowed": "image/*", "scan": "off"},
+    "scan mode": {"ingest": "record", "allowed": "", "scan": "block"},
+}
+# What each caller gets: A's owner the change; a member of A 403 (the rules are the owners',
+# auth refuses), also when they own another organization; a user who is no member of A 404
+# (no existence oracle); nobody signed in goes to the sign-in page.
+INGEST_EXPECTED = {
+    "owner": 303,
+    "member": 403,
+    "member of A who owns B": 403,
+    "owner of another organization": 404,
+    "anonymous": 303,
+}
+DEFAULT_RULES = {"ingestMode": "record", "allowedTypes": None, "scanMode": "off"}
+
+
+def test_only_owners_change_the_ingest_settings(stack, admin) -> None:
+    from coffer_testkit.dashboard import SAME_ORIGIN, sign_up
+
+    owner = sign_up(stack.edge_url, "A")
+    member, both, outsider = (sign_up(stack.edge_url, n) for n in ("Member's own", "B", "C"))
+    for user in (member, both):
+        admin("add-member", "--org", owner.org_id, "--user", user.email, "--role", "member")
+    anonymous = httpx.Client(base_url=stack.edge_url, headers=SAME_ORIGIN, timeout=30)
+    people = {
+        "owner": owner,
+        "member": member,
+        "member of A who owns B": both,
+        "owner of another organization": outsider,
+        "anonymous": anonymous,
+    }
+    path = f"/dashboard/o/{owner.org_id}/settings/ingest"
+
+    def rules() -> dict[str, Any]:
+        shown = set_ingest(admin, owner.org_id)
+        return {k: shown[k] for k in DEFAULT_RULES}
+
+    wrong = []
+    try:
+        for caller, who in people.items():
+            for row, form in INGEST_ROWS.items():
+                if isinstance(who, httpx.Client):
+                    answer = who.post(path, data={"csrf_token": "none", **form})
+                else:
+                    answer = who.post(path, form)
+                expected = INGEST_EXPECTED[caller]
+                changed = rules() != DEFAULT_RULES
+                if answer.status_code != expected:
+                    wrong.append(f"{caller}, {row}: {answer.status_code}, expected {expected}")
+                elif caller == "anonymous" and "/dashboard/login" not in answer.headers["location"]:
+                    wrong.append(f"{caller}, {row}: redirected to {answer.headers['location']}")
+                elif changed != (caller == "owner"):
+                    wrong.append(f"{caller}, {row}: the rules {'changed' if changed else 'stayed'}")
+                set_ingest(admin, owner.org_id, "--ingest", "record", "--allowed-types", "", "--scan", "off")
+    finally:
+        for b in (owner, member, both, outsider):
+            b.http.close()
+        anonymous.close()
+    assert not wrong, "\n".join(wrong)

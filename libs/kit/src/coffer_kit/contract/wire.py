@@ -107,9 +107,12 @@ class KeyCreate(WireModel):
 
 
 class UploadTokenPlace(WireModel):
-    """Where an upload token's upload goes (a subtree key revokes only its subtree's tokens)."""
+    """Where an upload token's upload goes (a subtree key revokes only its subtree's tokens),
+    and the media ranges it accepts (a resumable upload's are matched against its detected type
+    at its last byte under ``enforce``, issue 48)."""
 
     folder_id: str | None = None
+    content_types: list[str] | None = None
 
 
 class KeyRotate(WireModel):

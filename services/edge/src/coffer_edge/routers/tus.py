@@ -554,18 +554,27 @@ async def _write(
 
 async def _admitted(state: EdgeState, upload: TusUpload, appended: TusAppended, rid: str) -> Ingest:
     """Safe ingest (issue 48) at the last byte, before the asset exists: the organization's
-    rules (asked now: the caller may hold only the upload's capability); a type they do not
-    allow ends the upload (415; bytes and reservation released); under ``block`` the object is
-    held back from downloads until its scan passes. A failure gives the lease back at once
-    (the client's retry of this PATCH publishes the file again)."""
+    rules (asked now: the caller may hold only the upload's capability) and, under ``enforce``,
+    the contentTypes of the upload token it was created with; a type they do not allow ends
+    the upload (415; bytes and reservation released, the token given back as a refused
+    multipart upload leaves it); under ``block`` the object is held back from downloads until
+    its scan passes. A failure gives the lease back at once (the client's retry of this PATCH
+    publishes the file again)."""
     metadata = state.metadata
     try:
         ingest = await state.auth.ingest(upload.organization_id, request_id=rid)
+        token_types: list[str] | None = None
+        if ingest.mode == "enforce" and upload.token_id is not None:
+            place = await state.upload_tokens.place(upload.organization_id, upload.token_id, request_id=rid)
+            token_types = place.content_types
         detected = appended.detected_type or "application/octet-stream"
-        for ranges in ingest.allow_lists(None):
+        for ranges in ingest.allow_lists(token_types):
             if not media.matches(detected, ranges.split(",")):
                 await _let_go(metadata, upload, rid)
                 await _terminate(upload.id, upload.organization_id, metadata, state.blob, rid)
+                if upload.token_id is not None:
+                    with contextlib.suppress(CofferError):
+                        await state.upload_tokens.release(upload.token_id, upload.asset_id, request_id=rid)
                 UPLOADS.labels("rejected").inc()
                 raise media.type_mismatch(upload.mime_type, detected, ranges.split(","))
         if ingest.scan == "block":

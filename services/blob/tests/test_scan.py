@@ -1,0 +1,93 @@
+"""POST /internal/v1/scan/{key}: a stored object streamed to a real clamd (coffer_testkit.clamd:
+its own configuration, the EICAR test signature as its database). Coffer's largest upload
+(100 MiB) is streamed whole and passes; a stream past clamd's StreamMaxLength is never passed:
+503 ``scanner_unavailable``, which edge retries and then marks ``unscanned`` (issue 48; the
+retries over real processes: tests/e2e/test_scan.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from coffer_blob.config import Settings
+from coffer_blob.main import create_app
+from coffer_blob.storage.fs import FsStorage
+from coffer_kit.contract.limits import MAX_FILE_BYTES
+from coffer_kit.internal import INTERNAL_TOKEN_HEADER
+from coffer_testkit.clamd import EICAR, SIGNATURE, Clamd, running_clamd
+from coffer_testkit.testing import app_client, assert_error, pattern_chunks
+
+from .support import ORG, TOKEN, new_asset_id, upload
+from .test_uploads import big_body, post
+
+pytestmark = pytest.mark.anyio
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def clamd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clamd]:
+    with running_clamd(tmp_path_factory.mktemp("clamd")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def small_clamd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clamd]:
+    """A clamd that takes streams of at most 1 MiB."""
+    with running_clamd(tmp_path_factory.mktemp("clamd-1m"), stream_max_length="1M") as running:
+        yield running
+
+
+async def _scanning(settings: Settings, clamd: Clamd) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings.model_copy(update={"blob_clamd_url": clamd.url}))
+    async with app_client(app, "http://blob.internal", {INTERNAL_TOKEN_HEADER: TOKEN}) as client:
+        yield client
+
+
+@pytest.fixture
+async def scanning(settings: Settings, clamd: Clamd) -> AsyncIterator[httpx.AsyncClient]:
+    async for client in _scanning(settings, clamd):
+        yield client
+
+
+@pytest.fixture
+async def scanning_1m(settings: Settings, small_clamd: Clamd) -> AsyncIterator[httpx.AsyncClient]:
+    async for client in _scanning(settings, small_clamd):
+        yield client
+
+
+async def test_the_largest_upload_is_streamed_whole_and_passes(
+    scanning: httpx.AsyncClient, blob_dir: Path
+) -> None:
+    assert MAX_FILE_BYTES == 100 * MIB  # what the clamd configurations are sized for
+    # Written through the store's own writer (what an upload commits; uploads are tested in
+    # test_uploads.py): the scan is what is timed here, 17 s for 100 MiB at load 14.
+    key = f"{ORG}/{new_asset_id()}/big.bin"
+    writer = FsStorage(blob_dir).open_writer(key)
+    for chunk in pattern_chunks(MAX_FILE_BYTES):
+        writer.write(chunk)
+    writer.commit(content_type="application/octet-stream", sha256="0" * 64)
+    scanned = await scanning.post(f"/internal/v1/scan/{key}")
+    assert scanned.status_code == 200, scanned.text
+    assert scanned.json()["result"] == "clean"
+    assert scanned.json()["size"] == MAX_FILE_BYTES  # every byte went to clamd
+
+
+async def test_eicar_is_infected_with_its_signature(scanning: httpx.AsyncClient) -> None:
+    stored = await upload(scanning, EICAR, filename="eicar.com")
+    scanned = await scanning.post(f"/internal/v1/scan/{stored.json()['key']}")
+    assert scanned.status_code == 200, scanned.text
+    assert (scanned.json()["result"], scanned.json()["signature"]) == ("infected", f"{SIGNATURE}.UNOFFICIAL")
+
+
+async def test_a_stream_past_clamds_limit_is_never_passed(scanning_1m: httpx.AsyncClient) -> None:
+    stored = await post(scanning_1m, big_body(2 * MIB))
+    assert stored.status_code == 201, stored.text
+    key = stored.json()["key"]
+    assert_error(await scanning_1m.post(f"/internal/v1/scan/{key}"), 503, "scanner_unavailable")
+    # Below the limit the same clamd answers: it was the size, not the daemon.
+    small = await upload(scanning_1m, b"a small clean file")
+    scanned = await scanning_1m.post(f"/internal/v1/scan/{small.json()['key']}")
+    assert scanned.json()["result"] == "clean"
