@@ -13,13 +13,14 @@ UV = $(shell command -v uv 2>/dev/null || echo python3 -m uv)
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist). Two keep both cores busy: most tests wait on a service, a
 # browser or a database at any moment. Each worker starts its own session stacks and holds its
-# own database connections (PostgreSQL allows 100 here), so more is not better. 0: one process.
+# own database connections: with the tests' small pools (coffer_testkit.testing.TEST_DATABASE_BUDGET)
+# two fit PostgreSQL's default max_connections = 100, which no target ever changes. 0: one process.
 PYTEST_WORKERS ?= 2
 # test-fast's in-process tests wait on expiry timers and databases more than they compute, so
 # a third worker fills the waits: 760 tests took 58.7 s with two and 50.8 s with three (quiet).
 FAST_WORKERS ?= 3
 
-.PHONY: help setup run clamd test test-fast test-images lint typecheck fmt chart bench browser node vendor dist unasync
+.PHONY: help setup run clamd test test-fast test-images lint typecheck fmt chart bench bench-scale bench-peers browser node vendor dist unasync
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -35,7 +36,8 @@ run: setup ## Run the embedded default: all four services on this machine (Ctrl-
 	@.venv/bin/coffer-stack
 
 test: setup browser node clamd ## Run every test (unit, end-to-end over real processes, browser, chart checks)
-	@bash scripts/ensure-postgres-connections.sh
+	@command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || { echo "installing pgbouncer (the conformance tests run behind it in transaction mode)"; \
+	  apt-get install -y -qq pgbouncer >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq pgbouncer >/dev/null; }; }
 	@command -v tmux >/dev/null 2>&1 || { echo "installing tmux (the client's terminal test)"; \
 	  apt-get install -y -qq tmux >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq tmux >/dev/null; }; }
 	@$(UV) run --frozen --no-sync pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
@@ -116,6 +118,12 @@ fmt: setup ## Format with ruff
 	@$(UV) run --frozen --no-sync ruff check --fix .
 	@$(UV) run --frozen --no-sync ruff format .
 
+bench-scale: setup ## Scale benchmark: PostgreSQL seeded by COPY with 1,000,000 assets (+1,000 orgs of 5,000), per-request figures against 10,000; ~40 min on 2 busy cores (BENCH_ARGS=--sqlite for the embedded stack)
+	@$(UV) run --frozen --no-sync python bench/scale.py $(BENCH_ARGS)
+
 bench: setup ## Benchmark Coffer against nginx and FastAPI, ~5 min, then the coffer CLI against curl, ~2 min (BENCH_ARGS=--production: PostgreSQL + S3)
 	@$(UV) run --frozen --no-sync python bench/run.py $(BENCH_ARGS)
 	@$(UV) run --frozen --no-sync python bench/cli.py
+
+bench-peers: setup ## Coffer beside tus-node-server, thumbor and Directus in one run (first run installs them, ~10 min)
+	@$(UV) run --frozen --no-sync python bench/peers/specialists.py $(BENCH_ARGS)

@@ -153,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         loader.start()
         time.sleep(1)  # the load is running before sampling starts
         recorders = []
+        # The embedded default runs the dispatcher inside metadata's process: sampled there.
+        services = [name for name in services if name in bench.stack.processes]
         for name in services:
             out = args.out / f"{stem}.{name}.collapsed.txt"
             cmd = [

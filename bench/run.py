@@ -830,7 +830,8 @@ class Bench:
             client=client,
         )
         every = Figure(
-            f"idle RSS of the {len(rss)} processes (the services and the webhook dispatcher), summed",
+            f"idle RSS of the {len(rss)} processes (the services and the webhook dispatcher"
+            f"{'' if 'dispatcher' in rss else ', inside metadata'}), summed",
             "MiB",
             samples=[sum(rss.values())],
             client=client,
@@ -1206,6 +1207,13 @@ class Bench:
         value = self.stack.env().get(f"COFFER_{name.upper()}")
         return int(value) if value is not None else int(Settings.model_fields[name].default)
 
+    def cdn_transform_threads(self) -> int:
+        """libvips threads per render as the stack runs them (blob's CdnTuning, internal)."""
+        from coffer_blob.config import CdnTuning
+
+        value = self.stack.env().get("COFFER_CDN_TUNING")
+        return (CdnTuning.model_validate_json(value) if value else CdnTuning()).transform_threads
+
     def transforms(self) -> None:
         """Image transforms (issue 26): a first ``thumb`` of a 12 MP JPEG against pyvips doing
         the same in the harness; a stored variant's CPU per request against an original of the
@@ -1223,7 +1231,7 @@ class Bench:
 
         from coffer_testkit.testing import descendants
 
-        threads = self.blob_setting("cdn_transform_threads")
+        threads = self.cdn_transform_threads()
         workers = self.blob_setting("cdn_transform_workers")
         queue = self.blob_setting("cdn_transform_queue")
         memory_mb = self.blob_setting("cdn_transform_worker_memory_mb")
@@ -1307,7 +1315,7 @@ class Bench:
             f"gradient + noise, q90, {len(bodies) and os.path.getsize(files[1]) / MIB:.1f} MiB), "
             "one first request each, after one untimed (workers start); the reference: "
             f"pyvips.Image.thumbnail(file, 256, height=256, crop=centre) + webpsave Q80 with {threads} "
-            "libvips thread(s), as the CDN's workers run (COFFER_CDN_TRANSFORM_THREADS), right after "
+            "libvips thread(s), as the CDN's workers run (blob's CdnTuning.transform_threads), right after "
             "each request; ratio Coffer ÷ pyvips"
         )
         first_whole.note = "the same requests, to their last byte"

@@ -244,3 +244,85 @@ def test_the_pods_serving_the_cdn_get_the_transform_workers_memory(render: Calla
     env = next(d for d in off if d["kind"] == "Deployment" and d["metadata"]["name"] == "coffer-blob")
     values = {e["name"]: e.get("value") for e in env["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert values["COFFER_TRANSFORMS"] == "off"
+
+
+def _budget_env(docs: Docs) -> dict[str, dict[str, str]]:
+    """Each Deployment's COFFER_DATABASE_* settings of the connection budget."""
+    found = {}
+    for doc in docs:
+        if doc.get("kind") != "Deployment":
+            continue
+        env = doc["spec"]["template"]["spec"]["containers"][0].get("env", [])
+        budget = {
+            e["name"]: e["value"] for e in env if e["name"].startswith("COFFER_DATABASE_") and "value" in e
+        }
+        if budget:
+            found[doc["metadata"]["labels"]["app.kubernetes.io/component"]] = budget
+    return found
+
+
+@pytest.mark.parametrize(
+    ("values", "pods"),
+    [
+        ([], {"auth": 2, "metadata": 2, "webhooks": 2}),
+        (["-f", str(PRODUCTION)], {"auth": 6, "metadata": 6, "webhooks": 6}),  # autoscaling's maxReplicas
+        (
+            ["--set", "auth.replicas=5", "--set", "webhooks.enabled=false"],
+            {"auth": 5, "metadata": 2, "webhooks": 0},
+        ),
+        (["--set", "database.budget.maxConnections=1000"], {"auth": 2, "metadata": 2, "webhooks": 2}),
+    ],
+)
+def test_the_connection_budget_fits_the_server(
+    render: Callable[..., Docs], values: list[str], pods: dict[str, int]
+) -> None:
+    """docs/operations.md, "The connection budget": every pod that opens connections gets the
+    same pool, the largest (at most 40) with which all of them at their most replicas, and
+    the migration Jobs, stay within database.budget.maxConnections."""
+    docs = render(*values)
+    env = _budget_env(docs)
+    assert set(env) == {c for c, n in pods.items() if n}
+    pool, reads, writes = (
+        int(env["auth"][f"COFFER_DATABASE_{k}"])
+        for k in ("POOL_SIZE", "READ_CONNECTIONS", "WRITE_CONNECTIONS")
+    )
+    assert all(e["COFFER_DATABASE_POOL_SIZE"] == str(pool) for e in env.values())
+    helm_values = yaml.safe_load((CHART / "values.yaml").read_text())["database"]["budget"]
+    if "-f" in values:
+        helm_values = {**helm_values, **yaml.safe_load(PRODUCTION.read_text())["database"]["budget"]}
+    limit = next(
+        (int(v.split("=")[1]) for v in values if v.startswith("database.budget.maxConnections=")), None
+    )
+    limit = limit or int(helm_values["maxConnections"])
+
+    def total(p: int) -> int:
+        per_pod = p + reads + writes
+        return (
+            (pods["auth"] + pods["metadata"]) * per_pod + pods["webhooks"] * (min(p, 4) + reads + writes) + 2
+        )
+
+    assert total(pool) <= limit
+    assert pool == 40 or total(pool + 1) > limit  # the largest that fits
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        ["--set", "auth.replicas=20"],  # 24 pods' event-loop connections alone pass 90
+        ["--set", "database.budget.poolSize=30"],  # a pool said outright that does not fit
+        ["--set", "metadata.autoscaling.enabled=true", "--set", "metadata.autoscaling.maxReplicas=30"],
+    ],
+)
+def test_a_budget_past_the_server_fails_the_render(helm_run: Callable[..., Any], values: list[str]) -> None:
+    proc = helm_run("template", "coffer", str(CHART), *REQUIRED, *values)
+    assert proc.returncode != 0
+    assert "database.budget:" in proc.stderr and "maxConnections = 90" in proc.stderr, proc.stderr
+
+
+def test_helm_template_shows_the_budget(helm_run: Callable[..., Any]) -> None:
+    proc = helm_run("template", "coffer", str(CHART), *REQUIRED)
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "# The connection budget (docs/operations.md): 2 auth + 2 metadata pods"
+        " × (12 pool + 2 reads + 3 writes), 2 webhooks pods × (4 + 2 + 3), 2 migrations = 88 of 90"
+    ) in proc.stdout

@@ -46,7 +46,7 @@ def commands() -> tuple[str, ...]:
     """Every command `coffer --help` must list (issue 15)."""
     return (
         *("ls", "mkdir", "upload", "download", "url", "presets"),
-        *("mv", "rm", "rmdir", "sync", "usage", "configure", "info", "keys"),
+        *("mv", "rm", "rmdir", "sync", "usage", "configure", "info", "keys", "trash", "tag", "meta"),
     )
 
 
@@ -77,7 +77,6 @@ def production_stack(
         "COFFER_METADATA_DATABASE_URL": fresh_database("metadata"),
         **s3_server.env(s3_server.new_bucket()),
         "COFFER_REDIS_URL": redis_url,
-        "COFFER_DATABASE_POOL_SIZE": "10",  # see tests/e2e/conftest.py
         "COFFER_EDGE_RATE_LIMIT": PRODUCTION_RATE_LIMIT,
     }
     with _e2e.running_stack(tmp_path_factory.mktemp("client-production"), **env) as s:

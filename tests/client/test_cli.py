@@ -127,6 +127,14 @@ def test_folders_by_path(cli: Any, sdk: Coffer) -> None:
     assert cli("rmdir", "/").exit_code == 2
     assert [f.name for f in sdk.list_folders()] == ["photos"]
 
+    # A default expiry (issue 47), in whole days.
+    r = cli("mkdir", "/month", "--expires", "30d", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["expiryDays"] == 30, r.stderr
+    month = sdk.resolve_folder("/month")
+    assert month is not None and month.expiry_days == 30
+    assert cli("mkdir", "/hourly", "--expires", "90m").exit_code == 2
+    assert sdk.update_folder(month.id, expiry_days=None).expiry_days is None
+
 
 def test_upload_ls_download_url_mv_rm(cli: Any, sdk: Coffer, tmp_path: Path) -> None:
     a = tmp_path / "a.txt"
@@ -328,3 +336,24 @@ def test_configure_stores_a_private_profile(cli: Any, stack: Any, tenant: Any) -
     # Reconfiguring keeps the key when Enter is pressed.
     r = cli("configure", "-P", "work", input="\n\n\n", **env)
     assert r.exit_code == 0 and profiles.load("work", path).api_key == tenant.key
+
+
+def test_tags_metadata_and_a_recursive_listing(cli: Any, sdk: Coffer, tmp_path: Path) -> None:
+    """Issue 50: ``coffer tag``, ``coffer meta set``, ``coffer ls --tag … -r``, and the SDK's."""
+    top = sdk.create_folder("top")
+    low = sdk.create_folder("low", top.id)
+    f = tmp_path / "a.txt"
+    f.write_bytes(b"a")
+    deep = sdk.upload(f, folder_id=low.id, metadata={"sku": "1"}, tags=["red"])
+    other = sdk.upload(f, name="b.txt", folder_id=top.id, tags=["blue"])
+    assert (deep.metadata, deep.tags) == ({"sku": "1"}, ["red"])
+    assert cli("tag", other.id, "green", "-d", "blue").stdout.split() == ["green"]
+    shown = json.loads(cli("meta", "set", other.id, "n=3", "live=true", "note=hi", "--json").stdout)
+    assert shown == {"n": 3, "live": True, "note": "hi"}
+    assert json.loads(cli("meta", "set", other.id, "note=", "--json").stdout) == {"n": 3, "live": True}
+    listed = cli("ls", "/top", "-r").stdout.splitlines()
+    assert [line.split("\t")[0] for line in listed] == ["top/b.txt", "top/low/a.txt"]
+    tagged = cli("ls", "/", "-r", "--tag", "red").stdout.splitlines()
+    assert [line.split("\t")[0] for line in tagged] == ["top/low/a.txt"]
+    found = list(sdk.list_assets(None, meta={"n": 3}, tags=["green", "red"], any_tag=True))
+    assert [a.id for a in found] == [other.id]

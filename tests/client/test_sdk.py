@@ -144,8 +144,12 @@ def test_list_assets_is_lazy_over_pages(stack: Any, tenant: Any) -> None:
         assert first.id == ids[-1] and len(requests) == 1  # newest first, one page
         rest = [a.id for a in it]
         assert [first.id, *rest] == ids[::-1] and len(requests) == 3
+        # By cursor (issue 49): a first page without a count, then each page's nextCursor.
+        assert requests[0].url.params["total"] == "false" and "cursor" not in requests[0].url.params
+        assert all("cursor" in r.url.params and "offset" not in r.url.params for r in requests[1:])
         page = c.assets_page(limit=2, offset=4)
         assert (page.total, page.limit, page.offset, len(page.assets)) == (5, 2, 4, 1)
+        assert page.next_cursor is None
     http.close()
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from coffer_stack.stack import Ports, Stack
 from coffer_testkit.otlp import OtlpReceiver
-from coffer_testkit.testing import free_port
+from coffer_testkit.testing import TEST_DATABASE_BUDGET, free_port
 
 
 @contextlib.contextmanager
@@ -23,7 +23,8 @@ def running_stack(root: Path, **env: str) -> Iterator[Stack]:
     ports = Ports.drawn(free_port)
     # Every test client comes from 127.0.0.1, and Redis keeps counters across stacks: the limit
     # on failed authentications per address is lifted, but where a test sets it (test_bounds.py).
-    env = {"COFFER_EDGE_AUTH_FAILURE_LIMIT": "1000000/minute", **env}
+    # Every stack keeps to the tests' connection budget, unless a test sets its own.
+    env = {"COFFER_EDGE_AUTH_FAILURE_LIMIT": "1000000/minute", **TEST_DATABASE_BUDGET, **env}
     s = Stack(data_dir=root / "data", ports=ports, log_dir=root / "logs", extra_env=env)
     migrate_here(s)
     s.start()
@@ -53,9 +54,18 @@ def migrate_here(stack: Stack) -> None:
     from coffer_metadata.migrations import migrate as migrate_metadata
 
     env = stack.extra_env
-    auth = AuthSettings(data_dir=stack.data_dir, auth_database_url=env.get("COFFER_AUTH_DATABASE_URL", ""))
+    # Behind a pooler, straight to PostgreSQL: a migration holds a session's advisory lock.
+    auth = AuthSettings(
+        data_dir=stack.data_dir,
+        auth_database_url=env.get(
+            "COFFER_TEST_DIRECT_AUTH_DATABASE_URL", env.get("COFFER_AUTH_DATABASE_URL", "")
+        ),
+    )
     metadata = MetadataSettings(
-        data_dir=stack.data_dir, metadata_database_url=env.get("COFFER_METADATA_DATABASE_URL", "")
+        data_dir=stack.data_dir,
+        metadata_database_url=env.get(
+            "COFFER_TEST_DIRECT_METADATA_DATABASE_URL", env.get("COFFER_METADATA_DATABASE_URL", "")
+        ),
     )
     migrate_auth(auth.auth_database_url)
     migrate_metadata(metadata.metadata_database_url)
@@ -72,7 +82,8 @@ BACKENDS = ["embedded", "production"]
 
 @pytest.fixture(scope="session", params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
-    """Every end-to-end test runs on both configurations."""
+    """Every end-to-end test runs on both configurations; the conformance tests (test_flow.py,
+    test_fuzz.py) once more, "pooled": production behind PgBouncer in transaction mode."""
     return str(request.param)
 
 
@@ -92,12 +103,22 @@ def backend_env(request: pytest.FixtureRequest, backend: str) -> Any:
             "COFFER_METADATA_DATABASE_URL": fresh_database("metadata"),
             **s3.env(s3.new_bucket()),
             "COFFER_REDIS_URL": redis_url,
-            # Several production stacks live at once in a test session; at the default 40 a
-            # service each they could exhaust the machine's PostgreSQL (max_connections 100).
-            "COFFER_DATABASE_POOL_SIZE": "10",
         }
 
-    return make
+    if backend == "production":
+        return make
+    # "pooled": the same, with every service's connections through PgBouncer in transaction
+    # mode (docs/operations.md, "Behind PgBouncer"); the migrations go straight to PostgreSQL.
+    bouncer = request.getfixturevalue("pgbouncer")
+
+    def pooled() -> dict[str, str]:
+        env = make()
+        for name in ("COFFER_AUTH_DATABASE_URL", "COFFER_METADATA_DATABASE_URL"):
+            env[f"COFFER_TEST_DIRECT_{name.removeprefix('COFFER_')}"] = env[name]
+            env[name] = bouncer.url_for(env[name])
+        return {**env, "COFFER_DATABASE_POOLER": "transaction"}
+
+    return pooled
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,12 @@ import pytest
 
 from coffer_testkit.testing import assert_error, pattern_bytes
 
-pytestmark = pytest.mark.e2e
+# The API's conformance end to end, on each backend and behind PgBouncer in transaction mode
+# ("pooled": production's usual connection pooler, docs/operations.md).
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.parametrize("backend", ["embedded", "production", "pooled"], indirect=True, scope="session"),
+]
 
 
 def test_folder_upload_list_download_sign_delete(stack, tenant) -> None:

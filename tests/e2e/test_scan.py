@@ -31,8 +31,8 @@ SCAN_ENV = {
     "COFFER_METADATA_WEBHOOK_ALLOW_HTTP": "true",
     "COFFER_METADATA_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
     # Retries within a test's patience: 0.2 s, then 0.4 s, then unscanned.
-    "COFFER_EDGE_SCAN_RETRIES": "2",
-    "COFFER_EDGE_SCAN_BACKOFF_SECONDS": "0.2",
+    # (edge's internal tuning, coffer_edge.config.EdgeTuning, as JSON).
+    "COFFER_EDGE_TUNING": '{"scan_retries": 2, "scan_backoff_seconds": 0.2}',
     "COFFER_BLOB_SCAN_TIMEOUT_SECONDS": "10",
 }
 INFECTED_WITHIN = 30.0  # seconds (issue 48)

@@ -14,6 +14,7 @@ import base64
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import cached_property
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,6 +24,7 @@ import pytest
 
 from coffer_kit.contract import scopes
 from coffer_kit.contract.ids import new_id
+from coffer_kit.contract.timeutil import isoformat, utcnow
 from coffer_stack.stack import Stack
 from coffer_testkit.webhooks import Receiver, webhook_receiver
 
@@ -75,6 +77,24 @@ class Resources:
         return str(made.json()["id"])
 
     @cached_property
+    def trashed(self) -> str:
+        """An asset in the trash (the organization keeps one, issue 47)."""
+        made = self.api.post("/api/assets", files={"file": ("t.txt", b"t")}, data={"folderId": self.folder})
+        assert made.status_code == 201, made.text
+        assert self.api.delete(f"/api/assets/{made.json()['id']}").status_code == 200
+        return str(made.json()["id"])
+
+    @cached_property
+    def expiring(self) -> str:
+        made = self.api.post(
+            "/api/assets",
+            files={"file": ("e.txt", b"e")},
+            data={"folderId": self.folder, "expiresAt": isoformat(utcnow() + timedelta(days=30))},
+        )
+        assert made.status_code == 201, made.text
+        return str(made.json()["id"])
+
+    @cached_property
     def token(self) -> dict[str, Any]:
         made = self.api.post("/api/upload-tokens", json={"folderId": self.folder})
         assert made.status_code == 201, made.text
@@ -118,7 +138,8 @@ class Resources:
     def mentions(self, text: str) -> bool:
         """Whether a listing shows one of the resources made (or the folder)."""
         made = [self.folder, *self.made_keys, *self.made_hooks]
-        made += [v for k, v in self.__dict__.items() if k in ("asset", "tus") and isinstance(v, str)]
+        kinds = ("asset", "tus", "expiring")
+        made += [v for k, v in self.__dict__.items() if k in kinds and isinstance(v, str)]
         return any(m in text for m in made)
 
 
@@ -141,6 +162,7 @@ class Variant:
     root: int | None = None  # None: as ``ok``
     listing: bool = False  # the subtree key's answer on "outside" must not show the resource
     prepare: tuple[str, ...] = ()  # resources to make before the call (a listing's items)
+    subtree: int | None = None  # a subtree key inside its subtree, when not ``ok`` (the trash: 403)
 
 
 CALLS: dict[str, list[Variant]] = {
@@ -168,6 +190,13 @@ CALLS: dict[str, list[Variant]] = {
             prepare=("asset",),
         ),
         Variant(lambda c, r: c.get("/api/assets", params={"folderId": r.folder}), 200),
+        Variant(
+            lambda c, r: c.get("/api/assets", params={"expiresBefore": "2100-01-01T00:00:00Z"}),
+            200,
+            outside=200,
+            listing=True,
+            prepare=("expiring",),
+        ),
     ],
     "POST /api/assets": [
         Variant(
@@ -179,7 +208,10 @@ CALLS: dict[str, list[Variant]] = {
     "PATCH /api/assets/{asset_id}": [
         Variant(lambda c, r: c.patch(f"/api/assets/{r.asset}", json={"name": "renamed"}), 200)
     ],
-    "DELETE /api/assets/{asset_id}": [Variant(lambda c, r: c.delete(f"/api/assets/{r.asset}"), 200)],
+    "DELETE /api/assets/{asset_id}": [
+        Variant(lambda c, r: c.delete(f"/api/assets/{r.asset}"), 200),
+        Variant(lambda c, r: c.delete(f"/api/assets/{r.asset}", params={"permanent": "true"}), 200),
+    ],
     "GET /api/assets/{asset_id}/url": [Variant(lambda c, r: c.get(f"/api/assets/{r.asset}/url"), 200)],
     "GET /api/usage": [Variant(lambda c, r: c.get("/api/usage"), 200, outside=200)],
     "POST /api/upload-tokens": [
@@ -242,6 +274,33 @@ CALLS: dict[str, list[Variant]] = {
     "DELETE /api/transform-presets/{name}": [
         Variant(lambda c, r: c.delete(f"/api/transform-presets/{r.preset}"), 200, outside=200)
     ],
+    # The trash (issue 47): the whole organization's, so a subtree key is refused (403), but
+    # may read the setting, as it reads the usage.
+    "GET /api/trash": [Variant(lambda c, r: c.get("/api/trash"), 200, outside=403, root=403, subtree=403)],
+    "GET /api/trash/settings": [
+        # Like usage: the organization's setting, no asset in it.
+        Variant(lambda c, r: c.get("/api/trash/settings"), 200, outside=200, root=200)
+    ],
+    "PUT /api/trash/settings": [
+        Variant(
+            lambda c, r: c.put("/api/trash/settings", json={"retentionDays": 7}),
+            200,
+            outside=403,
+            root=403,
+            subtree=403,
+        )
+    ],
+    "DELETE /api/trash": [
+        Variant(lambda c, r: c.delete("/api/trash"), 200, outside=403, root=403, subtree=403)
+    ],
+    "POST /api/trash/{asset_id}/restore": [
+        Variant(
+            lambda c, r: c.post(f"/api/trash/{r.trashed}/restore"), 200, outside=403, root=403, subtree=403
+        )
+    ],
+    "DELETE /api/trash/{asset_id}": [
+        Variant(lambda c, r: c.delete(f"/api/trash/{r.trashed}"), 200, outside=403, root=403, subtree=403)
+    ],
     "GET /api/keys/self": [Variant(lambda c, r: c.get("/api/keys/self"), 200, outside=200)],
     "GET /api/keys": [
         Variant(lambda c, r: c.get("/api/keys"), 200, outside=200, listing=True, prepare=("key",))
@@ -273,7 +332,7 @@ def expected(caller: str, action: str, variant: Variant) -> int:
         allowed = scopes.expand([caller])
         return variant.ok if action in (scopes.ANY_KEY, scopes.TOKEN) or action in allowed else 403
     if caller == "subtree":
-        return variant.ok
+        return variant.ok if variant.subtree is None else variant.subtree
     if caller == "outside":
         return variant.outside
     return variant.ok if variant.root is None else variant.root
@@ -289,6 +348,7 @@ def test_every_declared_route_is_in_the_matrix(stack: Stack) -> None:
 def world(stack: Stack, admin_for: Any, receiver: Receiver) -> Iterator[dict[str, Any]]:
     admin = admin_for(stack)
     org = admin("create-org", "--name", "Scopes")["id"]
+    admin("set-trash-retention", "--org", org, "--days", "7")  # (issue 47: the trash routes)
 
     def client(*args: str) -> httpx.Client:
         key = admin("create-key", "--org", org, *args)["key"]

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.e2e
 # A first transform starts the workers; on a loaded machine that takes seconds.
 TIMEOUT = 60
 MIB = 1024 * 1024
-PRESET_SECONDS = 5.0  # the CDN's preset cache (COFFER_CDN_PRESET_CACHE_SECONDS)
+PRESET_SECONDS = 5.0  # the CDN's preset cache (CdnTuning.preset_cache_seconds)
 
 
 def jpeg(width: int, height: int) -> bytes:

@@ -8,14 +8,17 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
-from coffer_auth.main import sweep
+from coffer_auth.deps import AuthState
+from coffer_auth.main import AUDIT_BATCHES_PER_PASS, sweep
 from coffer_auth.models import AuditEvent, DashboardSession
 from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.db import writer
+from coffer_kit.state import state_of
 from coffer_testkit.testing import assert_error
 
 from .support import Api, age_session, join
@@ -191,3 +194,34 @@ async def test_no_secret_reaches_the_logs(api: Api, caplog: pytest.LogCaptureFix
     for secret in secrets_seen:
         assert secret not in logged
     assert "cof_" not in logged
+
+
+async def test_sweep_is_bounded_per_pass_and_counted(
+    api: Api, client: httpx.AsyncClient, engine: Engine
+) -> None:
+    """Retention (docs/operations.md): a pass deletes at most AUDIT_BATCHES_PER_PASS batches of
+    AuthTuning.audit_retention_batch entries, the next passes the rest; each counted by kind."""
+    await api.register()  # the app is up (its start-up pass has begun)
+    state = state_of(client.app, AuthState)  # type: ignore[attr-defined]
+    state.settings.auth_tuning.audit_retention_batch = 3
+    old = utcnow() - timedelta(days=state.settings.audit_retention_days + 1)
+    with Session(writer(engine)) as s:
+        for _ in range(2 * 3 * AUDIT_BATCHES_PER_PASS + 5):
+            s.add(AuditEvent(actor_type="system", action="org.created", created_at=old))
+        s.add(AuditEvent(actor_type="system", action="org.created", created_at=utcnow()))
+        s.commit()
+
+    def pruned() -> float:
+        return REGISTRY.get_sample_value("coffer_retention_pruned_total", {"kind": "audit"}) or 0.0
+
+    before = pruned()
+    # At least 35 remain whatever the start-up pass took: this pass meets its bound.
+    total = sweep(client.app)[1]  # type: ignore[attr-defined]
+    assert total == 3 * AUDIT_BATCHES_PER_PASS
+    while more := sweep(client.app)[1]:  # type: ignore[attr-defined]
+        assert more <= 3 * AUDIT_BATCHES_PER_PASS
+        total += more
+    with Session(engine) as s:
+        left = list(s.exec(select(AuditEvent).where(col(AuditEvent.action) == "org.created")))
+    assert len(left) == 1  # the recent one
+    assert total >= 3 * AUDIT_BATCHES_PER_PASS + 5 and pruned() - before >= total

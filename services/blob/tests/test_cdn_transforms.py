@@ -25,7 +25,7 @@ import pyvips
 from prometheus_client import REGISTRY
 
 from coffer_blob.cdn import variant_key
-from coffer_blob.config import Settings
+from coffer_blob.config import CdnTuning, Settings
 from coffer_blob.deps import BlobState
 from coffer_blob.main import create_app, create_cdn_app
 from coffer_blob.storage import make_storage
@@ -47,7 +47,9 @@ pytestmark = pytest.mark.anyio
 def settings(request: pytest.FixtureRequest) -> Settings:
     chosen: Settings = request.getfixturevalue("settings" if request.param == "fs" else "s3_settings")
     # One worker: every render of a test runs in the same process, started once.
-    return chosen.model_copy(update={"cdn_transform_workers": 1, "cdn_preset_cache_seconds": 0.0})
+    return chosen.model_copy(
+        update={"cdn_transform_workers": 1, "cdn_tuning": CdnTuning(preset_cache_seconds=0.0)}
+    )
 
 
 @pytest.fixture
@@ -481,7 +483,7 @@ async def test_a_preset_is_known_to_the_cdn_as_soon_as_it_is_written(
     settings: Settings, api: httpx.AsyncClient
 ) -> None:
     key = (await store(api, jpeg()))["key"]
-    app = create_cdn_app(settings.model_copy(update={"cdn_preset_cache_seconds": 5.0}))
+    app = create_cdn_app(settings.model_copy(update={"cdn_tuning": CdnTuning(preset_cache_seconds=5.0)}))
     async with app_client(app, CDN_URL) as cdn:
         assert_error(await cdn.get(key_path(key) + "?preset=banner"), 400, "invalid_transform")
         base = f"/internal/v1/transform-presets/{ORG}"

@@ -77,6 +77,9 @@ async def test_upload_with_fields_before_and_after(api: httpx.AsyncClient, blob_
             "name": "Quarterly report",
             "folderId": "fld_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9",
             "visibility": None,
+            "expiresAt": None,
+            "metadata": None,
+            "tags": None,
         },
         "visibility": "public",
         # Not a PDF, whatever it declares: what its bytes are is recorded beside.
@@ -96,7 +99,10 @@ async def test_fields_are_optional_and_unknown_parts_ignored(api: httpx.AsyncCli
     response = await post(api, body)
     assert response.status_code == 201, response.text
     result = response.json()
-    assert result["fields"] == {"name": "", "folderId": None, "visibility": None}
+    assert result["fields"] == {
+        **{"name": "", "folderId": None, "visibility": None},
+        **{"expiresAt": None, "metadata": None, "tags": None},
+    }
     assert (result["size"], result["mimeType"]) == (3, "text/plain")
 
 

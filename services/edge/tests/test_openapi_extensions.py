@@ -39,7 +39,11 @@ def test_section_8_is_in_the_openapi_document(tmp_path: Any) -> None:
     assert {"sha256", "updatedAt"} <= set(schemas["Asset"]["properties"])
     assert "updatedAt" in schemas["Folder"]["properties"]
     assert "path" in schemas["FolderWithPath"]["properties"]
-    assert set(schemas["Usage"]["properties"]) == {"organizationId", "usedBytes", "quotaBytes", "assetCount"}
+    # §8's four, and the trash's two (issue 47, additive).
+    assert set(schemas["Usage"]["properties"]) == {
+        *("organizationId", "usedBytes", "quotaBytes", "assetCount"),
+        *("trashedBytes", "trashedCount"),
+    }
     assert set(schemas["UploadTokenCreate"]["properties"]) == {
         "folderId",
         "name",
@@ -138,3 +142,21 @@ def test_a_route_without_a_declared_action_stops_edge_from_starting() -> None:
 
     with pytest.raises(RuntimeError, match="/api/new"):
         require_declared_actions(app)
+
+
+def test_issue_50_metadata_tags_filters_and_image_facts_are_in_the_openapi_document(tmp_path: Any) -> None:
+    doc = document(tmp_path)
+    asset = doc["components"]["schemas"]["Asset"]["properties"]
+    assert {"metadata", "tags", "image", "placeholder", "folderPath"} <= set(asset)
+    assert asset["metadata"]["maxProperties"] == 32
+    assert asset["tags"]["maxItems"] == 32
+    update = doc["components"]["schemas"]["AssetUpdate"]["properties"]
+    assert {"metadata", "tags"} <= set(update)
+    listing = doc["paths"]["/api/assets"]["get"]["parameters"]
+    names = {p["name"] for p in listing}
+    assert {"tag", "tagMatch", "mediaType", "minSize", "maxSize", "createdAfter", "createdBefore"} <= names
+    assert {"recursive", "meta", "q", "sort", "folderId"} <= names
+    meta = next(p for p in listing if p["name"] == "meta")
+    assert meta["style"] == "deepObject"
+    upload = doc["paths"]["/api/assets"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    assert {"metadata", "tags"} <= set(upload["properties"])

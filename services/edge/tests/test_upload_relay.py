@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from pydantic import SecretStr
 
-from coffer_edge.config import Settings
+from coffer_edge.config import EdgeTuning, Settings
 from coffer_edge.main import create_app
 from coffer_testkit.testing import assert_error, free_port
 
@@ -86,7 +86,7 @@ async def test_an_upload_to_a_blob_that_stops_reading_ends_in_503(serve: Any, tm
         metadata_url=url,
         blob_url=f"http://127.0.0.1:{blob.port}",
         sweep_interval_seconds=0,
-        edge_blob_write_timeout_seconds=1.0,
+        edge_tuning=EdgeTuning(blob_write_timeout_seconds=1.0),
     )
     app = create_app(settings)
 

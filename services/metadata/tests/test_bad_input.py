@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from coffer_kit.contract.limits import PAGE_OFFSET_MAX
 from coffer_testkit.testing import assert_error
 
 pytestmark = pytest.mark.anyio
@@ -12,15 +13,15 @@ pytestmark = pytest.mark.anyio
 ORG = "org_01JD0000000000000000000000"
 
 
-async def test_an_offset_past_a_64_bit_integer_is_400(api: httpx.AsyncClient) -> None:
+async def test_an_offset_past_its_bound_is_400(api: httpx.AsyncClient) -> None:
     base = f"/internal/v1/orgs/{ORG}/assets"
-    for offset in (2**63, 2**64, 10**40):
+    for offset in (PAGE_OFFSET_MAX + 1, 2**63, 10**40):
         error = assert_error(await api.get(base, params={"offset": offset}), 400, "invalid_request")
         assert error["details"]["field"] == "offset"
-    # The largest one the databases can skip is a valid (empty) page.
-    page = await api.get(base, params={"offset": 2**63 - 1})
+    # The largest offset (issue 49: deeper pages use a cursor) is a valid (empty) page.
+    page = await api.get(base, params={"offset": PAGE_OFFSET_MAX})
     assert page.status_code == 200, page.text
-    assert page.json()["assets"] == [] and page.json()["offset"] == 2**63 - 1
+    assert page.json()["assets"] == [] and page.json()["offset"] == PAGE_OFFSET_MAX
 
 
 @pytest.mark.parametrize("body", [b'{"name": "x\\ud800y"}', b'{"name": "x", "parentId": "fld_\\ud800"}'])

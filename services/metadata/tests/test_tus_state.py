@@ -88,7 +88,7 @@ async def test_an_upload_holds_its_length_until_its_last_byte_makes_the_asset(ap
     asset = (await api.get(f"/internal/v1/orgs/{org}/assets/{upload['assetId']}")).json()
     assert asset["size"] == 600 and asset["sha256"] == "b" * 64 and asset["name"] == "movie.mp4"
     assert asset["mimeType"] == "video/mp4" and asset["key"] == upload["key"]
-    assert await usage(api, org) == {"usedBytes": 600, "assetCount": 1}
+    assert await usage(api, org) == {"usedBytes": 600, "assetCount": 1, "trashedBytes": 0, "trashedCount": 0}
     # Still answered (HEAD gives the asset's id) until it expires; a lock gives no token.
     again = await lock(api, upload["id"], 600, org)
     assert again.status_code == 200 and again.json()["completed"] and again.json()["lockToken"] is None
@@ -159,7 +159,7 @@ async def test_the_folder_is_checked_at_creation(api: httpx.AsyncClient) -> None
     folder = (await api.post(f"/internal/v1/orgs/{new_id('org')}/folders", json={"name": "x"})).json()
     response = await api.post(path, json=body(org, 10, 100, folderId=folder["id"]))
     assert_error(response, 403, "forbidden")
-    assert await usage(api, org) == {"usedBytes": 0, "assetCount": 0}
+    assert await usage(api, org) == {"usedBytes": 0, "assetCount": 0, "trashedBytes": 0, "trashedCount": 0}
 
 
 async def test_termination_releases_the_reservation_at_once(api: httpx.AsyncClient) -> None:
@@ -298,7 +298,7 @@ async def test_every_commit_honours_a_resumable_uploads_reservation(api: httpx.A
     token = (await lock(api, upload["id"], 0, org)).json()["lockToken"]
     done = {"lockToken": token, "fromOffset": 0, "sha256": "b" * 64}
     assert (await api.post(f"/internal/v1/tus/{upload['id']}/complete", json=done)).status_code == 200
-    assert await usage(api, org) == {"usedBytes": 1000, "assetCount": 3}
+    assert await usage(api, org) == {"usedBytes": 1000, "assetCount": 3, "trashedBytes": 0, "trashedCount": 0}
 
 
 async def test_an_idle_upload_gives_its_reservation_back_and_asks_again(

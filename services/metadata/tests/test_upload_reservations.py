@@ -147,7 +147,7 @@ async def test_racing_uploads_of_an_organization_that_stores_files_stay_exact(
         assert_error(refused, 413, "quota_exceeded")
     for owner, stored, count in ((org, 100, 4), (other, 100, 4)):
         usage = (await capped.get(f"/internal/v1/orgs/{owner}/usage")).json()
-        assert usage == {"usedBytes": stored, "assetCount": count}
+        assert usage == {"usedBytes": stored, "assetCount": count, "trashedBytes": 0, "trashedCount": 0}
     listed = (await capped.get(f"/internal/v1/orgs/{other}/assets")).json()
     assert listed["total"] == 4 and sum(a["size"] for a in listed["assets"]) == 100
     if database_url.startswith("postgresql"):

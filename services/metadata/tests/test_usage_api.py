@@ -17,7 +17,12 @@ async def upload(api: httpx.AsyncClient, org: str, size: int, quota: int = 10**9
 
 async def test_usage_is_the_sum_of_live_sizes(api: httpx.AsyncClient) -> None:
     org = new_id("org")
-    assert (await api.get(f"/internal/v1/orgs/{org}/usage")).json() == {"usedBytes": 0, "assetCount": 0}
+    assert (await api.get(f"/internal/v1/orgs/{org}/usage")).json() == {
+        "usedBytes": 0,
+        "assetCount": 0,
+        "trashedBytes": 0,
+        "trashedCount": 0,
+    }
     ids = []
     for size in (10, 20, 30):
         response = await upload(api, org, size)
@@ -26,6 +31,6 @@ async def test_usage_is_the_sum_of_live_sizes(api: httpx.AsyncClient) -> None:
     assert (await upload(api, org, 1000, quota=100)).status_code == 413
     assert (await api.post(f"/internal/v1/orgs/{org}/assets/{ids[1]}/tombstone")).status_code == 200
     usage = (await api.get(f"/internal/v1/orgs/{org}/usage")).json()
-    assert usage == {"usedBytes": 40, "assetCount": 2}
+    assert usage == {"usedBytes": 40, "assetCount": 2, "trashedBytes": 0, "trashedCount": 0}
     # Another organization's usage is its own.
     assert (await api.get(f"/internal/v1/orgs/{new_id('org')}/usage")).json()["usedBytes"] == 0

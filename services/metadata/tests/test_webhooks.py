@@ -379,7 +379,7 @@ async def test_a_dispatcher_alone_on_a_quick_endpoint_leases_ahead_and_gives_bac
 
     org = new_id("org")
     settings = Settings(metadata_database_url=database_url, data_dir=tmp_path)
-    cap = settings.metadata_webhook_endpoint_concurrency
+    cap = settings.metadata_webhook_tuning.endpoint_concurrency
     made = await api.post(
         base(org), json={"url": "https://93.184.216.34/h", "events": EVENTS}, headers=AS_KEY
     )

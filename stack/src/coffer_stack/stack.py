@@ -1,4 +1,5 @@
-"""Start, watch and stop the four services as local processes (the embedded default)."""
+"""Start, watch and stop the four services as local processes (the embedded default); the
+webhook dispatcher runs inside metadata's process there unless told to run apart."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ SERVICES: dict[str, list[str]] = {
     "metadata": ["-m", "coffer_metadata.cli", "serve"],
     "blob": ["-m", "coffer_blob.cli", "serve", "--role", "all"],
     "edge": ["-m", "coffer_edge.cli", "serve"],
-    # metadata's webhook dispatcher role (CONTRACT §11): delivers the outbox's events.
+    # metadata's webhook dispatcher role (CONTRACT §11): delivers the outbox's events. Started
+    # apart only by a stack with ``separate_dispatcher``; otherwise metadata's process runs it
+    # (COFFER_METADATA_WEBHOOKS_IN_PROCESS), on the same port.
     "dispatcher": ["-m", "coffer_metadata.cli", "dispatch"],
 }
 MIGRATIONS = [["-m", "coffer_auth.cli", "migrate"], ["-m", "coffer_metadata.cli", "migrate"]]
@@ -109,6 +112,11 @@ class Stack:
                 "COFFER_EDGE_PORT": str(self.ports.edge),
                 "COFFER_EDGE_INTERNAL_PORT": str(self.ports.edge_internal),
                 "COFFER_METADATA_DISPATCHER_PORT": str(self.ports.dispatcher),
+                # The dispatcher inside metadata's process unless told otherwise (one process
+                # fewer; production's chart runs it apart).
+                "COFFER_METADATA_WEBHOOKS_IN_PROCESS": os.environ.get(
+                    "COFFER_METADATA_WEBHOOKS_IN_PROCESS", "true"
+                ),
                 "COFFER_AUTH_URL": self.url("auth"),
                 "COFFER_METADATA_URL": self.url("metadata"),
                 "COFFER_BLOB_URL": self.url("blob"),
@@ -130,12 +138,22 @@ class Stack:
             if run.wait() != 0:
                 raise subprocess.CalledProcessError(run.returncode, [sys.executable, *args])
 
+    @property
+    def dispatcher_in_metadata(self) -> bool:
+        """Whether metadata's process runs the webhook dispatcher (no process of its own)."""
+        flag = self.env()["COFFER_METADATA_WEBHOOKS_IN_PROCESS"]
+        return flag.strip().lower() in ("1", "true", "yes", "on")
+
     def start(self, *services: str, timeout: float = 60) -> None:
-        """Start the named services (all when none are named) and wait until they are healthy."""
-        for name in services or tuple(SERVICES):
+        """Start the named services (all when none are named: the dispatcher too when it runs
+        apart) and wait until they are healthy."""
+        names = services or tuple(n for n in SERVICES if n != "dispatcher" or not self.dispatcher_in_metadata)
+        for name in names:
             self.processes[name] = self._spawn(name)
-        for name in services or tuple(SERVICES):
+        for name in names:
             self.wait(name, timeout=timeout)
+        if not services and self.dispatcher_in_metadata:
+            self.wait_url(self.url("dispatcher") + "/healthz", "metadata", timeout=timeout)
 
     def _spawn(self, name: str) -> subprocess.Popen[bytes]:
         out = None
@@ -151,19 +169,23 @@ class Stack:
         )
 
     def wait(self, name: str, *, timeout: float = 60) -> None:
-        proc = self.processes[name]
         health = [self.url(name if name != "edge" else "edge") + "/healthz"]
         if name == "blob":
             health.append(self.url("cdn") + "/healthz")
         for url in health:
-            deadline = time.monotonic() + timeout
-            while not _healthy(url):
-                if proc.poll() is not None:
-                    why = self._log_tail(name)
-                    raise RuntimeError(f"{name} exited with {proc.returncode} while starting{why}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{url} did not become healthy in {timeout}s")
-                time.sleep(0.05)
+            self.wait_url(url, name, timeout=timeout)
+
+    def wait_url(self, url: str, name: str, *, timeout: float = 60) -> None:
+        """Until ``url`` answers healthy; fails at once if process ``name`` exits meanwhile."""
+        proc = self.processes[name]
+        deadline = time.monotonic() + timeout
+        while not _healthy(url):
+            if proc.poll() is not None:
+                why = self._log_tail(name)
+                raise RuntimeError(f"{name} exited with {proc.returncode} while starting{why}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url} did not become healthy in {timeout}s")
+            time.sleep(0.05)
 
     def _log_tail(self, name: str, lines: int = 20) -> str:
         """The end of a service's log file, if it has one, to say why it stopped."""

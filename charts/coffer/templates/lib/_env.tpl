@@ -38,6 +38,7 @@ this component needs, and no others.
 - name: {{ printf "COFFER_%s_PORT" (upper $c) }}
   value: {{ include "coffer.port" (dict "ctx" $ctx "component" $c "port" "http") | quote }}
 {{ include "coffer.secretEnv" (dict "ctx" $ctx "name" (printf "COFFER_%s_DATABASE_URL" (upper $c)) "key" (printf "%sDatabaseUrl" $c)) }}
+{{ include "coffer.lib.budgetEnv" (dict "ctx" $ctx) }}
 {{- if eq $c "metadata" }}
 {{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "COFFER_METADATA_WEBHOOK_SECRET_KEY" "key" "webhookSecretKey") }}
 {{- end }}
@@ -48,6 +49,7 @@ this component needs, and no others.
 - name: COFFER_METADATA_DISPATCHER_PORT
   value: {{ include "coffer.port" (dict "ctx" $ctx "component" "webhooks" "port" "http") | quote }}
 {{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "COFFER_METADATA_DATABASE_URL" "key" "metadataDatabaseUrl") }}
+{{ include "coffer.lib.budgetEnv" (dict "ctx" $ctx) }}
 {{ include "coffer.secretEnv" (dict "ctx" $ctx "name" "COFFER_METADATA_WEBHOOK_SECRET_KEY" "key" "webhookSecretKey") }}
 {{- else }}
 {{- /* blob and cdn: the same process, in different roles */}}

@@ -3,11 +3,12 @@ and the streamed multipart body."""
 
 from __future__ import annotations
 
+import json
 import mimetypes
 import os
 import secrets
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -195,6 +196,32 @@ def parse(model: type[M], response: httpx.Response) -> M:
 
 def clean_params(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if v is not None}
+
+
+def filter_params(
+    tags: Sequence[str], any_tag: bool, meta: Mapping[str, object] | None, recursive: bool
+) -> dict[str, Any]:
+    """A listing's issue-50 query parameters."""
+    params: dict[str, Any] = {}
+    if tags:
+        params["tag"] = list(tags)
+        if any_tag:
+            params["tagMatch"] = "any"
+    for key, value in (meta or {}).items():
+        params[f"meta[{key}]"] = json.dumps(value) if isinstance(value, bool | int | float) else str(value)
+    if recursive:
+        params["recursive"] = "true"
+    return params
+
+
+def describe_fields(metadata: Mapping[str, object] | None, tags: Sequence[str]) -> dict[str, str]:
+    """An upload's ``metadata`` and ``tags`` form fields."""
+    fields: dict[str, str] = {}
+    if metadata:
+        fields["metadata"] = json.dumps(dict(metadata))
+    if tags:
+        fields["tags"] = ",".join(tags)
+    return fields
 
 
 def patch_body(name: str | None, parent_field: str, parent: object, **more: Any) -> dict[str, Any]:

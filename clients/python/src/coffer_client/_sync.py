@@ -9,7 +9,8 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,6 +34,8 @@ from coffer_client._base import (
     auth_headers,
     check,
     clean_params,
+    describe_fields,
+    filter_params,
     parse,
     patch_body,
     retrying_kwargs,
@@ -49,6 +52,8 @@ from coffer_client.models import (
     KeySelf,
     SignedUrl,
     TransformPreset,
+    TrashPage,
+    TrashSettings,
     UploadToken,
     Usage,
 )
@@ -156,13 +161,23 @@ class Coffer:
         """The folder with its ``path`` from the root (CONTRACT §8)."""
         return parse(Folder, self._request("GET", f"/api/folders/{folder_id}"))
 
-    def create_folder(self, name: str, parent_id: str | None = None) -> Folder:
-        r = self._request("POST", "/api/folders", json={"name": name, "parentId": parent_id})
-        return parse(Folder, r)
+    def create_folder(
+        self, name: str, parent_id: str | None = None, *, expiry_days: int | None = None
+    ) -> Folder:
+        """``expiry_days``: the default expiry of the assets uploaded into it (1-3650 days)."""
+        body: dict[str, Any] = {"name": name, "parentId": parent_id}
+        if expiry_days is not None:
+            body["expiryDays"] = expiry_days
+        return parse(Folder, self._request("POST", "/api/folders", json=body))
 
-    def update_folder(self, folder_id: str, *, name: str | None = None, parent_id: Any = UNSET) -> Folder:
-        """Rename and/or move (``parent_id=None`` moves to the root) in one transaction."""
-        body = patch_body(name, "parentId", parent_id)
+    def update_folder(
+        self, folder_id: str, *, name: str | None = None, parent_id: Any = UNSET, expiry_days: Any = UNSET
+    ) -> Folder:
+        """Rename and/or move (``parent_id=None`` moves to the root), and/or set the default
+        expiry in days (``expiry_days=None`` clears it), in one transaction."""
+        body = {} if expiry_days is UNSET else {"expiryDays": expiry_days}
+        if name is not None or parent_id is not UNSET or not body:
+            body = {**patch_body(name, "parentId", parent_id), **body}
         return parse(Folder, self._request("PATCH", f"/api/folders/{folder_id}", json=body))
 
     def delete_folder(self, folder_id: str) -> None:
@@ -180,11 +195,34 @@ class Coffer:
         limit: int = 100,
         offset: int = 0,
         visibility: str | None = None,
+        cursor: str | None = None,
+        total: bool | None = None,
+        tags: Sequence[str] = (),
+        any_tag: bool = False,
+        meta: Mapping[str, object] | None = None,
+        recursive: bool = False,
     ) -> AssetPage:
-        """One page. ``folder_id``: None = every asset, ``""`` = root level only, an id = its children."""
-        params = {"folderId": folder_id, "q": q, "sort": sort, "limit": limit, "offset": offset}
+        """One page. ``folder_id``: None = every asset, ``""`` = root level only, an id = its
+        children (with ``recursive``: its whole subtree, each asset with ``folder_path``).
+        ``cursor``: a previous page's ``next_cursor``; ``total``: count every match (default: yes
+        for an offset page, no for a cursor page; ``False`` reads the first page by cursor).
+        ``tags``: assets with every one (``any_tag``: at least one); ``meta``: whose metadata
+        has these values (issue 50)."""
+        params: dict[str, Any] = {
+            "folderId": folder_id,
+            "q": q,
+            "sort": sort,
+            "limit": limit,
+            "offset": offset,
+        }
         if visibility is not None:
             params["visibility"] = visibility
+        if cursor is not None:
+            params["cursor"] = cursor
+            del params["offset"]
+        if total is not None:
+            params["total"] = "true" if total else "false"
+        params.update(filter_params(tags, any_tag, meta, recursive))
         return parse(AssetPage, self._request("GET", "/api/assets", params=params))
 
     def list_assets(
@@ -195,17 +233,39 @@ class Coffer:
         sort: str | None = None,
         page_size: int = 100,
         visibility: str | None = None,
+        tags: Sequence[str] = (),
+        any_tag: bool = False,
+        meta: Mapping[str, object] | None = None,
+        recursive: bool = False,
     ) -> Iterator[Asset]:
-        """Every matching asset, fetched a page at a time as you iterate."""
-        offset = 0
+        """Every matching asset, fetched a page at a time as you iterate: by cursor (each page
+        costs the same at any depth, and uploads meanwhile shift nothing), or by offset from a
+        service older than cursors (which ignores ``total=false`` and sends no ``nextCursor``)."""
+        offset, cursor = 0, None
         while True:
             page = self.assets_page(
-                folder_id, q=q, sort=sort, limit=page_size, offset=offset, visibility=visibility
+                folder_id,
+                q=q,
+                sort=sort,
+                limit=page_size,
+                offset=offset,
+                visibility=visibility,
+                cursor=cursor,
+                total=False,
+                tags=tags,
+                any_tag=any_tag,
+                meta=meta,
+                recursive=recursive,
             )
             for a in page.assets:
                 yield a
+            if page.next_cursor is not None:
+                cursor = page.next_cursor
+                continue
+            if page.total is None or not page.assets:
+                return  # the last cursor page
             offset += len(page.assets)
-            if not page.assets or offset >= page.total:
+            if offset >= page.total:
                 return
 
     def get_asset(self, asset_id: str) -> Asset:
@@ -218,10 +278,15 @@ class Coffer:
         name: str | None = None,
         folder_id: Any = UNSET,
         visibility: str | None = None,
+        metadata: Mapping[str, object] | None = None,
+        add_tags: Sequence[str] = (),
+        remove_tags: Sequence[str] = (),
     ) -> Asset:
         """Rename and/or move (``folder_id=None`` moves to the root); key and URLs stay.
-        ``visibility``: ``"private"`` or ``"public"`` (CONTRACT §12)."""
-        body = patch_body(name, "folderId", folder_id, visibility=visibility)
+        ``visibility``: ``"private"`` or ``"public"`` (CONTRACT §12). ``metadata`` is merged
+        into the asset's (a ``None`` value deletes that key); tags are added and removed."""
+        tags = {"add": list(add_tags), "remove": list(remove_tags)} if add_tags or remove_tags else None
+        body = patch_body(name, "folderId", folder_id, visibility=visibility, metadata=metadata, tags=tags)
         return parse(Asset, self._request("PATCH", f"/api/assets/{asset_id}", json=body))
 
     def delete_asset(self, asset_id: str) -> None:
@@ -268,6 +333,38 @@ class Coffer:
 
     def usage(self) -> Usage:
         return parse(Usage, self._request("GET", "/api/usage"))
+
+    # --- the trash (issue 47) ----------------------------------------------------------------
+
+    def list_trash(self, *, limit: int = 50, offset: int = 0) -> TrashPage:
+        """A page of the trash, newest trashed first."""
+        params = {"limit": limit, "offset": offset}
+        return parse(TrashPage, self._request("GET", "/api/trash", params=params))
+
+    def restore(self, asset_id: str) -> Asset:
+        """Restore a trashed asset: the same id, key and URLs (413 if it no longer fits)."""
+        return parse(Asset, self._request("POST", f"/api/trash/{asset_id}/restore"))
+
+    def purge(self, asset_id: str) -> None:
+        """Delete a trashed asset for good."""
+        self._request("DELETE", f"/api/trash/{asset_id}")
+
+    def empty_trash(self) -> int:
+        """Delete everything in the trash for good, batch after batch; how many went."""
+        purged = 0
+        while True:
+            batch = (self._request("DELETE", "/api/trash")).json()
+            purged += int(batch["purged"])
+            if batch["remaining"] == 0:
+                return purged
+
+    def trash_settings(self) -> TrashSettings:
+        return parse(TrashSettings, self._request("GET", "/api/trash/settings"))
+
+    def set_trash_retention(self, days: int) -> TrashSettings:
+        """Days a deleted asset stays in the trash, 0-90 (organization keys and owners)."""
+        body = {"retentionDays": days}
+        return parse(TrashSettings, self._request("PUT", "/api/trash/settings", json=body))
 
     # --- keys (issue 46) ---------------------------------------------------------------------
 
@@ -325,15 +422,23 @@ class Coffer:
         content_type: str | None = None,
         progress: ProgressCallback | None = None,
         visibility: str | None = None,
+        expires_at: datetime | None = None,
+        metadata: Mapping[str, object] | None = None,
+        tags: Sequence[str] = (),
     ) -> Asset:
         """Upload a file from a path or a binary file object, streamed: the client holds about one
         chunk (1 MiB) at a time whatever the size. ``progress(sent, total)`` follows the bytes.
-        ``visibility``: ``"public"`` or ``"private"``; None: the organization's default."""
+        ``visibility``: ``"public"`` or ``"private"``; None: the organization's default.
+        ``expires_at`` (timezone-aware): the asset goes to the trash by itself then (issue 47).
+        ``metadata`` and ``tags``: the asset's own (issue 50)."""
         fields = {"name": name} if name else {}
         if folder_id:
             fields["folderId"] = folder_id
         if visibility:
             fields["visibility"] = visibility
+        if expires_at is not None:
+            fields["expiresAt"] = expires_at.isoformat()
+        fields.update(describe_fields(metadata, tags))
         return self._upload("/api/assets", file, fields, filename, content_type, progress, authenticated=True)
 
     def upload_resumable(
@@ -549,9 +654,12 @@ class Coffer:
             folder = match[0]
         return folder
 
-    def make_folders(self, path: str, *, parents: bool = True) -> Folder | None:
+    def make_folders(
+        self, path: str, *, parents: bool = True, expiry_days: int | None = None
+    ) -> Folder | None:
         """Create the folder at ``path`` (and, with ``parents``, any missing ancestor); an existing
-        folder is returned as it is when ``parents`` is set, else Conflict."""
+        folder is returned as it is when ``parents`` is set, else Conflict. ``expiry_days`` is
+        the default expiry of the last folder, when this call creates it."""
         parts = split_path(path)
         folder: Folder | None = None
         for i, part in enumerate(parts):
@@ -565,7 +673,7 @@ class Coffer:
                 where = "/" + "/".join(parts[: i + 1])
                 raise errors.NotFound(f"No folder {where}.", status=404, code="not_found")
             try:
-                folder = self.create_folder(part, parent)
+                folder = self.create_folder(part, parent, expiry_days=expiry_days if last else None)
             except errors.Conflict:
                 if not parents:
                     raise

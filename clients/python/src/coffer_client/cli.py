@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, cast, get_args
 
@@ -258,13 +259,28 @@ def usage_error(message: str) -> NoReturn:
 def ls(
     ctx: typer.Context,
     folder: Annotated[str, typer.Argument(metavar="FOLDER_PATH", help="Folder path.")] = "/",
+    tag: Annotated[
+        list[str] | None, typer.Option("--tag", metavar="TAG", help="Only assets with this tag (repeatable).")
+    ] = None,
+    recursive: Annotated[
+        bool, typer.Option("--recursive", "-r", help="Every asset below the folder, with its folder path.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """List a folder: its folders, then its assets, with sizes, dates and visibility."""
     c = state(ctx).client()
     f = c.resolve_folder(folder)
-    folders = c.list_folders(f.id if f else None)
-    assets = list(c.list_assets(f.id if f else "", sort="name"))
+    folders = [] if recursive or tag else c.list_folders(f.id if f else None)
+    where = (f.id if f else None) if recursive else (f.id if f else "")
+    assets = list(c.list_assets(where, sort="name", tags=tag or (), recursive=recursive))
+    if recursive:  # the name as a path below the root, in the order of the paths, as find(1)
+        assets = sorted(
+            (
+                a.model_copy(update={"name": "/".join([p["name"] for p in a.folder_path or []] + [a.name])})
+                for a in assets
+            ),
+            key=lambda a: a.name,
+        )
     if as_json:
         dump({"folders": folders, "assets": assets})
         return
@@ -302,12 +318,26 @@ def mkdir(
     parents: Annotated[
         bool, typer.Option("--parents", "-p", help="Create missing parents; no error if it exists.")
     ] = False,
+    expires: Annotated[
+        str | None,
+        typer.Option(
+            "--expires",
+            metavar="DURATION",
+            help="Files uploaded into it later expire after this long, in whole days: 30d.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a folder."""
     if not split_path(path):
         usage_error("the root folder always exists")
-    f = state(ctx).client().make_folders(path, parents=parents)
+    days = None
+    if expires is not None:
+        seconds = parse_duration(expires)
+        if seconds <= 0 or seconds % 86400:
+            raise typer.BadParameter(f"{expires!r} is not a whole number of days (e.g. 30d)")
+        days = seconds // 86400
+    f = state(ctx).client().make_folders(path, parents=parents, expiry_days=days)
     assert f is not None
     if as_json:
         dump(f)
@@ -362,6 +392,7 @@ def run_uploads(
     parallel: int,
     show: bool,
     visibility: str | None = None,
+    expires_at: datetime | None = None,
 ) -> list[Outcome]:
     """Upload every job, ``parallel`` at once, with bars; failures are collected, not raised."""
     total = sum(j.size for j in jobs)
@@ -376,10 +407,11 @@ def run_uploads(
                     "progress": update,
                     "visibility": visibility,
                 }
-                if job.size > resumable_above():
+                # (An expiry goes with the one-request upload, whatever the size.)
+                if job.size > resumable_above() and expires_at is None:
                     asset = upload_resumably(c, job.path, options)
                 else:
-                    asset = c.upload(job.path, **options)
+                    asset = c.upload(job.path, expires_at=expires_at, **options)
                 for old in job.replace:
                     c.delete_asset(old)
             except errors.CofferError as exc:
@@ -507,8 +539,19 @@ def upload(
             help="Private (signed URLs only) or public; default: the organization's default.",
         ),
     ] = None,
+    expires: Annotated[
+        str | None,
+        typer.Option(
+            "--expires",
+            metavar="DURATION",
+            help="The files go to the trash by themselves after this long: 3600, 10m, 2h, 7d.",
+        ),
+    ] = None,
 ) -> None:
     """Upload files (or, with -r, directories) into a folder, several at once."""
+    expires_at = None
+    if expires is not None:
+        expires_at = datetime.now(UTC) + timedelta(seconds=parse_duration(expires))
     started = time.monotonic()
     todo: list[Job] = []
     dirs: set[str] = set()
@@ -531,7 +574,9 @@ def upload(
     base = c.resolve_folder(to)
     ids = ensure_folders(c, base, to, dirs)
     visibility = None if private is None else "private" if private else "public"
-    outcomes = run_uploads(c, todo, ids, parallel=jobs, show=not (quiet or as_json), visibility=visibility)
+    outcomes = run_uploads(
+        c, todo, ids, parallel=jobs, show=not (quiet or as_json), visibility=visibility, expires_at=expires_at
+    )
     report(outcomes, as_json=as_json, quiet=quiet, started=started, extra={})
 
 
@@ -943,6 +988,63 @@ def mv(
 
 @app.command()
 @handled
+def tag(
+    ctx: typer.Context,
+    asset: Annotated[str, typer.Argument(metavar="ASSET", help="Asset id or /folder/path/name.")],
+    tags: Annotated[list[str] | None, typer.Argument(metavar="TAG", help="Tags to add.")] = None,
+    remove: Annotated[
+        list[str] | None, typer.Option("--remove", "-d", metavar="TAG", help="A tag to remove (repeatable).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add tags to an asset (and remove others); prints its tags."""
+    c = state(ctx).client()
+    a = c.resolve_asset(asset)
+    if tags or remove:
+        a = c.update_asset(a.id, add_tags=tags or (), remove_tags=remove or ())
+    if as_json:
+        dump({"id": a.id, "tags": a.tags})
+    else:
+        print(" ".join(a.tags))
+
+
+meta_app = typer.Typer(
+    help="An asset's own metadata (key = string, number or boolean).", no_args_is_help=True
+)
+app.add_typer(meta_app, name="meta")
+
+
+def _meta_value(text: str) -> object:
+    """A value as typed: a JSON number or boolean stays one, anything else is a string."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, bool | int | float) else text
+
+
+@meta_app.command("set")
+@handled
+def meta_set(
+    ctx: typer.Context,
+    asset: Annotated[str, typer.Argument(metavar="ASSET", help="Asset id or /folder/path/name.")],
+    pairs: Annotated[list[str], typer.Argument(metavar="KEY=VALUE", help="KEY=VALUE to set; KEY= deletes.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Set (or, with an empty value, delete) keys of an asset's metadata; prints it."""
+    changes: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            usage_error(f"{pair!r} is not KEY=VALUE.")
+        changes[key] = _meta_value(value) if value else None
+    c = state(ctx).client()
+    a = c.update_asset(c.resolve_asset(asset).id, metadata=changes)
+    dump(a.metadata) if as_json else print(json.dumps(a.metadata, ensure_ascii=False, sort_keys=True))
+
+
+@app.command()
+@handled
 def rm(
     ctx: typer.Context,
     assets: Annotated[list[str], typer.Argument(metavar="ASSET", help="Asset ids or /folder/path/name.")],
@@ -1163,3 +1265,81 @@ def configure(
 
 def main() -> None:
     app(prog_name="coffer")
+
+
+# --- the trash (issue 47) ---------------------------------------------------------------------
+
+trash_app = typer.Typer(
+    help="The organization's trash: deleted files, kept for its retention (issue 47).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(trash_app, name="trash")
+
+
+@trash_app.command("ls")
+@handled
+def trash_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """List the trash, newest deleted first: name, size, deleted, by, deleted for good, id."""
+    c = state(ctx).client()
+    found, offset = [], 0
+    while True:
+        page = c.list_trash(limit=100, offset=offset)
+        found += page.assets
+        offset += len(page.assets)
+        if not page.assets or offset >= page.total:
+            break
+    if as_json:
+        dump({"assets": found})
+        return
+    for a in found:
+        by = a.trashed_by.get("label") or a.trashed_by.get("id") or a.trashed_by.get("type")
+        print(
+            f"{a.name}\t{human(a.size)}\t{a.trashed_at.astimezone():%Y-%m-%d %H:%M}\t{by}\t"
+            f"{a.purge_at.astimezone():%Y-%m-%d %H:%M}\t{a.id}"
+        )
+
+
+@trash_app.command("restore")
+@handled
+def trash_restore(
+    ctx: typer.Context,
+    asset_ids: Annotated[list[str], typer.Argument(metavar="ASSET_ID", help="Trashed asset ids.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Restore trashed assets: the same ids, keys and URLs, in their folders (or the root)."""
+    c = state(ctx).client()
+    restored = [c.restore(asset_id) for asset_id in asset_ids]
+    if as_json:
+        dump({"assets": restored})
+        return
+    for a in restored:
+        print(f"{a.name}\t{a.id}")
+
+
+@trash_app.command("purge")
+@handled
+def trash_purge(
+    ctx: typer.Context,
+    asset_ids: Annotated[
+        list[str] | None, typer.Argument(metavar="[ASSET_ID]...", help="Trashed asset ids.")
+    ] = None,
+    everything: Annotated[bool, typer.Option("--all", help="Empty the whole trash.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete trashed assets for good: the ones named, or with --all everything."""
+    if bool(asset_ids) == everything:
+        usage_error("name trashed asset ids, or give --all")
+    c = state(ctx).client()
+    if everything:
+        purged = c.empty_trash()
+    else:
+        for asset_id in asset_ids or []:
+            c.purge(asset_id)
+        purged = len(asset_ids or [])
+    if as_json:
+        dump({"purged": purged})
+    else:
+        print(f"purged {purged}")

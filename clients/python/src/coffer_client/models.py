@@ -4,6 +4,7 @@ service never breaks an older client; fields added by §8 are optional for the s
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
@@ -30,6 +31,8 @@ class Folder(Model):
     name: str
     created_at: datetime
     updated_at: datetime | None = None
+    #: The default expiry, in days, of the assets uploaded into it; None = none.
+    expiry_days: int | None = None
     #: From the root folder down to this one; only ``get_folder`` returns it.
     path: list[PathEntry] | None = None
 
@@ -62,13 +65,28 @@ class Asset(Model):
     scan_status: str | None = None
     #: The signature an infected file matched.
     scan_signature: str | None = None
+    #: Issue 47: when the asset goes to the trash by itself; None: never (or an older service).
+    expires_at: datetime | None = None
+    #: The application's own metadata and tags (issue 50).
+    metadata: dict[str, Any] = {}
+    tags: list[str] = []
+    #: ``{"width", "height", "orientation"}`` of an image, once computed; its BlurHash.
+    image: dict[str, int] | None = None
+    placeholder: str | None = None
+    #: In a recursive listing: the folders from the root down to the asset's own.
+    folder_path: list[dict[str, str]] | None = None
 
 
 class AssetPage(Model):
     assets: list[Asset]
-    total: int
+    #: Every match; None on a cursor page that did not ask for it (``total=False``).
+    total: int | None = None
     limit: int
-    offset: int
+    #: None on a cursor page.
+    offset: int | None = None
+    #: Pass as ``cursor`` for the next page; None on the last page (or from a service
+    #: older than cursors, which pages by ``offset`` only).
+    next_cursor: str | None = None
 
 
 class AssetSummary(Model):
@@ -89,6 +107,30 @@ class Usage(Model):
     used_bytes: int
     quota_bytes: int
     asset_count: int
+    #: Issue 47: what the trash holds (0 from older services).
+    trashed_bytes: int = 0
+    trashed_count: int = 0
+
+
+class TrashedAsset(Asset):
+    """An asset in the organization's trash (issue 47)."""
+
+    trashed_at: datetime
+    purge_at: datetime
+    trashed_by: dict[str, str | None]
+    reason: str
+
+
+class TrashPage(Model):
+    assets: list[TrashedAsset]
+    total: int
+    limit: int
+    offset: int
+
+
+class TrashSettings(Model):
+    retention_days: int
+    limit_bytes: int
 
 
 class UploadToken(Model):

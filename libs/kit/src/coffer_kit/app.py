@@ -50,7 +50,7 @@ def database_service_app(service: str, database_url: str, settings: BaseServiceS
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        database = Database.open(database_url, pool_size=settings.database_pool_size)
+        database = Database.open(database_url, budget=settings.database_budget())
         install_state(app, DatabaseState(settings=settings, database=database))
         register_pool_gauge(service, lambda: database.engine)
         try:

@@ -36,6 +36,14 @@ HTTP_DURATION = Histogram(
     buckets=LATENCY_BUCKETS,
 )
 
+# Retention of the bookkeeping (docs/operations.md, "Retention"): metadata's events, webhook
+# attempts and deliveries and finished tus uploads, auth's audit entries.
+RETENTION_PRUNED = Counter(
+    "coffer_retention_pruned_total",
+    "Bookkeeping rows deleted by retention, by kind (docs/operations.md, Retention).",
+    ["kind"],
+)
+
 
 # Each label set's (counter, histogram) children, looked up once: labels() validates and
 # locks on every call, which cost more than the observation itself (bench/results/journal.md,

@@ -39,21 +39,26 @@ def metadata_of(tables: list[Table]) -> MetaData:
 def run_env(target: MetaData, service: str) -> None:
     """The body of a service's Alembic ``env.py`` (online mode only)."""
     url = context.config.attributes["url"]
-    engine = make_engine(url, pool_size=1)
+    # Nothing prepared, no session state: the same migrations run straight to PostgreSQL or
+    # through a pooler in transaction mode (docs/operations.md, "Behind PgBouncer").
+    engine = make_engine(url, pool_size=1, pooler="transaction")
     try:
         with engine.connect() as connection:
-            if connection.dialect.name == "postgresql":
-                # Several pods may start migrating at once: one at a time, per service.
-                lock = zlib.crc32(f"coffer-{service}-migrations".encode())
-                connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": lock})
-                connection.commit()
             context.configure(
                 connection=connection,
                 target_metadata=target,
                 render_as_batch=connection.dialect.name == "sqlite",
                 compare_type=True,
             )
+            # Every revision in one transaction (PostgreSQL's DDL is transactional).
             with context.begin_transaction():
+                if connection.dialect.name == "postgresql":
+                    # Several pods may start migrating at once: one at a time, per service. The
+                    # lock is the transaction's, taken before Alembic reads the version, so the
+                    # next migrator reads what this one committed; and, unlike a session's
+                    # lock, it holds behind a pooler in transaction mode too.
+                    lock = zlib.crc32(f"coffer-{service}-migrations".encode())
+                    connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": lock})
                 context.run_migrations()
             connection.commit()
     finally:

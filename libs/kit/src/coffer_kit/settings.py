@@ -6,13 +6,16 @@ import os
 import re
 import secrets
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from coffer_kit import ports
 from coffer_kit.guard import BodyLimits
+
+if TYPE_CHECKING:
+    from coffer_kit.db.engine import DatabaseBudget
 
 
 def local_secret(data_dir: Path, name: str) -> SecretStr:
@@ -80,9 +83,21 @@ class BaseServiceSettings(BaseSettings):
     # Public addresses, used to build URLs that clients see.
     base_url: str = ports.loopback_url(ports.EDGE)
     cdn_url: str = ports.loopback_url(ports.CDN)
-    # Pooled database connections per process (auth, metadata). The default matches the thread
-    # pool (see coffer_kit.db.POOL_SIZE); lower it when many replicas share one PostgreSQL.
+    # The database connections one process may hold (auth, metadata; the webhook dispatcher
+    # takes at most 4 of the pool's): the pool of worker-thread transactions
+    # (COFFER_DATABASE_POOL_SIZE; the default matches the thread pool, see
+    # coffer_kit.db.POOL_SIZE), and on PostgreSQL the event loop's keyed reads and hot writes
+    # (COFFER_DATABASE_READ_CONNECTIONS, COFFER_DATABASE_WRITE_CONNECTIONS). A process never
+    # opens more than their sum (docs/operations.md, "The connection budget"); lower them when
+    # many replicas share one PostgreSQL (the Helm chart computes them from the replicas).
     database_pool_size: int = Field(default=40, ge=1, le=1000)
+    database_read_connections: int = Field(default=4, ge=1, le=64)
+    database_write_connections: int = Field(default=8, ge=1, le=64)
+    # "transaction": PostgreSQL is reached through a pooler in transaction mode (PgBouncer's
+    # pool_mode = transaction), where a server connection is one client's for one transaction
+    # only: no prepared statements, no session settings (COFFER_DATABASE_POOLER). Migrations
+    # still go straight to PostgreSQL (docs/operations.md).
+    database_pooler: Literal["none", "transaction"] = "none"
     # Request bodies that are not streamed (JSON, forms) are refused past this size (413)
     # before any route or authentication; uploads have the file bound instead (issue 23).
     max_body_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
@@ -109,6 +124,17 @@ class BaseServiceSettings(BaseSettings):
             body_bytes=self.max_body_bytes,
             json_depth=self.max_json_depth,
             streamed=tuple((method, re.compile(path), limit) for method, path, limit in streamed),
+        )
+
+    def database_budget(self) -> DatabaseBudget:
+        """The connections this process may open to its database, and how (see Database.open)."""
+        from coffer_kit.db.engine import DatabaseBudget
+
+        return DatabaseBudget(
+            pool=self.database_pool_size,
+            reads=self.database_read_connections,
+            writes=self.database_write_connections,
+            pooler=self.database_pooler,
         )
 
     def internal_secret(self) -> str:

@@ -207,3 +207,13 @@ def s3_server() -> Iterator[S3Server]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(postgres_server_url: str) -> Iterator[Any]:
+    """A real PgBouncer in transaction mode in front of the test PostgreSQL
+    (:mod:`coffer_testkit.pgbouncer`): ``pgbouncer.url_for(direct_url)``."""
+    from coffer_testkit.pgbouncer import running_pgbouncer
+
+    with running_pgbouncer(postgres_server_url) as bouncer:
+        yield bouncer

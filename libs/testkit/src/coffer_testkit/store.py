@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import defaultdict
 from typing import Any
@@ -43,12 +44,16 @@ def stored_objects(stack: Any, org_id: str) -> dict[str, dict[str, int]]:
             for f in directory.iterdir():
                 cut = min(i for i in (f.name.find("."), f.name.find("%")) if i > 0)
                 asset_id, rest = f.name[:cut], f.name[cut:]
-                if rest.startswith("."):
-                    sidecar = directory / f"{asset_id}%meta{rest}"
-                    name = (
-                        json.loads(sidecar.read_text())["name"] if sidecar.exists() else "no sidecar" + rest
-                    )
-                else:
-                    name = rest
-                found[asset_id][name] = f.stat().st_size
+                # A delete running beside the walk (a purge the test watches) may take the file
+                # or its sidecar between the listing and the read: what is gone is not held.
+                with contextlib.suppress(FileNotFoundError):
+                    if rest.startswith("."):
+                        sidecar = directory / f"{asset_id}%meta{rest}"
+                        try:
+                            name = json.loads(sidecar.read_text())["name"]
+                        except FileNotFoundError:
+                            name = "no sidecar" + rest
+                    else:
+                        name = rest
+                    found[asset_id][name] = f.stat().st_size
     return dict(found)

@@ -38,6 +38,17 @@ def _block() -> int | None:
 _next_offset = itertools.count(random.randrange(_BLOCK_SIZE))
 
 
+# The connection budget of every service process the tests start (docs/operations.md, "The
+# connection budget"): at most 4 + 2 + 2 connections each (the dispatcher 4 at most), so the
+# whole suite, two workers with their stacks, fits PostgreSQL's default max_connections = 100
+# (tests/e2e/test_connections.py measures the peak). Production computes its own (the chart).
+TEST_DATABASE_BUDGET = {
+    "COFFER_DATABASE_POOL_SIZE": "4",
+    "COFFER_DATABASE_READ_CONNECTIONS": "2",
+    "COFFER_DATABASE_WRITE_CONNECTIONS": "2",
+}
+
+
 def free_port() -> int:
     """A loopback port nothing listens on, not handed out before by this process."""
     block = _block()
@@ -104,6 +115,7 @@ async def app_client(
 async def commit_asset(
     metadata: httpx.AsyncClient,
     org: str,
+    /,
     *,
     size: int = 1,
     quota: int = 10**12,

@@ -38,6 +38,14 @@ def set_default_visibility(
     return orgs.set_default_visibility(session, actor, org=org, visibility=visibility)
 
 
+def set_trash_retention(session: Session, *, org_id: str, days: int, actor: Actor = OPERATOR) -> Organization:
+    """How long an organization's deleted assets stay in the trash (issue 47)."""
+    org = session.get(Organization, org_id)
+    if org is None:
+        raise not_found(f"Organization {org_id} does not exist.")
+    return orgs.set_trash_retention(session, actor, org=org, days=days)
+
+
 def set_ingest(
     session: Session,
     *,
@@ -213,6 +221,7 @@ def resolve_principal(session: Session, *, key_hash: str, organization_id: str |
         actions=scopes.ordered(scopes.expand(row.scopes.split())),
         folder_id=row.folder_id,
         networks=row.networks.split(),
+        trash_retention_days=org.trash_retention_days,
     )
     use = session.get(KeyUse, (row.id, org.id))
     return Resolved(principal, as_utc(use.last_used_at) if use else None)

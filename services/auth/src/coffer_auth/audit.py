@@ -159,10 +159,15 @@ def page(
     return rows, _cursor(rows[-1]) if more and rows else None
 
 
-def sweep(session: Session, *, retention_days: int) -> int:
-    """Delete events older than the retention; returns how many went."""
+def sweep(session: Session, *, retention_days: int, limit: int | None = None) -> int:
+    """Delete events older than the retention, at most ``limit`` of them (the oldest); returns
+    how many went."""
     cutoff = utcnow() - timedelta(days=retention_days)
-    result = session.execute(delete(AuditEvent).where(col(AuditEvent.created_at) < cutoff))
+    old = col(AuditEvent.created_at) < cutoff
+    if limit is not None:
+        ids = select(AuditEvent.id).where(old).order_by(col(AuditEvent.created_at)).limit(limit)
+        old = col(AuditEvent.id).in_(list(session.exec(ids)))
+    result = session.execute(delete(AuditEvent).where(old))
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
@@ -219,6 +224,11 @@ def _change_actor(session: Session, actor: dict[str, Any], keys: dict[str, str])
         user_agent=actor.get("user_agent"),
         request_id=actor.get("request_id"),
     )
+
+
+def change_actor(session: Session, actor: dict[str, Any]) -> Actor:
+    """The audit actor of a change edge names (a wire ``Actor``, dumped)."""
+    return _change_actor(session, actor, {})
 
 
 def record_changes(session: Session, changes: list[dict[str, Any]]) -> int:

@@ -46,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--visibility", choices=["public", "private"], required=True)
 
     p = sub.add_parser(
+        "set-trash-retention", help="days an organization's deleted assets stay in the trash (0: none)"
+    )
+    p.add_argument("--org", required=True)
+    p.add_argument("--days", type=int, required=True)
+
+    p = sub.add_parser(
         "set-ingest", help="an organization's ingest rules: detected types enforced, allowed, scanned"
     )
     p.add_argument("--org", required=True)
@@ -109,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _admin(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
-    engine = make_engine(settings.auth_database_url)
+    engine = make_engine(settings.auth_database_url, pool_size=1, pooler=settings.database_pooler)
     try:
         with Session(writer(engine), expire_on_commit=False) as session:
             result = _COMMANDS[args.command](session, settings, args)
@@ -140,6 +146,11 @@ def _set_default_visibility(
 ) -> dict[str, Any]:
     org = admin.set_default_visibility(session, org_id=args.org, visibility=args.visibility)
     return {"id": org.id, "name": org.name, "defaultVisibility": org.default_visibility}
+
+
+def _set_trash_retention(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    org = admin.set_trash_retention(session, org_id=args.org, days=args.days)
+    return {"id": org.id, "name": org.name, "trashRetentionDays": org.trash_retention_days}
 
 
 def _set_ingest(session: Session, _settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
@@ -261,6 +272,7 @@ _COMMANDS: dict[str, Callable[[Session, Settings, argparse.Namespace], dict[str,
     "set-quota": _set_quota,
     "set-default-visibility": _set_default_visibility,
     "set-ingest": _set_ingest,
+    "set-trash-retention": _set_trash_retention,
     "create-user": _create_user,
     "add-member": _add_member,
     "set-role": _set_role,

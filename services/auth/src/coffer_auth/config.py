@@ -4,13 +4,23 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from coffer_kit import ports
 from coffer_kit.settings import BaseServiceSettings
 
 DEFAULT_QUOTA_BYTES = 10 * 1024**3
 SELF_SERVICE_QUOTA_BYTES = 1024**3
+
+
+class AuthTuning(BaseModel):
+    """Auth's internal tuning; an operator never needs to change it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Audit entries past the retention go at most this many per transaction, at most 10
+    # transactions per hourly pass (docs/operations.md, "Retention").
+    audit_retention_batch: int = Field(default=1000, ge=1, le=100_000)
 
 
 class Settings(BaseServiceSettings):
@@ -35,6 +45,10 @@ class Settings(BaseServiceSettings):
     invite_ttl_seconds: int = 604800
     reset_ttl_seconds: int = 3600
     audit_retention_days: int = 365
+    # Auth's internal tuning (AuthTuning): not an operator's setting, so not in
+    # docs/operations.md; tests set it on the settings object (or, for a process,
+    # COFFER_AUTH_TUNING as JSON).
+    auth_tuning: AuthTuning = Field(default_factory=AuthTuning)
 
     @field_validator("dashboard_signup", mode="before")
     @classmethod

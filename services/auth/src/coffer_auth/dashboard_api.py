@@ -59,6 +59,7 @@ from coffer_auth.schemas import (
 )
 from coffer_auth.sessions import Lifetimes
 from coffer_kit.contract.errors import invalid, not_found, request_id_of
+from coffer_kit.contract.wire import TrashRetentionIn
 from coffer_kit.db import writer
 from coffer_kit.internal_token import require_internal_token
 
@@ -294,6 +295,17 @@ def set_default_visibility(
     org, m = orgs.membership(session, org_id=org_id, user_id=caller.user.id)
     orgs.require_owner(m)
     orgs.set_default_visibility(session, caller.actor, org=org, visibility=body.default_visibility)
+    return orgs.view(session, org, m.role)
+
+
+@router.put("/orgs/{org_id}/trash-retention", response_model=OrgOut)
+def set_trash_retention(
+    org_id: str, body: TrashRetentionIn, caller: CallerDep, session: SessionDep
+) -> OrgOut:
+    """Issue 47: days a deleted asset stays in the trash: owners only."""
+    org, m = orgs.membership(session, org_id=org_id, user_id=caller.user.id)
+    orgs.require_owner(m)
+    orgs.set_trash_retention(session, caller.actor, org=org, days=body.trash_retention_days)
     return orgs.view(session, org, m.role)
 
 

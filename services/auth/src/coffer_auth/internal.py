@@ -9,13 +9,21 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header
 from pydantic import Field
 from sqlalchemy.exc import SQLAlchemyError
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from coffer_auth import admin, audit
 from coffer_auth.deps import DatabaseDep, SessionDep
 from coffer_auth.models import Organization
 from coffer_kit.contract.errors import not_found
-from coffer_kit.contract.wire import Actor, Done, Ingest, Principal, WireModel
+from coffer_kit.contract.wire import (
+    Actor,
+    Done,
+    Ingest,
+    Principal,
+    TrashRetentionIn,
+    TrashRetentions,
+    WireModel,
+)
 from coffer_kit.db import writer
 from coffer_kit.internal_token import require_internal_token
 
@@ -58,6 +66,31 @@ def ingest(org_id: str, session: SessionDep) -> Ingest:
     if org is None:
         raise not_found(f"Organization {org_id} does not exist.")
     return org.ingest()
+
+
+@router.put("/orgs/{org_id}/trash/retention")
+def set_trash_retention(org_id: str, body: TrashRetentionIn, session: SessionDep) -> TrashRetentionIn:
+    """Issue 47: an organization's trash retention, set through the public API (edge has
+    checked that the caller is an organization key or an owner's key)."""
+    actor = audit.change_actor(session, body.actor.model_dump()) if body.actor else audit.OPERATOR
+    org = admin.set_trash_retention(session, org_id=org_id, days=body.trash_retention_days, actor=actor)
+    return TrashRetentionIn(trash_retention_days=org.trash_retention_days)
+
+
+@router.post("/orgs/trash-retentions")
+def trash_retentions(body: TrashRetentions, session: SessionDep) -> TrashRetentions:
+    """Issue 47: the retentions of some organizations, for edge's expiry sweeper."""
+    found: dict[str, int] = dict.fromkeys(body.organization_ids, 0)
+    quotas: dict[str, int] = dict.fromkeys(body.organization_ids, 0)
+    if found:
+        rows = session.exec(
+            select(Organization.id, Organization.trash_retention_days, Organization.quota_bytes).where(
+                col(Organization.id).in_(list(found))
+            )
+        )
+        for org_id, days, quota in rows:
+            found[org_id], quotas[org_id] = int(days), int(quota)
+    return TrashRetentions(retentions=found, quotas=quotas)
 
 
 class ChangeEvent(WireModel):

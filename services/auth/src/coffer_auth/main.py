@@ -21,6 +21,7 @@ from coffer_auth.key_api import router as key_api_router
 from coffer_auth.upload_tokens import router as upload_tokens_router
 from coffer_kit.app import database_service_app
 from coffer_kit.db import DatabaseState, writer
+from coffer_kit.metrics import RETENTION_PRUNED
 from coffer_kit.state import install_state, state_of
 
 log = logging.getLogger("coffer.auth")
@@ -28,16 +29,33 @@ log = logging.getLogger("coffer.auth")
 # Expired sessions and audit events past the retention go once an hour: a cheap indexed
 # delete, harmless when several replicas run it.
 SWEEP_INTERVAL_SECONDS = 3600.0
+# Audit deletes of one pass, at most (each of AuthTuning.audit_retention_batch rows): the pass is
+# bounded however large the backlog; the next passes work through the rest.
+AUDIT_BATCHES_PER_PASS = 10
 
 
 def sweep(app: FastAPI) -> tuple[int, int]:
-    """Delete expired sessions and old audit events; answers (sessions, events) deleted."""
+    """Delete expired sessions and old audit events (a bounded number, counted in
+    ``coffer_retention_pruned_total{kind="audit"}``); answers (sessions, events) deleted."""
     state = state_of(app, AuthState)
     settings = state.settings
     with Session(writer(state.database.engine)) as session:
         ended = sessions.sweep(session, lifetimes=sessions.Lifetimes.of(settings))
-        old = audit.sweep(session, retention_days=settings.audit_retention_days)
         session.commit()
+    old = 0
+    for _ in range(AUDIT_BATCHES_PER_PASS):
+        with Session(writer(state.database.engine)) as session:
+            done = audit.sweep(
+                session,
+                retention_days=settings.audit_retention_days,
+                limit=settings.auth_tuning.audit_retention_batch,
+            )
+            session.commit()
+        old += done
+        if done < settings.auth_tuning.audit_retention_batch:
+            break
+    if old:
+        RETENTION_PRUNED.labels("audit").inc(old)
     return ended, old
 
 

@@ -80,6 +80,10 @@ class Organization(SQLModel, table=True):
     )
     allowed_types: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     scan_mode: str = Field(default="off", sa_column=Column(String(16), nullable=False, server_default="off"))
+    # Issue 47: days a deleted asset stays in the trash (0-90; 0: no trash, deletes are final).
+    trash_retention_days: int = Field(
+        default=0, sa_column=Column(Integer, nullable=False, server_default="0")
+    )
 
     def ingest(self) -> Ingest:
         allowed = self.allowed_types.split(",") if self.allowed_types is not None else None

@@ -15,6 +15,7 @@ from coffer_auth.schemas import MemberOut, OrgOut, RoleName
 from coffer_kit.contract import media
 from coffer_kit.contract.errors import invalid, not_found
 from coffer_kit.contract.ids import ORG, new_id
+from coffer_kit.contract.limits import TRASH_RETENTION_DAYS_MAX
 from coffer_kit.contract.resources import VISIBILITIES, Visibility
 from coffer_kit.contract.timeutil import utcnow
 
@@ -80,6 +81,7 @@ def view(session: Session, org: Organization, role: str) -> OrgOut:
         created_at=org.created_at,
         member_count=_member_count(session, org.id),
         default_visibility=cast(Visibility, org.default_visibility),
+        trash_retention_days=org.trash_retention_days,
         **_ingest_fields(org),
     )
 
@@ -116,6 +118,7 @@ def orgs_of(session: Session, *, user_id: str) -> list[OrgOut]:
             created_at=org.created_at,
             member_count=int(n),
             default_visibility=cast(Visibility, org.default_visibility),
+            trash_retention_days=org.trash_retention_days,
             **_ingest_fields(org),
         )
         for org, role, n in rows
@@ -205,6 +208,32 @@ def set_default_visibility(
             target_id=org.id,
             target_label=org.name,
             details={"from": old, "to": visibility},
+        )
+    return org
+
+
+def set_trash_retention(session: Session, actor: Actor, *, org: Organization, days: int) -> Organization:
+    """Days a deleted asset stays in the trash (issue 47; 0: deletes are final); audited.
+    Assets already trashed keep their purge time."""
+    if isinstance(days, bool) or not isinstance(days, int) or not 0 <= days <= TRASH_RETENTION_DAYS_MAX:
+        raise invalid(
+            f"trashRetentionDays is an integer from 0 to {TRASH_RETENTION_DAYS_MAX}.",
+            field="trashRetentionDays",
+        )
+    old = org.trash_retention_days
+    if days != old:
+        org.trash_retention_days = days
+        session.add(org)
+        session.flush()
+        audit.record(
+            session,
+            actor,
+            "org.trash_retention_changed",
+            organization_id=org.id,
+            target_type="organization",
+            target_id=org.id,
+            target_label=org.name,
+            details={"from": old, "to": days},
         )
     return org
 

@@ -5,10 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from coffer_kit import ports
 from coffer_kit.settings import BaseServiceSettings, checked_secret
+
+
+class CdnTuning(BaseModel):
+    """The CDN's internal tuning; an operator never needs to change it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # libvips threads per render (each holds its own buffers).
+    transform_threads: int = Field(default=1, ge=1, le=16)
+    # Sources above this many pixels (read from the header) are refused: 422 image_too_large.
+    transform_max_pixels: int = Field(default=50_000_000, ge=1, le=50_000_000)
+    # How long the CDN keeps an organization's presets before reading them again (<= 5 s); a
+    # name it lacks is read again at once.
+    preset_cache_seconds: float = Field(default=5.0, ge=0, le=5)
 
 
 class Settings(BaseServiceSettings):
@@ -35,9 +49,6 @@ class Settings(BaseServiceSettings):
     # operation cache gets a quarter of it. Size the CDN pod's memory as (about 100 MiB for
     # the CDN process) + workers × this (docs/operations.md, docs/security.md).
     cdn_transform_worker_memory_mb: int = Field(default=384, ge=128, le=16_384)
-    cdn_transform_threads: int = Field(default=1, ge=1, le=16)
-    # Sources above this many pixels (read from the header) are refused: 422 image_too_large.
-    cdn_transform_max_pixels: int = Field(default=50_000_000, ge=1, le=50_000_000)
     # Sources whose first page decodes to more than this (MiB: width × height × bands × bytes
     # per sample, from the header) are refused before decoding: 422 image_too_large. 200 lets
     # 50 MP of 8-bit RGBA through and refuses 7000×7000 of 16-bit RGBA (374 MiB). Sources a
@@ -45,9 +56,10 @@ class Settings(BaseServiceSettings):
     # coefficient per sample) must also fit in half a worker's memory, and a source has at
     # most 256 pages or frames (coffer_blob.transforms.render).
     cdn_transform_max_decoded_mb: int = Field(default=200, ge=1, le=4096)
-    # How long the CDN keeps an organization's presets before reading them again (<= 5 s); a
-    # name it lacks is read again at once.
-    cdn_preset_cache_seconds: float = Field(default=5.0, ge=0, le=5)
+    # The CDN's internal tuning (CdnTuning): not an operator's setting, so not in
+    # docs/operations.md; tests set it through the constructor (or, for a process,
+    # COFFER_CDN_TUNING as JSON).
+    cdn_tuning: CdnTuning = Field(default_factory=CdnTuning)
     # Malware scanning (issue 48): clamd's address, tcp://HOST:PORT or unix:///PATH; unset, every
     # scan answers 503 scanner_unavailable (edge retries, then marks the asset unscanned).
     blob_clamd_url: str | None = Field(default=None, pattern=r"^(tcp://[^/:]+:\d{1,5}|unix:///.+)$")

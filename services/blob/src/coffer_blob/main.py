@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 
-from coffer_blob import cdn, internal, scan, tus, uploads
+from coffer_blob import cdn, facts, internal, scan, tus, uploads
 from coffer_blob.config import Settings
 from coffer_blob.deps import BlobState
 from coffer_blob.storage import StorageUnavailable, make_storage
@@ -32,10 +32,12 @@ def _lifespan(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = BlobState(settings=settings, storage=make_storage(settings))
-        if cdn and settings.transforms:
-            # Workers start with the first transform, not here.
+        if settings.transforms:
+            # Workers start with the first transform (or, on the internal listener, the first
+            # image facts, issue 50), not here.
             state.transforms = TransformPool(settings)
-            state.presets = PresetCache(settings.cdn_preset_cache_seconds)
+        if cdn and settings.transforms:
+            state.presets = PresetCache(settings.cdn_tuning.preset_cache_seconds)
         install_state(app, state)
         try:
             yield
@@ -88,6 +90,7 @@ def create_app(settings: Settings | None = None, *, api: bool = True) -> FastAPI
         app.include_router(internal.router, dependencies=guarded)
         app.include_router(tus.router, dependencies=guarded)
         app.include_router(scan.router, dependencies=guarded)
+        app.include_router(facts.router, dependencies=guarded)
     return app
 
 

@@ -1,8 +1,9 @@
 """``POST /internal/v1/uploads/{org}/{asset}``: a multipart stream, parsed and stored as it arrives.
 
 edge forwards the client's raw ``multipart/form-data`` body. The ``file`` part goes to the
-storage driver in batches of about 1 MiB, counted on the way; ``name``, ``folderId`` and
-``visibility`` are small fields returned to edge; other parts are read and ignored. The
+storage driver in batches of about 1 MiB, counted on the way; ``name``, ``folderId``,
+``visibility``, ``metadata`` and ``tags`` are small fields returned to edge; other parts are
+read and ignored. The
 object is stored with its visibility (CONTRACT §12): the ``visibility`` field, else the
 ``visibility`` query parameter (edge's default for the organization); with ``fixed=true``
 (an upload token that fixed it) the query parameter alone. The object is committed
@@ -49,7 +50,7 @@ from coffer_kit.contract.wire import Stored, UploadFields
 log = logging.getLogger("coffer.blob.uploads")
 router = APIRouter(prefix="/internal/v1")
 
-FIELDS = ("name", "folderId", "visibility")
+FIELDS = ("name", "folderId", "visibility", "expiresAt", "metadata", "tags")
 MAX_FIELD_BYTES = 16 * 1024
 # A preamble before the first boundary is skipped, up to this much.
 MAX_PREAMBLE_BYTES = 64 * 1024

@@ -4,10 +4,29 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from coffer_kit import ports
 from coffer_kit.settings import BaseServiceSettings
+
+
+class EdgeTuning(BaseModel):
+    """Edge's internal tuning; an operator never needs to change it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # How long an upload relay waits for blob to take one chunk (1 MiB at most) before it gives
+    # up with 503: blob stalled, not the client (waiting for the client is not counted).
+    blob_write_timeout_seconds: float = 30.0
+    # How long edge remembers that auth refused a key (401), asking auth nothing meanwhile.
+    auth_negative_cache_seconds: float = Field(default=2.0, ge=0, le=5)
+    # A scan that blob cannot run (clamd down or unset) is retried after
+    # scan_backoff_seconds × 2^attempt, at most scan_retries times, then the asset is
+    # `unscanned`.
+    scan_retries: int = Field(default=5, ge=0, le=20)
+    scan_backoff_seconds: float = Field(default=10.0, gt=0, le=3600)
+    # Scans this edge asks blob for at once (blob bounds its own, COFFER_BLOB_SCAN_CONCURRENCY).
+    scan_concurrency: int = Field(default=2, ge=1, le=64)
 
 
 class Settings(BaseServiceSettings):
@@ -21,16 +40,11 @@ class Settings(BaseServiceSettings):
     # How long an auth answer may be reused; the contract bounds it at 5 s.
     edge_auth_cache_seconds: float = 5.0
     edge_auth_cache_size: int = 10_000
-    # How long an upload relay waits for blob to take one chunk (1 MiB at most) before it gives
-    # up with 503: blob stalled, not the client (waiting for the client is not counted).
-    edge_blob_write_timeout_seconds: float = 30.0
     # Requests per API key, in the ``limits`` notation ("100/second", "6000/minute").
     edge_rate_limit: str = "100/second"
     # Failed authentications (unknown, deleted or expired keys) per client address; past it
     # the address gets 429 without auth being asked (issue 23).
     edge_auth_failure_limit: str = "30/minute"
-    # How long edge remembers that auth refused a key (401), asking auth nothing meanwhile.
-    edge_auth_negative_cache_seconds: float = Field(default=2.0, ge=0, le=5)
     # Shared rate-limit counters for several edges; in-process counters when unset.
     redis_url: str | None = None
     # Every rate-limit counter's key starts with this, so installs sharing one Redis never
@@ -43,17 +57,19 @@ class Settings(BaseServiceSettings):
     sweep_interval_seconds: float = 60.0
     sweep_intent_age_seconds: float = 3600.0
     sweep_tombstone_age_seconds: float = 60.0
+    # Issue 47: how often the expiry sweeper looks for expired assets and trashed assets past
+    # their retention (0 = not in this process). The constant EXPIRY_INTERVAL_SECONDS (30 s)
+    # keeps expiry within two minutes; tests shorten it.
+    edge_expiry_interval_seconds: float = Field(default=30.0, ge=0, le=60)
     # The audit relay (coffer_edge.audit_relay): it runs after each change this edge makes and
     # at least this often (for other edges' changes and retries); 0 = not in this process.
     edge_audit_relay_interval_seconds: float = Field(default=5.0, ge=0)
     # The scan relay (coffer_edge.scans, issue 48): it looks for due malware scans this often
-    # (0 = not in this process); a scan that blob cannot run (clamd down or unset) is retried
-    # after backoff × 2^attempt seconds, at most retries times, then the asset is `unscanned`.
+    # (0 = not in this process); its retries are EdgeTuning's.
     edge_scan_interval_seconds: float = Field(default=1.0, ge=0)
-    edge_scan_retries: int = Field(default=5, ge=0, le=20)
-    edge_scan_backoff_seconds: float = Field(default=10.0, gt=0, le=3600)
-    # Scans this edge asks blob for at once (blob bounds its own, COFFER_BLOB_SCAN_CONCURRENCY).
-    edge_scan_concurrency: int = Field(default=2, ge=1, le=64)
+    # The image facts relay (coffer_edge.facts, issue 50): it looks for images whose facts are
+    # due this often, and at once after an image's upload (0 = not in this process).
+    edge_facts_interval_seconds: float = Field(default=1.0, ge=0)
 
     # The dashboard (docs/dashboard.md). Off: an API-only install, no /dashboard routes.
     dashboard_enabled: bool = True
@@ -70,6 +86,10 @@ class Settings(BaseServiceSettings):
     # reach edge directly (without it, every client behind an ingress shares one address in
     # the sign-in throttle and the failed-authentication limit).
     trusted_proxies: str | None = None
+    # Edge's internal tuning (EdgeTuning): not an operator's setting, so not in
+    # docs/operations.md; tests set it through the constructor (or, for a process,
+    # COFFER_EDGE_TUNING as JSON).
+    edge_tuning: EdgeTuning = Field(default_factory=EdgeTuning)
     # Tests only: one more key expiry choice, in seconds (e.g. 60), to watch a key expire.
     dashboard_extra_key_expiry_seconds: int | None = None
 

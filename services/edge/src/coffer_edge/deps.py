@@ -18,6 +18,7 @@ from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.clients.upload_tokens import UploadTokenClient
 from coffer_edge.config import Settings
 from coffer_edge.dashboard.state import DashboardState
+from coffer_edge.facts import FactsRelay
 from coffer_edge.ratelimit import RateLimiter
 from coffer_edge.scans import ScanRelay
 from coffer_kit.contract import scopes
@@ -65,6 +66,8 @@ class EdgeState(ServiceState[Settings]):
     tus_records: dict[str, Any] = field(default_factory=dict)
     # The malware scan relay (issue 48), woken by uploads that queue a scan; None when off here.
     scans: ScanRelay | None = None
+    # The image facts relay (issue 50), woken by image uploads; None when off here.
+    facts: FactsRelay | None = None
 
 
 def edge_state(request: Request) -> EdgeState:
@@ -175,4 +178,5 @@ BlobDep = Annotated[BlobClient, Depends(from_state(EdgeState, lambda state: stat
 UploadTokensDep = Annotated[
     UploadTokenClient, Depends(from_state(EdgeState, lambda state: state.upload_tokens))
 ]
+AuthDep = Annotated[AuthClient, Depends(from_state(EdgeState, lambda state: state.auth))]
 SettingsDep = Annotated[Settings, Depends(from_state(EdgeState, lambda state: state.settings))]

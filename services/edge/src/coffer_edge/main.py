@@ -20,10 +20,12 @@ from coffer_edge.clients.upload_tokens import UploadTokenClient
 from coffer_edge.config import Settings
 from coffer_edge.dashboard import Dashboard
 from coffer_edge.deps import EdgeState, require_declared_actions
+from coffer_edge.facts import FactsRelay
 from coffer_edge.ratelimit import RateLimiter
 from coffer_edge.routers import assets, folders, keys, transform_presets, tus, uploads, usage, webhooks
+from coffer_edge.routers import trash as trash_routes
 from coffer_edge.scans import SCAN_TIMEOUT_SECONDS, ScanRelay
-from coffer_edge.sweeper import sweep_forever
+from coffer_edge.sweeper import expire_forever, sweep_forever
 from coffer_kit.app import base_app
 from coffer_kit.contract.limits import MAX_FILE_BYTES, MAX_UPLOAD_BODY_BYTES
 from coffer_kit.health import ReadinessCheck, health_router
@@ -110,7 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 auth_http,
                 cache_seconds=settings.edge_auth_cache_seconds,
                 cache_size=settings.edge_auth_cache_size,
-                negative_seconds=settings.edge_auth_negative_cache_seconds,
+                negative_seconds=settings.edge_tuning.auth_negative_cache_seconds,
             ),
             metadata=MetadataClient(metadata_http),
             blob=BlobClient(blob_http),
@@ -146,13 +148,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 state.metadata,
                 state.blob,
                 interval=every,
-                retries=settings.edge_scan_retries,
-                backoff=settings.edge_scan_backoff_seconds,
-                concurrency=settings.edge_scan_concurrency,
+                retries=settings.edge_tuning.scan_retries,
+                backoff=settings.edge_tuning.scan_backoff_seconds,
+                concurrency=settings.edge_tuning.scan_concurrency,
                 timeout=SCAN_TIMEOUT_SECONDS,
             )
             state.scans = scans
             tasks.append(asyncio.create_task(scans.run()))
+        if (every := settings.edge_facts_interval_seconds) > 0:
+            facts = FactsRelay(state.metadata, state.blob, interval=every)
+            state.facts = facts
+            tasks.append(asyncio.create_task(facts.run()))
         sweeper = None
         if settings.sweep_interval_seconds > 0:
             sweeper = asyncio.create_task(
@@ -164,6 +170,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     tombstone_age=settings.sweep_tombstone_age_seconds,
                     tokens=state.upload_tokens,
                 )
+            )
+        if (every := settings.edge_expiry_interval_seconds) > 0:
+            tasks.append(
+                asyncio.create_task(expire_forever(state.metadata, state.blob, state.auth, interval=every))
             )
         try:
             yield
@@ -205,6 +215,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(assets.router)
     app.include_router(assets.json_router)
     app.include_router(usage.router)
+    app.include_router(trash_routes.router)
     app.include_router(uploads.router)
     app.include_router(uploads.json_router)
     app.include_router(tus.router)

@@ -8,12 +8,15 @@ from annotated_types import Interval
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
+from coffer_kit.contract.describe import KEY_PATTERN, MAX_KEYS, MAX_TAGS, MAX_VALUE_CHARS, TAG_PATTERN
+from coffer_kit.contract.expiry import ExpiryDays
 from coffer_kit.contract.limits import (
     EXPIRES_IN_MAX,
     EXPIRES_IN_MIN,
     MAX_FILE_BYTES,
     PAGE_LIMIT_MAX,
     PAGE_OFFSET_MAX,
+    TRASH_RETENTION_DAYS_MAX,
 )
 from coffer_kit.contract.names import NAME_RULES, NAME_SCHEMA, UPLOAD_NAME_SCHEMA
 from coffer_kit.contract.resources import (
@@ -87,13 +90,40 @@ class Usage(BaseModel):
     usedBytes: int = Field(description="Sum of the live assets' sizes, exact.")
     quotaBytes: int = Field(description="The organization's storage quota.")
     assetCount: int = Field(description="Live assets of the organization.")
+    trashedBytes: int = Field(default=0, description="Issue 47: bytes in the trash (not in usedBytes).")
+    trashedCount: int = Field(default=0, description="Issue 47: assets in the trash.")
+
+
+def _json_integer(value: object) -> object:
+    """JSON Schema's integer: 600 and 600.0 alike (schemathesis sends both); a string is not one."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# Strict (no "60"), but an integral number written with a fraction is the same integer.
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+
+
+class TrashSettingsBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    retentionDays: JsonInt = Field(
+        ge=0,
+        le=TRASH_RETENTION_DAYS_MAX,
+        strict=True,
+        description="Days a deleted asset stays in the trash; 0: none.",
+    )
 
 
 class FolderUpdate(BaseModel):
-    """At least one of the two; ``parentId`` null moves the folder to the root."""
+    """At least one field; ``parentId`` null moves the folder to the root."""
 
     model_config = ConfigDict(
-        extra="ignore", json_schema_extra={"anyOf": [{"required": ["name"]}, {"required": ["parentId"]}]}
+        extra="ignore",
+        json_schema_extra={
+            "anyOf": [{"required": ["name"]}, {"required": ["parentId"]}, {"required": ["expiryDays"]}]
+        },
     )
 
     # Optional, not nullable: null is refused (400), so the document does not offer it.
@@ -101,18 +131,77 @@ class FolderUpdate(BaseModel):
         default=None, description="The new name (same rules as on create).", json_schema_extra=NAME_SCHEMA
     )
     parentId: str | None = Field(default=None, description="The new parent; null = root.")
+    expiryDays: ExpiryDays | None = Field(
+        default=None,
+        description=(
+            "The folder's default expiry for assets uploaded into it later, in days (1-3650); "
+            "null = none. Assets already in it keep theirs."
+        ),
+    )
 
     def changes(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("name", "parentId") if k in self.model_fields_set}
+        return {k: getattr(self, k) for k in ("name", "parentId", "expiryDays") if k in self.model_fields_set}
+
+
+TAG_ITEMS: dict[str, Any] = {"items": {"type": "string", "pattern": TAG_PATTERN}}
+METADATA_PATCH_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "maxProperties": 2 * MAX_KEYS,
+    "propertyNames": {"pattern": KEY_PATTERN},
+    "additionalProperties": {
+        "anyOf": [
+            {"type": "string", "maxLength": MAX_VALUE_CHARS},
+            {"type": "number"},
+            {"type": "boolean"},
+            {"type": "null"},
+        ]
+    },
+}
+
+
+# GET /api/assets?meta[KEY]=value (issue 50): a deepObject parameter.
+META_FILTER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "maxProperties": 10,
+    "propertyNames": {"pattern": KEY_PATTERN},
+    "additionalProperties": {"type": "string", "maxLength": MAX_VALUE_CHARS},
+}
+META_FILTER_PARAMETER: dict[str, Any] = {
+    "name": "meta",
+    "in": "query",
+    "required": False,
+    "style": "deepObject",
+    "explode": True,
+    "description": "`meta[KEY]=value`: only assets whose `metadata.KEY` equals the value (a string, or "
+    "a number or boolean as JSON writes it); at most 10.",
+    "schema": META_FILTER_SCHEMA,
+}
+
+
+TAG_CHANGES_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "add": {"type": "array", "maxItems": MAX_TAGS, **TAG_ITEMS},
+        "remove": {"type": "array", "maxItems": MAX_TAGS, **TAG_ITEMS},
+    },
+}
 
 
 class AssetUpdate(BaseModel):
-    """At least one of the three; ``folderId`` null moves the asset to the root."""
+    """At least one of the five; ``folderId`` null moves the asset to the root."""
 
     model_config = ConfigDict(
         extra="ignore",
         json_schema_extra={
-            "anyOf": [{"required": ["name"]}, {"required": ["folderId"]}, {"required": ["visibility"]}]
+            "anyOf": [
+                {"required": ["name"]},
+                {"required": ["folderId"]},
+                {"required": ["visibility"]},
+                {"required": ["expiresAt"]},
+                {"required": ["metadata"]},
+                {"required": ["tags"]},
+            ]
         },
     )
 
@@ -126,9 +215,31 @@ class AssetUpdate(BaseModel):
         description="`private`: `publicUrl` becomes null and the CDN answers the bare key 404 "
         "(signed URLs keep working); `public`: back. Takes effect at the CDN within 5 seconds.",
     )
+    expiresAt: str | None = Field(
+        default=None,
+        max_length=40,
+        description="Issue 47: when the asset goes to the trash by itself (ISO 8601 with a time zone, "
+        "in the future, at most 10 years ahead); null clears it.",
+    )
+
+    # Checked (bounds, merge) by metadata, which names the field of a refusal; typed loosely
+    # here so that every refusal has that one envelope (docs/api.md, issue 50).
+    metadata: Any = Field(
+        default=None,
+        description="Merged into the asset's metadata: each key given is set, a key given null is "
+        "deleted. The result is bounded as `Asset.metadata`.",
+        json_schema_extra=METADATA_PATCH_SCHEMA,
+    )
+    tags: Any = Field(
+        default=None,
+        description="Tags to add and remove (a tag in both is 400); the result is at most 32 tags.",
+        json_schema_extra=TAG_CHANGES_SCHEMA,
+    )
 
     def changes(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("name", "folderId", "visibility") if k in self.model_fields_set}
+        sent = self.model_fields_set
+        fields = ("name", "folderId", "visibility", "expiresAt", "metadata", "tags")
+        return {k: getattr(self, k) for k in fields if k in sent}
 
 
 AssetSort = Literal["-createdAt", "createdAt", "name", "-name", "size", "-size"]
@@ -237,17 +348,6 @@ class SignedUrl(BaseModel):
 _MEDIA_RANGE = r"^(\*|[A-Za-z0-9!#$&^_.+*-]+/[A-Za-z0-9!#$&^_.+*-]+)$"
 
 
-def _json_integer(value: object) -> object:
-    """JSON Schema's integer: 600 and 600.0 alike (schemathesis sends both); a string is not one."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-# Strict (no "60"), but an integral number written with a fraction is the same integer.
-JsonInt = Annotated[int, BeforeValidator(_json_integer)]
-
-
 class UploadTokenCreate(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -298,9 +398,15 @@ class OpenUpload(BaseModel):
 
 class OpenUploadList(BaseModel):
     uploads: list[OpenUpload]
-    total: int
+    total: int | None = Field(
+        default=None,
+        description="Every open upload; on an offset page always, on a cursor page with `total=true`.",
+    )
     limit: int
-    offset: int
+    offset: int | None = Field(default=None, description="Present on an offset page.")
+    nextCursor: str | None = Field(
+        default=None, description="The next page's `cursor`; null on the last page."
+    )
 
 
 class UploadToken(BaseModel):
@@ -322,9 +428,18 @@ def _multipart_body(file: str, name: str, **more: dict[str, Any]) -> dict[str, A
     return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
 
 
+# Issue 50: the asset's own metadata and tags, at upload.
+DESCRIBE_FIELDS: dict[str, Any] = {
+    "metadata": {
+        "type": "string",
+        "description": "A JSON object: the asset's `metadata` (bounded as `Asset.metadata`); empty = none.",
+    },
+    "tags": {"type": "string", "description": "The asset's tags, separated by commas; empty = none."},
+}
 TOKEN_UPLOAD_BODY = _multipart_body(
     "The file, at most the token's maxBytes.",
     "Asset name, unless the token fixes it; default: the file name.",
+    **DESCRIBE_FIELDS,
 )
 UPLOAD_BODY = _multipart_body(
     "The file, at most 100 MiB.",
@@ -335,4 +450,5 @@ UPLOAD_BODY = _multipart_body(
         "enum": ["public", "private"],
         "description": "`public` or `private`; omitted or empty = the organization's `defaultVisibility`.",
     },
+    **DESCRIBE_FIELDS,
 )

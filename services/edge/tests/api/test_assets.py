@@ -170,6 +170,20 @@ def test_list_defaults_order_total_and_stable_pages(tenant) -> None:
     assert [a["id"] for p in pages for a in p["assets"]] == ids[::-1]
     beyond = tenant.api.get("/api/assets", params={"offset": 100}).json()
     assert beyond["assets"] == [] and beyond["total"] == 7
+    # Issue 49: the same walk by cursor through edge, counted only when asked.
+    page = tenant.api.get("/api/assets", params={"limit": 3, "total": "false"}).json()
+    walked = [a["id"] for a in page["assets"]]
+    assert "total" not in page and "offset" not in page
+    while page["nextCursor"]:
+        page = tenant.api.get(
+            "/api/assets", params={"limit": 3, "cursor": page["nextCursor"], "total": "true"}
+        )
+        page = page.json()
+        walked += [a["id"] for a in page["assets"]]
+        assert page["total"] == 7
+    assert walked == ids[::-1]
+    bad = assert_error(tenant.api.get("/api/assets", params={"cursor": "x"}), 400, "invalid_request")
+    assert bad["details"]["field"] == "cursor"
 
 
 def test_list_by_folder(tenant) -> None:

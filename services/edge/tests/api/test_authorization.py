@@ -66,6 +66,12 @@ def _routes() -> list[Route]:
             200,
             403,
         ),
+        Route(
+            "PATCH /api/folders/{id} (default expiry)",
+            lambda c, r: c.patch(f"/api/folders/{r['folder']}", json={"expiryDays": 30}),
+            200,
+            403,
+        ),
         Route("DELETE /api/folders/{id}", lambda c, r: c.delete(f"/api/folders/{r['folder']}"), 200, 403),
         Route("GET /api/assets", lambda c, r: c.get("/api/assets"), 200, 200, listing=True),
         Route(
@@ -241,6 +247,53 @@ def _routes() -> list[Route]:
             200,
             403,
         ),
+        # The trash (issue 47; A keeps one): members restore and purge only what they deleted
+        # (A's organization key trashed r["trashed"]); permanent deletes, emptying the trash
+        # and the retention are for organization keys and owners.
+        Route("GET /api/trash", lambda c, r: c.get("/api/trash"), 200, 200, listing=True),
+        Route("GET /api/trash/settings", lambda c, r: c.get("/api/trash/settings"), 200, 200),
+        Route(
+            "PUT /api/trash/settings",
+            lambda c, r: c.put("/api/trash/settings", json={"retentionDays": 7}),
+            200,
+            200,
+            member=403,
+            member_in_b=403,
+        ),
+        Route(
+            "POST /api/trash/{id}/restore",
+            lambda c, r: c.post(f"/api/trash/{r['trashed']}/restore"),
+            200,
+            403,
+            member=403,
+            member_in_b=403,
+        ),
+        Route(
+            "DELETE /api/trash/{id}",
+            lambda c, r: c.delete(f"/api/trash/{r['trashed']}"),
+            200,
+            403,
+            member=403,
+            member_in_b=403,
+        ),
+        Route(
+            "DELETE /api/trash", lambda c, r: c.delete("/api/trash"), 200, 200, member=403, member_in_b=403
+        ),
+        Route(
+            "DELETE /api/assets/{id}?permanent=true",
+            lambda c, r: c.delete(f"/api/assets/{r['asset']}", params={"permanent": "true"}),
+            200,
+            403,
+            member=403,
+            member_in_b=403,
+        ),
+        Route(
+            "GET /api/assets?expiresBefore",
+            lambda c, r: c.get("/api/assets", params={"expiresBefore": "2100-01-01T00:00:00Z"}),
+            200,
+            200,
+            listing=True,
+        ),
     ]
 
 
@@ -277,6 +330,7 @@ CALLERS = {
 def world(stack: Any, admin: Any) -> Any:
     """Organizations A, B and C, their people and keys; ``client(caller)`` sends as one."""
     a, b, c = (admin("create-org", "--name", name)["id"] for name in ("A", "B", "C"))
+    admin("set-trash-retention", "--org", a, "--days", "7")  # (before any key of A is used)
 
     def person(*orgs: str, role: str = "member") -> str:
         user = admin(
@@ -337,6 +391,9 @@ class FreshResources(dict[str, str]):
             preset = a.put("/api/transform-presets/house-style", json={"w": 300, "fmt": "webp"})
             assert preset.status_code == 200, preset.text
             self["preset"] = "house-style"
+        elif key == "trashed":  # an asset in A's trash (A keeps a trash: see ``world``)
+            self["trashed"] = a.post("/api/assets", files={"file": ("t.txt", b"t")}).json()["id"]
+            assert a.delete(f"/api/assets/{self['trashed']}").status_code == 200
         elif key in ("webhook", "delivery") and self._webhook:
             self["webhook"] = a.post("/api/webhooks", json=HOOK).json()["id"]
             self["delivery"] = a.post(f"/api/webhooks/{self['webhook']}/test").json()["id"]
@@ -345,7 +402,7 @@ class FreshResources(dict[str, str]):
         return self[key]
 
     def everything(self) -> FreshResources:
-        for key in ("folder", "token", "tus", "preset", *(("webhook",) if self._webhook else ())):
+        for key in ("folder", "token", "tus", "preset", "trashed", *(("webhook",) if self._webhook else ())):
             self[key]
         return self
 

@@ -19,8 +19,9 @@ def test_hostile_requests_get_a_4xx_in_the_envelope(tenant: Any) -> None:
         "/api/assets", content=body, headers={"content-type": "multipart/form-data; boundary=B"}
     )
     assert_error(response, 400, "invalid_request")
-    # An offset past a 64-bit integer (item 3).
+    # An offset past a 64-bit integer (item 3), and past the offset bound (issue 49).
     assert_error(api.get("/api/assets", params={"offset": 2**63}), 400, "invalid_request")
+    assert_error(api.get("/api/assets", params={"offset": 100_001}), 400, "invalid_request")
     # Lone surrogates in JSON (item 4), in the name and in parentId.
     for text in ('{"name":"x\\ud800y"}', '{"name":"x","parentId":"\\udfff"}'):
         response = api.post("/api/folders", content=text, headers={"content-type": "application/json"})

@@ -63,6 +63,7 @@ def test_listings_and_searches_show_only_the_subtree(tree: Any) -> None:
             "total": 0,
             "limit": 50,
             "offset": 0,
+            "nextCursor": None,
         }
     assert sub.get("/api/assets", params={"q": "me", "sort": "name"}).json()["total"] == 1
     own = sub.get(f"/api/folders/{ids['avatars']}").json()

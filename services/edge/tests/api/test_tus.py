@@ -490,7 +490,10 @@ def test_an_organization_lists_and_ends_its_open_uploads(new_tenant: Any, anon: 
     assert oldest["createdAt"].endswith("Z") and oldest["expiresAt"] > oldest["createdAt"]
     assert tenant.api.get("/api/uploads", params={"limit": 1, "offset": 1}).json()["uploads"] == [oldest]
     # Another organization sees none of them, and cannot end them.
-    assert other.api.get("/api/uploads").json() == {"uploads": [], "total": 0, "limit": 50, "offset": 0}
+    assert other.api.get("/api/uploads").json() == {
+        **{"uploads": [], "total": 0, "limit": 50, "offset": 0},
+        "nextCursor": None,
+    }
     assert_error(other.api.delete(f"/api/uploads/{newest['id']}"), 404, "not_found")
     assert_error(anon.get("/api/uploads"), 401, "unauthorized")
     # Ended: gone from the list, its capability 404, its reservation free.

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         from coffer_metadata.webhooks.dispatch.app import create_dispatcher_app
 
         configure_logging("webhooks", settings.log_level, settings.log_format)
-        os.nice(settings.metadata_webhook_niceness)
+        os.nice(settings.metadata_webhook_tuning.niceness)
         port = settings.metadata_dispatcher_port
         serve([Listener(create_dispatcher_app(settings), settings.metadata_host, port)], graceful_seconds=15)
         return 0
@@ -58,7 +58,16 @@ def main(argv: list[str] | None = None) -> int:
     from coffer_metadata.main import create_app
 
     configure_logging("metadata", settings.log_level, settings.log_format)
-    serve([Listener(create_app(settings), settings.metadata_host, settings.metadata_port)])
+    listeners = [Listener(create_app(settings), settings.metadata_host, settings.metadata_port)]
+    if settings.metadata_webhooks_in_process:
+        from coffer_metadata.webhooks.dispatch.app import create_dispatcher_app
+
+        # Its own loop and thread: a round of deliveries never waits on the API's loop, nor
+        # the API's requests on its (the niceness of a process apart has no equal here).
+        dispatcher = create_dispatcher_app(settings)
+        port = settings.metadata_dispatcher_port
+        listeners.append(Listener(dispatcher, settings.metadata_host, port, own_loop=True))
+    serve(listeners)
     return 0
 
 

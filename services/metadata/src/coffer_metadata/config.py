@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from coffer_kit import ports
 from coffer_kit.contract.limits import TUS_EXPIRY_SECONDS
@@ -12,6 +12,34 @@ from coffer_kit.settings import BaseServiceSettings, checked_secret
 
 # CONTRACT §11: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, then every 10 h.
 DEFAULT_RETRY_SCHEDULE = "5,300,1800,7200,18000,36000"
+
+
+class WebhookTuning(BaseModel):
+    """The webhook dispatcher's internal tuning; an operator never needs to change it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # How often the dispatcher looks for new events and due retries when not woken sooner.
+    poll_seconds: float = Field(default=0.1, gt=0, le=60)
+    # The shortest time between two of the dispatcher's rounds (one write transaction each):
+    # sends that end meanwhile are recorded together, and new events wait at most this long
+    # (plus the poll) to go out. On SQLite each round is a turn of the write lock the API's
+    # uploads wait for, and each costs CPU whatever it carries. 0.1 s against 0.05 kept the
+    # upload rate with an endpoint nearer the rate without; 0.2 s saved the dispatcher 0.05
+    # cores more but moved that rate ratio no further, and cost deliveries 0.1-0.3 s on a
+    # busy machine (docs/performance.md).
+    cycle_gap_seconds: float = Field(default=0.1, ge=0, le=5)
+    # A claimed delivery is another dispatcher's to retry after this (a dispatcher that died
+    # mid-send); longer than the 10 s a receiver has to answer.
+    lease_seconds: float = Field(default=60, ge=12, le=3600)
+    # Deliveries one dispatcher sends at once, and at most per endpoint (one slow receiver
+    # holds no more than that, so other endpoints and organizations keep their turn).
+    concurrency: int = Field(default=64, ge=1, le=1024)
+    endpoint_concurrency: int = Field(default=4, ge=1, le=64)
+    # The dispatcher's niceness (os.nice): on a machine it shares with the API (the embedded
+    # default), a burst of uploads gets the CPU first and the deliveries catch up after it. In
+    # a pod of its own (its own cgroup) it changes nothing.
+    niceness: int = Field(default=10, ge=0, le=19)
 
 
 class Settings(BaseServiceSettings):
@@ -29,6 +57,13 @@ class Settings(BaseServiceSettings):
     # Change events (the outbox) are kept this long once relayed to the audit log, which keeps
     # them for COFFER_AUDIT_RETENTION_DAYS itself (COFFER_METADATA_EVENT_RETENTION_DAYS).
     metadata_event_retention_days: int = Field(default=7, ge=1)
+    # Retention of the bookkeeping (docs/operations.md, "Retention"; coffer_metadata.retention):
+    # the delivery log's attempts and finished deliveries are kept this long
+    # (COFFER_METADATA_WEBHOOK_LOG_RETENTION_DAYS); each metadata process prunes every
+    # COFFER_METADATA_RETENTION_INTERVAL_SECONDS (0: never), at most
+    # coffer_metadata.retention.RETENTION_BATCH rows of a kind per transaction.
+    metadata_webhook_log_retention_days: int = Field(default=30, ge=1, le=3650)
+    metadata_retention_interval_seconds: float = Field(default=600, ge=0, le=86400)
 
     # Webhooks (CONTRACT §11). The key that encrypts endpoints' signing secrets at rest
     # (COFFER_METADATA_WEBHOOK_SECRET_KEY): at least 32 characters outside local mode, generated
@@ -46,29 +81,17 @@ class Settings(BaseServiceSettings):
     metadata_webhook_retry_for_seconds: float = Field(default=3 * 86400, gt=0)
     # An endpoint whose every attempt failed for this long is disabled (5 days).
     metadata_webhook_disable_after_seconds: float = Field(default=5 * 86400, gt=0)
-    # How often the dispatcher looks for new events and due retries when not woken sooner.
-    metadata_webhook_poll_seconds: float = Field(default=0.1, gt=0, le=60)
-    # The shortest time between two of the dispatcher's rounds (one write transaction each):
-    # sends that end meanwhile are recorded together, and new events wait at most this long
-    # (plus the poll) to go out. On SQLite each round is a turn of the write lock the API's
-    # uploads wait for, and each costs CPU whatever it carries. 0.1 s against 0.05 kept the
-    # upload rate with an endpoint nearer the rate without; 0.2 s saved the dispatcher 0.05
-    # cores more but moved that rate ratio no further, and cost deliveries 0.1-0.3 s on a
-    # busy machine (docs/performance.md).
-    metadata_webhook_cycle_gap_seconds: float = Field(default=0.1, ge=0, le=5)
-    # A claimed delivery is another dispatcher's to retry after this (a dispatcher that died
-    # mid-send); longer than the 10 s a receiver has to answer.
-    metadata_webhook_lease_seconds: float = Field(default=60, ge=12, le=3600)
-    # Deliveries one dispatcher sends at once, and at most per endpoint (one slow receiver
-    # holds no more than that, so other endpoints and organizations keep their turn).
-    metadata_webhook_concurrency: int = Field(default=64, ge=1, le=1024)
-    metadata_webhook_endpoint_concurrency: int = Field(default=4, ge=1, le=64)
-    # The dispatcher's niceness (os.nice): on a machine it shares with the API (the embedded
-    # default), a burst of uploads gets the CPU first and the deliveries catch up after it. In
-    # a pod of its own (its own cgroup) it changes nothing.
-    metadata_webhook_niceness: int = Field(default=10, ge=0, le=19)
+    # The dispatcher's internal tuning (WebhookTuning): not an operator's setting, so not in
+    # docs/operations.md; tests set it through the constructor (or, for a process,
+    # COFFER_METADATA_WEBHOOK_TUNING as JSON).
+    metadata_webhook_tuning: WebhookTuning = Field(default_factory=WebhookTuning)
     # The dispatcher role's health and metrics listener (coffer-metadata dispatch).
     metadata_dispatcher_port: int = ports.WEBHOOKS
+    # Run the dispatcher inside metadata's own process (``coffer-metadata serve``), on an event
+    # loop and thread of its own, its listener on the dispatcher's port: one process fewer
+    # (the embedded default, coffer_stack, turns it on). Off: ``coffer-metadata dispatch`` runs
+    # it apart, as the chart deploys it (its own pods, replicas, niceness).
+    metadata_webhooks_in_process: bool = False
 
     @model_validator(mode="after")
     def _database(self) -> Settings:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+from collections.abc import AsyncIterator
+
 from fastapi import Depends, FastAPI
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
@@ -10,14 +15,18 @@ from coffer_kit.app import database_service_app
 from coffer_kit.db import DatabaseState
 from coffer_kit.internal_token import require_internal_token
 from coffer_kit.metrics import register_gauge
-from coffer_kit.state import installed_state
+from coffer_kit.state import installed_state, state_of
+from coffer_metadata import retention
 from coffer_metadata.assets import repository
 from coffer_metadata.assets.router import hot_router as hot_assets_router
 from coffer_metadata.assets.router import router as assets_router
 from coffer_metadata.config import Settings
 from coffer_metadata.events import router as events_router
+from coffer_metadata.facts import router as facts_router
 from coffer_metadata.folders.router import router as folders_router
+from coffer_metadata.retention import RETENTION_BATCH
 from coffer_metadata.scans import router as scans_router
+from coffer_metadata.trash import router as trash_router
 from coffer_metadata.tus import counts as tus_counts
 from coffer_metadata.tus import router as tus_router
 from coffer_metadata.webhooks.router import router as webhooks_router
@@ -66,4 +75,38 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(tus_router, dependencies=internal)
     app.include_router(webhooks_router, dependencies=internal)
     app.include_router(scans_router, dependencies=internal)
+    app.include_router(trash_router, dependencies=internal)
+    if settings.metadata_retention_interval_seconds > 0:
+        database_lifespan = app.router.lifespan_context
+
+        @contextlib.asynccontextmanager
+        async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+            async with database_lifespan(app):
+                pruner = asyncio.create_task(
+                    retention.prune_forever(
+                        functools.partial(prune, app), interval=settings.metadata_retention_interval_seconds
+                    )
+                )
+                try:
+                    yield
+                finally:
+                    pruner.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await pruner
+
+        app.router.lifespan_context = lifespan
+    app.include_router(facts_router, dependencies=internal)
     return app
+
+
+def prune(app: FastAPI) -> dict[str, int]:
+    """One retention pass over this metadata's database (coffer_metadata.retention)."""
+    state = state_of(app, DatabaseState)
+    settings = state.settings
+    assert isinstance(settings, Settings)
+    return retention.prune(
+        state.database.engine,
+        batch=RETENTION_BATCH,
+        event_days=settings.metadata_event_retention_days,
+        log_days=settings.metadata_webhook_log_retention_days,
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     Boolean,
     Column,
@@ -19,7 +20,12 @@ from sqlalchemy import (
     false,
     text,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
+
+# An asset's own metadata and tags (issue 50): jsonb on PostgreSQL (GIN-indexed), JSON text on
+# SQLite.
+JSON_DOCUMENT = JSON().with_variant(JSONB(), "postgresql")
 
 
 def _ts(nullable: bool = False) -> Column:  # type: ignore[type-arg]
@@ -48,6 +54,8 @@ class Folder(SQLModel, table=True):
             sqlite_where=text("parent_id IS NULL"),
             postgresql_where=text("parent_id IS NULL"),
         ),
+        # The parent foreign key's lookup on delete (migration 0012_cursors).
+        Index("ix_folders_parent", "parent_id"),
     )
 
     id: str = Field(primary_key=True, max_length=40)
@@ -60,6 +68,8 @@ class Folder(SQLModel, table=True):
     created_at: datetime = Field(sa_column=_ts())
     # Changes on rename and move (CONTRACT §8).
     updated_at: datetime = Field(sa_column=_ts())
+    # The default expiry, in days, of the assets uploaded into it (issue 47; None = none).
+    expiry_days: int | None = Field(default=None, nullable=True)
 
 
 class Asset(SQLModel, table=True):
@@ -75,6 +85,11 @@ class Asset(SQLModel, table=True):
         # of an organization reads this index alone instead of every row: 14 ms instead of 35 ms
         # at 100,000 assets (docs/api.md).
         Index("ix_assets_org_name_key", "organization_id", "name_key"),
+        # Cursor pages by name and by size (issue 49, migration 0012_cursors).
+        Index("ix_assets_org_name", "organization_id", "name", "id"),
+        Index("ix_assets_org_size", "organization_id", "size", "id"),
+        # The folder foreign key's lookup on delete (migration 0012_cursors).
+        Index("ix_assets_folder", "folder_id"),
         # On PostgreSQL, a trigram index answers `name_key LIKE '%…%'` without reading every
         # name. Created by the migration on PostgreSQL only (it needs the pg_trgm extension).
         # The scan queue (issue 48): pending assets by when their scan is due, alone
@@ -85,11 +100,36 @@ class Asset(SQLModel, table=True):
             postgresql_where=text("scan_due_at IS NOT NULL"),
             sqlite_where=text("scan_due_at IS NOT NULL"),
         ),
+        # Issue 47: assets with an expiry, by when it falls (the expiry sweeper, expiresBefore).
+        Index(
+            "ix_assets_expires",
+            "expires_at",
+            postgresql_where=text("expires_at IS NOT NULL"),
+            sqlite_where=text("expires_at IS NOT NULL"),
+        ),
         Index(
             "ix_assets_name_key_trgm",
             "name_key",
             postgresql_using="gin",
             postgresql_ops={"name_key": "gin_trgm_ops"},
+        ),
+        # Issue 50: `metadata @> {...}` and `tags @> [...]` on PostgreSQL (migration
+        # 0014_asset_metadata); SQLite keeps tags in its side table ``asset_tags`` instead.
+        Index(
+            "ix_assets_metadata_gin",
+            "custom_metadata",
+            postgresql_using="gin",
+            postgresql_ops={"custom_metadata": "jsonb_path_ops"},
+        ),
+        Index(
+            "ix_assets_tags_gin", "tags", postgresql_using="gin", postgresql_ops={"tags": "jsonb_path_ops"}
+        ),
+        # The image facts queue: assets whose facts are due, alone.
+        Index(
+            "ix_assets_facts_due",
+            "facts_due_at",
+            postgresql_where=text("facts_due_at IS NOT NULL"),
+            sqlite_where=text("facts_due_at IS NOT NULL"),
         ),
     )
 
@@ -124,6 +164,74 @@ class Asset(SQLModel, table=True):
     # it past the scan's timeout, so a scanner that died gives it back); attempts so far.
     scan_attempts: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
     scan_due_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    # Issue 47: when the asset goes to the trash (or is deleted, without one) by itself.
+    expires_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    # Issue 50: the application's own metadata (the public ``metadata``; ``metadata`` itself is
+    # SQLModel's) and tags, an array kept in code-point order.
+    custom_metadata: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        sa_column=Column("custom_metadata", JSON_DOCUMENT, nullable=False, server_default=text("'{}'")),
+    )
+    tags: list[str] = Field(
+        default_factory=list, sa_column=Column(JSON_DOCUMENT, nullable=False, server_default=text("'[]'"))
+    )
+    # Image facts, computed after upload: {width, height, orientation} and a BlurHash; the
+    # queue: an image's facts are due at ``facts_due_at`` (None once done, or for a non-image).
+    image: dict[str, int] | None = Field(default=None, sa_column=Column(JSON_DOCUMENT, nullable=True))
+    placeholder: str | None = Field(default=None, sa_column=Column(String(128), nullable=True))
+    facts_due_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+
+
+class TrashedAsset(SQLModel, table=True):
+    """A deleted asset in its organization's trash (issue 47): the asset's row as it was, moved
+    here whole (so no query of ``assets`` ever sees it), with who trashed it and when it goes.
+    Its object stays in the store, held back from every download; a restore moves the row back."""
+
+    __tablename__ = "trashed_assets"
+    __table_args__ = (
+        Index("ix_trashed_assets_org_trashed", "organization_id", "trashed_at", "id"),
+        Index("ix_trashed_assets_purge", "purge_at"),
+    )
+
+    id: str = Field(primary_key=True, max_length=40)
+    organization_id: str = Field(max_length=40)
+    # The folder it was in (no foreign key: the folder may be deleted meanwhile; a restore
+    # then puts the asset at the root).
+    folder_id: str | None = Field(default=None, max_length=40)
+    key: str = Field(sa_column=Column(String(2048), nullable=False, unique=True))
+    name: str = Field(max_length=1024)
+    mime_type: str = Field(max_length=255)
+    size: int = Field(sa_column=Column(BigInteger, nullable=False))
+    sha256: str = Field(max_length=64)
+    created_at: datetime = Field(sa_column=_ts())
+    updated_at: datetime = Field(sa_column=_ts())
+    name_key: str = Field(sa_column=Column(Text, nullable=False))
+    visibility: str = Field(max_length=16)
+    detected_type: str | None = Field(default=None, sa_column=Column(String(255), nullable=True))
+    scan_status: str | None = Field(default=None, sa_column=Column(String(16), nullable=True))
+    scan_signature: str | None = Field(default=None, sa_column=Column(String(255), nullable=True))
+    scan_attempts: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
+    scan_due_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    expires_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    trashed_at: datetime = Field(sa_column=_ts())
+    purge_at: datetime = Field(sa_column=_ts())
+    # Who trashed it (events.Actor, JSON) and, for a personal key or dashboard user, the user:
+    # a member may restore or purge only what they trashed.
+    trashed_by: str = Field(sa_column=Column(Text, nullable=False))
+    trashed_by_user: str | None = Field(default=None, max_length=64)
+    # Issue 50's columns, as on ``Asset`` (a restore gives them back).
+    custom_metadata: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        sa_column=Column("custom_metadata", JSON_DOCUMENT, nullable=False, server_default=text("'{}'")),
+    )
+    tags: list[str] = Field(
+        default_factory=list, sa_column=Column(JSON_DOCUMENT, nullable=False, server_default=text("'[]'"))
+    )
+    image: dict[str, int] | None = Field(default=None, sa_column=Column(JSON_DOCUMENT, nullable=True))
+    placeholder: str | None = Field(default=None, sa_column=Column(String(128), nullable=True))
+    facts_due_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    # deleted | expired
+    reason: str = Field(max_length=16)
 
 
 class Usage(SQLModel, table=True):
@@ -134,6 +242,9 @@ class Usage(SQLModel, table=True):
     organization_id: str = Field(primary_key=True, max_length=40)
     used_bytes: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
     asset_count: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
+    # Issue 47: what the organization's trash holds (not counted in used_bytes).
+    trashed_bytes: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
+    trashed_count: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
 
 
 class UploadIntent(SQLModel, table=True):
@@ -167,6 +278,7 @@ class TusUpload(SQLModel, table=True):
     __table_args__ = (
         Index("ix_tus_uploads_expires", "expires_at"),
         Index("ix_tus_uploads_org", "organization_id", "created_at"),
+        Index("ix_tus_uploads_org_page", "organization_id", "created_at", "id"),
     )
 
     id: str = Field(primary_key=True, max_length=40)
@@ -283,6 +395,8 @@ class WebhookDelivery(SQLModel, table=True):
         UniqueConstraint("endpoint_id", "event_id", name="uq_webhook_deliveries_event"),
         Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
         Index("ix_webhook_deliveries_lease", "endpoint_id", "lease_until"),
+        # Retention deletes the oldest finished deliveries (coffer_metadata.retention).
+        Index("ix_webhook_deliveries_created", "created_at"),
     )
 
     id: str = Field(primary_key=True, max_length=40)
@@ -310,7 +424,10 @@ class WebhookAttempt(SQLModel, table=True):
     __tablename__ = "webhook_attempts"
     __table_args__ = (
         Index("ix_webhook_attempts_endpoint", "endpoint_id", "created_at"),
+        Index("ix_webhook_attempts_endpoint_page", "endpoint_id", "created_at", "id"),
         Index("ix_webhook_attempts_delivery", "delivery_id"),
+        # Retention deletes the oldest attempts (coffer_metadata.retention).
+        Index("ix_webhook_attempts_created", "created_at"),
     )
 
     id: str = Field(primary_key=True, max_length=40)
@@ -327,7 +444,10 @@ class WebhookAttempt(SQLModel, table=True):
 
 
 # Indexes the migrations create on PostgreSQL only.
-POSTGRESQL_ONLY_INDEXES = {"ix_assets_name_key_trgm"}
+POSTGRESQL_ONLY_INDEXES = {"ix_assets_name_key_trgm", "ix_assets_metadata_gin", "ix_assets_tags_gin"}
+# On SQLite, each asset's tags in a side table kept by triggers (migration 0014_asset_metadata),
+# indexed by (organization, tag): outside the models, like the search table.
+SQLITE_TAGS_TABLE = "asset_tags"
 # On SQLite, the FTS5 trigram index of asset names (migration 0003): a virtual table, its
 # shadow tables (``assets_name_search_*``) and triggers, none of which SQLModel describes.
 SQLITE_SEARCH_TABLE = "assets_name_search"
@@ -338,6 +458,7 @@ TABLES = [
     for t in (
         Folder,
         Asset,
+        TrashedAsset,
         Usage,
         UploadIntent,
         TusUpload,

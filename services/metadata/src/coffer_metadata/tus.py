@@ -36,7 +36,16 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Query
 from sqlmodel import Session
 
-from coffer_kit.contract.errors import CofferError, conflict, not_found, offset_mismatch, upload_locked
+from coffer_kit import pagination
+from coffer_kit.contract import describe, expiry
+from coffer_kit.contract.errors import (
+    CofferError,
+    conflict,
+    invalid,
+    not_found,
+    offset_mismatch,
+    upload_locked,
+)
 from coffer_kit.contract.ids import TUS_UPLOAD_ID_PATTERN
 from coffer_kit.contract.limits import (
     PAGE_LIMIT_DEFAULT,
@@ -60,6 +69,7 @@ from coffer_kit.contract.wire import (
     TusUpload,
 )
 from coffer_kit.db import run_read
+from coffer_kit.pagination import CURSOR_MAX_CHARS
 from coffer_metadata import subtree
 from coffer_metadata.assets import repository
 from coffer_metadata.assets import service as assets
@@ -324,6 +334,7 @@ def complete(
     row = _live(session, upload_id, None)
     if row.lock_token != done.lock_token or row.offset != done.from_offset:
         raise _lost()
+    metadata, tags = describe.tus_description(row.upload_metadata)
     assets.commit_upload_view(
         session,
         cdn_url=cdn_url,
@@ -341,6 +352,9 @@ def complete(
         idle_seconds=idle_seconds,
         detected_type=done.detected_type,
         scan_status=done.scan_status,
+        expires_at=expiry.from_tus_metadata(row.upload_metadata),
+        metadata=metadata,
+        tags=tags,
     )
     session.connection().execute(
         sa.update(_uploads)
@@ -386,12 +400,24 @@ def terminate(
 
 
 def open_page(
-    session: Session, *, org_id: str, limit: int, offset: int, idle_seconds: float, root: str | None = None
+    session: Session,
+    *,
+    org_id: str,
+    limit: int,
+    offset: int,
+    idle_seconds: float,
+    root: str | None = None,
+    cursor: str | None = None,
+    with_total: bool | None = None,
 ) -> TusPage:
     """The organization's unfinished, unexpired uploads, newest first, each saying whether it
     holds its reservation (active) or gave it back (idle); for a subtree key's call (``root``),
-    only those into its subtree."""
+    only those into its subtree. By ``offset`` with the total, or (a ``cursor``, or
+    ``with_total`` False) by keyset, counted only when asked (issue 49)."""
     now = utcnow()
+    keyset = cursor is not None or with_total is False
+    if keyset and offset:
+        raise invalid("'offset' cannot be combined with 'cursor' or 'total=false'.", field="offset")
     where = [
         _uploads.c.organization_id == org_id,
         _uploads.c.completed.is_(False),
@@ -399,22 +425,36 @@ def open_page(
     ]
     if root is not None:
         where.append(_uploads.c.folder_id.in_(tree_ids(org_id, root)))
+    listing, scope = "uploads", [org_id, root]
+    if cursor is not None:
+        position = pagination.decode(cursor, listing, scope, "time")
+        where.append(pagination.after(_uploads.c.created_at, _uploads.c.id, *position, descending=True))
     connection = session.connection()
-    total = connection.execute(sa.select(sa.func.count()).select_from(_uploads).where(*where)).scalar() or 0
+    total = None
+    if not keyset or with_total:
+        counted = where if cursor is None else where[:-1]
+        total = int(
+            connection.execute(sa.select(sa.func.count()).select_from(_uploads).where(*counted)).scalar() or 0
+        )
     active_after = repository.active_after(now=now, idle=timedelta(seconds=idle_seconds))
-    rows = connection.execute(
+    statement = (
         sa.select(_uploads, _intents.c.expires_at.label("held_until"))
         .join(_intents, _intents.c.asset_id == _uploads.c.asset_id, isouter=True)
         .where(*where)
-        .order_by(_uploads.c.created_at.desc(), _uploads.c.id.desc())
-        .limit(limit)
-        .offset(offset)
+        .order_by(*pagination.order(_uploads.c.created_at, _uploads.c.id, descending=True))
+    )
+    rows = connection.execute(
+        statement.limit(limit + 1) if keyset else statement.limit(limit).offset(offset)
     ).all()
+    shown = rows[:limit]
+    more = len(rows) > limit if keyset else offset + len(rows) < (total or 0)
     uploads = [
         _view(row, active=row.held_until is not None and _aware(row.held_until) > active_after)
-        for row in rows
+        for row in shown
     ]
-    return TusPage(uploads=uploads, total=int(total))
+    last = shown[-1] if more and shown else None
+    next_cursor = last and pagination.encode(listing, scope, last.created_at, last.id)
+    return TusPage(uploads=uploads, total=total, next_cursor=next_cursor)
 
 
 def minted(session: Session, *, after: str, limit: int) -> TusMintedPage:
@@ -490,11 +530,20 @@ async def list_uploads(
     root: SubtreeDep,
     limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = PAGE_LIMIT_DEFAULT,
     offset: Annotated[int, Query(ge=0, le=PAGE_OFFSET_MAX)] = PAGE_OFFSET_DEFAULT,
+    cursor: Annotated[str | None, Query(max_length=CURSOR_MAX_CHARS)] = None,
+    total: Annotated[bool | None, Query()] = None,
 ) -> TusPage:
     """The organization's unfinished uploads, newest first."""
     idle = settings.metadata_tus_idle_seconds
     page = functools.partial(
-        open_page, org_id=org_id, limit=limit, offset=offset, idle_seconds=idle, root=root
+        open_page,
+        org_id=org_id,
+        limit=limit,
+        offset=offset,
+        idle_seconds=idle,
+        root=root,
+        cursor=cursor,
+        with_total=total,
     )
     return await run_read(database.engine, page)
 

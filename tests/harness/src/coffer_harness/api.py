@@ -60,7 +60,8 @@ def admin_for() -> Any:
 
     def make(s: StackLike) -> Admin:
         url = s.extra_env.get("COFFER_AUTH_DATABASE_URL", "")
-        return Admin(AuthSettings(data_dir=s.data_dir, auth_database_url=url))
+        pooler = s.extra_env.get("COFFER_DATABASE_POOLER", "none")
+        return Admin(AuthSettings(data_dir=s.data_dir, auth_database_url=url, database_pooler=pooler))
 
     return make
 

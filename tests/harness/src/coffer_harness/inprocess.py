@@ -28,7 +28,7 @@ from sqlalchemy import MetaData, create_engine, text
 from sqlalchemy.engine import Engine
 
 from coffer_kit.serve import Listener, Server, server_config
-from coffer_testkit.testing import free_port
+from coffer_testkit.testing import TEST_DATABASE_BUDGET, free_port
 
 SERVICES = ("edge", "cdn", "auth", "metadata", "blob")
 
@@ -43,6 +43,10 @@ class InProcessStack:
     metadata_database_url: str
     host: str = "127.0.0.1"
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Behind a pooler: the services' URLs (through PgBouncer) and COFFER_DATABASE_POOLER; the
+    # test's own reads and truncations go straight to the databases above.
+    service_urls: dict[str, str] = field(default_factory=dict)
+    pooler: str = "none"
     # One engine per database for truncating, kept for the session (a connection per test
     # would cost more than the truncation).
     _engines: dict[str, Engine] = field(default_factory=dict)
@@ -140,16 +144,24 @@ def _apps(stack: InProcessStack, token: str, **edge_settings: Any) -> dict[str, 
     from coffer_metadata.main import create_app as metadata_app
 
     common: dict[str, Any] = {
+        # The tests' connection budget (coffer_testkit.testing.TEST_DATABASE_BUDGET).
+        **{k.removeprefix("COFFER_").lower(): int(v) for k, v in TEST_DATABASE_BUDGET.items()},
         "data_dir": stack.data_dir,
         "internal_token": SecretStr(token),
         "base_url": stack.edge_url,
         "cdn_url": stack.public_cdn_url,
+        "database_pooler": stack.pooler,
     }
     blob = BlobSettings(**common, signing_secret=SecretStr(token + "-signing"), storage="fs")
     return {
-        "auth": auth_app(AuthSettings(**common, auth_database_url=stack.auth_database_url)),
+        "auth": auth_app(
+            AuthSettings(**common, auth_database_url=stack.service_urls.get("auth", stack.auth_database_url))
+        ),
         "metadata": metadata_app(
-            MetadataSettings(**common, metadata_database_url=stack.metadata_database_url)
+            MetadataSettings(
+                **common,
+                metadata_database_url=stack.service_urls.get("metadata", stack.metadata_database_url),
+            )
         ),
         "blob": blob_app(blob, api=True),
         "cdn": create_cdn_app(blob),
@@ -207,14 +219,17 @@ def serving(stack: InProcessStack, token: str, **edge_settings: Any) -> Iterator
         thread.join(timeout=30)
 
 
-def new_stack(root: Path, *, auth_database_url: str, metadata_database_url: str) -> InProcessStack:
-    """Addresses for a stack on free loopback ports, its databases migrated."""
+def new_stack(
+    root: Path, *, auth_database_url: str, metadata_database_url: str, pgbouncer: Any = None
+) -> InProcessStack:
+    """Addresses for a stack on free loopback ports, its databases migrated; with ``pgbouncer``
+    (coffer_testkit.pgbouncer) the services reach them through it, in transaction mode."""
     from coffer_auth.migrations import migrate as migrate_auth
     from coffer_metadata.migrations import migrate as migrate_metadata
 
     migrate_auth(auth_database_url)
     migrate_metadata(metadata_database_url)
-    return InProcessStack(
+    stack = InProcessStack(
         data_dir=root,
         ports={name: free_port() for name in SERVICES},
         auth_database_url=auth_database_url,
@@ -224,3 +239,10 @@ def new_stack(root: Path, *, auth_database_url: str, metadata_database_url: str)
             "COFFER_METADATA_DATABASE_URL": metadata_database_url,
         },
     )
+    if pgbouncer is not None:
+        stack.service_urls = {
+            "auth": pgbouncer.url_for(auth_database_url),
+            "metadata": pgbouncer.url_for(metadata_database_url),
+        }
+        stack.pooler = "transaction"
+    return stack

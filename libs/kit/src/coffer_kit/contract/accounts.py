@@ -54,6 +54,8 @@ class OrgOut(Camel):
     ingest_mode: Literal["record", "enforce"] = "record"
     allowed_types: list[str] | None = None
     scan_mode: Literal["off", "async", "block"] = "off"
+    # Issue 47: days a deleted asset stays in the trash (0: deletes are final).
+    trash_retention_days: int = 0
 
 
 class SessionOut(Camel):

@@ -16,8 +16,9 @@ TUS_EXPIRY_SECONDS = 24 * 3600
 PAGE_LIMIT_DEFAULT = 50
 PAGE_LIMIT_MAX = 100
 PAGE_OFFSET_DEFAULT = 0
-# The largest offset the databases can skip (a signed 64-bit integer); beyond it is 400.
-PAGE_OFFSET_MAX = 2**63 - 1
+# The largest offset (issue 49): skipping costs time in proportion to the skip, so deeper
+# pages are read with a cursor (``nextCursor``); beyond it is 400.
+PAGE_OFFSET_MAX = 100_000
 
 # GET /api/assets/{id}/url: validity of a signed URL, in seconds (7 days at most).
 EXPIRES_IN_DEFAULT = 3600
@@ -34,3 +35,11 @@ MAX_KEY_LIFETIME_DAYS = 3650
 # Keys one organization may hold (its organization keys and the personal keys made in it):
 # POST /api/keys beyond it is 409 (issue 46).
 MAX_KEYS_PER_ORG = 100
+
+# Issue 47: the trash and expiry.
+# Days a deleted asset may stay in the trash (an organization's ``trashRetentionDays``, 0-90).
+TRASH_RETENTION_DAYS_MAX = 90
+# Trashed assets purged per ``DELETE /api/trash`` call (one batch; the caller repeats).
+TRASH_PURGE_BATCH = 100
+# How far ahead an asset's ``expiresAt`` may be.
+ASSET_EXPIRY_MAX_DAYS = 3650

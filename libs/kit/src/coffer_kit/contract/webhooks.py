@@ -20,6 +20,10 @@ EventType = Literal[
     "asset.deleted",
     "asset.scanned",
     "asset.infected",
+    "asset.trashed",
+    "asset.restored",
+    "asset.expired",
+    "asset.purged",
     "folder.created",
     "folder.updated",
     "folder.deleted",
@@ -30,6 +34,10 @@ EVENT_TYPES: tuple[str, ...] = (
     "asset.deleted",
     "asset.scanned",
     "asset.infected",
+    "asset.trashed",
+    "asset.restored",
+    "asset.expired",
+    "asset.purged",
     "folder.created",
     "folder.updated",
     "folder.deleted",
@@ -134,9 +142,15 @@ class WebhookAttempt(BaseModel):
 
 class WebhookAttemptList(BaseModel):
     deliveries: list[WebhookAttempt] = Field(description="Newest first.")
-    total: int
+    total: int | None = Field(
+        default=None,
+        description="Every attempt; on an offset page always, on a cursor page only with `total=true`.",
+    )
     limit: int
-    offset: int
+    offset: int | None = Field(default=None, description="Present on an offset page.")
+    nextCursor: str | None = Field(
+        default=None, description="The next page's `cursor`; null on the last page."
+    )
 
 
 class WebhookDelivery(BaseModel):
@@ -178,6 +192,10 @@ class WebhookEvent(BaseModel):
         "asset.deleted",
         "asset.scanned",
         "asset.infected",
+        "asset.trashed",
+        "asset.restored",
+        "asset.expired",
+        "asset.purged",
         "folder.created",
         "folder.updated",
         "folder.deleted",

@@ -16,7 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from pydantic.alias_generators import to_camel
 
 from coffer_kit.contract.ids import ASSET_ID_PATTERN, TUS_UPLOAD_ID_PATTERN
-from coffer_kit.contract.limits import EXPIRES_IN_MAX, EXPIRES_IN_MIN, MAX_FILE_BYTES
+from coffer_kit.contract.limits import (
+    EXPIRES_IN_MAX,
+    EXPIRES_IN_MIN,
+    MAX_FILE_BYTES,
+    TRASH_RETENTION_DAYS_MAX,
+)
 from coffer_kit.contract.media import IngestMode, ScanMode
 from coffer_kit.contract.resources import ScanStatus, Visibility
 from coffer_kit.contract.scopes import (
@@ -86,6 +91,25 @@ class Principal(WireModel):
     actions: list[str] = Field(default_factory=lambda: [str(a) for a in ACTIONS])
     folder_id: str | None = None
     networks: list[str] = Field(default_factory=list)
+    # Issue 47: days a deleted asset stays in the trash; 0 (an auth from before) = no trash.
+    trash_retention_days: int = Field(default=0, ge=0, le=TRASH_RETENTION_DAYS_MAX)
+
+
+class TrashRetentionIn(WireModel):
+    """An organization's trash retention (issue 47), as edge asks auth to set it."""
+
+    trash_retention_days: int = Field(ge=0, le=TRASH_RETENTION_DAYS_MAX)
+    actor: Actor | None = None
+
+
+class TrashRetentions(WireModel):
+    """Organizations' trash retentions (issue 47): asked with ``organization_ids``, answered
+    in ``retentions`` (an unknown organization is 0)."""
+
+    organization_ids: list[str] = Field(default_factory=list, max_length=1000)
+    retentions: dict[str, int] = Field(default_factory=dict)
+    # ... and their quotas (the trash's bound).
+    quotas: dict[str, int] = Field(default_factory=dict)
 
 
 # auth: the key API (issue 46), asked by edge for the calling key (``x-caller-key-id``)
@@ -187,6 +211,11 @@ class UploadCommit(WireModel):
     detected_type: str | None = Field(default=None, max_length=255)
     # None: the organization scans nothing; "pending": the scan job is queued with the row.
     scan_status: ScanStatus | None = None
+    # Issue 47: when the asset expires (checked by edge); None: never.
+    expires_at: datetime | None = None
+    # Issue 50: the asset's own metadata and tags (None: none); metadata checks their bounds.
+    metadata: dict[str, Any] | None = None
+    tags: list[str] | None = Field(default=None, max_length=256)
 
 
 class Hidden(WireModel):
@@ -217,6 +246,75 @@ class StoredUsage(WireModel):
 
     used_bytes: int
     asset_count: int
+    # Issue 47: what the trash holds (not in used_bytes).
+    trashed_bytes: int = 0
+    trashed_count: int = 0
+
+
+# metadata: the trash and expiry (issue 47)
+
+
+class TrashIn(WireModel):
+    """Move an asset to the trash (a delete with a retention, or an expiry)."""
+
+    retention_days: int = Field(ge=1, le=TRASH_RETENTION_DAYS_MAX)
+    # The trash's bound (the organization's quota): past it the oldest trashed are purged.
+    limit_bytes: int = Field(ge=0)
+
+
+class PurgedRef(WireModel):
+    """An asset purged from the trash, or deleted: its object is edge's to delete, then its
+    tombstone (``DELETE /internal/v1/tombstones/{asset_id}``)."""
+
+    asset_id: str
+    key: str
+
+
+class Trashed(WireModel):
+    key: str
+    # Trashed assets purged to keep the trash within its bound.
+    purged: list[PurgedRef] = Field(default_factory=list)
+
+
+class TrashActIn(WireModel):
+    """Restore or purge one trashed asset; ``only_user``: the caller is a member, who may act
+    only on what that user trashed."""
+
+    only_user: str | None = Field(default=None, max_length=64)
+    # A restore's quota.
+    quota_bytes: int = Field(default=0, ge=0)
+
+
+class PurgeBatchOut(WireModel):
+    """One batch of ``DELETE /api/trash``: the objects to delete (earlier purges a crash
+    interrupted first), how many this batch purged, how many stay."""
+
+    refs: list[PurgedRef]
+    purged: int
+    remaining: int
+
+
+class ExpiredRef(WireModel):
+    asset_id: str
+    organization_id: str
+
+
+class ExpiredList(WireModel):
+    assets: list[ExpiredRef]
+
+
+class ExpireIn(WireModel):
+    """Expire one asset: to the trash with ``retention_days`` > 0, else deleted."""
+
+    retention_days: int = Field(ge=0, le=TRASH_RETENTION_DAYS_MAX)
+    limit_bytes: int = Field(ge=0)
+
+
+class Expired(WireModel):
+    key: str
+    # True: deleted (no trash): the object goes, then its tombstone. False: in the trash.
+    deleted: bool
+    purged: list[PurgedRef] = Field(default_factory=list)
 
 
 class UploadTarget(WireModel):
@@ -246,6 +344,11 @@ class UploadFields(WireModel):
     name: str | None = None
     folder_id: str | None = None
     visibility: str | None = None
+    # Issue 47: the asset's expiry, as sent (edge checks it).
+    expires_at: str | None = None
+    # Issue 50: a JSON object and comma-separated tags, as sent (edge parses them).
+    metadata: str | None = None
+    tags: str | None = None
 
 
 class Stored(WireModel):
@@ -304,7 +407,7 @@ class TusCreate(WireModel):
     folder_id: str | None = None
     mime_type: str = Field(min_length=1, max_length=255)
     visibility: Visibility = "public"
-    upload_metadata: str = Field(default="", max_length=4096)
+    upload_metadata: str = Field(default="", max_length=8192)
     length: int = Field(ge=0, le=MAX_FILE_BYTES)
     quota_bytes: int = Field(ge=0)
     capability_hash: str | None = Field(default=None, max_length=64)
@@ -348,7 +451,9 @@ class TusPage(WireModel):
     """A page of an organization's unfinished resumable uploads, newest first."""
 
     uploads: list[TusUpload]
-    total: int
+    # None on a cursor page that did not ask for it (issue 49).
+    total: int | None = None
+    next_cursor: str | None = None
 
 
 class TusMinted(WireModel):
@@ -484,6 +589,35 @@ class ScanReport(WireModel):
     status: Literal["clean", "infected", "unscanned", "retry"]
     signature: str | None = Field(default=None, max_length=255)
     retry_seconds: float = Field(default=0, ge=0, le=86_400)
+
+
+# Image facts (issue 50): queued with an image's upload, computed by blob, recorded by metadata.
+
+
+class FactsJob(WireModel):
+    asset_id: str
+    organization_id: str
+    key: str
+
+
+class FactsJobs(WireModel):
+    jobs: list[FactsJob]
+    pending: int
+
+
+class FactsClaim(WireModel):
+    limit: int = Field(default=4, ge=1, le=100)
+    lease_seconds: float = Field(default=60.0, gt=0, le=3600)
+
+
+class ImageFactsOut(WireModel):
+    """What blob read of an image: its size as shown, EXIF orientation, a BlurHash; all None
+    for a file it cannot read as an image (no error)."""
+
+    width: int | None = None
+    height: int | None = None
+    orientation: int | None = None
+    placeholder: str | None = Field(default=None, max_length=128)
 
 
 class Deleted(WireModel):

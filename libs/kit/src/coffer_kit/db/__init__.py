@@ -13,7 +13,15 @@ way to reach them.
 """
 
 from coffer_kit.db.database import Database, DatabaseDep, DatabaseState, database_of
-from coffer_kit.db.engine import BUSY_TIMEOUT_MS, POOL_SIZE, WRITE_OPTION, database_check, make_engine, writer
+from coffer_kit.db.engine import (
+    BUSY_TIMEOUT_MS,
+    POOL_SIZE,
+    WRITE_OPTION,
+    DatabaseBudget,
+    database_check,
+    make_engine,
+    writer,
+)
 from coffer_kit.db.postgres import (
     KEYED_READ_CONNECTIONS,
     KEYED_READ_GROUP_MAX,
@@ -38,6 +46,7 @@ __all__ = [
     "POOL_SIZE",
     "WRITE_OPTION",
     "Database",
+    "DatabaseBudget",
     "DatabaseDep",
     "DatabaseState",
     "DriverStatement",

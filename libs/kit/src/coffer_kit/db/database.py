@@ -15,11 +15,9 @@ from sqlalchemy.engine import Engine, make_url
 from sqlmodel import Session
 
 from coffer_kit.contract.errors import unavailable
-from coffer_kit.db.engine import POOL_SIZE, in_thread, make_engine, without_nul
+from coffer_kit.db.engine import DatabaseBudget, in_thread, make_engine, without_nul
 from coffer_kit.db.postgres import (
-    KEYED_READ_CONNECTIONS,
     KEYED_READ_WAIT_SECONDS,
-    LOOP_WRITE_CONNECTIONS,
     PgReads,
     PgTransaction,
     loop_pool,
@@ -59,12 +57,16 @@ class Database:
         "_pg_pool",
         "_pg_reads",
         "_pg_write_pool",
+        "budget",
         "engine",
         "write_lock",
     )
 
-    def __init__(self, engine: Engine, loop_url: str | None = None) -> None:
+    def __init__(
+        self, engine: Engine, loop_url: str | None = None, budget: DatabaseBudget | None = None
+    ) -> None:
         self.engine = engine
+        self.budget = budget or DatabaseBudget()
         self._loop_url = loop_url
         self._loop_reader: sqlite3.Connection | None = None
         self._pg_pool: AsyncConnectionPool | None = None
@@ -74,10 +76,24 @@ class Database:
         self._group = GroupCommit(engine, self.write_lock) if self.write_lock is not None else None
 
     @classmethod
-    def open(cls, url: str, *, pool_size: int = POOL_SIZE, durable: bool = True) -> Database:
-        engine = make_engine(url, pool_size=pool_size, durable=durable)
+    def open(
+        cls,
+        url: str,
+        *,
+        pool_size: int | None = None,
+        durable: bool = True,
+        budget: DatabaseBudget | None = None,
+    ) -> Database:
+        """The database at ``url`` within ``budget`` (default: :class:`DatabaseBudget`'s);
+        ``pool_size`` overrides the budget's pool."""
+        budget = budget or DatabaseBudget()
+        if pool_size is not None:
+            budget = DatabaseBudget(
+                pool=pool_size, reads=budget.reads, writes=budget.writes, pooler=budget.pooler
+            )
+        engine = make_engine(url, pool_size=budget.pool, durable=durable, pooler=budget.pooler)
         on_disk = engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:")
-        return cls(engine, url if on_disk else None)
+        return cls(engine, url if on_disk else None, budget)
 
     async def fetch_all(self, sql: str, values: Any) -> list[Any]:
         """Every row ``sql`` answers, as the driver gives them (see :class:`KeyedRead`)."""
@@ -107,8 +123,9 @@ class Database:
         from psycopg_pool import PoolTimeout
 
         if self._pg_pool is None or self._pg_reads is None:
-            self._pg_pool = loop_pool(self.engine, "coffer-keyed-read", KEYED_READ_CONNECTIONS)
-            self._pg_reads = PgReads(self._pg_pool)
+            prepare = self.budget.prepare
+            self._pg_pool = loop_pool(self.engine, "coffer-keyed-read", self.budget.reads, prepare=prepare)
+            self._pg_reads = PgReads(self._pg_pool, prepare=prepare)
             await self._pg_pool.open(wait=False)
         values = without_nul(values)
         for attempt in (1, 2):
@@ -180,13 +197,15 @@ class Database:
         from psycopg_pool import PoolTimeout
 
         if self._pg_write_pool is None:
-            self._pg_write_pool = loop_pool(self.engine, "coffer-loop-write", LOOP_WRITE_CONNECTIONS)
+            self._pg_write_pool = loop_pool(
+                self.engine, "coffer-loop-write", self.budget.writes, prepare=self.budget.prepare
+            )
             await self._pg_write_pool.open(wait=False)
         pool = self._pg_write_pool
         transaction: PgTransaction | None = None
         try:
             async with pool.connection(timeout=KEYED_READ_WAIT_SECONDS) as connection:
-                transaction = PgTransaction(connection, self.engine.dialect)
+                transaction = PgTransaction(connection, self.engine.dialect, prepare=self.budget.prepare)
                 try:
                     done = await on_loop(transaction)
                     if done is not None and transaction.open:

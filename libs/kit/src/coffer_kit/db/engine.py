@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import event, text
@@ -28,19 +29,59 @@ T = TypeVar("T")
 POOL_SIZE = 40
 
 
+# The event loop's PostgreSQL connections by default (see coffer_kit.db.postgres).
+READ_CONNECTIONS = 4
+WRITE_CONNECTIONS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseBudget:
+    """The connections one process may hold to its database: ``pool`` for transactions in
+    worker threads (SQLAlchemy's pool, no overflow), and on PostgreSQL ``reads`` and
+    ``writes`` for the event loop's keyed reads and hot writes; at most their sum at once.
+
+    ``pooler="transaction"``: the URL is a pooler in transaction mode (PgBouncer), which
+    gives a server connection to a client for one transaction: nothing is prepared (psycopg's
+    ``prepare_threshold=None``; a statement prepared on one server connection is unknown on
+    the next) and no setting is sent for the session (``options``, which PgBouncer refuses).
+    Every other use of the database is already transaction-scoped: locks are
+    ``pg_advisory_xact_lock``, and nothing LISTENs. Migrations take a session lock and go
+    straight to PostgreSQL (docs/operations.md)."""
+
+    pool: int = POOL_SIZE
+    reads: int = READ_CONNECTIONS
+    writes: int = WRITE_CONNECTIONS
+    pooler: str = "none"
+
+    @property
+    def total(self) -> int:
+        return self.pool + self.reads + self.writes
+
+    @property
+    def prepare(self) -> bool:
+        return self.pooler != "transaction"
+
+
 # How long a SQLite statement waits for a lock before it fails (milliseconds).
 BUSY_TIMEOUT_MS = 30_000
 
 
 def make_engine(
-    url: str, *, pool_size: int = POOL_SIZE, busy_timeout_ms: int = BUSY_TIMEOUT_MS, durable: bool = True
+    url: str,
+    *,
+    pool_size: int = POOL_SIZE,
+    busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+    durable: bool = True,
+    pooler: str = "none",
 ) -> Engine:
     """An engine for ``url``; SQLite gets WAL, foreign keys and a busy timeout.
 
     ``durable=False``: a commit returns before it is on disk (SQLite ``synchronous=NORMAL``,
     PostgreSQL ``synchronous_commit=off``). A crash of the machine or the server may lose the
     last commits, never half of one; only for writers that redo whatever such a loss undoes
-    (the webhook dispatcher). On SQLite it then holds the write lock for no flush.
+    (the webhook dispatcher). On SQLite it then holds the write lock for no flush. Behind a
+    transaction pooler (``pooler="transaction"``) a session setting cannot be had: commits
+    stay durable there, and no statement is prepared (see :class:`DatabaseBudget`).
     """
     if url.startswith("sqlite"):
         engine = create_engine(
@@ -75,13 +116,18 @@ def make_engine(
 
         instrument_engine(engine)
         return engine
+    connect_args: dict[str, Any] = {}
+    if pooler == "transaction":
+        connect_args["prepare_threshold"] = None
+    elif not durable:
+        connect_args["options"] = "-c synchronous_commit=off"
     engine = create_engine(
         url,
         pool_pre_ping=True,
         pool_size=pool_size,
         max_overflow=0,
         pool_timeout=10,
-        **({} if durable else {"connect_args": {"options": "-c synchronous_commit=off"}}),
+        connect_args=connect_args,
     )
     event.listen(engine, "before_cursor_execute", _nul_safe, retval=True)
     instrument_engine(engine)

@@ -9,26 +9,28 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Dialect, Engine
 
-from coffer_kit.db.engine import without_nul
+from coffer_kit.db.engine import READ_CONNECTIONS, WRITE_CONNECTIONS, without_nul
 
 if TYPE_CHECKING:  # psycopg is imported where PostgreSQL is used: the embedded default never loads it
     from psycopg_pool import AsyncConnectionPool
 
     from coffer_kit.db.statements import DriverStatement
 
-# PostgreSQL connections the event loop keeps for KeyedRead (each read a round trip of tens
-# of microseconds: a few serve any rate one process reaches), beside the engine's pool, and
-# how long a read waits for one before it answers 503 (the database is down or unreachable).
-KEYED_READ_CONNECTIONS = 4
+# PostgreSQL connections the event loop keeps for KeyedRead by default (each read a round
+# trip of tens of microseconds: a few serve any rate one process reaches), beside the engine's
+# pool (COFFER_DATABASE_READ_CONNECTIONS), and how long a read waits for one before it answers
+# 503 (the database is down or unreachable).
+KEYED_READ_CONNECTIONS = READ_CONNECTIONS
 KEYED_READ_WAIT_SECONDS = 5.0
 # At most this many KeyedReads sent in one pipeline, and how many must wait behind the groups
 # out before another connection takes some (see PgReads).
 KEYED_READ_GROUP_MAX = 32
 KEYED_READ_MORE_AT = 8
 # PostgreSQL connections the event loop keeps for write transactions (``Database.write``'s
-# ``on_loop``), apart from the reads': a write that waits for a row lock never holds a read
-# back. Writes of one organization take turns on its usage row anyway.
-LOOP_WRITE_CONNECTIONS = 8
+# ``on_loop``) by default, apart from the reads': a write that waits for a row lock never
+# holds a read back. Writes of one organization take turns on its usage row anyway
+# (COFFER_DATABASE_WRITE_CONNECTIONS).
+LOOP_WRITE_CONNECTIONS = WRITE_CONNECTIONS
 
 
 # A statement's outcome in a PgTransaction: the rows it affected, and the rows it answered.
@@ -50,11 +52,13 @@ class PgTransaction:
     (:class:`DriverStatement`) and prepared on each connection the first time they run there.
     """
 
-    __slots__ = ("_connection", "_dialect", "commit_sent", "open")
+    __slots__ = ("_connection", "_dialect", "_prepare", "commit_sent", "open")
 
-    def __init__(self, connection: Any, dialect: Dialect) -> None:
+    def __init__(self, connection: Any, dialect: Dialect, *, prepare: bool = True) -> None:
         self._connection = connection
         self._dialect = dialect
+        # False behind a transaction pooler: see coffer_kit.db.engine.DatabaseBudget.
+        self._prepare = prepare
         self.open = False
         self.commit_sent = False
 
@@ -71,7 +75,7 @@ class PgTransaction:
             cursors = []
             for statement, params in statements:
                 sql, values = statement.values(self._dialect, params)
-                cursors.append(await connection.execute(sql, without_nul(values), prepare=True))
+                cursors.append(await connection.execute(sql, without_nul(values), prepare=self._prepare))
             if commit:
                 self.commit_sent = True
                 await connection.execute("COMMIT", prepare=False)
@@ -87,7 +91,7 @@ class PgTransaction:
         assert not self.open, "a statement alone runs outside the transaction"
         sql, values = statement.values(self._dialect, params)
         self.commit_sent = True  # if the connection fails now, whether it committed is unknown
-        cursor = await self._connection.execute(sql, without_nul(values), prepare=True)
+        cursor = await self._connection.execute(sql, without_nul(values), prepare=self._prepare)
         return Sent(cursor.rowcount, await cursor.fetchall() if cursor.description else [])
 
     async def end(self) -> None:
@@ -123,10 +127,12 @@ class PgReads:
     more on another. A read whose caller went away before its group was sent is not sent.
     """
 
-    __slots__ = ("_pool", "_senders", "_sending", "_waiting")
+    __slots__ = ("_connections", "_pool", "_prepare", "_senders", "_sending", "_waiting")
 
-    def __init__(self, pool: AsyncConnectionPool) -> None:
+    def __init__(self, pool: AsyncConnectionPool, *, prepare: bool = True) -> None:
         self._pool = pool
+        self._prepare = prepare
+        self._connections = pool.max_size
         self._waiting: list[_Job] = []
         # The sending tasks (held, so they are not collected), and how many have not yet seen
         # the queue empty: a task's done callback runs later, after a read may have come.
@@ -138,7 +144,7 @@ class PgReads:
         future: asyncio.Future[list[Any]] = loop.create_future()
         self._waiting.append((sql, values, future))
         if not self._sending or (
-            len(self._waiting) >= KEYED_READ_MORE_AT and self._sending < KEYED_READ_CONNECTIONS
+            len(self._waiting) >= KEYED_READ_MORE_AT and self._sending < self._connections
         ):
             self._sending += 1
             task = loop.create_task(self._send())
@@ -165,7 +171,7 @@ class PgReads:
                 # A connection a group at a time: one the server ended goes back to the pool,
                 # which drops it, and ``Database``'s check of the pool reaches every other.
                 async with self._pool.connection(timeout=KEYED_READ_WAIT_SECONDS) as connection:
-                    await _run_group(connection, group)
+                    await _run_group(connection, group, self._prepare)
             except BaseException as exc:
                 # The group's reads get the error (``Database`` sends them again); with no
                 # connection to be had, every read waiting gets it, rather than each waiting
@@ -184,7 +190,7 @@ class PgReads:
                     raise
 
 
-async def _run_group(connection: Any, group: list[_Job]) -> None:
+async def _run_group(connection: Any, group: list[_Job], prepare: bool) -> None:
     """``group``'s reads on ``connection``, each read's rows or error to its future; raises if
     the connection fails."""
     from psycopg import Error as PgError
@@ -193,7 +199,7 @@ async def _run_group(connection: Any, group: list[_Job]) -> None:
     if len(group) > 1:
         try:
             async with connection.pipeline():
-                cursors = [await connection.execute(sql, values, prepare=True) for sql, values, _ in group]
+                cursors = [await connection.execute(sql, values, prepare=prepare) for sql, values, _ in group]
         except PgOperationalError:
             raise
         except PgError:
@@ -206,7 +212,7 @@ async def _run_group(connection: Any, group: list[_Job]) -> None:
         if future.done():
             continue
         try:
-            cursor = await connection.execute(sql, values, prepare=True)
+            cursor = await connection.execute(sql, values, prepare=prepare)
         except PgOperationalError:
             raise
         except PgError as exc:  # this statement's own failure, answered to its read
@@ -220,9 +226,10 @@ def _answer(future: asyncio.Future[list[Any]], rows: list[Any]) -> None:
         future.set_result(rows)
 
 
-def loop_pool(engine: Engine, name: str, size: int) -> AsyncConnectionPool:
+def loop_pool(engine: Engine, name: str, size: int, *, prepare: bool = True) -> AsyncConnectionPool:
     """Event-loop PostgreSQL connections to the engine's database, in autocommit mode, for
-    KeyedRead (``coffer-keyed-read``) or PgTransaction (``coffer-loop-write``)."""
+    KeyedRead (``coffer-keyed-read``) or PgTransaction (``coffer-loop-write``); with
+    ``prepare=False`` (behind a transaction pooler) psycopg never prepares a statement."""
     from psycopg.conninfo import make_conninfo
     from psycopg_pool import AsyncConnectionPool
 
@@ -230,12 +237,15 @@ def loop_pool(engine: Engine, name: str, size: int) -> AsyncConnectionPool:
     # The connection options; SQLAlchemy's own adapters ("context") are not needed by a
     # KeyedRead, whose columns' result processors do SQLAlchemy's part.
     options = {k: v for k, v in options.items() if isinstance(v, str | int) and k != "context"}
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if not prepare:
+        kwargs["prepare_threshold"] = None
     return AsyncConnectionPool(
         # Named, so an operator (and a test) can tell them in pg_stat_activity.
         make_conninfo(**options, application_name=name),
         min_size=1,
         max_size=size,
-        kwargs={"autocommit": True},
+        kwargs=kwargs,
         open=False,
         name=name,
     )

@@ -44,7 +44,7 @@ class Limits:
     def of(cls, settings: Settings) -> Limits:
         memory = worker_data_bytes(settings)
         return cls(
-            max_pixels=settings.cdn_transform_max_pixels,
+            max_pixels=settings.cdn_tuning.transform_max_pixels,
             max_decoded_bytes=settings.cdn_transform_max_decoded_mb * MIB,
             max_whole_bytes=memory // 2,
             memory_bytes=memory,

@@ -97,6 +97,10 @@ def _context() -> multiprocessing.context.BaseContext:
     return context
 
 
+# How long image facts (issue 50) wait for a worker and the pool's start before answering 503.
+FACTS_WAIT_SECONDS = 60.0
+
+
 class TransformPool:
     """The worker pool of one CDN process (made by its lifespan, closed with it)."""
 
@@ -325,6 +329,38 @@ class TransformPool:
                 log.warning("image transform of %s: its worker died (%s)", key, exc)
                 error = self.limits.exceeded()
                 return ("refused", error.status, error.code, error.message, error.details)
+            return result
+        finally:
+            self._release(org)
+
+    async def facts(self, key: str) -> worker.Outcome:
+        """An image's facts (issue 50), computed on a worker with a render's bounds: its turn at
+        a worker (the asset's organization's, as renders), its time limit, its memory limit (a
+        worker that dies under it answers ``("none",)``)."""
+        org = key.split("/", 1)[0]
+        try:
+            # Waiting for a worker (and for the pool's start) is not the computation's time;
+            # past FACTS_WAIT_SECONDS the caller tries later (503).
+            await asyncio.wait_for(self._worker_slot(org), FACTS_WAIT_SECONDS)
+        except TimeoutError:
+            raise unavailable(
+                "Every image worker is busy; try again shortly.", retry_after=RETRY_AFTER
+            ) from None
+        try:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._start()), FACTS_WAIT_SECONDS)
+            except TimeoutError:
+                raise unavailable("The image workers are starting.", retry_after=RETRY_AFTER) from None
+            left = self.settings.cdn_transform_timeout
+            future = self._workers().submit(worker.facts, left, key)
+            try:
+                result: worker.Outcome = await asyncio.wait_for(asyncio.wrap_future(future), left)
+            except (TimeoutError, FutureCancelled):
+                future.cancel()  # type: ignore[no-untyped-call]
+                self._started = None
+                return ("none",)
+            except _process_expired():
+                return ("none",)
             return result
         finally:
             self._release(org)

@@ -2,7 +2,7 @@
 
 The CDN resolves ``preset=NAME`` without calling another service: it reads the preset's
 object from the store it reads originals from, and keeps an organization's presets at most
-``COFFER_CDN_PRESET_CACHE_SECONDS`` (5 s), so a change or a deletion shows within that; a
+``CdnTuning.preset_cache_seconds`` (5 s), so a change or a deletion shows within that; a
 name its copy lacks is read again at once, so a new preset works on its first use. edge
 writes them through blob's internal API (``/internal/v1/transform-presets/…``), one preset at
 a time.

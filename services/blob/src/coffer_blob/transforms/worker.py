@@ -60,7 +60,7 @@ def init(settings: Settings, environ: dict[str, str]) -> None:
     pyvips.cache_set_max_files(0)
     # Threads per pipeline: each holds its own tile buffers (memory), and the pool's worker
     # count already uses the cores.
-    pyvips.concurrency_set(settings.cdn_transform_threads)
+    pyvips.concurrency_set(settings.cdn_tuning.transform_threads)
     _storage = make_driver(settings)
     # Below the CDN's own priority once started: renders take the CPU the CDN's downloads
     # leave. Mildly (a weight of a third): the worker still renders on a busy machine.
@@ -104,3 +104,50 @@ def run(key: str, variant_key: str, transform: Transform, private: bool) -> Outc
         writer.abort()
         raise
     return ("ok", info.content_type, info.size, info.sha256)
+
+
+# A BlurHash of 4×3 components (issue 50), computed from a thumbnail this wide at most: the
+# hash keeps 12 colours, so more pixels would only cost time.
+PLACEHOLDER_SIDE = 32
+PLACEHOLDER_COMPONENTS = (4, 3)
+
+
+def facts(key: str) -> Outcome:
+    """An image's facts: ``("ok", width, height, orientation, blurhash)`` (width and height as
+    shown, its EXIF orientation applied); ``("none",)`` for anything the header check refuses
+    or libvips cannot decode; ``("gone",)`` when the object is not there."""
+    import blurhash
+    import pyvips
+
+    from coffer_blob.transforms import engine, render  # see init()
+
+    assert _storage is not None and _limits is not None, "init() runs first"
+    data = read_range(_storage, key, 0, MAX_FILE_BYTES)
+    if data is None:
+        return ("gone",)
+    try:
+        source = render.check_source(data, limits=_limits)
+        header = getattr(pyvips.Image, engine.SOURCE_LOADERS[source])(data, access="sequential")
+        width, height = int(header.width), int(header.height)
+        orientation = int(header.get("orientation")) if header.get_typeof("orientation") else 1
+        if orientation not in range(1, 9):
+            orientation = 1
+        if orientation in (5, 6, 7, 8):
+            width, height = height, width
+        # (thumbnail applies the orientation, and shrinks on load: a JPEG decodes at 1/8.)
+        small = pyvips.Image.thumbnail_buffer(data, PLACEHOLDER_SIDE, height=PLACEHOLDER_SIDE, size="down")
+        small = small.colourspace("srgb")
+        if small.hasalpha():
+            small = small.flatten(background=[255, 255, 255])
+        if small.bands == 1:
+            small = small.bandjoin([small, small])
+        small = small.extract_band(0, n=3).cast("uchar")
+        raw = small.write_to_memory()
+    except (CofferError, MemoryError, pyvips.Error):
+        return ("none",)
+    del data
+    w, h = int(small.width), int(small.height)
+    rows = [[list(raw[(y * w + x) * 3 : (y * w + x) * 3 + 3]) for x in range(w)] for y in range(h)]
+    x_components, y_components = PLACEHOLDER_COMPONENTS
+    placeholder = blurhash.encode(rows, components_x=x_components, components_y=y_components)
+    return ("ok", width, height, orientation, str(placeholder))

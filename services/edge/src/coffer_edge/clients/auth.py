@@ -51,6 +51,8 @@ class Principal:
     actions: frozenset[str] = ALL
     folder_id: str | None = None
     networks: tuple[Network, ...] = ()
+    # Issue 47: days a deleted asset stays in the trash (0: deletes are final).
+    trash_retention_days: int = 0
 
 
 class AuthClient(ServiceClient):
@@ -78,6 +80,22 @@ class AuthClient(ServiceClient):
     async def ingest(self, org_id: str, *, request_id: str) -> Ingest:
         """An organization's ingest rules (issue 48), asked at a resumable upload's completion."""
         return await self.call(Ingest, "GET", f"/internal/v1/orgs/{org_id}/ingest", request_id=request_id)
+
+    async def set_trash_retention(
+        self, org_id: str, days: int, actor: wire.Actor | None, *, request_id: str
+    ) -> int:
+        """Issue 47: an organization's trash retention (edge checked the caller may set it)."""
+        body = wire.TrashRetentionIn(trash_retention_days=days, actor=actor)
+        path = f"/internal/v1/orgs/{_seg(org_id)}/trash/retention"
+        out = await self.call(
+            wire.TrashRetentionIn, "PUT", path, json=body.model_dump(by_alias=True), request_id=request_id
+        )
+        return out.trash_retention_days
+
+    async def trash_retentions(self, org_ids: list[str]) -> wire.TrashRetentions:
+        """Issue 47: organizations' trash retentions and quotas (the expiry sweeper asks)."""
+        body = wire.TrashRetentions(organization_ids=org_ids).model_dump(by_alias=True)
+        return await self.call(wire.TrashRetentions, "POST", "/internal/v1/orgs/trash-retentions", json=body)
 
     async def record_changes(self, events: list[dict[str, Any]]) -> None:
         """Record metadata's change events in the audit log (each once, however often sent)."""
@@ -352,6 +370,14 @@ class AccountsClient(ServiceClient):
     async def set_default_visibility(self, caller: Caller, org_id: str, visibility: str) -> schemas.OrgOut:
         path = f"/orgs/{_seg(org_id)}/default-visibility"
         body = await self._call("PUT", path, caller, json={"defaultVisibility": visibility})
+        return schemas.OrgOut.model_validate(body)
+
+    async def set_trash_retention(self, caller: Caller, org_id: str, days: int) -> schemas.OrgOut:
+        """Issue 47: days a deleted asset stays in the trash (owners; auth checks the range)."""
+        path = f"/orgs/{_seg(org_id)}/trash-retention"
+        body = await self._call("PUT", path, caller, json={"trashRetentionDays": days})
+        if caller.session_hash is not None:
+            self.forget(caller.session_hash)  # the next page shows the new retention
         return schemas.OrgOut.model_validate(body)
 
     async def set_ingest(

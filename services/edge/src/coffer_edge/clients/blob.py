@@ -11,6 +11,7 @@ from coffer_edge.clients.base import ServiceClient
 from coffer_kit.contract.wire import (
     Deleted,
     HeldIn,
+    ImageFactsOut,
     ScanOutcome,
     SignIn,
     SignOut,
@@ -146,6 +147,12 @@ class BlobClient(ServiceClient):
         a clean one. 503 ``scanner_unavailable`` if clamd cannot answer."""
         return await self.call(
             ScanOutcome, "POST", f"/internal/v1/scan/{quote(key, safe='/')}", timeout=timeout
+        )
+
+    async def image_facts(self, key: str, *, timeout: float) -> ImageFactsOut:
+        """An image's facts, read on a transform worker (issue 50); nulls for a non-image."""
+        return await self.call(
+            ImageFactsOut, "POST", f"/internal/v1/facts/{quote(key, safe='/')}", timeout=timeout
         )
 
     async def set_held(self, key: str, held: bool, *, request_id: str) -> None:

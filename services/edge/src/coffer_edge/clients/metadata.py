@@ -11,7 +11,6 @@ from coffer_edge.clients.base import ServiceClient
 from coffer_kit.contract import wire
 from coffer_kit.contract.resources import Asset, Folder, FolderWithPath
 from coffer_kit.contract.webhooks import (
-    WebhookAttemptList,
     WebhookCreate,
     WebhookDelivery,
     WebhookEndpoint,
@@ -19,7 +18,7 @@ from coffer_kit.contract.webhooks import (
     WebhookEndpointWithSecret,
     WebhookUpdate,
 )
-from coffer_kit.contract.wire import ScanClaim, ScanJobs, ScanReport
+from coffer_kit.contract.wire import FactsClaim, FactsJobs, ImageFactsOut, ScanClaim, ScanJobs, ScanReport
 
 
 def _seg(value: str) -> str:
@@ -63,6 +62,15 @@ class MetadataClient(ServiceClient):
             "POST", f"/internal/v1/orgs/{org_id}/scans/{asset_id}", json=report.model_dump(by_alias=True)
         )
 
+    async def claim_facts(self, *, limit: int, lease_seconds: float) -> FactsJobs:
+        body = FactsClaim(limit=limit, lease_seconds=lease_seconds).model_dump(by_alias=True)
+        return await self.call(FactsJobs, "POST", "/internal/v1/facts/claim", json=body)
+
+    async def report_facts(self, org_id: str, asset_id: str, facts: ImageFactsOut) -> None:
+        await self.request(
+            "POST", f"/internal/v1/orgs/{org_id}/facts/{asset_id}", json=facts.model_dump(by_alias=True)
+        )
+
     # Folders
     async def list_folders(self, org_id: str, parent_id: str | None, *, request_id: str) -> bytes:
         params = {"parentId": parent_id} if parent_id else {}
@@ -90,13 +98,19 @@ class MetadataClient(ServiceClient):
         )
 
     async def create_folder(
-        self, org_id: str, name: str, parent_id: str | None, *, request_id: str
+        self,
+        org_id: str,
+        name: str,
+        parent_id: str | None,
+        *,
+        request_id: str,
+        expiry_days: int | None = None,
     ) -> Folder:
         return await self.call(
             Folder,
             "POST",
             f"/internal/v1/orgs/{org_id}/folders",
-            json={"name": name, "parentId": parent_id},
+            json={"name": name, "parentId": parent_id, "expiryDays": expiry_days},
             request_id=request_id,
         )
 
@@ -144,7 +158,7 @@ class MetadataClient(ServiceClient):
         return await self.request(
             "POST",
             f"/internal/v1/orgs/{org_id}/assets",
-            json=asset.model_dump(by_alias=True),
+            json=asset.model_dump(by_alias=True, mode="json"),
             request_id=request_id,
         )
 
@@ -200,6 +214,52 @@ class MetadataClient(ServiceClient):
         """Bytes and assets the organization stores, exact."""
         return await self.call(
             wire.StoredUsage, "GET", f"/internal/v1/orgs/{org_id}/usage", request_id=request_id
+        )
+
+    # The trash and expiry (issue 47)
+    async def trash_asset(
+        self, org_id: str, asset_id: str, body: wire.TrashIn, *, request_id: str
+    ) -> wire.Trashed:
+        path = f"/internal/v1/orgs/{org_id}/assets/{_seg(asset_id)}/trash"
+        return await self.call(
+            wire.Trashed, "POST", path, json=body.model_dump(by_alias=True), request_id=request_id
+        )
+
+    async def list_trash(self, org_id: str, params: dict[str, Any], *, request_id: str) -> bytes:
+        return await self.request(
+            "GET", f"/internal/v1/orgs/{org_id}/trash", params=params, request_id=request_id
+        )
+
+    async def restore(self, org_id: str, asset_id: str, body: wire.TrashActIn, *, request_id: str) -> bytes:
+        path = f"/internal/v1/orgs/{org_id}/trash/{_seg(asset_id)}/restore"
+        return await self.request("POST", path, json=body.model_dump(by_alias=True), request_id=request_id)
+
+    async def purge(
+        self, org_id: str, asset_id: str, body: wire.TrashActIn, *, request_id: str
+    ) -> wire.PurgedRef:
+        path = f"/internal/v1/orgs/{org_id}/trash/{_seg(asset_id)}/purge"
+        return await self.call(
+            wire.PurgedRef, "POST", path, json=body.model_dump(by_alias=True), request_id=request_id
+        )
+
+    async def purge_batch(self, org_id: str, *, request_id: str) -> wire.PurgeBatchOut:
+        path = f"/internal/v1/orgs/{org_id}/trash/purge"
+        return await self.call(wire.PurgeBatchOut, "POST", path, request_id=request_id)
+
+    async def purge_due(self, *, limit: int) -> list[wire.PurgedRef]:
+        body = await self.json("POST", "/internal/v1/trash/due", params={"limit": limit})
+        return [wire.PurgedRef.model_validate(item) for item in body]
+
+    async def expired(self, *, limit: int) -> wire.ExpiredList:
+        return await self.call(wire.ExpiredList, "GET", "/internal/v1/expired", params={"limit": limit})
+
+    async def expire(self, org_id: str, asset_id: str, body: wire.ExpireIn) -> wire.Expired:
+        path = f"/internal/v1/orgs/{org_id}/assets/{_seg(asset_id)}/expire"
+        return await self.call(wire.Expired, "POST", path, json=body.model_dump(by_alias=True))
+
+    async def list_expiring(self, org_id: str, params: dict[str, Any], *, request_id: str) -> bytes:
+        return await self.request(
+            "GET", f"/internal/v1/orgs/{org_id}/expiring", params=params, request_id=request_id
         )
 
     # Sweeper
@@ -272,14 +332,14 @@ class MetadataClient(ServiceClient):
         )
 
     async def list_webhook_deliveries(
-        self, org_id: str, webhook_id: str, *, limit: int, offset: int, request_id: str
-    ) -> WebhookAttemptList:
-        """The endpoint's delivery log, newest attempt first."""
-        return await self.call(
-            WebhookAttemptList,
+        self, org_id: str, webhook_id: str, *, params: dict[str, Any], request_id: str
+    ) -> bytes:
+        """The endpoint's delivery log, newest attempt first, as the public body (a
+        ``WebhookAttemptList``; ``total`` and ``offset`` absent on a cursor page)."""
+        return await self.request(
             "GET",
             f"/internal/v1/orgs/{org_id}/webhooks/{_seg(webhook_id)}/deliveries",
-            params={"limit": limit, "offset": offset},
+            params=params,
             request_id=request_id,
         )
 
@@ -326,13 +386,15 @@ class MetadataClient(ServiceClient):
         )
         return await self._tus(upload_id, "lock", want, request_id)
 
-    async def tus_list(self, org_id: str, *, limit: int, offset: int, request_id: str) -> wire.TusPage:
-        """The organization's unfinished uploads, newest first."""
+    async def tus_list(
+        self, org_id: str, *, limit: int, offset: int, request_id: str, extra: dict[str, str] | None = None
+    ) -> wire.TusPage:
+        """The organization's unfinished uploads, newest first (``extra``: ``cursor``, ``total``)."""
         return await self.call(
             wire.TusPage,
             "GET",
             f"/internal/v1/orgs/{org_id}/tus",
-            params={"limit": limit, "offset": offset},
+            params={"limit": limit, "offset": offset, **(extra or {})},
             request_id=request_id,
         )
 

@@ -36,7 +36,7 @@ class Dashboard:
     @classmethod
     def install(cls, app: FastAPI, settings: Settings) -> Dashboard:
         """Mount the dashboard's routes, guard and error pages on the public app."""
-        from coffer_edge.dashboard.routes import account, files, keys, members, orgs, public, webhooks
+        from coffer_edge.dashboard.routes import account, files, keys, members, orgs, public, trash, webhooks
         from coffer_edge.dashboard.web import install_error_pages
 
         assert settings.dashboard_url is not None
@@ -56,7 +56,7 @@ class Dashboard:
                 refusal=refusal,
             )
         )
-        for module in (public, orgs, keys, members, files, webhooks, account):
+        for module in (public, orgs, keys, members, trash, files, webhooks, account):
             app.include_router(module.router)
         install_error_pages(app)
 

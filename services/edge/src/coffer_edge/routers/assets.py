@@ -9,12 +9,14 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic.json_schema import SkipJsonSchema
 from starlette.requests import ClientDisconnect
 
+from coffer_edge import trash
+from coffer_edge.clients.auth import Principal
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.deps import (
@@ -32,6 +34,7 @@ from coffer_edge.routers.folders import JSONRoute
 from coffer_edge.schemas import (
     FIT_SCHEMA,
     FORMAT_SCHEMA,
+    META_FILTER_PARAMETER,
     QUALITY_SCHEMA,
     SIDE_SCHEMA,
     UPLOAD_BODY,
@@ -47,7 +50,8 @@ from coffer_edge.schemas import (
     errors,
 )
 from coffer_edge.schemas import Asset as AssetOut
-from coffer_kit.contract import transforms
+from coffer_kit.contract import describe, expiry, transforms
+from coffer_kit.contract.describe import MAX_META_FILTERS, MAX_TAG_FILTERS
 from coffer_kit.contract.errors import (
     CofferError,
     file_too_large,
@@ -67,6 +71,7 @@ from coffer_kit.contract.limits import (
 )
 from coffer_kit.contract.resources import Visibility
 from coffer_kit.contract.wire import Ingest, Stored, TransformFields, UploadCommit
+from coffer_kit.pagination import CURSOR_MAX_CHARS
 from coffer_kit.routes import LeanRoute
 
 log = logging.getLogger("coffer.edge.assets")
@@ -185,6 +190,12 @@ class UploadScope:
     # The organization's ingest rules (issue 48): under ``enforce`` blob matches the detected
     # type against its allowed list and the token's contentTypes before storing a byte.
     ingest: Ingest = field(default_factory=Ingest)
+    # Issue 50: an upload token's metadata and tags, fixed (the form's are then ignored), or
+    # forbidden (a form carrying either is 400).
+    metadata: dict[str, Any] | None = None
+    tags: list[str] | None = None
+    fixed_description: bool = False
+    forbid_description: bool = False
 
     def allow(self) -> list[str]:
         return self.ingest.allow_lists(self.content_types)
@@ -249,6 +260,8 @@ async def counted_upload_body(
         UPLOAD_BYTES.inc(size)
         if scope.ingest.scan != "off" and (relay := edge_state(request).scans) is not None:
             relay.wake()  # its scan was queued with it (issue 48)
+        if (facts := edge_state(request).facts) is not None:
+            facts.wake()  # an image's facts may be queued with it (issue 50)
         return body
     finally:
         UPLOADS.labels(outcome).inc()
@@ -264,6 +277,30 @@ def _outside_scope(stored: Stored, scope: UploadScope) -> CofferError | None:
             f"This upload accepts {', '.join(scope.content_types)}, not {stored.mime_type}."
         )
     return None
+
+
+def _kept(stored: Stored, scope: UploadScope) -> tuple[dict[str, Any] | None, list[str] | None]:
+    """The stored file's metadata and tags, if the upload may keep it (``_outside_scope``, and
+    a good ``expiresAt``)."""
+    refusal = _outside_scope(stored, scope) or _expiry_problem(stored)
+    if refusal is not None:
+        raise refusal
+    return _description(stored, scope)
+
+
+def _description(stored: Stored, scope: UploadScope) -> tuple[dict[str, Any] | None, list[str] | None]:
+    """The asset's metadata and tags (issue 50): the form's fields, or the token's fixed ones;
+    400 naming the field for a bad one, or for any under a token that forbids them."""
+    if scope.fixed_description:
+        return scope.metadata, scope.tags
+    if scope.forbid_description:
+        for name in ("metadata", "tags"):
+            if getattr(stored.fields, name):
+                raise invalid(f"This upload token does not allow '{name}'.", field=name)
+        return None, None
+    return describe.parse_metadata_field(stored.fields.metadata), describe.parse_tags_field(
+        stored.fields.tags
+    )
 
 
 async def _relay(
@@ -296,6 +333,17 @@ async def _relay(
         raise unavailable("The blob service stopped reading the upload.") from None
 
 
+def _expiry_problem(stored: Stored) -> CofferError | None:
+    """Issue 47: a bad ``expiresAt`` form field (an empty one is as if absent)."""
+    if not stored.fields.expires_at:
+        return None
+    try:
+        expiry.parse_expires_at(stored.fields.expires_at)
+    except CofferError as exc:
+        return exc
+    return None
+
+
 async def _upload(
     request: Request, scope: UploadScope, metadata: MetadataClient, blob: BlobClient, rid: str
 ) -> tuple[bytes, int]:
@@ -315,7 +363,9 @@ async def _upload(
         except CofferError:
             log.warning("cleanup deferred to the sweeper", extra={"asset_id": asset_id, "request_id": rid})
 
-    body = _CappedBody(request, edge_state(request).settings.edge_blob_write_timeout_seconds, scope.max_bytes)
+    body = _CappedBody(
+        request, edge_state(request).settings.edge_tuning.blob_write_timeout_seconds, scope.max_bytes
+    )
     try:
         # blob stores the object with its visibility, before metadata has a row: a private
         # asset is never public at the CDN, even for a moment.
@@ -328,10 +378,11 @@ async def _upload(
             raise invalid("The client went away before the upload finished.") from None
         raise
 
-    refusal = _outside_scope(stored, scope)
-    if refusal is not None:
+    try:
+        own_metadata, own_tags = _kept(stored, scope)
+    except CofferError:
         await discard()
-        raise refusal
+        raise
     asset = UploadCommit(
         id=asset_id,
         key=stored.key,
@@ -346,6 +397,9 @@ async def _upload(
         visibility=stored.visibility,
         detected_type=stored.detected_type,
         scan_status=scope.ingest.first_scan_status(),
+        expires_at=expiry.parse_expires_at(stored.fields.expires_at) if stored.fields.expires_at else None,
+        metadata=own_metadata,
+        tags=own_tags,
     )
     if scope.claim is not None:
         try:
@@ -369,8 +423,14 @@ async def _upload(
 # Reads answer metadata's JSON as it is: it is the public body byte for byte, so decoding,
 # validating against the response model and encoding it again would only cost CPU. The
 # response models stay in the decorators for the OpenAPI document.
-@router.get("", response_model=AssetList, responses=errors(404), openapi_extra=needs("assets:read"))
+@router.get(
+    "",
+    response_model=AssetList,
+    responses=errors(404),
+    openapi_extra=needs("assets:read", parameters=[META_FILTER_PARAMETER]),
+)
 async def list_assets(
+    request: Request,
     principal: PrincipalDep,
     metadata: MetadataDep,
     rid: RequestIdDep,
@@ -392,9 +452,88 @@ async def list_assets(
     visibility: Annotated[
         Visibility | None, Query(description="Only `public` or only `private` assets; omitted: both.")
     ] = None,
+    cursor: Annotated[
+        str | SkipJsonSchema[None],
+        Query(
+            max_length=CURSOR_MAX_CHARS,
+            description="A previous page's `nextCursor`: the page after it, with the same filters and sort.",
+        ),
+    ] = None,
+    total: Annotated[
+        bool | SkipJsonSchema[None],
+        Query(
+            description="Count every match into `total`: default true without `cursor` (the contract's "
+            "`total`), false with one. `total=false` without a cursor reads the first page by cursor."
+        ),
+    ] = None,
+    expires_before: Annotated[
+        str | SkipJsonSchema[None],
+        Query(
+            alias="expiresBefore",
+            max_length=40,
+            description="Issue 47: only assets whose `expiresAt` is before this ISO 8601 time (newest "
+            "first; combines with `folderId` only).",
+        ),
+    ] = None,
+    tag: Annotated[
+        list[str] | SkipJsonSchema[None],
+        Query(max_length=MAX_TAG_FILTERS, description="Only assets with this tag (repeat for several)."),
+    ] = None,
+    tag_match: Annotated[
+        Literal["all", "any"],
+        Query(alias="tagMatch", description="`all` (default): every `tag`; `any`: at least one."),
+    ] = "all",
+    media_type: Annotated[
+        str | SkipJsonSchema[None],
+        Query(
+            alias="mediaType", max_length=255, description="`mimeType` equal to this, or a range `image/*`."
+        ),
+    ] = None,
+    min_size: Annotated[
+        PageOffset | SkipJsonSchema[None], Query(alias="minSize", description="Bytes, inclusive.")
+    ] = None,
+    max_size: Annotated[
+        PageOffset | SkipJsonSchema[None], Query(alias="maxSize", description="Bytes, inclusive.")
+    ] = None,
+    created_after: Annotated[
+        str | SkipJsonSchema[None],
+        Query(alias="createdAfter", max_length=64, description="ISO 8601: `createdAt` at or after."),
+    ] = None,
+    created_before: Annotated[
+        str | SkipJsonSchema[None],
+        Query(alias="createdBefore", max_length=64, description="ISO 8601: `createdAt` before."),
+    ] = None,
+    recursive: Annotated[
+        bool,
+        Query(
+            description="`true`: the folder's whole subtree (or the whole organization), each item "
+            "with `folderPath`."
+        ),
+    ] = False,
 ) -> Response:
-    """List assets (newest first by default), with the total that match; search by name."""
+    """List assets (newest first by default), with the total that match; search by name; filter
+    by tags, metadata, media type, size and creation time; list a whole subtree; page by
+    `offset` or by `cursor` (`nextCursor`)."""
+    if expires_before is not None:
+        return await _list_expiring(principal, metadata, rid, expires_before, folder_id, limit, offset)
     params: dict[str, Any] = {"limit": limit, "offset": offset, "sort": sort}
+    if cursor is not None:
+        params["cursor"] = cursor
+    if total is not None:
+        params["total"] = "true" if total else "false"
+    params.update(
+        describe_filters(
+            request,
+            tag=tag,
+            tag_match=tag_match,
+            media_type=media_type,
+            min_size=min_size,
+            max_size=max_size,
+            created_after=created_after,
+            created_before=created_before,
+            recursive=recursive,
+        )
+    )
     if visibility is not None:
         params["visibility"] = visibility
     if folder_id is not None:
@@ -403,6 +542,60 @@ async def list_assets(
         params["q"] = q
     page = await metadata.list_assets(principal.organization_id, params, request_id=rid)
     return Response(page, media_type="application/json")
+
+
+async def _list_expiring(
+    principal: Principal,
+    metadata: MetadataClient,
+    rid: str,
+    before: str,
+    folder_id: str | None,
+    limit: int,
+    offset: int,
+) -> Response:
+    """``GET /api/assets?expiresBefore=`` (issue 47): its own listing in metadata."""
+    params: dict[str, Any] = {"expiresBefore": before, "limit": limit, "offset": offset}
+    if folder_id is not None:
+        params["folderId"] = folder_id
+    page = await metadata.list_expiring(principal.organization_id, params, request_id=rid)
+    return Response(page, media_type="application/json")
+
+
+def describe_filters(
+    request: Request,
+    *,
+    tag: list[str] | None,
+    tag_match: str,
+    media_type: str | None,
+    min_size: int | None,
+    max_size: int | None,
+    created_after: str | None,
+    created_before: str | None,
+    recursive: bool,
+) -> dict[str, Any]:
+    """The listing's issue-50 filters as metadata takes them (it checks them: one authority for
+    their bounds); ``meta[KEY]`` parameters are read from the query as sent."""
+    params: dict[str, Any] = {}
+    if tag:
+        params["tag"] = tag
+        params["tagMatch"] = tag_match
+    for name, value in (
+        ("mediaType", media_type),
+        ("minSize", min_size),
+        ("maxSize", max_size),
+        ("createdAfter", created_after),
+        ("createdBefore", created_before),
+    ):
+        if value is not None:
+            params[name] = value
+    if recursive:
+        params["recursive"] = "true"
+    metas = [(k, v) for k, v in request.query_params.multi_items() if k.startswith("meta[")]
+    if len(metas) > MAX_META_FILTERS:
+        raise invalid(f"At most {MAX_META_FILTERS} meta[KEY] parameters.", field="meta")
+    for key, value in metas:
+        params[key] = value
+    return params
 
 
 @lean_router.get(
@@ -433,7 +626,9 @@ async def update_asset(
     change (a private asset's publicUrl is null)."""
     changes = body.changes()
     if not changes:
-        raise invalid("Send 'name', 'folderId' or 'visibility'.", field="body")
+        raise invalid(
+            "Send 'name', 'folderId', 'visibility', 'expiresAt', 'metadata' or 'tags'.", field="body"
+        )
     asset = await update_stored_asset(principal.organization_id, asset_id, changes, metadata, blob, rid)
     return Response(asset, media_type="application/json")
 
@@ -472,11 +667,50 @@ async def update_stored_asset(
     "/{asset_id}", response_model=Success, responses=errors(404), openapi_extra=needs("assets:delete")
 )
 async def delete_asset(
-    asset_id: str, principal: PrincipalDep, metadata: MetadataDep, blob: BlobDep, rid: RequestIdDep
+    asset_id: str,
+    principal: PrincipalDep,
+    metadata: MetadataDep,
+    blob: BlobDep,
+    rid: RequestIdDep,
+    permanent: Annotated[
+        bool,
+        Query(
+            description="Issue 47: delete at once even when the organization keeps a trash "
+            "(organization keys and owners' keys only)."
+        ),
+    ] = False,
 ) -> Any:
-    """Delete an asset's metadata and bytes; its URLs answer 404 afterwards."""
-    await delete_stored_asset(principal.organization_id, asset_id, metadata, blob, rid)
+    """Delete an asset's metadata and bytes; its URLs answer 404 afterwards. With a trash
+    retention (issue 47), the asset goes to the trash instead, unless `permanent=true`."""
+    if permanent:
+        trash.require_admin(principal, "delete permanently")
+    await remove_asset(principal, asset_id, metadata, blob, rid, permanent=permanent)
     return {"success": True}
+
+
+async def remove_asset(
+    principal: Principal,
+    asset_id: str,
+    metadata: MetadataClient,
+    blob: BlobClient,
+    rid: str,
+    *,
+    permanent: bool = False,
+) -> None:
+    """A delete as the organization keeps them: to the trash with a retention, else final."""
+    org = principal.organization_id
+    if principal.trash_retention_days > 0 and not permanent:
+        await trash.trash_asset(
+            org,
+            asset_id,
+            retention_days=principal.trash_retention_days,
+            limit_bytes=principal.quota_bytes,
+            metadata=metadata,
+            blob=blob,
+            rid=rid,
+        )
+        return
+    await delete_stored_asset(org, asset_id, metadata, blob, rid)
 
 
 async def delete_stored_asset(

@@ -64,8 +64,10 @@ async def list_folders(
 async def create_folder(
     body: FolderCreate, principal: PrincipalDep, metadata: MetadataDep, rid: RequestIdDep
 ) -> Any:
-    """Create a folder at root or under ``parentId``."""
-    return await metadata.create_folder(principal.organization_id, body.name, body.parentId, request_id=rid)
+    """Create a folder at root or under ``parentId``, with an optional default expiry."""
+    return await metadata.create_folder(
+        principal.organization_id, body.name, body.parentId, expiry_days=body.expiryDays, request_id=rid
+    )
 
 
 @router.get(
@@ -88,10 +90,11 @@ async def get_folder(
 async def update_folder(
     folder_id: str, body: FolderUpdate, principal: PrincipalDep, metadata: MetadataDep, rid: RequestIdDep
 ) -> Response:
-    """Rename and/or move a folder (one transaction); never into its own subtree."""
+    """Rename and/or move a folder, and/or set its default expiry (one transaction); never into
+    its own subtree."""
     changes = body.changes()
     if not changes:
-        raise invalid("Send 'name', 'parentId' or both.", field="body")
+        raise invalid("Send 'name', 'parentId' or 'expiryDays'.", field="body")
     folder = await metadata.update_folder(principal.organization_id, folder_id, changes, request_id=rid)
     return Response(folder, media_type="application/json")
 

@@ -36,6 +36,8 @@ from email.utils import format_datetime
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic.json_schema import SkipJsonSchema
 from starlette.requests import ClientDisconnect
 from starlette.types import Scope
 
@@ -55,7 +57,7 @@ from coffer_edge.metrics import UPLOAD_BYTES, UPLOADS
 from coffer_edge.routers.assets import media_type_allowed
 from coffer_edge.routers.uploads import TOKEN_PREFIX, UPLOADS_PATH, token_hash
 from coffer_edge.schemas import ErrorEnvelope, OpenUploadList, PageLimit, PageOffset, Success, errors
-from coffer_kit.contract import media
+from coffer_kit.contract import describe, expiry, media
 from coffer_kit.contract.errors import (
     CofferError,
     file_too_large,
@@ -86,6 +88,7 @@ from coffer_kit.contract.wire import (
     TusCreate,
     TusUpload,
 )
+from coffer_kit.pagination import CURSOR_MAX_CHARS
 
 log = logging.getLogger("coffer.edge.tus")
 T = TypeVar("T")
@@ -100,7 +103,8 @@ _BASE62 = string.digits + string.ascii_letters
 # edge that dies mid-chunk holds the upload this long at most.
 LEASE_SECONDS = 30.0
 # Upload-Metadata: its whole header, and each decoded value.
-MAX_METADATA_CHARS = 4096
+# (8,192 since issue 50: room for an asset's metadata and tags, base64.)
+MAX_METADATA_CHARS = 8192
 
 router = APIRouter(prefix=TUS_PATH, tags=["resumable uploads (tus)"])
 
@@ -298,9 +302,12 @@ def _metadata(value: str | None) -> Metadata:
     visibility = pairs.get("visibility") or None
     if visibility not in (None, "public", "private"):
         raise invalid("visibility is 'public' or 'private'.", field="visibility")
+    if pairs.get("expiresAt"):  # issue 47: checked now, read again by metadata at completion
+        expiry.parse_expires_at(pairs["expiresAt"])
     filetype = pairs.get("filetype") or None
     if filetype is not None and (len(filetype) > 255 or not filetype.isprintable()):
         raise invalid("filetype must be a media type.", field="filetype")
+    describe.tus_description(value)  # metadata and tags: bounded now, before any byte (issue 50)
     return Metadata(filename, filetype, pairs.get("folderId") or None, visibility, value.strip())  # type: ignore[arg-type]
 
 
@@ -549,6 +556,8 @@ async def _write(
     UPLOADS.labels("created").inc()
     if done.scan_status == "pending" and state.scans is not None:
         state.scans.wake()
+    if state.facts is not None:
+        state.facts.wake()  # an image's facts are queued with it (issue 50)
     return completed
 
 
@@ -966,11 +975,33 @@ async def list_open_uploads(
     rid: RequestIdDep,
     limit: Annotated[PageLimit, Query(description="Page size, 1–100.")] = PAGE_LIMIT_DEFAULT,
     offset: Annotated[PageOffset, Query(description="Uploads to skip.")] = PAGE_OFFSET_DEFAULT,
+    cursor: Annotated[
+        str | SkipJsonSchema[None],
+        Query(max_length=CURSOR_MAX_CHARS, description="A previous page's `nextCursor`: the page after it."),
+    ] = None,
+    total: Annotated[
+        bool | SkipJsonSchema[None],
+        Query(description="Count every upload into `total`: default true without `cursor`, false with one."),
+    ] = None,
 ) -> Any:
-    """The organization's unfinished resumable uploads, newest first, and what each holds."""
-    page = await metadata.tus_list(principal.organization_id, limit=limit, offset=offset, request_id=rid)
+    """The organization's unfinished resumable uploads, newest first, and what each holds; paged by
+    `offset` or `cursor`."""
+    extra: dict[str, str] = {}
+    if cursor is not None:
+        extra["cursor"] = cursor
+    if total is not None:
+        extra["total"] = "true" if total else "false"
+    page = await metadata.tus_list(
+        principal.organization_id, limit=limit, offset=offset, request_id=rid, extra=extra
+    )
     uploads = [open_upload(u) for u in page.uploads]
-    return {"uploads": uploads, "total": page.total, "limit": limit, "offset": offset}
+    body: dict[str, Any] = {"uploads": uploads, "limit": limit}
+    if page.total is not None:
+        body["total"] = page.total
+    if cursor is None and total is not False:
+        body["offset"] = offset
+    body["nextCursor"] = page.next_cursor
+    return JSONResponse(body)
 
 
 @open_router.delete(

@@ -21,4 +21,6 @@ async def get_usage(principal: PrincipalDep, metadata: MetadataDep, rid: Request
         "usedBytes": used.used_bytes,
         "quotaBytes": principal.quota_bytes,
         "assetCount": used.asset_count,
+        "trashedBytes": used.trashed_bytes,
+        "trashedCount": used.trashed_count,
     }

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.routing import APIRoute
+from pydantic.json_schema import SkipJsonSchema
 
 from coffer_edge.clients.auth import Principal
 from coffer_edge.deps import MetadataDep, PrincipalDep, RequestIdDep, needs
@@ -31,6 +32,7 @@ from coffer_kit.contract.webhooks import (
     WebhookEvent,
     WebhookUpdate,
 )
+from coffer_kit.pagination import CURSOR_MAX_CHARS
 
 
 async def webhook_admin(principal: PrincipalDep) -> Principal:
@@ -165,12 +167,26 @@ async def list_webhook_deliveries(
     rid: RequestIdDep,
     limit: Annotated[PageLimit, Query(description="Page size, 1–100.")] = PAGE_LIMIT_DEFAULT,
     offset: Annotated[PageOffset, Query(description="Attempts to skip.")] = PAGE_OFFSET_DEFAULT,
-) -> Any:
+    cursor: Annotated[
+        str | SkipJsonSchema[None],
+        Query(max_length=CURSOR_MAX_CHARS, description="A previous page's `nextCursor`: the page after it."),
+    ] = None,
+    total: Annotated[
+        bool | SkipJsonSchema[None],
+        Query(description="Count every attempt into `total`: default true without `cursor`, false with one."),
+    ] = None,
+) -> Response:
     """The delivery log, newest attempt first: event, attempt number, result, the receiver's
-    status, latency, time and the first 1 KiB of its answer."""
-    return await metadata.list_webhook_deliveries(
-        principal.organization_id, webhook_id, limit=limit, offset=offset, request_id=rid
+    status, latency, time and the first 1 KiB of its answer. Paged by `offset` or `cursor`."""
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
+    if cursor is not None:
+        params["cursor"] = cursor
+    if total is not None:
+        params["total"] = "true" if total else "false"
+    body = await metadata.list_webhook_deliveries(
+        principal.organization_id, webhook_id, params=params, request_id=rid
     )
+    return Response(body, media_type="application/json")
 
 
 @router.post(

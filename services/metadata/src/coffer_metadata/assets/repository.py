@@ -8,15 +8,20 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, get_args
 
 import sqlalchemy as sa
+from psycopg.types.json import Jsonb
 from sqlalchemy import func, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Row
 from sqlmodel import Session, col, delete, select
 
+from coffer_kit import pagination
 from coffer_kit.contract.limits import TUS_EXPIRY_SECONDS
 from coffer_kit.db import Database, DriverStatement, KeyedRead, PgTransaction
 from coffer_metadata.folders.repository import tree_ids
 from coffer_metadata.models import Asset, Event, Folder, Tombstone, TusUpload, UploadIntent, Usage
+
+# The asset's JSON columns (issue 50).
+JSON_COLUMNS = ("custom_metadata", "tags", "image")
 
 
 def get(session: Session, *, org_id: str, asset_id: str) -> Asset | None:
@@ -41,6 +46,11 @@ _VIEW = sa.select(
     _assets.c.detected_type,
     _assets.c.scan_status,
     _assets.c.scan_signature,
+    _assets.c.expires_at,
+    _assets.c.custom_metadata,
+    _assets.c.tags,
+    _assets.c.image,
+    _assets.c.placeholder,
 )
 _GET_ROW = KeyedRead(
     _VIEW.where(_assets.c.organization_id == sa.bindparam("org_id"), _assets.c.id == sa.bindparam("asset_id"))
@@ -257,6 +267,7 @@ def _filters(
     q_key: str | None,
     visibility: str | None = None,
     within: str | None = None,
+    extra: Sequence[sa.ColumnElement[bool]] = (),
 ) -> list[sa.ColumnElement[bool]]:
     sqlite_search = q_key is not None and session.get_bind().dialect.name == "sqlite"
     where: list[sa.ColumnElement[bool]] = [_assets.c.organization_id == org_id]
@@ -280,6 +291,7 @@ def _filters(
             where.append(trigrams)  # type: ignore[arg-type]
         else:
             where.append(_SQLITE_MATCHES.bindparams(q_org=org_id, q_pattern=pattern))  # type: ignore[arg-type]
+    where.extend(extra)  # the listing's filters (assets.filters, issue 50)
     return where
 
 
@@ -295,6 +307,7 @@ def search_page(
     offset: int,
     visibility: str | None = None,
     within: str | None = None,
+    extra: Sequence[sa.ColumnElement[bool]] = (),
 ) -> tuple[list[Row], int | None]:  # type: ignore[type-arg]
     """A page in any of the SORTS order, optionally only names containing ``q_key``, and then
     the number of matches (None without ``q_key`` or when the page is empty: ask ``count``
@@ -305,16 +318,45 @@ def search_page(
     """
     column, descending = SORTS[sort]
     order = [_assets.c[column], _assets.c.id]
-    counted = q_key is not None
+    counted = q_key is not None or bool(extra)
     select = _VIEW.add_columns(func.count().over().label("total")) if counted else _VIEW
     statement = (
-        select.where(*_filters(session, org_id, folder_id, root_only, q_key, visibility, within))
+        select.where(*_filters(session, org_id, folder_id, root_only, q_key, visibility, within, extra))
         .order_by(*(c.desc() if descending else c.asc() for c in order))
         .limit(limit)
         .offset(offset)
     )
     rows = list(session.connection().execute(statement))
     return rows, (int(rows[0].total) if rows and counted else None)
+
+
+def cursor_page(
+    session: Session,
+    *,
+    org_id: str,
+    folder_id: str | None,
+    root_only: bool,
+    q_key: str | None,
+    sort: Sort,
+    limit: int,
+    position: tuple[Any, str] | None,
+    visibility: str | None = None,
+    within: str | None = None,
+    extra: Sequence[sa.ColumnElement[bool]] = (),
+) -> list[Row]:  # type: ignore[type-arg]
+    """Up to ``limit + 1`` rows in the SORTS order after ``position`` (a cursor's sort value
+    and id; None: from the start), so the caller knows whether another page follows. The
+    organization's (sort column, id) indexes seek to the position (migration 0012_cursors)."""
+    column, descending = SORTS[sort]
+    where = _filters(session, org_id, folder_id, root_only, q_key, visibility, within, extra)
+    if position is not None:
+        where.append(pagination.after(_assets.c[column], _assets.c.id, *position, descending=descending))
+    statement = (
+        _VIEW.where(*where)
+        .order_by(*pagination.order(_assets.c[column], _assets.c.id, descending=descending))
+        .limit(limit + 1)
+    )
+    return list(session.connection().execute(statement))
 
 
 def search_count(
@@ -326,11 +368,12 @@ def search_count(
     q_key: str | None,
     visibility: str | None = None,
     within: str | None = None,
+    extra: Sequence[sa.ColumnElement[bool]] = (),
 ) -> int:
     statement = (
         sa.select(func.count())
         .select_from(_assets)
-        .where(*_filters(session, org_id, folder_id, root_only, q_key, visibility, within))
+        .where(*_filters(session, org_id, folder_id, root_only, q_key, visibility, within, extra))
     )
     return int(session.connection().execute(statement).scalar() or 0)
 
@@ -387,19 +430,10 @@ _HELD_BY_OTHERS = (
 )
 
 
-def _fits(used: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
-    """The quota rule: ``used`` stored bytes, what the organization's other active resumable
-    uploads hold and ``p_size`` fit ``p_quota``. Read under the usage row's lock (``lock_usage``:
-    every new or renewed hold takes that lock first), so that the sum, read in the statement's
-    own snapshot, misses no hold."""
-    size = sa.bindparam("p_size", type_=sa.BigInteger)
-    return used + size + _HELD_BY_OTHERS <= sa.bindparam("p_quota", type_=sa.BigInteger)
-
-
-# Usage grows by ``p_size`` only if it fits the quota.
+# The upload's quota reserved: the commit's checks (``_COMMIT_CHECKS``) found that it fits.
 _RESERVE = (
     sa.update(_usage)
-    .where(_usage.c.organization_id == sa.bindparam("p_org"), _fits(_usage.c.used_bytes))
+    .where(_usage.c.organization_id == sa.bindparam("p_org"))
     .values(used_bytes=_usage.c.used_bytes + sa.bindparam("p_size"), asset_count=_usage.c.asset_count + 1)
 )
 # An intent whose asset id is taken inserts nothing (rowcount 0): no savepoint needed to
@@ -586,23 +620,61 @@ _LOOP_NEW_INTENT = DriverStatement(_NEW_INTENT["postgresql"])
 # COMMIT (``commit_on_loop``). A column of ``assets`` or ``events`` is a bound value of the
 # row the service builds, whichever way.
 _P_FOLDER = sa.bindparam("p_folder", type_=sa.String)
-_FOLDER_OWNER = sa.select(_folders.c.organization_id).where(_folders.c.id == _P_FOLDER).scalar_subquery()
 _P_ORG = sa.bindparam("p_org", type_=sa.String)
-_USED = sa.select(_usage.c.used_bytes).where(_usage.c.organization_id == _P_ORG).scalar_subquery()
-_COMMIT_CHECKS = sa.select(
-    sa.or_(_P_FOLDER.is_(None), _FOLDER_OWNER.is_not_distinct_from(_P_ORG)).label("folder_ok"),
-    _FOLDER_OWNER.label("folder_owner"),
-    _fits(_USED).label("fits"),
-    _USED.label("used"),
-    _HELD_BY_OTHERS.label("held"),
+# What the checks measure, each read once (the LIMIT keeps both databases from pulling the
+# subquery up into the checks, which would read each twice).
+_MEASURED = (
+    sa.select(
+        sa.select(_folders.c.organization_id)
+        .where(_folders.c.id == _P_FOLDER)
+        .scalar_subquery()
+        .label("folder_owner"),
+        # The folder's default expiry (issue 47), read by the same primary-key lookup's page.
+        sa.select(_folders.c.expiry_days)
+        .where(_folders.c.id == _P_FOLDER, _folders.c.organization_id == _P_ORG)
+        .scalar_subquery()
+        .label("expiry_days"),
+        sa.select(_usage.c.used_bytes)
+        .where(_usage.c.organization_id == _P_ORG)
+        .scalar_subquery()
+        .label("used"),
+        _HELD_BY_OTHERS.label("held"),
+    )
+    .limit(1)
+    .subquery("measured")
 )
+# The quota rule: the stored bytes, what the organization's other active resumable uploads
+# hold and the upload fit the quota. Read under the usage row's lock (``lock_usage``: every new
+# or renewed hold takes that lock first), so that the sum, read in the statement's own
+# snapshot, misses no hold.
+_FITS = _MEASURED.c.used + sa.bindparam("p_size", type_=sa.BigInteger) + _MEASURED.c.held <= sa.bindparam(
+    "p_quota", type_=sa.BigInteger
+)
+_COMMIT_CHECKS = sa.select(
+    sa.or_(_P_FOLDER.is_(None), _MEASURED.c.folder_owner.is_not_distinct_from(_P_ORG)).label("folder_ok"),
+    _MEASURED.c.folder_owner,
+    _FITS.label("fits"),
+    _MEASURED.c.used,
+    _MEASURED.c.held,
+    _MEASURED.c.expiry_days,
+    # The asset takes the folder's default expiry: the row's ``expires_at`` must be computed
+    # from it first (``commit_on_loop``'s chain writes nothing then; the Session path does it).
+    sa.and_(
+        sa.not_(sa.bindparam("p_own_expiry", type_=sa.Boolean)), _MEASURED.c.expiry_days.is_not(None)
+    ).label("needs_expiry"),
+)
+# (``CommitChecks.of`` reads the checks' columns from the front of a row.)
+_CHECKS_COLUMNS = len(_COMMIT_CHECKS.selected_columns)
 
 
-def _consume_checked(checks: sa.FromClause) -> sa.Delete:
+def _consume_checked(checks: sa.FromClause, *, expiry_known: bool = False) -> sa.Delete:
     """The live intent consumed only if ``checks`` (``_COMMIT_CHECKS``) pass: a refused commit
     writes nothing. Deleting the intent locks it, so the sweeper cannot claim it meanwhile (and
-    one it claimed first is not consumed)."""
+    one it claimed first is not consumed). With ``expiry_known``, an asset that needs its
+    folder's default expiry also writes nothing (its row, bound before, does not have it)."""
     passed = sa.select(checks.c.fits).where(checks.c.folder_ok, checks.c.fits)
+    if expiry_known:
+        passed = passed.where(sa.not_(checks.c.needs_expiry))
     return _CONSUME_INTENT.where(sa.exists(passed))
 
 
@@ -615,6 +687,7 @@ def commit_params(asset: dict[str, Any], *, quota_bytes: int, active_after: date
         "p_org": asset["organization_id"],
         "p_asset": asset["id"],
         "p_folder": asset["folder_id"],
+        "p_own_expiry": asset.get("expires_at") is not None,
         "p_size": asset["size"],
         "p_quota": quota_bytes,
         "p_active_after": active_after,
@@ -632,11 +705,22 @@ class CommitChecks:
     fits: bool
     used: int
     held: int
+    # The folder's default expiry in days, and whether the asset (without its own) takes it.
+    expiry_days: int | None = None
+    needs_expiry: bool = False
 
     @classmethod
     def of(cls, row: Sequence[Any]) -> CommitChecks:
-        folder_ok, folder_owner, fits, used, held = row[: len(_COMMIT_CHECKS.selected_columns)]
-        return cls(bool(folder_ok), folder_owner, bool(fits), int(used or 0), int(held or 0))
+        folder_ok, folder_owner, fits, used, held, days, needs = row[:_CHECKS_COLUMNS]
+        return cls(
+            bool(folder_ok),
+            folder_owner,
+            bool(fits),
+            int(used or 0),
+            int(held or 0),
+            None if days is None else int(days),
+            bool(needs),
+        )
 
 
 def commit_checks(session: Session, params: dict[str, Any]) -> CommitChecks:
@@ -651,8 +735,7 @@ def consume_checked_intent(session: Session, params: dict[str, Any]) -> bool:
 
 def reserve(session: Session, params: dict[str, Any]) -> None:
     """Add the upload to the organization's usage (its intent consumed: the checks passed)."""
-    if session.connection().execute(_RESERVE, params).rowcount != 1:
-        raise RuntimeError("the quota was reserved under the usage row's lock, and it does not fit")
+    session.connection().execute(_RESERVE, params)
 
 
 def _insert_if(table: sa.Table, prefix: str, after: sa.CTE, name: str) -> sa.CTE:
@@ -669,7 +752,7 @@ def _commit_chain() -> sa.Select[Any]:
     to the tables). It answers the checks and how many rows each write took (1 each, or 0 each
     when the checks failed or the intent was gone)."""
     checks = _COMMIT_CHECKS.cte("checks")
-    consumed = _consume_checked(checks).returning(_intents.c.asset_id).cte("consumed")
+    consumed = _consume_checked(checks, expiry_known=True).returning(_intents.c.asset_id).cte("consumed")
     reserved = (
         _RESERVE.where(sa.exists(sa.select(*consumed.c))).returning(_usage.c.organization_id).cte("reserved")
     )
@@ -714,8 +797,14 @@ async def commit_on_loop(
     """The commit's steps (``_commit_chain``) after the usage row's lock, and the COMMIT, in one
     exchange: the checks and whether the intent was consumed (every write took; none did if
     not); None if the organization has no usage row yet (nothing was written). The statement
-    starts once the lock is held, so its snapshot has every hold (``_fits``)."""
-    values = {**asset, **{"e_" + name: value for name, value in event.items()}, **params}
+    starts once the lock is held, so its snapshot has every hold (``_FITS``)."""
+    values = {
+        **asset,
+        # (jsonb as psycopg sends it: a loop commit's values go to the driver as they are.)
+        **{name: None if asset[name] is None else Jsonb(asset[name]) for name in JSON_COLUMNS},
+        **{"e_" + name: value for name, value in event.items()},
+        **params,
+    }
     # (A step that does not take writes nothing, so the COMMIT is safe in the same exchange.)
     locked, steps = await transaction.send(
         (_LOOP_LOCK_USAGE, {"p_org": params["p_org"]}), (_LOOP_COMMIT, values), commit=True
@@ -723,4 +812,4 @@ async def commit_on_loop(
     if not locked.rows:
         return None
     row = steps.rows[0]
-    return CommitChecks.of(row), row[len(_COMMIT_CHECKS.selected_columns)] == 1
+    return CommitChecks.of(row), row[_CHECKS_COLUMNS] == 1

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import functools
-from datetime import timedelta
-from typing import Annotated
+from datetime import datetime, timedelta
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import Session
 
+from coffer_kit.contract import expiry
 from coffer_kit.contract.errors import invalid, not_found
 from coffer_kit.contract.limits import (
     MAX_NAME_CHARS,
@@ -20,7 +21,7 @@ from coffer_kit.contract.limits import (
     PAGE_OFFSET_MAX,
 )
 from coffer_kit.contract.names import normalize_name
-from coffer_kit.contract.resources import Asset, Visibility
+from coffer_kit.contract.resources import Visibility
 from coffer_kit.contract.urls import asset_prefix
 from coffer_kit.contract.wire import (
     Done,
@@ -34,13 +35,15 @@ from coffer_kit.contract.wire import (
 )
 from coffer_kit.db import DatabaseState, run_read
 from coffer_kit.internal_token import require_internal_token
+from coffer_kit.pagination import CURSOR_MAX_CHARS
 from coffer_kit.routes import LeanRoute, json_body, json_request_body
 from coffer_kit.state import request_state
 from coffer_metadata import subtree
+from coffer_metadata.assets import filters as asset_filters
 from coffer_metadata.assets import repository, service
 from coffer_metadata.deps import DatabaseDep, SessionDep, SettingsDep
 from coffer_metadata.events import ActorDep, actor_of
-from coffer_metadata.folders.service import UNSET, check_folder
+from coffer_metadata.folders.service import UNSET, Unset, check_folder
 from coffer_metadata.names import default_name
 from coffer_metadata.subtree import SubtreeDep
 
@@ -110,6 +113,9 @@ async def commit_upload(request: Request, org_id: str) -> JSONResponse:
         "visibility": body.visibility,
         "detected_type": body.detected_type,
         "scan_status": body.scan_status,
+        "expires_at": body.expires_at,
+        "metadata": body.metadata,
+        "tags": body.tags,
         "cdn_url": state.settings.cdn_url,
         "idle_seconds": state.settings.metadata_tus_idle_seconds,
     }
@@ -124,6 +130,7 @@ async def commit_upload(request: Request, org_id: str) -> JSONResponse:
 # by key on the event loop (coffer_kit.db.KeyedRead).
 @router.get("/orgs/{org_id}/assets")
 async def list_assets(
+    request: Request,
     org_id: str,
     database: DatabaseDep,
     settings: SettingsDep,
@@ -134,10 +141,18 @@ async def list_assets(
     q: Annotated[str | None, Query(min_length=1, max_length=MAX_NAME_CHARS)] = None,
     sort: Annotated[Sort, Query()] = repository.DEFAULT_SORT,
     visibility: Annotated[Visibility | None, Query()] = None,
+    recursive: Annotated[bool, Query()] = False,
     root: SubtreeDep = None,
+    cursor: Annotated[str | None, Query(max_length=CURSOR_MAX_CHARS)] = None,
+    total: Annotated[bool | None, Query()] = None,
 ) -> JSONResponse:
+    filters = asset_filters.parse(request.query_params)
     if (
-        root is None
+        cursor is None
+        and total is not False
+        and not filters
+        and not recursive
+        and root is None
         and folder_id is None
         and q is None
         and sort == repository.DEFAULT_SORT
@@ -161,6 +176,10 @@ async def list_assets(
         sort=sort,
         visibility=visibility,
         subtree=root,
+        cursor=cursor,
+        with_total=total,
+        filters=filters,
+        recursive=recursive,
     )
     return JSONResponse(await run_read(database.engine, page))
 
@@ -207,6 +226,11 @@ class AssetPatch(BaseModel):
     name: str | None = None
     folder_id: str | None = Field(default=None, alias="folderId")
     visibility: Visibility | None = None
+    # Issue 47: an ISO 8601 time, or null to clear it.
+    expires_at: str | None = Field(default=None, alias="expiresAt", max_length=expiry.MAX_CHARS)
+    # Issue 50, checked by the service (one envelope, naming the field).
+    metadata: Any = None
+    tags: Any = None
 
 
 @router.patch("/orgs/{org_id}/assets/{asset_id}")
@@ -218,14 +242,24 @@ def update_asset(
     settings: SettingsDep,
     actor: ActorDep,
     root: SubtreeDep,
-) -> Asset:
+) -> JSONResponse:
     sent = body.model_fields_set
     if "name" in sent and body.name is None:
         raise invalid("'name' must be a string.", field="name")
     if "visibility" in sent and body.visibility is None:
         raise invalid("'visibility' is 'public' or 'private'.", field="visibility")
-    if not sent & {"name", "folder_id", "visibility"}:
-        raise invalid("Send 'name', 'folderId' or 'visibility'.", field="body")
+    if "metadata" in sent and body.metadata is None:
+        raise invalid("'metadata' must be a JSON object.", field="metadata")
+    if "tags" in sent and body.tags is None:
+        raise invalid('\'tags\' is {"add": [...], "remove": [...]}.', field="tags")
+    if not sent & {"name", "folder_id", "visibility", "expires_at", "metadata", "tags"}:
+        raise invalid(
+            "Send 'name', 'folderId', 'visibility', 'expiresAt', 'metadata' or 'tags'.", field="body"
+        )
+    # None keeps the expiry, UNSET clears it (service.update).
+    expires: datetime | Unset | None = None
+    if "expires_at" in sent:
+        expires = expiry.parse_expires_at(body.expires_at) if body.expires_at is not None else Unset()
     subtree.require_asset_inside(session, org_id=org_id, root=root, asset_id=asset_id)
     folder: str | object | None = UNSET
     if "folder_id" in sent:
@@ -239,8 +273,11 @@ def update_asset(
         visibility=body.visibility,
         cdn_url=settings.cdn_url,
         actor=actor,
+        expires_at=expires,
+        metadata=body.metadata,
+        tags=body.tags,
     )
-    return Asset.model_validate(service.view(asset, settings.cdn_url))
+    return JSONResponse(service.view(asset, settings.cdn_url))
 
 
 @router.post("/orgs/{org_id}/assets/{asset_id}/tombstone")

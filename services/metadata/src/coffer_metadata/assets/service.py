@@ -9,10 +9,13 @@ from types import SimpleNamespace
 from typing import Any
 from urllib.parse import quote
 
+import sqlalchemy as sa
 from prometheus_client import Counter
 from sqlalchemy.engine import Connection, Row
 from sqlmodel import Session
 
+from coffer_kit import pagination
+from coffer_kit.contract import describe
 from coffer_kit.contract.errors import (
     CofferError,
     conflict,
@@ -22,6 +25,7 @@ from coffer_kit.contract.errors import (
     quota_exceeded,
     rate_limited,
 )
+from coffer_kit.contract.expiry import folder_expiry
 from coffer_kit.contract.ids import is_asset_id, is_folder_id
 from coffer_kit.contract.names import could_be_in_a_name, normalize_name, search_key
 from coffer_kit.contract.timeutil import isoformat, utcnow
@@ -31,10 +35,17 @@ from coffer_kit.db import Database, PgTransaction
 from coffer_kit.tracing import tracer
 from coffer_metadata import events
 from coffer_metadata import subtree as confined
+from coffer_metadata.assets import filters as asset_filters
 from coffer_metadata.assets import repository
+from coffer_metadata.folders import repository as folder_repository
 from coffer_metadata.folders.service import Unset, check_folder, missing_folder
 from coffer_metadata.models import Asset
 
+# The media types whose image facts are computed (CONTRACT §10's transform sources; blob's
+# header check decides in the end, and answers none for anything it cannot read).
+FACT_SOURCES = frozenset(
+    {"image/jpeg", "image/png", "image/webp", "image/avif", "image/gif", "image/tiff", "image/heic"}
+)
 # COFFER_METADATA_TUS_IDLE_SECONDS's default (config.py): an hour.
 DEFAULT_IDLE_SECONDS = 3600.0
 QUOTA_REJECTIONS = Counter(
@@ -61,6 +72,11 @@ def view(asset: Asset | Row | SimpleNamespace, cdn_url: str) -> dict[str, Any]: 
         "detectedType": asset.detected_type,
         "scanStatus": asset.scan_status,
         "scanSignature": asset.scan_signature,
+        "expiresAt": isoformat(asset.expires_at) if asset.expires_at is not None else None,
+        "metadata": describe.metadata_of(asset.custom_metadata),
+        "tags": describe.tags_of(asset.tags),
+        "image": describe.image_of(asset.image),
+        "placeholder": asset.placeholder,
     }
 
 
@@ -94,6 +110,11 @@ def page_views(rows: Iterable[Row], cdn_url: str, org_id: str) -> list[dict[str,
             detected_type,
             scan_status,
             scan_signature,
+            expires_at,
+            custom_metadata,
+            tags,
+            image,
+            placeholder,
             *_,
         ) = row
         url = None
@@ -120,6 +141,11 @@ def page_views(rows: Iterable[Row], cdn_url: str, org_id: str) -> list[dict[str,
                 "detectedType": detected_type,
                 "scanStatus": scan_status,
                 "scanSignature": scan_signature,
+                "expiresAt": _iso(expires_at) if expires_at is not None else None,
+                "metadata": describe.metadata_of(custom_metadata),
+                "tags": describe.tags_of(tags),
+                "image": describe.image_of(image),
+                "placeholder": placeholder,
             }
         )
     return views
@@ -246,6 +272,9 @@ def commit_upload(
     idle_seconds: float = DEFAULT_IDLE_SECONDS,
     detected_type: str | None = None,
     scan_status: str | None = None,
+    expires_at: datetime | None = None,
+    metadata: describe.Metadata | None = None,
+    tags: list[str] | None = None,
 ) -> dict[str, Any]:
     """Step 3: check the folder, reserve quota (honouring the organization's other resumable
     uploads' holds), insert the asset, consume the intent — one transaction; the commit's
@@ -262,11 +291,16 @@ def commit_upload(
         visibility=visibility,
         detected_type=detected_type,
         scan_status=scan_status,
+        expires_at=expires_at,
+        metadata=metadata,
+        tags=tags,
     )
     params = _commit_params(asset, quota_bytes=quota_bytes, idle_seconds=idle_seconds)
     with tracer.start_as_current_span("quota.reserve"):
         repository.lock_usage(session, org_id=org_id)  # (makes the row if missing)
         checks = repository.commit_checks(session, params)
+        if checks.needs_expiry:  # the folder's default (issue 47): from the commit's own time
+            asset["expires_at"] = folder_expiry(checks.expiry_days, now=asset["created_at"])
         consumed = repository.consume_checked_intent(session, params)
     if (refused := refusal(asset, checks, consumed=consumed, quota_bytes=quota_bytes)) is not None:
         raise refused
@@ -310,6 +344,12 @@ def _asset_row(*, org_id: str, asset_id: str, key: str, name: str, **fields: Any
         raise not_found(f"Folder {folder_id!r} does not exist.")
     now = utcnow()
     scan_status = fields.pop("scan_status", None)
+    described = _described(
+        metadata=fields.pop("metadata", None),
+        tags=fields.pop("tags", None),
+        media_types=(fields.get("mime_type"), fields.get("detected_type")),
+        now=now,
+    )
     return {
         "id": asset_id,
         "organization_id": org_id,
@@ -324,7 +364,25 @@ def _asset_row(*, org_id: str, asset_id: str, key: str, name: str, **fields: Any
         "scan_signature": None,
         "scan_attempts": 0,
         "scan_due_at": now if scan_status == "pending" else None,
+        "expires_at": None,
+        **described,
         **fields,
+    }
+
+
+def _described(
+    *, metadata: object, tags: object, media_types: tuple[str | None, ...], now: datetime
+) -> dict[str, Any]:
+    """A new asset's issue-50 columns: its metadata and tags (bounded: 400 naming the field),
+    no image facts yet, and for a file that may be an image the transforms read, its facts
+    queued (computed after the commit, never on the upload's path)."""
+    image = any(t in FACT_SOURCES for t in media_types if t)
+    return {
+        "custom_metadata": describe.check_metadata(metadata) if metadata is not None else {},
+        "tags": describe.check_tags(tags) if tags is not None else [],
+        "image": None,
+        "placeholder": None,
+        "facts_due_at": now if image else None,
     }
 
 
@@ -360,6 +418,10 @@ async def commit_upload_view_on_loop(
     if done is None:
         return None
     checks, consumed = done
+    if checks.folder_ok and checks.fits and checks.needs_expiry:
+        # The folder has a default expiry the row did not know: nothing was written, and
+        # ``commit_upload_view`` commits with it (only uploads into such a folder pay this).
+        return None
     if (refused := refusal(asset, checks, consumed=consumed, quota_bytes=quota_bytes)) is not None:
         raise refused
     return public
@@ -368,6 +430,29 @@ async def commit_upload_view_on_loop(
 def abandon_upload(session: Session, *, org_id: str, asset_id: str) -> None:
     """After edge deleted a failed upload's bytes: forget its intent."""
     repository.consume_intent(session, org_id=org_id, asset_id=asset_id)
+
+
+def _placement(
+    session: Session, *, org_id: str, folder_id: str | None, subtree: str | None, recursive: bool
+) -> tuple[str | None, bool, str | None]:
+    """Where a listing looks: (the folder, root level only, the subtree it keeps to)."""
+    root_only = folder_id == ""
+    folder = folder_id or None
+    within: str | None = None
+    if subtree is not None:
+        if root_only:
+            root_only, folder = False, subtree
+        elif folder is None:
+            within = subtree
+        else:
+            confined.require_inside(session, org_id=org_id, root=subtree, folder_id=folder)
+    if folder is not None:
+        check_folder(session, org_id=org_id, folder_id=folder)
+    if recursive:  # the folder's whole subtree (or the organization's, or the key's)
+        if folder is not None:
+            within, folder = folder, None
+        root_only = False
+    return folder, root_only, within
 
 
 def list_views(
@@ -382,31 +467,50 @@ def list_views(
     sort: repository.Sort = repository.DEFAULT_SORT,
     visibility: str | None = None,
     subtree: str | None = None,
+    cursor: str | None = None,
+    with_total: bool | None = None,
+    filters: asset_filters.AssetFilters = asset_filters.NONE,
+    recursive: bool = False,
 ) -> dict[str, Any]:
     """A page of assets and the total that match, as the contract writes them.
+
+    With a ``cursor``, or ``with_total`` false (``?total=false``), the page is read by keyset
+    (``keyset_views``).
 
     ``folder_id`` "" means root level only; ``q`` keeps names containing it (any case);
     ``visibility`` keeps only public or only private assets. With ``subtree`` (a subtree key,
     issue 46) that folder is the root: "" lists its own assets, none lists its whole subtree,
     and a folder outside it is 404.
     """
-    root_only = folder_id == ""
-    folder = folder_id or None
     repository.one_snapshot(session)
-    within: str | None = None
-    if subtree is not None:
-        if root_only:
-            root_only, folder = False, subtree
-        elif folder is None:
-            within = subtree
-        else:
-            confined.require_inside(session, org_id=org_id, root=subtree, folder_id=folder)
-    if folder is not None:
-        check_folder(session, org_id=org_id, folder_id=folder)
+    folder, root_only, within = _placement(
+        session, org_id=org_id, folder_id=folder_id, subtree=subtree, recursive=recursive
+    )
+    extra = tuple(asset_filters.where(session.get_bind().dialect.name, org_id, filters))
+    if cursor is not None or with_total is False:
+        if offset:
+            raise invalid("'offset' cannot be combined with 'cursor' or 'total=false'.", field="offset")
+        where = Where(
+            org_id,
+            folder,
+            root_only,
+            q,
+            visibility,
+            within,
+            extra,
+            repr(filters) if filters else "",
+            recursive,
+        )
+        page = keyset_views(
+            session, where, sort=sort, limit=limit, cursor=cursor, total=bool(with_total), cdn_url=cdn_url
+        )
+        if recursive:
+            with_folder_paths(session, org_id=org_id, views=page["assets"])
+        return page
     if q is not None and not could_be_in_a_name(q):
         # No name holds a control character (and PostgreSQL could not even compare a NUL).
-        return {"assets": [], "total": 0, "limit": limit, "offset": offset}
-    if q is None and sort == repository.DEFAULT_SORT and visibility is None and within is None:
+        return {"assets": [], "total": 0, "limit": limit, "offset": offset, "nextCursor": None}
+    if q is None and sort == repository.DEFAULT_SORT and visibility is None and within is None and not extra:
         total = repository.count(session, org_id=org_id, folder_id=folder, root_only=root_only)
         items = repository.page(
             session,
@@ -430,10 +534,11 @@ def list_views(
             offset=offset,
             visibility=visibility,
             within=within,
+            extra=extra,
         )
         if matches is not None:
             total = matches
-        elif q_key is None and visibility is None and within is None:
+        elif q_key is None and visibility is None and within is None and not extra:
             total = repository.count(session, org_id=org_id, folder_id=folder, root_only=root_only)
         else:  # a page past the end, or a visibility without a search: count apart
             total = repository.search_count(
@@ -444,8 +549,128 @@ def list_views(
                 q_key=q_key,
                 visibility=visibility,
                 within=within,
+                extra=extra,
             )
-    return {"assets": page_views(items, cdn_url, org_id), "total": total, "limit": limit, "offset": offset}
+    listing = f"assets:{sort}"
+    scope = Where(
+        org_id, folder, root_only, q, visibility, within, extra, repr(filters) if filters else "", recursive
+    ).scope()
+    column = repository.SORTS[sort][0]
+    following = [*items, None] if items and offset + len(items) < total else items
+    views = page_views(items, cdn_url, org_id)
+    if recursive:
+        with_folder_paths(session, org_id=org_id, views=views)
+    return {
+        "assets": views,
+        "total": total,
+        "limit": limit,
+        "offset": offset,
+        "nextCursor": pagination.next_cursor(following, len(items), listing, scope, column),
+    }
+
+
+@dataclass(frozen=True)
+class Where:
+    """What a listing of assets keeps: the scope a cursor is bound to."""
+
+    org_id: str
+    folder: str | None
+    root_only: bool
+    q: str | None
+    visibility: str | None
+    within: str | None
+    # The issue-50 filters' WHERE clauses, and what they are (``repr``) for the scope.
+    extra: tuple[sa.ColumnElement[bool], ...] = ()
+    filters: str = ""
+    recursive: bool = False
+
+    def scope(self) -> list[Any]:
+        return [
+            self.org_id,
+            self.folder,
+            self.root_only,
+            self.q,
+            self.visibility,
+            self.within,
+            self.filters,
+            self.recursive,
+        ]
+
+
+_CURSOR_KINDS: dict[str, pagination.Kind] = {"created_at": "time", "name": "str", "size": "int"}
+
+
+def keyset_views(
+    session: Session,
+    where: Where,
+    *,
+    sort: repository.Sort,
+    limit: int,
+    cursor: str | None,
+    total: bool,
+    cdn_url: str,
+) -> dict[str, Any]:
+    """A page after ``cursor`` (None: the first), its ``nextCursor`` (null on the last page),
+    and ``total`` only when asked: a page costs the same at any depth (issue 49)."""
+    listing, scope = f"assets:{sort}", where.scope()
+    column = repository.SORTS[sort][0]
+    position = None if cursor is None else pagination.decode(cursor, listing, scope, _CURSOR_KINDS[column])
+    q_key = search_key(where.q) if where.q is not None else None
+    rows: list[Any] = []
+    if where.q is None or could_be_in_a_name(where.q):
+        rows = repository.cursor_page(
+            session,
+            org_id=where.org_id,
+            folder_id=where.folder,
+            root_only=where.root_only,
+            q_key=q_key,
+            sort=sort,
+            limit=limit,
+            position=position,
+            visibility=where.visibility,
+            within=where.within,
+            extra=where.extra,
+        )
+    body: dict[str, Any] = {
+        "assets": page_views(rows[:limit], cdn_url, where.org_id),
+        "limit": limit,
+        "nextCursor": pagination.next_cursor(rows, limit, listing, scope, column),
+    }
+    if total:
+        body["total"] = count_views(session, where, q_key)
+    return body
+
+
+def count_views(session: Session, where: Where, q_key: str | None) -> int:
+    """Every asset ``where`` keeps: the usage row for all of them, else counted."""
+    if where.q is not None and not could_be_in_a_name(where.q):
+        return 0
+    if q_key is None and where.visibility is None and where.within is None and not where.extra:
+        return repository.count(
+            session, org_id=where.org_id, folder_id=where.folder, root_only=where.root_only
+        )
+    return repository.search_count(
+        session,
+        org_id=where.org_id,
+        folder_id=where.folder,
+        root_only=where.root_only,
+        q_key=q_key,
+        visibility=where.visibility,
+        within=where.within,
+        extra=where.extra,
+    )
+
+
+def with_folder_paths(session: Session, *, org_id: str, views: list[dict[str, Any]]) -> None:
+    """A recursive listing's items gain ``folderPath``: the folders from the root down to each
+    one's own (one query up the parent links per distinct folder of the page, 100 at most)."""
+    paths: dict[str | None, list[dict[str, str]]] = {None: []}
+    for item in views:
+        folder = item["folderId"]
+        if folder not in paths:
+            chain = folder_repository.ancestry(session, org_id=org_id, folder_id=folder)
+            paths[folder] = [{"id": i, "name": n} for i, n in chain]
+        item["folderPath"] = paths[folder]
 
 
 async def first_page_views(
@@ -458,7 +683,15 @@ async def first_page_views(
     if found is None:
         return None
     items, total = found
-    return {"assets": page_views(items, cdn_url, org_id), "total": total, "limit": limit, "offset": offset}
+    scope = Where(org_id, None, False, None, None, None).scope()
+    following = [*items, None] if items and offset + len(items) < total else items
+    return {
+        "assets": page_views(items, cdn_url, org_id),
+        "total": total,
+        "limit": limit,
+        "offset": offset,
+        "nextCursor": pagination.next_cursor(following, len(items), "assets:-createdAt", scope, "created_at"),
+    }
 
 
 def update(
@@ -471,9 +704,13 @@ def update(
     visibility: str | None = None,
     cdn_url: str,
     actor: Actor,
+    expires_at: datetime | Unset | None = None,
+    metadata: dict[str, Any] | None = None,
+    tags: dict[str, Any] | None = None,
 ) -> Asset:
-    """Rename, move and/or change the visibility of an asset in this transaction (with its
-    event); its key and signed URLs never change (a private asset has no public URL)."""
+    """Rename, move and/or change the visibility, metadata or tags of an asset in this
+    transaction (with its event); its key and signed URLs never change (a private asset has
+    no public URL)."""
     if not is_asset_id(asset_id):
         raise not_found(f"Asset {asset_id!r} does not exist.")
     asset = repository.get(session, org_id=org_id, asset_id=asset_id)
@@ -484,19 +721,27 @@ def update(
     if new_folder is not None and new_folder != asset.folder_id:
         check_folder(session, org_id=org_id, folder_id=new_folder)
     new_visibility = visibility or asset.visibility
+    # Issue 47: None (the default) keeps the expiry, an Unset clears it (the router).
+    new_expiry = (
+        asset.expires_at if expires_at is None else (None if isinstance(expires_at, Unset) else expires_at)
+    )
+    old_expiry = isoformat(asset.expires_at) if asset.expires_at is not None else None
     changes = {
         field: old
         for field, new, old in (
             ("name", new_name, asset.name),
             ("folderId", new_folder, asset.folder_id),
             ("visibility", new_visibility, asset.visibility),
+            ("expiresAt", isoformat(new_expiry) if new_expiry is not None else None, old_expiry),
         )
         if new != old
     }
+    changes.update(redescribe(asset, metadata=metadata, tags=tags))
     if changes:
         asset.name, asset.name_key = new_name, search_key(new_name)
         asset.folder_id, asset.updated_at = new_folder, utcnow()
         asset.visibility = new_visibility
+        asset.expires_at = new_expiry
         session.add(asset)
         session.flush()
         events.record(
@@ -511,11 +756,36 @@ def update(
     return asset
 
 
+def redescribe(
+    asset: Asset, *, metadata: dict[str, Any] | None, tags: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A PATCH's ``metadata`` (merged; a null deletes a key) and ``tags`` (``add``/``remove``)
+    applied to ``asset`` (not yet flushed); what changed, with the values before (issue 50).
+    Bounded on the result: 400 naming the field, and nothing changes."""
+    changes: dict[str, Any] = {}
+    if metadata is not None:
+        before = describe.metadata_of(asset.custom_metadata)
+        after = describe.merge_metadata(before, metadata)
+        if after != before:
+            changes["metadata"], asset.custom_metadata = before, after
+    if tags is not None:
+        had = describe.tags_of(asset.tags)
+        now = describe.apply_tags(had, tags)
+        if now != had:
+            changes["tags"], asset.tags = had, now
+    return changes
+
+
 def usage_view(session: Session, *, org_id: str) -> StoredUsage:
     """Bytes and assets the organization stores: the usage row, kept in the same transactions
     that insert and delete assets, so it is exact (the sum of the live assets' sizes)."""
     usage = repository.usage(session, org_id=org_id)
-    return StoredUsage(used_bytes=int(usage.used_bytes), asset_count=int(usage.asset_count))
+    return StoredUsage(
+        used_bytes=int(usage.used_bytes),
+        asset_count=int(usage.asset_count),
+        trashed_bytes=int(usage.trashed_bytes or 0),
+        trashed_count=int(usage.trashed_count or 0),
+    )
 
 
 def hide(session: Session, *, org_id: str, asset_id: str, cdn_url: str, actor: Actor) -> str:

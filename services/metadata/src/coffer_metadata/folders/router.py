@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import Session
 
 from coffer_kit.contract.errors import invalid
+from coffer_kit.contract.expiry import ExpiryDays
 from coffer_kit.contract.resources import Folder, FolderCreate
 from coffer_kit.contract.wire import Done, SubtreeCounts
 from coffer_kit.db import run_read
@@ -71,7 +72,9 @@ def create_folder(
     org_id: str, body: FolderCreate, session: SessionDep, actor: ActorDep, root: SubtreeDep
 ) -> Folder:
     parent = subtree.folder_or_root(session, org_id=org_id, root=root, folder_id=body.parentId or None)
-    folder = service.create(session, org_id=org_id, name=body.name, parent_id=parent, actor=actor)
+    folder = service.create(
+        session, org_id=org_id, name=body.name, parent_id=parent, actor=actor, expiry_days=body.expiryDays
+    )
     return Folder.model_validate(service.view(folder))
 
 
@@ -80,6 +83,7 @@ class FolderPatch(BaseModel):
 
     name: str | None = None
     parent_id: str | None = Field(default=None, alias="parentId")
+    expiry_days: ExpiryDays | None = Field(default=None, alias="expiryDays")
 
 
 @router.patch("/{folder_id}")
@@ -89,8 +93,8 @@ def update_folder(
     sent = body.model_fields_set
     if "name" in sent and body.name is None:
         raise invalid("'name' must be a string.", field="name")
-    if not sent & {"name", "parent_id"}:
-        raise invalid("Send 'name', 'parentId' or both.", field="body")
+    if not sent & {"name", "parent_id", "expiry_days"}:
+        raise invalid("Send 'name', 'parentId' or 'expiryDays'.", field="body")
     subtree.require_inside(session, org_id=org_id, root=root, folder_id=folder_id)
     subtree.require_not_root(root, folder_id)
     parent: str | service.Unset | None = service.UNSET
@@ -103,6 +107,7 @@ def update_folder(
         name=body.name,
         parent_id=parent,
         actor=actor,
+        expiry_days=body.expiry_days if "expiry_days" in sent else service.UNSET,
     )
     return Folder.model_validate(service.view(folder))
 

@@ -33,6 +33,7 @@ def view(folder: Folder) -> dict[str, Any]:
         "name": folder.name,
         "createdAt": isoformat(folder.created_at),
         "updatedAt": isoformat(folder.updated_at),
+        "expiryDays": folder.expiry_days,
     }
 
 
@@ -73,7 +74,15 @@ def list_children(session: Session, *, org_id: str, parent_id: str | None) -> li
     return repository.children(session, org_id=org_id, parent_id=parent_id)
 
 
-def create(session: Session, *, org_id: str, name: str, parent_id: str | None, actor: Actor) -> Folder:
+def create(
+    session: Session,
+    *,
+    org_id: str,
+    name: str,
+    parent_id: str | None,
+    actor: Actor,
+    expiry_days: int | None = None,
+) -> Folder:
     """Create a folder (with its event); 409 if a sibling has the same name."""
     name = normalize_name(name)
     if parent_id is not None:
@@ -92,6 +101,7 @@ def create(session: Session, *, org_id: str, name: str, parent_id: str | None, a
         name=name,
         created_at=now,
         updated_at=now,
+        expiry_days=expiry_days,
     )
     try:
         with session.begin_nested():
@@ -117,9 +127,10 @@ def update(
     name: str | None,
     parent_id: str | Unset | None,
     actor: Actor,
+    expiry_days: int | Unset | None = UNSET,
 ) -> Folder:
-    """Rename and/or move a folder, in this transaction (with its event); a move into its own
-    subtree is 409."""
+    """Rename and/or move a folder, and/or change its default expiry, in this transaction (with
+    its event); a move into its own subtree is 409."""
     moving = not isinstance(parent_id, Unset)
     if moving:
         repository.lock_tree(session, org_id=org_id)
@@ -131,9 +142,14 @@ def update(
         above = {i for i, _ in repository.ancestry(session, org_id=org_id, folder_id=new_parent)}
         if folder.id in above:
             raise folder_cycle(f"Folder {folder.id} cannot move into itself or one of its subfolders.")
+    new_days = folder.expiry_days if isinstance(expiry_days, Unset) else expiry_days
     changes = {
         field: old
-        for field, new, old in (("name", new_name, folder.name), ("parentId", new_parent, folder.parent_id))
+        for field, new, old in (
+            ("name", new_name, folder.name),
+            ("parentId", new_parent, folder.parent_id),
+            ("expiryDays", new_days, folder.expiry_days),
+        )
         if new != old
     }
     if not changes:
@@ -143,6 +159,7 @@ def update(
     ):
         raise _conflict(new_name)
     folder.name, folder.parent_id, folder.updated_at = new_name, new_parent, utcnow()
+    folder.expiry_days = new_days
     try:
         with session.begin_nested():
             session.add(folder)
@@ -150,6 +167,11 @@ def update(
         # A concurrent rename or create took the name in between (a move's parent cannot vanish:
         # deletes take the same lock).
         raise _conflict(new_name) from None
+    _updated(session, org_id=org_id, folder=folder, actor=actor, changes=changes)
+    return folder
+
+
+def _updated(session: Session, *, org_id: str, folder: Folder, actor: Actor, changes: dict[str, Any]) -> None:
     events.record(
         session,
         org_id=org_id,
@@ -159,7 +181,6 @@ def update(
         changes=changes,
         now=folder.updated_at,
     )
-    return folder
 
 
 def delete_tree(

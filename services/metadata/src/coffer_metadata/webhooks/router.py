@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query
 
 from coffer_kit.contract.errors import invalid, not_found
 from coffer_kit.contract.limits import PAGE_LIMIT_MAX, PAGE_OFFSET_MAX
 from coffer_kit.contract.webhooks import (
-    WebhookAttemptList,
     WebhookCreate,
     WebhookDelivery,
     WebhookEndpoint,
@@ -18,6 +17,7 @@ from coffer_kit.contract.webhooks import (
     WebhookUpdate,
 )
 from coffer_kit.contract.wire import Done
+from coffer_kit.pagination import CURSOR_MAX_CHARS
 from coffer_metadata import subtree
 from coffer_metadata.config import Settings
 from coffer_metadata.deps import SessionDep, SettingsDep
@@ -136,8 +136,18 @@ def list_deliveries(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = 50,
     offset: Annotated[int, Query(ge=0, le=PAGE_OFFSET_MAX)] = 0,
-) -> WebhookAttemptList:
-    return service.attempts_page(session, org_id=org_id, webhook_id=webhook_id, limit=limit, offset=offset)
+    cursor: Annotated[str | None, Query(max_length=CURSOR_MAX_CHARS)] = None,
+    total: Annotated[bool | None, Query()] = None,
+) -> dict[str, Any]:
+    return service.attempts_page(
+        session,
+        org_id=org_id,
+        webhook_id=webhook_id,
+        limit=limit,
+        offset=offset,
+        cursor=cursor,
+        with_total=total,
+    )
 
 
 @router.post("/{webhook_id}/deliveries/{delivery_id}/redeliver", status_code=202, dependencies=Confined)

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import sqlalchemy as sa
 from sqlmodel import Session, col, func, select
 
+from coffer_kit import pagination
 from coffer_kit.contract.errors import conflict, invalid, not_found
 from coffer_kit.contract.ids import EVENT, WEBHOOK, WEBHOOK_DELIVERY, id_pattern, new_id
 from coffer_kit.contract.timeutil import as_utc, isoformat, utcnow
@@ -25,7 +26,6 @@ from coffer_kit.contract.webhooks import (
     PING,
     ROTATION_OVERLAP_SECONDS,
     WebhookAttempt,
-    WebhookAttemptList,
     WebhookCreate,
     WebhookDelivery,
     WebhookEndpointWithSecret,
@@ -314,21 +314,44 @@ def redeliver(
 
 
 def attempts_page(
-    session: Session, *, org_id: str, webhook_id: str, limit: int, offset: int
-) -> WebhookAttemptList:
-    """The endpoint's delivery log, newest attempt first."""
+    session: Session,
+    *,
+    org_id: str,
+    webhook_id: str,
+    limit: int,
+    offset: int,
+    cursor: str | None = None,
+    with_total: bool | None = None,
+) -> dict[str, Any]:
+    """The endpoint's delivery log, newest attempt first: by ``offset`` with its ``total``, or
+    (a ``cursor``, or ``with_total`` False) by keyset, counted only when asked (issue 49)."""
     endpoint = _get(session, org_id=org_id, webhook_id=webhook_id)
-    total = session.exec(
-        select(func.count()).select_from(AttemptRow).where(AttemptRow.endpoint_id == endpoint.id)
-    ).one()
-    rows = session.exec(
+    keyset = cursor is not None or with_total is False
+    if keyset and offset:
+        raise invalid("'offset' cannot be combined with 'cursor' or 'total=false'.", field="offset")
+    listing, scope = "deliveries", [org_id, endpoint.id]
+    attempts = AttemptRow.__table__  # type: ignore[attr-defined]
+    created, attempt_id = attempts.c.created_at, attempts.c.id
+    statement = (
         select(AttemptRow, DeliveryRow)
         .join(DeliveryRow, col(DeliveryRow.id) == col(AttemptRow.delivery_id))
         .where(AttemptRow.endpoint_id == endpoint.id)
-        .order_by(col(AttemptRow.created_at).desc(), col(AttemptRow.id).desc())
-        .limit(limit)
-        .offset(offset)
+        .order_by(*pagination.order(created, attempt_id, descending=True))
     )
+    if keyset:
+        if cursor is not None:
+            position = pagination.decode(cursor, listing, scope, "time")
+            statement = statement.where(pagination.after(created, attempt_id, *position, descending=True))
+        rows = list(session.exec(statement.limit(limit + 1)))
+    else:
+        rows = list(session.exec(statement.limit(limit).offset(offset)))
+    total = None
+    if not keyset or with_total:
+        total = session.exec(
+            select(func.count()).select_from(AttemptRow).where(AttemptRow.endpoint_id == endpoint.id)
+        ).one()
+    shown = rows[:limit]
+    more = len(rows) > limit if keyset else offset + len(rows) < (total or 0)
     items = [
         WebhookAttempt(
             id=attempt.id,
@@ -347,6 +370,15 @@ def attempts_page(
             if delivery.status == "pending" and delivery.next_attempt_at
             else None,
         )
-        for attempt, delivery in rows
+        for attempt, delivery in shown
     ]
-    return WebhookAttemptList(deliveries=items, total=total, limit=limit, offset=offset)
+    answer: dict[str, Any] = {"deliveries": [i.model_dump(mode="json") for i in items], "limit": limit}
+    if total is not None:
+        answer["total"] = total
+    if not keyset:
+        answer["offset"] = offset
+    last = shown[-1][0] if more and shown else None
+    answer["nextCursor"] = (
+        None if last is None else pagination.encode(listing, scope, last.created_at, last.id)
+    )
+    return answer

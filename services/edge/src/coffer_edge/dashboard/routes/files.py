@@ -42,6 +42,7 @@ from coffer_edge.deps import edge_state
 from coffer_edge.routers.assets import UploadScope, counted_upload, delete_stored_asset, update_stored_asset
 from coffer_edge.routers.tus import TUS_PATH
 from coffer_edge.routers.uploads import new_token, token_hash
+from coffer_edge.trash import trash_asset
 from coffer_kit.contract import transforms
 from coffer_kit.contract.errors import CofferError, file_too_large, invalid, not_found
 from coffer_kit.contract.limits import MAX_FILE_BYTES
@@ -271,7 +272,8 @@ async def _files_page(
         metadata.usage(visit.org.id, request_id=rid),
     )
     listing = AssetList.model_validate_json(listing_body)
-    pages = max(1, -(-listing.total // PAGE_SIZE))
+    listed = listing.total or 0  # an offset page always has its total
+    pages = max(1, -(-listed // PAGE_SIZE))
     view = chosen_view(request)
     thumbs = await _thumbnails(visit, listing.assets) if view == "grid" else {}
     return render(
@@ -284,7 +286,7 @@ async def _files_page(
         folder=folder,
         subfolders=subfolders or [],
         assets=listing.assets,
-        total=listing.total,
+        total=listed,
         page=page,
         pages=pages,
         q=q,
@@ -923,5 +925,18 @@ async def delete_asset(request: Request, visit: OrgVisitDep, asset_id: str) -> R
     await posted(request, visit)
     asset = await _asset(visit, asset_id)
     state = state_of(request)
-    await delete_stored_asset(visit.org.id, asset.id, state.metadata, state.blob, _rid(visit))
+    rid = _rid(visit)
+    if visit.org.trash_retention_days > 0:
+        # Issue 47: to the trash, bounded by the organization's quota.
+        await trash_asset(
+            visit.org.id,
+            asset.id,
+            retention_days=visit.org.trash_retention_days,
+            limit_bytes=visit.org.quota_bytes,
+            metadata=state.metadata,
+            blob=state.blob,
+            rid=rid,
+        )
+    else:
+        await delete_stored_asset(visit.org.id, asset.id, state.metadata, state.blob, rid)
     return redirect(_files_url(visit.org.id, asset.folderId, done="asset-deleted"))

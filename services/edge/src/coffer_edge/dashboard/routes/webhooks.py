@@ -36,6 +36,7 @@ from coffer_kit.contract.webhooks import (
     MAX_DESCRIPTION_CHARS,
     MAX_ENDPOINTS,
     MAX_URL_CHARS,
+    WebhookAttemptList,
     WebhookCreate,
     WebhookEndpoint,
     WebhookEndpointWithSecret,
@@ -224,8 +225,10 @@ async def endpoint_page(
     if not 0 <= offset <= MAX_LOG_OFFSET:
         offset = 0
     endpoint = await _endpoint(visit, webhook_id)
-    log = await metadata_of(visit.request).list_webhook_deliveries(
-        visit.org.id, webhook_id, limit=LOG_PAGE, offset=offset, request_id=_rid(visit)
+    log = WebhookAttemptList.model_validate_json(
+        await metadata_of(visit.request).list_webhook_deliveries(
+            visit.org.id, webhook_id, params={"limit": LOG_PAGE, "offset": offset}, request_id=_rid(visit)
+        )
     )
     folder_name = None
     if endpoint.folderId:
@@ -249,7 +252,7 @@ async def endpoint_page(
         log=log,
         reasons=REASONS,
         notice=DONE.get(done or ""),
-        next_offset=offset + LOG_PAGE if offset + LOG_PAGE < log.total else None,
+        next_offset=offset + LOG_PAGE if offset + LOG_PAGE < (log.total or 0) else None,
         prev_offset=max(0, offset - LOG_PAGE) if offset else None,
     )
 

@@ -23,6 +23,9 @@ from coffer_metadata.config import Settings
 from coffer_metadata.webhooks.dispatch import statements as sql
 from coffer_metadata.webhooks.dispatch.dispatcher import Dispatcher, untraced
 
+# The dispatcher's pool: its loop and the sends' records, not a request pool.
+DISPATCHER_POOL_SIZE = 4
+
 
 def create_dispatcher_app(settings: Settings | None = None) -> FastAPI:
     """The dispatcher role: the loop in the lifespan; ``/healthz``, ``/readyz``, ``/metrics``."""
@@ -35,7 +38,10 @@ def create_dispatcher_app(settings: Settings | None = None) -> FastAPI:
         # is redone, never lost (the events are metadata's durable writes; a lost fan-out fans
         # out again, a lost claim's lease or record sends again, with the same webhook-id).
         database = Database.open(
-            settings.metadata_database_url, pool_size=min(settings.database_pool_size, 4), durable=False
+            settings.metadata_database_url,
+            pool_size=min(settings.database_pool_size, DISPATCHER_POOL_SIZE),
+            durable=False,
+            budget=settings.database_budget(),
         )
         dispatcher = Dispatcher(settings, database)
         install_state(app, DispatcherState(settings=settings, database=database, dispatcher=dispatcher))

@@ -100,9 +100,11 @@ class Dispatcher:
                 except Exception:
                     log.exception("webhook dispatch failed; retrying")
                 with suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.settings.metadata_webhook_poll_seconds)
+                    await asyncio.wait_for(
+                        self._wake.wait(), self.settings.metadata_webhook_tuning.poll_seconds
+                    )
                 self._wake.clear()
-                rest = self.settings.metadata_webhook_cycle_gap_seconds - (time.monotonic() - started)
+                rest = self.settings.metadata_webhook_tuning.cycle_gap_seconds - (time.monotonic() - started)
                 if rest > 0 and not self._stopping:
                     await asyncio.sleep(rest)  # a rate bound: what ends meanwhile joins the cycle
         finally:
@@ -146,15 +148,15 @@ class Dispatcher:
     def _room(self) -> int:
         """How many more deliveries this dispatcher may lease: what it holds is bounded."""
         held = sum(map(len, self._queued.values())) + len(self.tasks) + len(self._ended)
-        return max(self.settings.metadata_webhook_concurrency * PREFETCH - held, 0)
+        return max(self.settings.metadata_webhook_tuning.concurrency * PREFETCH - held, 0)
 
     def _pump(self) -> None:
         """Start queued sends while there is room: at most the endpoint bound of one endpoint
         and the dispatcher's concurrency in all, endpoints in turn."""
-        cap = self.settings.metadata_webhook_endpoint_concurrency
+        cap = self.settings.metadata_webhook_tuning.endpoint_concurrency
         usable = utcnow() + timedelta(seconds=DELIVERY_TIMEOUT_SECONDS + 1)
         started = True
-        while started and len(self.tasks) < self.settings.metadata_webhook_concurrency:
+        while started and len(self.tasks) < self.settings.metadata_webhook_tuning.concurrency:
             started = False
             for endpoint_id, queue in list(self._queued.items()):
                 if self._sending.get(endpoint_id, 0) >= cap:
@@ -170,7 +172,7 @@ class Dispatcher:
                 task = asyncio.create_task(self._deliver(job))
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
-                if len(self.tasks) >= self.settings.metadata_webhook_concurrency:
+                if len(self.tasks) >= self.settings.metadata_webhook_tuning.concurrency:
                     break
 
     def stop(self) -> None:
@@ -276,12 +278,14 @@ class Dispatcher:
             held=held,
             fan=fan,
             ending=ending,
-            cap=self.settings.metadata_webhook_endpoint_concurrency,
+            cap=self.settings.metadata_webhook_tuning.endpoint_concurrency,
             slow=frozenset(self._slow),
         )
 
     def _lease(self, connection: Connection, picked: list[str], now: datetime) -> str:
-        return lease(connection, picked, now=now, lease_seconds=self.settings.metadata_webhook_lease_seconds)
+        return lease(
+            connection, picked, now=now, lease_seconds=self.settings.metadata_webhook_tuning.lease_seconds
+        )
 
     def _leased(self, token: str, now: datetime) -> list[Job]:
         return leased_jobs(self.engine, token, now=now, box=self.box)

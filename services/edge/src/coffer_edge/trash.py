@@ -1,0 +1,126 @@
+"""The trash's protocols in edge (issue 47): who may do what, and the order of the store's and
+metadata's steps.
+
+- Trash: the store holds the object back first (the CDN answers 404 at once, signed or not:
+  the ``held`` flag of issue 48), then metadata moves the row to the trash. A definite refusal
+  from metadata gives the hold back; an unknown outcome leaves it held (never more reachable
+  than metadata says).
+- Restore: metadata first (the row back, its size reserved), then the store releases the
+  hold, unless the asset's scan keeps it (infected; pending or unscanned under ``block``).
+  A failure in between is finished by restoring again (metadata answers a live asset).
+- Purge (one, a batch, the sweeper's, the trash's bound): metadata turns rows into tombstones,
+  then the objects are deleted, then the tombstones: the delete protocol's last two steps, so
+  the sweeper finishes whatever a crash interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from coffer_edge.clients.auth import Principal
+from coffer_edge.clients.blob import BlobClient
+from coffer_edge.clients.metadata import MetadataClient
+from coffer_kit.contract.errors import CofferError, forbidden
+from coffer_kit.contract.resources import Asset
+from coffer_kit.contract.wire import PurgedRef, TrashActIn, TrashIn
+
+log = logging.getLogger("coffer.edge.trash")
+
+
+def may_administer(principal: Principal) -> bool:
+    """Organization keys and owners' personal keys: permanent deletes, emptying the trash,
+    the retention setting."""
+    return principal.key_kind == "organization" or principal.role == "owner"
+
+
+def require_admin(principal: Principal, what: str) -> None:
+    if not may_administer(principal):
+        raise forbidden(f"Only organization keys and owners' keys may {what}.")
+
+
+def acting_user(principal: Principal) -> str | None:
+    """A member's user id (a member acts only on what they trashed); None for everyone else."""
+    return None if may_administer(principal) else principal.user_id
+
+
+def keeps_held(scan_status: str | None, scan_mode: str) -> bool:
+    """Whether a restored asset's object stays held back for its scan (issue 48)."""
+    return scan_status == "infected" or (scan_mode == "block" and scan_status in ("pending", "unscanned"))
+
+
+async def delete_refs(
+    refs: list[PurgedRef], metadata: MetadataClient, blob: BlobClient, rid: str | None
+) -> int:
+    """The objects of purged or deleted assets, then their tombstones; what fails is left to the
+    sweeper (the tombstone stays). Answers how many finished."""
+    done = 0
+    for ref in refs:
+        try:
+            await blob.delete_object(ref.key, request_id=rid or "")
+            await metadata.finish_delete(ref.asset_id, request_id=rid)
+            done += 1
+        except CofferError as exc:
+            log.warning(
+                "purge deferred to the sweeper", extra={"asset_id": ref.asset_id, "error": exc.message}
+            )
+    return done
+
+
+async def trash_asset(
+    org_id: str,
+    asset_id: str,
+    *,
+    retention_days: int,
+    limit_bytes: int,
+    metadata: MetadataClient,
+    blob: BlobClient,
+    rid: str,
+) -> None:
+    """Move an asset to the trash (see the module's docstring)."""
+    before = await metadata.get_asset(org_id, asset_id, request_id=rid)  # 404 / 403 first
+    await blob.set_held(before.key, True, request_id=rid)
+    try:
+        trashed = await metadata.trash_asset(
+            org_id, asset_id, TrashIn(retention_days=retention_days, limit_bytes=limit_bytes), request_id=rid
+        )
+    except CofferError as exc:
+        if 400 <= exc.status < 500 and not keeps_held(before.scanStatus, "block"):
+            with contextlib.suppress(CofferError):
+                await blob.set_held(before.key, False, request_id=rid)
+        raise
+    await delete_refs(trashed.purged, metadata, blob, rid)
+
+
+async def restore_asset(
+    org_id: str,
+    asset_id: str,
+    *,
+    quota_bytes: int,
+    only_user: str | None,
+    scan_mode: str,
+    metadata: MetadataClient,
+    blob: BlobClient,
+    rid: str,
+) -> bytes:
+    """Restore a trashed asset; the public body of the asset."""
+    body = TrashActIn(only_user=only_user, quota_bytes=quota_bytes)
+    answer = await metadata.restore(org_id, asset_id, body, request_id=rid)
+    asset = Asset.model_validate_json(answer)
+    if not keeps_held(asset.scanStatus, scan_mode):
+        await blob.set_held(asset.key, False, request_id=rid)
+    return answer
+
+
+async def purge_asset(
+    org_id: str, asset_id: str, *, only_user: str | None, metadata: MetadataClient, blob: BlobClient, rid: str
+) -> None:
+    ref = await metadata.purge(org_id, asset_id, TrashActIn(only_user=only_user), request_id=rid)
+    await delete_refs([ref], metadata, blob, rid)
+
+
+async def purge_batch(org_id: str, metadata: MetadataClient, blob: BlobClient, rid: str) -> tuple[int, int]:
+    """One batch of emptying the trash: (purged, remaining)."""
+    batch = await metadata.purge_batch(org_id, request_id=rid)
+    await delete_refs(batch.refs, metadata, blob, rid)
+    return batch.purged, batch.remaining

@@ -1,0 +1,116 @@
+"""The image facts queue (issue 50): images committed with ``facts_due_at`` set, and their facts.
+
+An upload whose declared or detected type is an image the transforms read is committed with
+``facts_due_at`` set, in the upload's own transaction (assets.service._described), so a
+committed image always has its facts queued. edge's facts relay (coffer_edge.facts) claims
+due assets (moving ``facts_due_at`` past a lease, so a relay that died gives them back), asks
+blob to read each one on a transform worker, and reports here: facts are recorded with an
+``asset.updated`` event in one transaction, which webhooks read; no facts (not an image after
+all) end the job quietly, with no event.
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import sqlalchemy as sa
+from fastapi import APIRouter
+from sqlmodel import Session
+
+from coffer_kit.contract.errors import not_found
+from coffer_kit.contract.timeutil import as_utc, utcnow
+from coffer_kit.contract.wire import SYSTEM, FactsClaim, FactsJob, FactsJobs, ImageFactsOut
+from coffer_kit.db import KeyedRead
+from coffer_metadata import events
+from coffer_metadata.assets.service import view
+from coffer_metadata.deps import DatabaseDep, SettingsDep
+from coffer_metadata.models import Asset
+
+router = APIRouter(prefix="/internal/v1")
+_assets = Asset.__table__  # type: ignore[attr-defined]
+# Pending facts and the earliest due, read before any claim (the partial index alone): an idle
+# queue costs each relay's poll one read, never a write transaction.
+_QUEUE = KeyedRead(
+    sa.select(sa.func.count().label("pending"), sa.func.min(_assets.c.facts_due_at).label("due")).where(
+        _assets.c.facts_due_at.is_not(None)
+    )
+)
+
+
+def claim(session: Session, *, limit: int, lease_seconds: float) -> FactsJobs:
+    """Lease up to ``limit`` due assets, oldest due first; and how many are pending in all."""
+    now = utcnow()
+    due = (
+        sa.select(_assets.c.id, _assets.c.organization_id, _assets.c.key)
+        .where(_assets.c.facts_due_at.is_not(None), _assets.c.facts_due_at <= now)
+        .order_by(_assets.c.facts_due_at)
+        .limit(limit)
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        due = due.with_for_update(skip_locked=True)
+    connection = session.connection()
+    rows = connection.execute(due).all()
+    if rows:
+        connection.execute(
+            sa.update(_assets)
+            .where(_assets.c.id.in_([r[0] for r in rows]))
+            .values(facts_due_at=now + timedelta(seconds=lease_seconds))
+        )
+    pending = connection.execute(
+        sa.select(sa.func.count()).select_from(_assets).where(_assets.c.facts_due_at.is_not(None))
+    ).scalar_one()
+    jobs = [FactsJob(asset_id=r[0], organization_id=r[1], key=r[2]) for r in rows]
+    return FactsJobs(jobs=jobs, pending=int(pending))
+
+
+def report(
+    session: Session, *, org_id: str, asset_id: str, facts: ImageFactsOut, cdn_url: str
+) -> dict[str, Any]:
+    """Record an image's facts (and ``asset.updated``), or end a job that found none; the asset
+    as the contract writes it. A report for a job that ended already changes nothing."""
+    asset = session.get(Asset, asset_id)
+    if asset is None or asset.organization_id != org_id:
+        raise not_found(f"Asset {asset_id} does not exist.")
+    if asset.facts_due_at is None:
+        return view(asset, cdn_url)
+    asset.facts_due_at = None
+    found = facts.width is not None and facts.height is not None
+    if facts.width is not None and facts.height is not None:
+        before = {"image": asset.image, "placeholder": asset.placeholder}
+        asset.image = {"width": facts.width, "height": facts.height, "orientation": facts.orientation or 1}
+        asset.placeholder = facts.placeholder
+        asset.updated_at = utcnow()
+    session.add(asset)
+    session.flush()
+    public = view(SimpleNamespace(**asset.model_dump()), cdn_url)
+    if found:
+        events.record(
+            session,
+            org_id=org_id,
+            type="asset.updated",
+            data=public,
+            actor=SYSTEM,
+            changes=before,
+            now=asset.updated_at,
+        )
+    return public
+
+
+@router.post("/facts/claim")
+async def claim_facts(body: FactsClaim, database: DatabaseDep) -> FactsJobs:
+    queue = await _QUEUE.first(database, {})
+    if queue is None or not queue.pending or as_utc(queue.due) > utcnow():
+        return FactsJobs(jobs=[], pending=int(queue.pending) if queue is not None else 0)
+    return await database.write(functools.partial(claim, limit=body.limit, lease_seconds=body.lease_seconds))
+
+
+@router.post("/orgs/{org_id}/facts/{asset_id}")
+async def report_facts(
+    org_id: str, asset_id: str, body: ImageFactsOut, database: DatabaseDep, settings: SettingsDep
+) -> dict[str, Any]:
+    return await database.write(
+        functools.partial(report, org_id=org_id, asset_id=asset_id, facts=body, cdn_url=settings.cdn_url)
+    )

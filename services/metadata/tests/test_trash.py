@@ -1,0 +1,230 @@
+"""The trash and expiry (issue 47) against the real metadata app, on both databases: the rules
+metadata enforces (bounds, quota on restore, who may act, other organizations, expiry once)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from coffer_kit.contract.ids import new_id
+from coffer_kit.contract.timeutil import isoformat, utcnow
+from coffer_kit.contract.wire import ACTOR_HEADER
+from coffer_kit.db import make_engine
+from coffer_testkit.testing import commit_asset
+
+pytestmark = pytest.mark.anyio
+
+
+def actor(type: str = "key", id: str = "key_a", user_id: str | None = None) -> dict[str, str]:
+    body = {"type": type, "id": id, **({"userId": user_id} if user_id else {})}
+    return {ACTOR_HEADER: json.dumps(body)}
+
+
+async def upload(api: httpx.AsyncClient, org: str, size: int, **fields: Any) -> dict[str, Any]:
+    response = await commit_asset(api, org, size=size, **fields)
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def trash(
+    api: httpx.AsyncClient, org: str, asset_id: str, *, limit: int = 10**9, **headers: str
+) -> httpx.Response:
+    return await api.post(
+        f"/internal/v1/orgs/{org}/assets/{asset_id}/trash",
+        json={"retentionDays": 7, "limitBytes": limit},
+        headers=headers,
+    )
+
+
+async def usage(api: httpx.AsyncClient, org: str) -> dict[str, int]:
+    body: dict[str, int] = (await api.get(f"/internal/v1/orgs/{org}/usage")).json()
+    return body
+
+
+async def events(api: httpx.AsyncClient) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = (await api.get("/internal/v1/events/audit-pending?limit=500")).json()[
+        "events"
+    ]
+    return found
+
+
+async def test_trash_moves_bytes_and_restore_gives_back_the_same_asset(api: httpx.AsyncClient) -> None:
+    org = new_id("org")
+    folder = (await api.post(f"/internal/v1/orgs/{org}/folders", json={"name": "f"})).json()["id"]
+    asset = await upload(api, org, 30, folderId=folder)
+    await upload(api, org, 10)
+    trashed = await trash(api, org, asset["id"], **actor("user", "usr_1"))
+    assert trashed.status_code == 200 and trashed.json()["key"] == asset["key"]
+    assert trashed.json()["purged"] == []
+    assert await usage(api, org) == {"usedBytes": 10, "assetCount": 1, "trashedBytes": 30, "trashedCount": 1}
+    assert (await api.get(f"/internal/v1/orgs/{org}/assets/{asset['id']}")).status_code == 404
+    listed = (await api.get(f"/internal/v1/orgs/{org}/assets")).json()
+    assert [a["id"] for a in listed["assets"]] != [] and asset["id"] not in [
+        a["id"] for a in listed["assets"]
+    ]
+    page = (await api.get(f"/internal/v1/orgs/{org}/trash")).json()
+    assert page["total"] == 1
+    entry = page["assets"][0]
+    assert entry["id"] == asset["id"] and entry["reason"] == "deleted"
+    assert entry["trashedBy"] == {"type": "user", "id": "usr_1", "label": None}
+    assert entry["purgeAt"] > entry["trashedAt"]
+    # Trashing again is harmless (a retried DELETE).
+    assert (await trash(api, org, asset["id"])).json()["key"] == asset["key"]
+
+    restored = await api.post(
+        f"/internal/v1/orgs/{org}/trash/{asset['id']}/restore", json={"quotaBytes": 100}
+    )
+    assert restored.status_code == 200, restored.text
+    body = restored.json()
+    for field in ("id", "key", "publicUrl", "sha256", "size", "createdAt", "folderId"):
+        assert body[field] == asset[field]
+    assert await usage(api, org) == {"usedBytes": 40, "assetCount": 2, "trashedBytes": 0, "trashedCount": 0}
+    # Restoring a live asset answers it (a restore whose store step failed, retried).
+    again = await api.post(f"/internal/v1/orgs/{org}/trash/{asset['id']}/restore", json={"quotaBytes": 100})
+    assert again.status_code == 200 and again.json()["id"] == asset["id"]
+    kinds = [e["type"] for e in await events(api) if e["data"].get("id") == asset["id"]]
+    assert kinds == ["asset.created", "asset.trashed", "asset.restored"]
+
+
+async def test_restore_goes_to_the_root_when_the_folder_is_gone(api: httpx.AsyncClient) -> None:
+    org = new_id("org")
+    folder = (await api.post(f"/internal/v1/orgs/{org}/folders", json={"name": "f"})).json()["id"]
+    asset = await upload(api, org, 5, folderId=folder)
+    await trash(api, org, asset["id"])
+    assert (await api.delete(f"/internal/v1/orgs/{org}/folders/{folder}")).status_code == 200
+    restored = await api.post(
+        f"/internal/v1/orgs/{org}/trash/{asset['id']}/restore", json={"quotaBytes": 100}
+    )
+    assert restored.status_code == 200 and restored.json()["folderId"] is None
+
+
+async def test_restore_is_refused_when_it_no_longer_fits(api: httpx.AsyncClient) -> None:
+    org = new_id("org")
+    asset = await upload(api, org, 60)
+    await trash(api, org, asset["id"])
+    await upload(api, org, 50, quota=100)
+    refused = await api.post(f"/internal/v1/orgs/{org}/trash/{asset['id']}/restore", json={"quotaBytes": 100})
+    assert refused.status_code == 413 and refused.json()["error"]["code"] == "quota_exceeded"
+    # Nothing changed: still in the trash, usage as it was.
+    assert await usage(api, org) == {"usedBytes": 50, "assetCount": 1, "trashedBytes": 60, "trashedCount": 1}
+    assert (await api.get(f"/internal/v1/orgs/{org}/trash")).json()["total"] == 1
+
+
+async def test_the_trash_is_bounded_oldest_purged_first(api: httpx.AsyncClient) -> None:
+    org = new_id("org")
+    first, second, third = [await upload(api, org, 40) for _ in range(3)]
+    for asset in (first, second):
+        assert (await trash(api, org, asset["id"], limit=100)).json()["purged"] == []
+    over = (await trash(api, org, third["id"], limit=100)).json()
+    # 120 > 100: the oldest goes, as a tombstone whose object edge deletes.
+    assert over["purged"] == [{"assetId": first["id"], "key": first["key"]}]
+    assert await usage(api, org) == {"usedBytes": 0, "assetCount": 0, "trashedBytes": 80, "trashedCount": 2}
+    ids = [a["id"] for a in (await api.get(f"/internal/v1/orgs/{org}/trash")).json()["assets"]]
+    assert ids == [third["id"], second["id"]]
+    purged = [e for e in await events(api) if e["type"] == "asset.purged"]
+    assert [e["data"]["id"] for e in purged] == [first["id"]]
+
+
+async def test_members_act_only_on_what_they_trashed_and_other_orgs_are_refused(
+    api: httpx.AsyncClient,
+) -> None:
+    org, other = new_id("org"), new_id("org")
+    mine = await upload(api, org, 1)
+    theirs = await upload(api, org, 1)
+    await trash(api, org, mine["id"], **actor("key", "key_m", "usr_member"))
+    await trash(api, org, theirs["id"], **actor("user", "usr_owner"))
+    member = {"onlyUser": "usr_member", "quotaBytes": 100}
+    refused = await api.post(f"/internal/v1/orgs/{org}/trash/{theirs['id']}/restore", json=member)
+    assert refused.status_code == 403
+    refused = await api.post(f"/internal/v1/orgs/{org}/trash/{theirs['id']}/purge", json=member)
+    assert refused.status_code == 403
+    # Another organization: 403 for a real id, 404 for an unknown one.
+    elsewhere = await api.post(
+        f"/internal/v1/orgs/{other}/trash/{mine['id']}/restore", json={"quotaBytes": 9}
+    )
+    assert elsewhere.status_code == 403
+    assert (await api.post(f"/internal/v1/orgs/{other}/trash/{mine['id']}/purge", json={})).status_code == 403
+    unknown = await api.post(f"/internal/v1/orgs/{org}/trash/{new_id('ast')}/purge", json={})
+    assert unknown.status_code == 404
+    assert (await api.get(f"/internal/v1/orgs/{other}/trash")).json()["total"] == 0
+    # The member's own: restored; the owner's: purged by an owner (no onlyUser).
+    assert (
+        await api.post(f"/internal/v1/orgs/{org}/trash/{mine['id']}/restore", json=member)
+    ).status_code == 200
+    ref = await api.post(f"/internal/v1/orgs/{org}/trash/{theirs['id']}/purge", json={})
+    assert ref.status_code == 200 and ref.json() == {"assetId": theirs["id"], "key": theirs["key"]}
+    # Purged is a tombstone now: asking again answers it (a retry), restoring is 404.
+    assert (await api.post(f"/internal/v1/orgs/{org}/trash/{theirs['id']}/purge", json={})).status_code == 200
+    gone = await api.post(f"/internal/v1/orgs/{org}/trash/{theirs['id']}/restore", json={"quotaBytes": 9})
+    assert gone.status_code == 404
+
+
+async def test_purge_batches_resume_with_earlier_tombstones(api: httpx.AsyncClient) -> None:
+    org = new_id("org")
+    assets = [await upload(api, org, 1) for _ in range(5)]
+    for asset in assets:
+        await trash(api, org, asset["id"])
+    first = (await api.post(f"/internal/v1/orgs/{org}/trash/purge?limit=2")).json()
+    assert first["purged"] == 2 and first["remaining"] == 3 and len(first["refs"]) == 2
+    # The caller died before deleting those objects: the next batch hands them out again first.
+    second = (await api.post(f"/internal/v1/orgs/{org}/trash/purge?limit=2")).json()
+    assert [r["assetId"] for r in second["refs"][:2]] == [r["assetId"] for r in first["refs"]]
+    assert second["purged"] == 2 and second["remaining"] == 1
+    for ref in first["refs"] + second["refs"]:
+        assert (await api.delete(f"/internal/v1/tombstones/{ref['assetId']}")).status_code == 200
+    third = (await api.post(f"/internal/v1/orgs/{org}/trash/purge?limit=2")).json()
+    assert third["purged"] == 1 and third["remaining"] == 0
+    assert await usage(api, org) == {"usedBytes": 0, "assetCount": 0, "trashedBytes": 0, "trashedCount": 0}
+
+
+async def test_expiry_is_listed_patched_and_happens_once(api: httpx.AsyncClient, database_url: str) -> None:
+    org = new_id("org")
+    soon = utcnow() + timedelta(hours=1)
+    asset = await upload(api, org, 7, expiresAt=isoformat(soon))
+    assert asset["expiresAt"] == isoformat(soon)
+    later = await upload(api, org, 1)
+    assert later["expiresAt"] is None
+    before = isoformat(soon + timedelta(minutes=1))
+    page = (await api.get(f"/internal/v1/orgs/{org}/expiring", params={"expiresBefore": before})).json()
+    assert [a["id"] for a in page["assets"]] == [asset["id"]] and page["total"] == 1
+    bad = await api.get(f"/internal/v1/orgs/{org}/expiring", params={"expiresBefore": "tomorrow"})
+    assert bad.status_code == 400
+    for value in ("2000-01-01T00:00:00Z", "2026-01-01T00:00:00", "x" * 41, "9999-01-01T00:00:00Z"):
+        refused = await api.patch(f"/internal/v1/orgs/{org}/assets/{later['id']}", json={"expiresAt": value})
+        assert refused.status_code == 400, value
+    # Not yet due: the sweeper's call is 404, nothing changes.
+    body = {"retentionDays": 0, "limitBytes": 100}
+    assert (
+        await api.post(f"/internal/v1/orgs/{org}/assets/{asset['id']}/expire", json=body)
+    ).status_code == 404
+    # Made due (as time passing would): expired once; a second sweeper finds nothing.
+    assert (await api.get("/internal/v1/expired")).json()["assets"] == []
+    past = utcnow() - timedelta(seconds=1)
+    # (through the database: the API refuses a time in the past)
+    engine = make_engine(database_url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE assets SET expires_at = :t WHERE id = :i"), {"t": past, "i": asset["id"]})
+    engine.dispose()
+    due = (await api.get("/internal/v1/expired")).json()["assets"]
+    assert due == [{"assetId": asset["id"], "organizationId": org}]
+    done = await api.post(f"/internal/v1/orgs/{org}/assets/{asset['id']}/expire", json=body)
+    assert done.status_code == 200 and done.json() == {"key": asset["key"], "deleted": True, "purged": []}
+    assert (
+        await api.post(f"/internal/v1/orgs/{org}/assets/{asset['id']}/expire", json=body)
+    ).status_code == 404
+    kinds = [e["type"] for e in await events(api) if e["data"].get("id") == asset["id"]]
+    assert kinds == ["asset.created", "asset.expired", "asset.deleted"]
+    # PATCH sets and clears it, with its event.
+    when = isoformat(utcnow() + timedelta(days=2))
+    patched = await api.patch(f"/internal/v1/orgs/{org}/assets/{later['id']}", json={"expiresAt": when})
+    assert patched.status_code == 200 and patched.json()["expiresAt"] == when
+    cleared = await api.patch(f"/internal/v1/orgs/{org}/assets/{later['id']}", json={"expiresAt": None})
+    assert cleared.json()["expiresAt"] is None
+    updates = [e for e in await events(api) if e["type"] == "asset.updated"]
+    assert [e["changes"] for e in updates] == [{"expiresAt": None}, {"expiresAt": when}]
