@@ -8,7 +8,7 @@ import os
 import stat
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -357,3 +357,8 @@ def test_tags_metadata_and_a_recursive_listing(cli: Any, sdk: Coffer, tmp_path: 
     assert [line.split("\t")[0] for line in tagged] == ["top/low/a.txt"]
     found = list(sdk.list_assets(None, meta={"n": 3}, tags=["green", "red"], any_tag=True))
     assert [a.id for a in found] == [other.id]
+    # An upload token fixing the asset's expiry, metadata and tags (issues 47 and 50).
+    expires = datetime.now(UTC).replace(microsecond=0) + timedelta(days=2)
+    token = sdk.create_upload_token(asset_expires_at=expires, metadata={"order": "o-7"}, tags=["inbox"])
+    made = sdk.upload_with_token(token, f, name="from-browser.txt")
+    assert (made.metadata, made.tags, made.expires_at) == ({"order": "o-7"}, ["inbox"], expires)

@@ -67,7 +67,9 @@ def cheap_hashing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     instead of 140 ms. Tests marked ``real_argon2`` keep the production parameters."""
     if request.node.get_closest_marker("real_argon2") is None:
         monkeypatch.setattr(passwords, "HASHER", PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
-        monkeypatch.setattr(passwords, "_dummy_hash", None)
+    else:  # the production parameters, even in a worker whose edge tests made hashing cheap for their session
+        monkeypatch.setattr(passwords, "HASHER", PasswordHasher())
+    monkeypatch.setattr(passwords, "_dummy_hash", None)
 
 
 def make_settings(database_url: str, tmp_path: Path, **overrides: Any) -> Settings:

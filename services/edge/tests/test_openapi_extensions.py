@@ -51,6 +51,8 @@ def test_section_8_is_in_the_openapi_document(tmp_path: Any) -> None:
         "contentTypes",
         "expiresIn",
         "visibility",
+        # What the token fixes about its asset (issues 47 and 50, additive).
+        *("assetExpiresAt", "metadata", "tags", "acceptMetadata"),
     }
     params = {p["name"]: p for p in paths["/api/assets"]["get"]["parameters"]}
     assert {"q", "sort"} <= set(params)

@@ -511,8 +511,14 @@ class Coffer:
         content_types: list[str] | None = None,
         expires_in: int | None = None,
         visibility: str | None = None,
+        asset_expires_at: datetime | None = None,
+        metadata: Mapping[str, object] | None = None,
+        tags: Sequence[str] | None = None,
+        accept_metadata: bool = True,
     ) -> UploadToken:
-        """A short-lived, single-use token a browser can upload with, without a key (CONTRACT §8)."""
+        """A short-lived, single-use token a browser can upload with, without a key (CONTRACT §8).
+        ``asset_expires_at``, ``metadata`` and ``tags`` fix the uploaded asset's (the upload's own
+        are ignored); ``accept_metadata=False`` refuses an upload carrying its own (issues 47, 50)."""
         body = clean_params(
             {
                 "folderId": folder_id,
@@ -521,6 +527,10 @@ class Coffer:
                 "contentTypes": content_types,
                 "expiresIn": expires_in,
                 "visibility": visibility,
+                "assetExpiresAt": asset_expires_at.isoformat() if asset_expires_at is not None else None,
+                "metadata": dict(metadata) if metadata is not None else None,
+                "tags": list(tags) if tags is not None else None,
+                "acceptMetadata": None if accept_metadata else False,
             }
         )
         return parse(UploadToken, self._request("POST", "/api/upload-tokens", json=body))

@@ -28,6 +28,7 @@ from coffer_kit.contract.wire import (
     MinterRef,
     MintersIn,
     MintersOut,
+    TokenAsset,
     TokenClaim,
     UploadGrant,
     UploadTokenCreated,
@@ -71,6 +72,8 @@ class UploadToken(SQLModel, table=True):
     # CONTRACT §12: 'public' or 'private', fixed for the upload; NULL: the organization's
     # default when the upload comes.
     visibility: str | None = SQLField(default=None, max_length=16)
+    # Issues 47 and 50: what the token fixes about its asset (``TokenAsset`` as JSON); NULL: nothing.
+    asset: str | None = SQLField(default=None, sa_column=Column(Text, nullable=True))
 
 
 TABLES = [UploadToken.__table__]  # type: ignore[attr-defined]
@@ -89,6 +92,7 @@ def create(
     expires_in: int,
     visibility: str | None = None,
     user_id: str | None = None,
+    asset: TokenAsset | None = None,
 ) -> UploadToken:
     """Store a new token's hash and scope."""
     if session.get(Organization, org_id) is None:
@@ -112,6 +116,7 @@ def create(
         created_at=now,
         expires_at=now + timedelta(seconds=expires_in),
         visibility=visibility,
+        asset=asset.model_dump_json() if asset is not None else None,
     )
     session.add(row)
     session.flush()
@@ -148,6 +153,7 @@ def resolve(session: Session, *, token_hash: str) -> UploadGrant:
         key_id=row.key_id,
         user_id=row.user_id,
         ingest=org.ingest(),
+        asset=TokenAsset.model_validate_json(row.asset) if row.asset is not None else None,
     )
 
 
@@ -247,6 +253,7 @@ def create_token(org_id: str, body: UploadTokenIn, session: SessionDep) -> Uploa
         expires_in=body.expires_in,
         visibility=body.visibility,
         user_id=body.user_id,
+        asset=body.asset,
     )
     return UploadTokenCreated(id=row.id, expires_at=isoformat(row.expires_at))
 

@@ -8,7 +8,15 @@ from annotated_types import Interval
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from coffer_kit.contract.describe import KEY_PATTERN, MAX_KEYS, MAX_TAGS, MAX_VALUE_CHARS, TAG_PATTERN
+from coffer_kit.contract.describe import (
+    KEY_PATTERN,
+    MAX_KEYS,
+    MAX_TAGS,
+    MAX_VALUE_CHARS,
+    METADATA_SCHEMA,
+    TAG_PATTERN,
+    TAGS_SCHEMA,
+)
 from coffer_kit.contract.expiry import ExpiryDays
 from coffer_kit.contract.limits import (
     EXPIRES_IN_MAX,
@@ -373,6 +381,33 @@ class UploadTokenCreate(BaseModel):
         default=None,
         description="The uploaded asset's visibility, fixed (the form cannot change it); omitted or "
         "null = the organization's `defaultVisibility` at upload time.",
+    )
+
+    # Issues 47 and 50: what the token fixes about the asset. Checked by the route (bounds, the
+    # instant), which names the field of a refusal; typed loosely here for that one envelope.
+    assetExpiresAt: str | None = Field(
+        default=None,
+        max_length=40,
+        description="The uploaded asset's `expiresAt`, fixed (the upload's own is ignored): ISO 8601 "
+        "with a time zone, after the token itself expires, at most 10 years ahead; omitted or null = "
+        "the upload's own, if any.",
+    )
+    metadata: Any = Field(
+        default=None,
+        description="The uploaded asset's metadata, fixed: the upload's own `metadata` and `tags` are "
+        "then ignored. Bounded as `Asset.metadata`; omitted or null = the upload's own.",
+        json_schema_extra=METADATA_SCHEMA,
+    )
+    tags: Any = Field(
+        default=None,
+        description="The uploaded asset's tags, fixed, as `metadata` is; omitted or null = the upload's own.",
+        json_schema_extra=TAGS_SCHEMA,
+    )
+    acceptMetadata: bool = Field(
+        default=True,
+        strict=True,
+        description="false: an upload carrying its own `metadata` or `tags` (form fields or tus "
+        "`Upload-Metadata` entries) is refused with 400, naming the field.",
     )
 
     def content_types(self) -> list[str] | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -152,3 +153,71 @@ def test_an_uploaded_jpeg_gains_its_image_facts_and_asset_updated_and_a_pdf_none
     assert [(a["image"], a["placeholder"]) for a in announced] == [(seen["image"], seen["placeholder"])]
     assert all(json.loads(e.changes) == {"image": None, "placeholder": None} for e in events)
     assert api.get(f"/api/assets/{doc['id']}").json()["image"] is None
+
+
+def token_tus_upload(anon: httpx.Client, token: dict[str, Any], metadata: str) -> httpx.Response:
+    """A tus upload with an upload token (no key): creation, then the one PATCH to its capability URL."""
+    created = anon.post(
+        path_of(token["url"]).replace("/api/uploads?", "/api/uploads/tus?"),
+        headers={**TUS, "Upload-Length": "5", "Upload-Metadata": metadata},
+    )
+    if created.status_code != 201:
+        return created
+    parts = urlsplit(created.headers["location"])
+    headers = {**TUS, "Upload-Offset": "0", "Content-Type": "application/offset+octet-stream"}
+    done = anon.patch(f"{parts.path}?{parts.query}", content=b"hello", headers=headers)
+    assert done.status_code == 204, done.text
+    return done
+
+
+def test_an_upload_token_fixes_or_forbids_the_assets_expiry_metadata_and_tags(
+    tenant: Tenant, anon: httpx.Client
+) -> None:
+    """Issues 47 and 50: what a token fixes wins over what the upload says, by the form and by
+    tus; a token that forbids metadata refuses an upload carrying some (400, token not spent)."""
+    api = tenant.api
+    expires = (datetime.now(UTC) + timedelta(days=3)).replace(microsecond=0)
+    fixed = {"assetExpiresAt": expires.isoformat(), "metadata": {"order": "o-1", "n": 2}, "tags": ["inbox"]}
+    own = {"metadata": json.dumps({"mine": "x"}), "tags": "mine", "expiresAt": "2030-01-01T00:00:00Z"}
+    stored = []
+    by_form = form_upload(anon, path_of(api.post("/api/upload-tokens", json=fixed).json()["url"]), **own)
+    assert by_form.status_code == 201, by_form.text
+    stored.append(by_form.json()["id"])
+    tus_meta = ",".join(f"{k} {b64(v)}" for k, v in {"filename": "t.txt", **own}.items())
+    by_tus = token_tus_upload(anon, api.post("/api/upload-tokens", json=fixed).json(), tus_meta)
+    assert by_tus.status_code == 204, by_tus.text
+    stored.append(by_tus.headers["coffer-asset-id"])
+    for asset_id in stored:
+        asset = api.get(f"/api/assets/{asset_id}").json()
+        assert (asset["metadata"], asset["tags"]) == (fixed["metadata"], fixed["tags"])
+        assert datetime.fromisoformat(asset["expiresAt"]) == expires
+
+    strict = {"acceptMetadata": False}
+    token = api.post("/api/upload-tokens", json=strict).json()
+    refused = form_upload(anon, path_of(token["url"]), tags="t")
+    assert assert_error(refused, 400, "invalid_request")["details"] == {"field": "tags"}
+    refused = token_tus_upload(anon, token, f"filename {b64('t.txt')},metadata {b64('{}')}")
+    assert assert_error(refused, 400, "invalid_request")["details"] == {"field": "metadata"}
+    plain = form_upload(anon, path_of(token["url"]), name="plain.txt")  # the token was not spent
+    assert plain.status_code == 201, plain.text
+    assert (plain.json()["metadata"], plain.json()["tags"], plain.json()["expiresAt"]) == ({}, [], None)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"assetExpiresAt": "tomorrow"}, "assetExpiresAt"),
+        ({"assetExpiresAt": "2020-01-01T00:00:00Z"}, "assetExpiresAt"),
+        ({"assetExpiresAt": "+10m", "expiresIn": 3600}, "assetExpiresAt"),
+        ({"metadata": {"k": "v" * 300}}, "metadata.k"),
+        ({"metadata": "text"}, "metadata"),
+        ({"tags": ["not fine"]}, "tags[0]"),
+        ({"tags": ["a", "a"]}, "tags"),
+        ({"acceptMetadata": "no"}, "acceptMetadata"),
+    ],
+)
+def test_what_a_token_fixes_is_checked_at_minting(tenant: Tenant, body: dict[str, Any], field: str) -> None:
+    if body.get("assetExpiresAt") == "+10m":
+        body = {**body, "assetExpiresAt": (datetime.now(UTC) + timedelta(minutes=10)).isoformat()}
+    refused = tenant.api.post("/api/upload-tokens", json=body)
+    assert assert_error(refused, 400, "invalid_request")["details"] == {"field": field}

@@ -60,14 +60,15 @@ def parse_instant(value: str, *, field: str = FIELD) -> datetime:
     return as_utc(parsed)
 
 
-def parse_expires_at(value: str, *, now: datetime | None = None) -> datetime:
-    """A new ``expiresAt``: after now, at most ``ASSET_EXPIRY_MAX_DAYS`` ahead; 400 otherwise."""
-    when = parse_instant(value)
+def parse_expires_at(value: str, *, now: datetime | None = None, field: str = FIELD) -> datetime:
+    """A new ``expiresAt``: after now, at most ``ASSET_EXPIRY_MAX_DAYS`` ahead; 400 naming
+    ``field`` otherwise."""
+    when = parse_instant(value, field=field)
     now = now or utcnow()
     if when <= now:
-        raise invalid("expiresAt must be in the future.", field=FIELD)
+        raise invalid(f"{field} must be in the future.", field=field)
     if when > now + timedelta(days=ASSET_EXPIRY_MAX_DAYS):
-        raise invalid(f"expiresAt is at most {ASSET_EXPIRY_MAX_DAYS} days ahead.", field=FIELD)
+        raise invalid(f"{field} is at most {ASSET_EXPIRY_MAX_DAYS} days ahead.", field=field)
     return when
 
 

@@ -666,6 +666,21 @@ MEDIA_RANGE_PATTERN = r"^(\*|[a-z0-9!#$&^_.+*-]+/[a-z0-9!#$&^_.+*-]+)$"
 UPLOAD_TOKEN_MAX_EXPIRES_IN = 86_400
 
 
+class TokenAsset(WireModel):
+    """What an upload token fixes about the asset it makes (issues 47 and 50), checked by edge at
+    minting: its ``expiresAt`` (ISO 8601), its metadata and tags (the upload's own are then
+    ignored), or that the upload may not carry metadata or tags at all."""
+
+    expires_at: str | None = Field(default=None, max_length=40)
+    metadata: dict[str, StrictStr | StrictInt | float | bool] | None = None
+    tags: list[Annotated[str, Field(max_length=64)]] | None = Field(default=None, max_length=32)
+    forbid_description: bool = False
+
+    @property
+    def fixes_description(self) -> bool:
+        return self.metadata is not None or self.tags is not None
+
+
 class UploadTokenIn(WireModel):
     """A new token's SHA-256 and scope (the token itself never crosses the network)."""
 
@@ -682,6 +697,7 @@ class UploadTokenIn(WireModel):
     expires_in: StrictInt = Field(ge=1, le=UPLOAD_TOKEN_MAX_EXPIRES_IN)
     # None: the organization's default when the upload comes.
     visibility: Visibility | None = None
+    asset: TokenAsset | None = None
 
 
 class UploadTokenCreated(WireModel):
@@ -708,6 +724,7 @@ class UploadGrant(WireModel):
     key_id: str | None = None
     user_id: str | None = None
     ingest: Ingest = Field(default_factory=lambda: Ingest())
+    asset: TokenAsset | None = None
 
 
 class TokenClaim(WireModel):

@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
@@ -70,7 +71,7 @@ from coffer_kit.contract.limits import (
     PAGE_OFFSET_DEFAULT,
 )
 from coffer_kit.contract.resources import Visibility
-from coffer_kit.contract.wire import Ingest, Stored, TransformFields, UploadCommit
+from coffer_kit.contract.wire import Ingest, Stored, TokenAsset, TransformFields, UploadCommit
 from coffer_kit.pagination import CURSOR_MAX_CHARS
 from coffer_kit.routes import LeanRoute
 
@@ -196,9 +197,24 @@ class UploadScope:
     tags: list[str] | None = None
     fixed_description: bool = False
     forbid_description: bool = False
+    # Issue 47: an upload token's ``expiresAt`` for the asset (ISO 8601), fixed: the form's is ignored.
+    expires_at: str | None = None
 
     def allow(self) -> list[str]:
         return self.ingest.allow_lists(self.content_types)
+
+
+def token_asset_scope(asset: TokenAsset | None) -> dict[str, Any]:
+    """``UploadScope``'s fields for what an upload token fixes about its asset."""
+    if asset is None:
+        return {}
+    return {
+        "metadata": asset.metadata if asset.fixes_description else None,
+        "tags": asset.tags if asset.fixes_description else None,
+        "fixed_description": asset.fixes_description,
+        "forbid_description": asset.forbid_description,
+        "expires_at": asset.expires_at,
+    }
 
 
 def media_type_allowed(mime_type: str, allowed: tuple[str, ...]) -> bool:
@@ -282,7 +298,7 @@ def _outside_scope(stored: Stored, scope: UploadScope) -> CofferError | None:
 def _kept(stored: Stored, scope: UploadScope) -> tuple[dict[str, Any] | None, list[str] | None]:
     """The stored file's metadata and tags, if the upload may keep it (``_outside_scope``, and
     a good ``expiresAt``)."""
-    refusal = _outside_scope(stored, scope) or _expiry_problem(stored)
+    refusal = _outside_scope(stored, scope) or (_expiry_problem(stored) if scope.expires_at is None else None)
     if refusal is not None:
         raise refusal
     return _description(stored, scope)
@@ -291,13 +307,12 @@ def _kept(stored: Stored, scope: UploadScope) -> tuple[dict[str, Any] | None, li
 def _description(stored: Stored, scope: UploadScope) -> tuple[dict[str, Any] | None, list[str] | None]:
     """The asset's metadata and tags (issue 50): the form's fields, or the token's fixed ones;
     400 naming the field for a bad one, or for any under a token that forbids them."""
-    if scope.fixed_description:
-        return scope.metadata, scope.tags
     if scope.forbid_description:
         for name in ("metadata", "tags"):
             if getattr(stored.fields, name):
                 raise invalid(f"This upload token does not allow '{name}'.", field=name)
-        return None, None
+    if scope.fixed_description or scope.forbid_description:
+        return scope.metadata, scope.tags
     return describe.parse_metadata_field(stored.fields.metadata), describe.parse_tags_field(
         stored.fields.tags
     )
@@ -342,6 +357,13 @@ def _expiry_problem(stored: Stored) -> CofferError | None:
     except CofferError as exc:
         return exc
     return None
+
+
+def _expires_at(stored: Stored, scope: UploadScope) -> datetime | None:
+    """The asset's ``expiresAt``: an upload token's (checked at minting), else the form's."""
+    if scope.expires_at is not None:
+        return expiry.parse_instant(scope.expires_at)
+    return expiry.parse_expires_at(stored.fields.expires_at) if stored.fields.expires_at else None
 
 
 async def _upload(
@@ -397,7 +419,7 @@ async def _upload(
         visibility=stored.visibility,
         detected_type=stored.detected_type,
         scan_status=scope.ingest.first_scan_status(),
-        expires_at=expiry.parse_expires_at(stored.fields.expires_at) if stored.fields.expires_at else None,
+        expires_at=_expires_at(stored, scope),
         metadata=own_metadata,
         tags=own_tags,
     )

@@ -82,6 +82,7 @@ from coffer_kit.contract.timeutil import isoformat, utcnow
 from coffer_kit.contract.wire import (
     Ingest,
     MinterRef,
+    TokenAsset,
     TusAdvance,
     TusAppended,
     TusComplete,
@@ -733,6 +734,8 @@ class _Target:
     token_id: str | None = None
     capability: str | None = None
     minter_key_id: str | None = None
+    # An upload token's ``Upload-Metadata``, with what the token fixes about the asset in it.
+    upload_metadata: str | None = None
     minter_user_id: str | None = None
 
 
@@ -762,6 +765,7 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
     allowed = grant.content_types
     if allowed is not None and not media_type_allowed(named.mime_type, tuple(allowed)):
         raise unsupported_media_type(f"This upload accepts {', '.join(allowed)}, not {named.mime_type}.")
+    upload_metadata = _with_token_asset(meta.raw, grant.asset)
     await state.upload_tokens.claim(grant.token_id, asset_id, request_id=rid)
     return _Target(
         org,
@@ -775,7 +779,33 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
         capability=new_capability(),
         minter_key_id=grant.key_id,
         minter_user_id=grant.user_id,
+        upload_metadata=upload_metadata,
     )
+
+
+def _with_token_asset(raw: str, asset: TokenAsset | None) -> str:
+    """A token upload's ``Upload-Metadata`` with what the token fixes about the asset (issues 47
+    and 50): its ``expiresAt``, ``metadata`` and ``tags`` entries replace the client's, which
+    are refused (400) under a token that forbids them. metadata reads them at completion."""
+    if asset is None:
+        return raw
+    items = [item.strip() for item in raw.split(",")]
+    keys = {item.partition(" ")[0] for item in items}
+    if asset.forbid_description:
+        for name in ("metadata", "tags"):
+            if name in keys:
+                raise invalid(f"This upload token does not allow '{name}'.", field=name)
+    fixed: dict[str, str] = {}
+    if asset.expires_at is not None:
+        fixed[expiry.FIELD] = asset.expires_at
+    if asset.metadata is not None:
+        fixed["metadata"] = describe.encode_metadata(asset.metadata)
+    if asset.tags:
+        fixed["tags"] = ",".join(asset.tags)
+    dropped = set(fixed) | ({"metadata", "tags"} if asset.fixes_description else set())
+    kept = [item for item in items if item.partition(" ")[0] not in dropped]
+    added = [f"{key} {base64.b64encode(value.encode()).decode()}" for key, value in fixed.items()]
+    return ",".join(kept + added)
 
 
 @router.post(
@@ -813,7 +843,7 @@ async def create_upload(request: Request, token: Token = None) -> Response:
         folder_id=target.folder_id,
         mime_type=target.mime_type,
         visibility=target.visibility,
-        upload_metadata=meta.raw,
+        upload_metadata=target.upload_metadata or meta.raw,
         length=length,
         quota_bytes=target.quota_bytes,
         capability_hash=token_hash(target.capability) if target.capability else None,

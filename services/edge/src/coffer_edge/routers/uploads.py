@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import secrets
 import string
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -30,15 +31,17 @@ from coffer_edge.deps import (
     edge_state,
     needs,
 )
-from coffer_edge.routers.assets import UploadScope, upload_response
+from coffer_edge.routers.assets import UploadScope, token_asset_scope, upload_response
 from coffer_edge.routers.folders import JSONRoute
 from coffer_edge.schemas import TOKEN_UPLOAD_BODY, Success, UploadToken, UploadTokenCreate, errors
 from coffer_edge.schemas import Asset as AssetOut
 from coffer_edge.subtree import require_token_inside
-from coffer_kit.contract.errors import CofferError
+from coffer_kit.contract import describe, expiry
+from coffer_kit.contract.errors import CofferError, invalid
 from coffer_kit.contract.ids import UPLOAD_TOKEN_ID_PATTERN
 from coffer_kit.contract.scopes import TOKEN
-from coffer_kit.contract.wire import UploadTokenIn
+from coffer_kit.contract.timeutil import isoformat, utcnow
+from coffer_kit.contract.wire import TokenAsset, UploadTokenIn
 
 UPLOADS_PATH = "/api/uploads"
 TOKEN_PREFIX = "cof_upl_"
@@ -78,6 +81,7 @@ async def create_upload_token(
     org = principal.organization_id
     # The folder must exist now (404/403) and the name must be valid (400), not at upload time.
     target = await metadata.check_upload_target(org, body.folderId or None, body.name, request_id=rid)
+    asset = _token_asset(body)
     token = new_token()
     created = await tokens.create(
         org,
@@ -90,6 +94,7 @@ async def create_upload_token(
             content_types=body.content_types(),
             expires_in=body.expiresIn,
             visibility=body.visibility,
+            asset=asset,
         ),
         request_id=rid,
     )
@@ -100,6 +105,25 @@ async def create_upload_token(
         "expiresAt": created.expires_at,
         "expiresIn": body.expiresIn,
     }
+
+
+def _token_asset(body: UploadTokenCreate) -> TokenAsset | None:
+    """What the token fixes about its asset (issues 47 and 50), checked now: 400 naming the field."""
+    expires_at = None
+    if body.assetExpiresAt:
+        when = expiry.parse_expires_at(body.assetExpiresAt, field="assetExpiresAt")
+        if when <= utcnow() + timedelta(seconds=body.expiresIn):
+            raise invalid("assetExpiresAt must come after the token expires.", field="assetExpiresAt")
+        expires_at = isoformat(when)
+    metadata = describe.check_metadata(body.metadata) if body.metadata is not None else None
+    tags = describe.check_tags(body.tags) if body.tags is not None else None
+    if tags is not None and len(tags) != len(body.tags):
+        raise invalid("'tags' lists a tag twice.", field="tags")
+    if expires_at is None and metadata is None and tags is None and body.acceptMetadata:
+        return None
+    return TokenAsset(
+        expires_at=expires_at, metadata=metadata, tags=tags, forbid_description=not body.acceptMetadata
+    )
 
 
 @router.delete(
@@ -170,6 +194,7 @@ async def upload_with_token(
         visibility=grant.visibility or grant.default_visibility,
         fixed_visibility=True,
         ingest=grant.ingest,
+        **token_asset_scope(grant.asset),
     )
     return await upload_response(request, scope, metadata, blob, rid)
 
