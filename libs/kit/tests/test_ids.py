@@ -27,4 +27,19 @@ def test_the_digits_are_the_ulid_encoding_of_the_bits(monkeypatch: pytest.Monkey
     for value in [0, 2**128 - 1, *(1 << bit for bit in range(128))]:
         monkeypatch.setattr(ids.time, "time_ns", lambda v=value: (v >> 80) * 1_000_000)
         monkeypatch.setattr(ids.os, "urandom", lambda _n, v=value: (v & (2**80 - 1)).to_bytes(10, "big"))
+        monkeypatch.setattr(ids, "_last", -1)  # no id made before
         assert ids.new_id("x") == f"x_{ULID.from_int(value)}"
+
+
+def test_ids_of_one_millisecond_follow_each_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Monotonic within a process: the second id of a millisecond is the first plus 1, whatever
+    the random bits say; a later millisecond starts from its own random bits again."""
+    monkeypatch.setattr(ids, "_last", -1)
+    monkeypatch.setattr(ids.time, "time_ns", lambda: 5_000_000)
+    monkeypatch.setattr(ids.os, "urandom", lambda _n: (2**79).to_bytes(10, "big"))
+    first = ids.new_id("x")
+    monkeypatch.setattr(ids.os, "urandom", lambda _n: (1).to_bytes(10, "big"))
+    second = ids.new_id("x")
+    assert int(ULID.from_str(second[2:])) == int(ULID.from_str(first[2:])) + 1
+    monkeypatch.setattr(ids.time, "time_ns", lambda: 6_000_000)
+    assert int(ULID.from_str(ids.new_id("x")[2:])) == 6 << 80 | 1

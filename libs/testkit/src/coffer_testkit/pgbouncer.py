@@ -21,7 +21,7 @@ from coffer_testkit.testing import free_port
 
 # Server connections PgBouncer opens to one database at most: the stacks' processes share
 # them, a transaction at a time (their own pools hold client connections only).
-SERVER_CONNECTIONS_PER_DATABASE = 8
+SERVER_CONNECTIONS_PER_DATABASE = 4
 
 
 def pgbouncer_binary() -> str | None:

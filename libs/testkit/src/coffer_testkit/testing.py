@@ -39,13 +39,14 @@ _next_offset = itertools.count(random.randrange(_BLOCK_SIZE))
 
 
 # The connection budget of every service process the tests start (docs/operations.md, "The
-# connection budget"): at most 4 + 2 + 2 connections each (the dispatcher 4 at most), so the
-# whole suite, two workers with their stacks, fits PostgreSQL's default max_connections = 100
-# (tests/e2e/test_connections.py measures the peak). Production computes its own (the chart).
+# connection budget"): at most 2 + 1 + 1 connections each, so the whole suite fits PostgreSQL's
+# default max_connections = 100. A worker keeps its session's in-process services (about 20
+# connections at 2 + 1 + 1) while it runs end-to-end stacks (about 30): with 4 + 2 + 2 two
+# workers reached 100 and were refused ("too many clients"). Production computes its own (the chart).
 TEST_DATABASE_BUDGET = {
-    "COFFER_DATABASE_POOL_SIZE": "4",
-    "COFFER_DATABASE_READ_CONNECTIONS": "2",
-    "COFFER_DATABASE_WRITE_CONNECTIONS": "2",
+    "COFFER_DATABASE_POOL_SIZE": "2",
+    "COFFER_DATABASE_READ_CONNECTIONS": "1",
+    "COFFER_DATABASE_WRITE_CONNECTIONS": "1",
 }
 
 

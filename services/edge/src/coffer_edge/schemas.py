@@ -356,6 +356,11 @@ class SignedUrl(BaseModel):
 _MEDIA_RANGE = r"^(\*|[A-Za-z0-9!#$&^_.+*-]+/[A-Za-z0-9!#$&^_.+*-]+)$"
 
 
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` or null, for a loosely typed field (its description stays the field's)."""
+    return {"anyOf": [{k: v for k, v in schema.items() if k != "description"}, {"type": "null"}]}
+
+
 class UploadTokenCreate(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -396,12 +401,12 @@ class UploadTokenCreate(BaseModel):
         default=None,
         description="The uploaded asset's metadata, fixed: the upload's own `metadata` and `tags` are "
         "then ignored. Bounded as `Asset.metadata`; omitted or null = the upload's own.",
-        json_schema_extra=METADATA_SCHEMA,
+        json_schema_extra=_nullable(METADATA_SCHEMA),
     )
     tags: Any = Field(
         default=None,
         description="The uploaded asset's tags, fixed, as `metadata` is; omitted or null = the upload's own.",
-        json_schema_extra=TAGS_SCHEMA,
+        json_schema_extra=_nullable(TAGS_SCHEMA),
     )
     acceptMetadata: bool = Field(
         default=True,

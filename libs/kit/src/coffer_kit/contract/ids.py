@@ -74,7 +74,7 @@ def new_id(prefix: str) -> str:
 
 
 _lock = threading.Lock()
-_last = 0
+_last = -1  # the last id's value; none yet
 
 
 def is_org_id(value: str) -> bool:
