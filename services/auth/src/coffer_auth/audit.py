@@ -191,17 +191,38 @@ def _change_actions(event: dict[str, Any]) -> list[tuple[str, dict[str, Any] | N
         return [("folder.created", {"parentId": data.get("parentId")})]
     if verb == "deleted":
         return [(f"{kind}.deleted", None)]
+    if kind == "asset" and verb in ("trashed", "restored", "expired", "purged"):
+        # Issue 47: the trash's changes; a trashed (or expired) one says when it will be purged.
+        trash: dict[str, Any] = {"size": data.get("size")}
+        if verb in ("trashed", "expired"):
+            trash["purgeAt"] = data.get("purgeAt")
+        return [(event["type"], trash)]
     if kind == "asset" and verb in ("scanned", "infected"):
         # Issue 48: a scan's end is no one's change; an infected file is worth the log.
         return [("asset.infected", {"signature": data.get("scanSignature")})] if verb == "infected" else []
+    return _update_actions(kind, data, event["changes"])
+
+
+def _update_actions(
+    kind: str, data: dict[str, Any], changes: dict[str, Any]
+) -> list[tuple[str, dict[str, Any] | None]]:
+    """An update's audit actions: one per field it changed (``changes``: the previous values)."""
     actions: list[tuple[str, dict[str, Any] | None]] = []
-    for field, before in event["changes"].items():
+    for field, before in changes.items():
         if field == "name":
             actions.append((f"{kind}.renamed", {"previousName": before}))
         elif field in ("folderId", "parentId"):
             actions.append((f"{kind}.moved", {field: data.get(field)}))
         elif field == "visibility":
             actions.append(("asset.visibility_changed", {"visibility": data.get("visibility")}))
+        elif field in ("expiresAt", "expiryDays"):  # issue 47: an asset's expiry, a folder's default
+            actions.append((f"{kind}.expiry_changed", {field: data.get(field)}))
+        elif field == "metadata":  # issue 50: which keys changed, not their values
+            after = data.get("metadata") or {}
+            keys = {k for k in {*before, *after} if before.get(k) != after.get(k)}
+            actions.append(("asset.metadata_changed", {"keys": sorted(keys)}))
+        elif field == "tags":
+            actions.append(("asset.tags_changed", {"tags": data.get("tags")}))
     return actions
 
 

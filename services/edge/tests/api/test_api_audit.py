@@ -65,6 +65,41 @@ def test_api_changes_are_audited_with_the_key_in_their_organization(stack: Any, 
     api.close()
 
 
+def test_trash_expiry_metadata_and_tags_are_audited(stack: Any, admin: Any) -> None:
+    """Issues 47 and 50: the trash's changes, an expiry, metadata and tags, each in the log."""
+    owner = sign_up(stack.edge_url, "Audited trash")
+    admin("set-trash-retention", "--org", owner.org_id, "--days", "7")
+    key = admin("create-key", "--org", owner.org_id, "--name", "ci")
+    api = httpx.Client(base_url=stack.edge_url, headers={"x-api-key": key["key"]}, timeout=60)
+    asset = api.post("/api/assets", files={"file": ("m.txt", b"m")}, data={"metadata": '{"a":"1"}'}).json()
+    url = f"/api/assets/{asset['id']}"
+    changes = {"expiresAt": "2030-01-01T00:00:00Z", "metadata": {"a": None, "b": 2}, "tags": {"add": ["x"]}}
+    assert api.patch(url, json=changes).status_code == 200
+    assert api.delete(url).status_code == 200
+    assert api.post(f"/api/trash/{asset['id']}/restore").status_code == 200
+    assert api.delete(url).status_code == 200
+    assert api.delete(f"/api/trash/{asset['id']}").status_code == 200
+
+    events = audit_events(owner, owner.org_id, 8)
+    assert [e["action"] for e in events] == [
+        "asset.uploaded",
+        "asset.expiry_changed",
+        "asset.metadata_changed",
+        "asset.tags_changed",
+        "asset.trashed",
+        "asset.restored",
+        "asset.trashed",
+        "asset.purged",
+    ]
+    assert {e["targetId"] for e in events} == {asset["id"]}
+    assert events[1]["details"] == {"expiresAt": "2030-01-01T00:00:00.000Z"}
+    assert events[2]["details"] == {"keys": ["a", "b"]}
+    assert events[3]["details"] == {"tags": ["x"]}
+    assert events[4]["details"]["size"] == 1 and events[4]["details"]["purgeAt"]
+    assert {(e["actorType"], e["actorId"]) for e in events} == {("key", key["id"])}
+    api.close()
+
+
 def test_a_personal_key_is_audited_in_the_organization_it_acted_in(stack: Any, admin: Any) -> None:
     """A user in two organizations acts in B with a personal key: B's log has it, A's has not."""
     user = sign_up(stack.edge_url, "First")
