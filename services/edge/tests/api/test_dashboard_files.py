@@ -1,25 +1,30 @@
 """The file browser's rules, in process (the four real apps, both databases): the upload route's
 two CSRF forms and its answers, folder name/duplicate/cycle refusals, the delete summary,
 signed-URL expiry bounds, another organization's asset, and the audit events it records; the
-asset page's metadata and tag forms and the tag filter.
+asset page's metadata and tag forms, the tag filter and the grid's BlurHash placeholders.
 What needs a browser (progress bars, previews from the CDN origin, the 100 MiB pre-check) is
 in tests/e2e/test_dashboard_files.py."""
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
 import re
 import secrets
+import struct
 import time
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
+import blurhash
 import httpx
 import pytest
 from sqlalchemy import text
 
+from coffer_edge.dashboard import placeholders
 from coffer_edge.dashboard.routes.files import _expires_in, _first_part_token, form_value, preview_kind
 from coffer_kit.contract.errors import CofferError
 from coffer_kit.metrics import HTTP_REQUESTS
@@ -458,6 +463,27 @@ def test_form_values() -> None:
             form_value(value, kind)
 
 
+def test_the_placeholder_png_is_the_blurhash_librarys_decoding() -> None:
+    hash_ = "LEHV6nWB2yk8pyo0adR*.7kCMdnj"
+    assert placeholders.shape(None, None) == (8, 6)
+    assert placeholders.shape(60, 30) == (8, 4) and placeholders.shape(30, 60) == (4, 8)
+    assert placeholders.shape(1000, 1) == (8, 1)
+    url = placeholders.data_url(hash_, 8, 6)
+    assert url and url.startswith("data:image/png;base64,")
+    png = base64.b64decode(url.split(",", 1)[1])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", png[16:24])
+    assert (width, height) == (8, 6)
+    # The pixels are the library's decoding, each row after its filter byte.
+    (idat_length,) = struct.unpack(">I", png[33:37])
+    assert png[37:41] == b"IDAT"
+    raw = zlib.decompress(png[41 : 41 + idat_length])
+    rows = blurhash.decode(hash_, 8, 6)
+    assert raw == b"".join(b"\x00" + bytes(c for px in row for c in px) for row in rows)
+    assert placeholders.data_url("not a hash!", 8, 6) is None
+    assert placeholders.data_url("", 8, 6) is None
+
+
 def described(browser: Browser, asset_id: str) -> dict[str, Any]:
     """The metadata (as text) and tags the asset page shows."""
     answer = browser.http.get(f"{browser.files}/{asset_id}")
@@ -619,3 +645,29 @@ def test_the_tag_filter_lists_matching_assets_of_every_folder_with_their_paths(b
     plain = browser.http.get(browser.files).text
     assert re.findall(r'<tr id="asset-(ast_\w+)"', plain) == [root_one["id"]]
     assert f'<a href="{browser.files}?tag=summer">summer</a>' in plain
+
+
+def test_the_grid_shows_an_images_placeholder_under_its_thumbnail(browser: Browser, stack: Any) -> None:
+    image = browser.upload_xhr(b"\x89PNG not really", "photo.png")
+    asset = image.json()["asset"]
+    # The image facts are blob's to compute (tested there and in test_describe.py): set here.
+    with stack.metadata_engine.begin() as conn:
+        conn.execute(
+            text("UPDATE assets SET placeholder = :p, mime_type = 'image/png' WHERE id = :a"),
+            {"p": "LEHV6nWB2yk8pyo0adR*.7kCMdnj", "a": asset["id"]},
+        )
+    chosen = browser.post(f"{browser.files}/view", {"view": "grid", "back": browser.files})
+    assert chosen.status_code == 303
+    # A Secure cookie, which httpx keeps to https: sent by hand, as the session's is.
+    view = chosen.headers["set-cookie"].split(";", 1)[0]
+    grid = browser.http.get(
+        browser.files, headers={"cookie": f"{browser.http.headers['cookie']}; {view}"}
+    ).text
+    found = re.search(
+        r'<img class="placeholder" src="(data:image/png;base64,[^"]+)" alt="" aria-hidden="true">'
+        r'\s*<img class="thumb"',
+        grid,
+    )
+    assert found, grid[grid.find('id="asset-grid"') :][:1500]
+    assert found.group(1) == placeholders.data_url("LEHV6nWB2yk8pyo0adR*.7kCMdnj", 8, 6)
+    assert "style=" not in grid  # no inline style (the CSP's style-src 'self'): an <img> of its own

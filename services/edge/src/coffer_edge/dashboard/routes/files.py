@@ -24,6 +24,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.types import Message
 
+from coffer_edge.dashboard.placeholders import placeholder_url
 from coffer_edge.dashboard.render import binary_size
 from coffer_edge.dashboard.routes.orgs import render
 from coffer_edge.dashboard.security import PREFIX
@@ -288,6 +289,7 @@ async def _files_page(
     pages = max(1, -(-listed // PAGE_SIZE))
     view = chosen_view(request)
     thumbs = await _thumbnails(visit, listing.assets) if view == "grid" else {}
+    placeholders = {a.id: url for a in listing.assets if a.id in thumbs and (url := placeholder_url(a))}
     return render(
         visit,
         "files.html",
@@ -315,6 +317,7 @@ async def _files_page(
         view=view,
         views=VIEWS,
         thumbs=thumbs,
+        placeholders=placeholders,
         thumb_side=THUMB_SIDE,
     )
 
