@@ -267,7 +267,7 @@ async def _files_page(
         try:
             describe.check_tag(tag, 0)
         except CofferError as exc:
-            status, error, tag, q = 400, exc.message, "", ""
+            status, error, tag = 400, exc.message, ""
         else:
             folder_id = None
             params.update({"tag": [tag], "tagMatch": "all", "recursive": "true"})
