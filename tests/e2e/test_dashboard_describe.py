@@ -2,10 +2,10 @@
 and metadata on the asset page (a bad tag shows metadata's message and changes nothing),
 follows a tag to the files page filtered by it (the matching files of every folder, each with
 its folder), removes a tag, and sees the grid's BlurHash placeholder under the thumbnail, all
-under the dashboard's CSP with no console error. The asset page is saved as a screenshot
-(``$COFFER_SCREENSHOTS_DIR``, else /tmp/shots): asset-metadata.png, the filtered listing as
-files-tagged.png and files-tagged-grid.png, and a tile with its placeholder alone as
-files-placeholder.png."""
+under the dashboard's CSP with no console error and no axe-core violation. Screenshots go to
+``$COFFER_SCREENSHOTS_DIR`` (else /tmp/shots): the asset page as asset-metadata.png, the
+filtered listing as files-tagged.png and files-tagged-grid.png, and a tile with its
+placeholder alone as files-placeholder.png."""
 
 from __future__ import annotations
 
@@ -19,6 +19,14 @@ import pytest
 from coffer_testkit.testing import png_bytes
 
 pytestmark = pytest.mark.e2e
+
+
+def violations(page: Any) -> list[str]:
+    """axe-core's findings on the page (as test_dashboard_accessibility.py runs it on every page;
+    there the file has no tags or metadata)."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    return [f"{v['impact']} {v['id']}" for v in Axe().run(page).response["violations"]]
 
 
 def test_tags_and_metadata_on_the_asset_page_and_the_tag_filter(dashboard: Any, until: Any) -> None:
@@ -77,6 +85,7 @@ def test_tags_and_metadata_on_the_asset_page_and_the_tag_filter(dashboard: Any, 
     out = Path(os.environ.get("COFFER_SCREENSHOTS_DIR") or "/tmp/shots")
     out.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(out / "asset-metadata.png"), full_page=True)
+    assert violations(page) == []
 
     # A tag is a link to the files page filtered by it: every folder, each file's folder shown.
     page.click("#asset-tags a.tag-link >> text=summer")
@@ -89,6 +98,7 @@ def test_tags_and_metadata_on_the_asset_page_and_the_tag_filter(dashboard: Any, 
     assert page.locator(f"#asset-{photo['id']} .tags a").all_inner_texts() == ["cover", "summer"]
     assert page.locator("#upload-form").count() == 0
     page.screenshot(path=str(out / "files-tagged.png"), full_page=True)
+    assert violations(page) == []
     # The filter form: a tag no file has.
     page.fill("#tag-filter", "winter")
     page.click("#tag-filter-form button[type=submit]")
@@ -120,6 +130,7 @@ def test_tags_and_metadata_on_the_asset_page_and_the_tag_filter(dashboard: Any, 
     placeholder.wait_for(state="hidden")  # the loaded thumbnail took its place
     assert tile.locator(".folder-path").inner_text() == "/Trips/Alps"
     page.screenshot(path=str(out / "files-tagged-grid.png"), full_page=True)
+    assert violations(page) == []
     # What the tile shows before its thumbnail arrives (the thumbnail hidden here by hand).
     placeholder.evaluate("img => { img.hidden = false; img.nextElementSibling.style.visibility = 'hidden'; }")
     tile.screenshot(path=str(out / "files-placeholder.png"))
