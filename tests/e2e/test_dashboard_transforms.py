@@ -91,29 +91,31 @@ def test_grid_of_thumbnails_remembered(dashboard: Any, tmp_path: Path, until: An
     assert page.get_attribute("#view-grid", "aria-pressed") == "true"
     assert page.locator("#assets").count() == 0
 
-    # Images: lazy, sized before they load, described, and at most 256 pixels wide as webp.
+    # Images: lazy, sized before they load, described, and at most 256 pixels wide as webp (the
+    # thumbnail; an image whose BlurHash is computed also has its placeholder under it).
     cdn = dashboard.stack.public_cdn_url
     for asset in (photo, secret):
-        img = tile(page, asset["id"]).locator("img")
+        img = tile(page, asset["id"]).locator("img.thumb")
         attrs = img.evaluate("i => [i.loading, i.getAttribute('width'), i.getAttribute('height'), i.alt]")
         assert attrs == ["lazy", "256", "256", f"Thumbnail of {asset['name']}"]
         src = img.get_attribute("src")
         assert src and src.startswith(cdn + "/") and "preset=thumb" in src
-        width = loaded_width(page, f"#tile-{asset['id']} img")
+        width = loaded_width(page, f"#tile-{asset['id']} img.thumb")
         assert 0 < width <= 256
         until(lambda s=src: s in answers)
         assert answers[src]["content-type"] == "image/webp"
-    assert tile(page, photo["id"]).locator("img").get_attribute("src") == photo["publicUrl"] + "?preset=thumb"
-    private_src = tile(page, secret["id"]).locator("img").get_attribute("src")
+    photo_src = tile(page, photo["id"]).locator("img.thumb").get_attribute("src")
+    assert photo_src == photo["publicUrl"] + "?preset=thumb"
+    private_src = tile(page, secret["id"]).locator("img.thumb").get_attribute("src")
     assert "signature=" in private_src and "expires=" in private_src
     assert get(private_src.split("?", 1)[0] + "?preset=thumb").status_code == 404  # still private
 
     # Not an image: the type icon, no <img>; an "image" the CDN cannot read: the icon replaces it.
     assert tile(page, notes["id"]).locator("img").count() == 0
     assert tile(page, notes["id"]).locator(".file-icon").inner_text() == "TXT"
-    assert loaded_width(page, f"#tile-{fake['id']} img") == 0
+    assert loaded_width(page, f"#tile-{fake['id']} img.thumb") == 0
     until(lambda: tile(page, fake["id"]).locator(".file-icon").is_visible())
-    assert not tile(page, fake["id"]).locator("img").is_visible()
+    assert not tile(page, fake["id"]).locator("img.thumb").is_visible()
     tile(page, photo["id"]).locator("a").click()
     page.wait_for_url(re.compile(rf".*/files/{photo['id']}$"))
     page.go_back()

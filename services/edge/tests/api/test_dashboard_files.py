@@ -1,24 +1,31 @@
 """The file browser's rules, in process (the four real apps, both databases): the upload route's
 two CSRF forms and its answers, folder name/duplicate/cycle refusals, the delete summary,
-signed-URL expiry bounds, another organization's asset, and the audit events it records.
+signed-URL expiry bounds, another organization's asset, and the audit events it records; the
+asset page's metadata and tag forms, the tag filter and the grid's BlurHash placeholders.
 What needs a browser (progress bars, previews from the CDN origin, the 100 MiB pre-check) is
 in tests/e2e/test_dashboard_files.py."""
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
 import re
 import secrets
+import struct
 import time
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
+import blurhash
 import httpx
 import pytest
+from sqlalchemy import text
 
-from coffer_edge.dashboard.routes.files import _expires_in, _first_part_token, preview_kind
+from coffer_edge.dashboard import placeholders
+from coffer_edge.dashboard.routes.files import _expires_in, _first_part_token, form_value, preview_kind
 from coffer_kit.contract.errors import CofferError
 from coffer_kit.metrics import HTTP_REQUESTS
 from coffer_testkit.dashboard import SAME_ORIGIN, Browser, audit_once, sign_up
@@ -438,3 +445,229 @@ def test_a_resumable_upload_of_a_member_removed_ends(browser: Browser, stack: An
     gone = httpx.patch(url, content=b"x" * 50, headers={**chunk, "Upload-Offset": "50"})
     assert gone.status_code == 404, gone.text
     assert stack.metadata_scalar("SELECT count(*) FROM tus_uploads") == 0
+
+
+# Metadata and tags (issue 50) ---------------------------------------------------------------
+
+
+def test_form_values() -> None:
+    assert [form_value(v, t) for v, t in (("3", "number"), ("-1.5", "number"), ("2e6", "number"))] == [
+        3,
+        -1.5,
+        2e6,
+    ]
+    assert (form_value(" TRUE ", "boolean"), form_value("false", "boolean")) == (True, False)
+    assert form_value(" spaced ", "text") == " spaced "
+    for value, kind in (("three", "number"), ("yes", "boolean"), ("x", "json")):
+        with pytest.raises(CofferError):
+            form_value(value, kind)
+
+
+def test_the_placeholder_png_is_the_blurhash_librarys_decoding() -> None:
+    hash_ = "LEHV6nWB2yk8pyo0adR*.7kCMdnj"
+    assert placeholders.shape(None, None) == (8, 6)
+    assert placeholders.shape(60, 30) == (8, 4) and placeholders.shape(30, 60) == (4, 8)
+    assert placeholders.shape(1000, 1) == (8, 1)
+    url = placeholders.data_url(hash_, 8, 6)
+    assert url and url.startswith("data:image/png;base64,")
+    png = base64.b64decode(url.split(",", 1)[1])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", png[16:24])
+    assert (width, height) == (8, 6)
+    # The pixels are the library's decoding, each row after its filter byte.
+    (idat_length,) = struct.unpack(">I", png[33:37])
+    assert png[37:41] == b"IDAT"
+    raw = zlib.decompress(png[41 : 41 + idat_length])
+    rows = blurhash.decode(hash_, 8, 6)
+    assert raw == b"".join(b"\x00" + bytes(c for px in row for c in px) for row in rows)
+    assert placeholders.data_url("not a hash!", 8, 6) is None
+    assert placeholders.data_url("", 8, 6) is None
+
+
+def described(browser: Browser, asset_id: str) -> dict[str, Any]:
+    """The metadata (as text) and tags the asset page shows."""
+    answer = browser.http.get(f"{browser.files}/{asset_id}")
+    assert answer.status_code == 200
+    metadata = dict(
+        re.findall(
+            r'<td class="meta-key"><code>([^<]*)</code></td>\s*<td class="meta-value">([^<]*)', answer.text
+        )
+    )
+    tags = re.findall(r'class="tag-link" href="[^"]*"[^>]*>([^<]*)</a>', answer.text)
+    return {"metadata": {k: v.strip() for k, v in metadata.items()}, "tags": tags}
+
+
+def test_metadata_and_tags_are_edited_on_the_asset_page(browser: Browser, stack: Any, admin: Any) -> None:
+    """Set, change and delete a key, add and remove tags, as PATCH /api/assets/:id does (merge;
+    the same asset.updated event, with the session's user as its actor); an owner and a member
+    may, another organization's member and a post without the CSRF token may not; a value out
+    of bounds is 400 with metadata's message, and nothing changes."""
+    asset = browser.upload_xhr(b"d" * 10, "described.txt").json()["asset"]
+    page = f"{browser.files}/{asset['id']}"
+    first = browser.http.get(page).text
+    assert 'id="no-tags"' in first and 'id="no-metadata"' in first
+
+    made = browser.post(f"{page}/metadata", {"key": "camera", "value": "X100V", "type": "text"})
+    assert (made.status_code, made.headers["location"]) == (303, f"{page}?done=metadata-set#description")
+    assert (
+        browser.post(f"{page}/metadata", {"key": "iso", "value": "400", "type": "number"}).status_code == 303
+    )
+    assert (
+        browser.post(f"{page}/metadata", {"key": "raw", "value": "true", "type": "boolean"}).status_code
+        == 303
+    )
+    assert (
+        browser.post(f"{page}/metadata", {"key": "camera", "value": "Q3", "type": "text"}).status_code == 303
+    )
+    assert browser.post(f"{page}/tags", {"tags": "cover, 2026,trip/alps"}).status_code == 303
+    shown = browser.http.get(f"{page}?done=tags-added").text
+    assert "The tags are added." in shown
+    assert f'href="{browser.files}?tag=trip/alps"' in shown
+    assert described(browser, asset["id"]) == {
+        "metadata": {"camera": "Q3", "iso": "400", "raw": "true"},
+        "tags": ["2026", "cover", "trip/alps"],
+    }
+    assert '400 <span class="muted small">(number)</span>' in shown
+    assert "style=" not in shown and "<script>" not in shown  # the CSP allows neither
+
+    # Bounds: metadata's rules and messages (coffer_kit.contract.describe), nothing changed.
+    before = stack.metadata_scalar("SELECT updated_at FROM assets WHERE id = :a", a=asset["id"])
+    for path, form, message in (
+        (
+            f"{page}/metadata",
+            {"key": "bad key", "value": "v", "type": "text"},
+            "A metadata key is 1-64 characters",
+        ),
+        (
+            f"{page}/metadata",
+            {"key": "k" * 65, "value": "v", "type": "text"},
+            "A metadata key is 1-64 characters",
+        ),
+        (f"{page}/metadata", {"key": "long", "value": "v" * 257, "type": "text"}, "at most 256 characters"),
+        (f"{page}/metadata", {"key": "n", "value": "many", "type": "number"}, "is not a number"),
+        (f"{page}/metadata", {"key": "n", "value": "1e999", "type": "number"}, "must be finite"),
+        (f"{page}/tags", {"tags": "has space"}, "A tag is 1-64 characters"),
+        (f"{page}/tags", {"tags": " , "}, "Write a tag."),
+        (f"{page}/tags", {"tags": ",".join(f"t{n}" for n in range(30))}, "at most 32 tags"),
+        (f"{page}/tags/remove", {"tag": "bad tag"}, "A tag is 1-64 characters"),
+        (f"{page}/metadata/delete", {"key": "bad key"}, "A metadata key is 1-64 characters"),
+    ):
+        refused = browser.post(path, form)
+        assert refused.status_code == 400, (path, form, refused.status_code)
+        assert message in refused.text, (form, message)
+        assert 'class="alert error"' in refused.text
+    kept = browser.post(f"{page}/metadata", {"key": "bad key", "value": "kept", "type": "number"}).text
+    assert 'value="bad key"' in kept and 'value="kept"' in kept  # the form as sent
+    assert stack.metadata_scalar("SELECT updated_at FROM assets WHERE id = :a", a=asset["id"]) == before
+
+    # No CSRF token, or a cross-origin post: refused before anything changes.
+    assert browser.http.post(f"{page}/tags", data={"tags": "sneaky"}).status_code == 403
+    assert (
+        browser.http.post(
+            f"{page}/metadata", data={"csrf_token": "wrong", "key": "a", "value": "b"}
+        ).status_code
+        == 403
+    )
+    cross = browser.http.post(
+        f"{page}/tags",
+        data={"csrf_token": browser.csrf, "tags": "sneaky"},
+        headers={"sec-fetch-site": "cross-site"},
+    )
+    assert cross.status_code == 403
+
+    # Another organization's member: the asset is not found; then, made a member, they may.
+    other = sign_up(stack.edge_url, "Elsewhere")
+    try:
+        assert other.post(f"{other.files}/{asset['id']}/tags", {"tags": "theirs"}).status_code == 404
+        assert other.post(f"{page}/tags", {"tags": "theirs"}).status_code == 404
+        assert other.post(f"{page}/metadata", {"key": "x", "value": "y", "type": "text"}).status_code == 404
+        admin("add-member", "--org", browser.org_id, "--user", other.email, "--role", "member")
+        assert other.post(f"{page}/tags", {"tags": "by-member"}).status_code == 303
+        assert other.post(f"{page}/tags/remove", {"tag": "cover"}).status_code == 303
+        assert other.post(f"{page}/metadata/delete", {"key": "raw"}).status_code == 303
+    finally:
+        other.http.close()
+    assert browser.post(f"{page}/tags/remove", {"tag": "2026"}).status_code == 303
+    assert browser.post(f"{page}/metadata/delete", {"key": "absent"}).status_code == 303  # no change
+    assert described(browser, asset["id"]) == {
+        "metadata": {"camera": "Q3", "iso": "400"},
+        "tags": ["by-member", "trip/alps"],
+    }
+
+    # The same events as the public PATCH: asset.updated with the previous values, by the user.
+    with stack.metadata_engine.connect() as conn:
+        events = conn.execute(
+            text("SELECT changes, actor FROM events WHERE type = 'asset.updated' AND organization_id = :o"),
+            {"o": browser.org_id},
+        ).all()
+    changes = [json.loads(e.changes) for e in events]
+    actors = [json.loads(e.actor) for e in events]
+    assert {"metadata": {"camera": "X100V", "iso": 400, "raw": True}} in changes
+    assert {"tags": ["2026", "cover", "trip/alps"]} in changes
+    assert all(a["type"] == "user" for a in actors)
+    assert {a["label"] for a in actors} == {browser.email, other.email}
+    assert len(events) == 9  # 4 sets, 1 add, member's 3, owner's remove; the no-op writes none
+
+
+def test_the_tag_filter_lists_matching_assets_of_every_folder_with_their_paths(browser: Browser) -> None:
+    outer = folder_of(browser.post(f"{browser.files}/folders", {"name": "Trips"}))
+    inner = folder_of(browser.post(f"{browser.files}/folders", {"name": "Alps", "parent": outer}))
+    root_one = browser.upload_xhr(b"1", "root.jpg").json()["asset"]
+    deep = browser.upload_xhr(b"2", "deep.jpg", folder=inner).json()["asset"]
+    other = browser.upload_xhr(b"3", "other.jpg", folder=outer).json()["asset"]
+    for asset, tags in ((root_one, "summer,cover"), (deep, "summer"), (other, "winter")):
+        assert browser.post(f"{browser.files}/{asset['id']}/tags", {"tags": tags}).status_code == 303
+
+    listed = browser.http.get(browser.files, params={"tag": "summer"})
+    assert listed.status_code == 200
+    page = listed.text
+    assert "Tagged: summer" in page
+    rows = re.findall(r'<tr id="asset-(ast_\w+)"', page)
+    assert sorted(rows) == sorted([root_one["id"], deep["id"]])
+    assert f'<a href="{browser.files}?folder={inner}" title="/Trips/Alps">/Trips/Alps</a>' in page
+    assert f'<a href="{browser.files}" title="The root">/</a>' in page
+    assert 'id="upload-form"' not in page  # a listing across folders: nowhere to upload into
+    assert f'<a href="{browser.files}?tag=cover">cover</a>' in page  # each row's tags
+    # With a folder given, still the whole organization; with a search, both.
+    assert sorted(
+        re.findall(
+            r'<tr id="asset-(ast_\w+)"',
+            browser.http.get(browser.files, params={"tag": "summer", "folder": outer}).text,
+        )
+    ) == sorted(rows)
+    both = browser.http.get(browser.files, params={"tag": "summer", "q": "deep"}).text
+    assert re.findall(r'<tr id="asset-(ast_\w+)"', both) == [deep["id"]]
+    none = browser.http.get(browser.files, params={"tag": "autumn"}).text
+    assert "No file has the tag “autumn”." in none
+    bad = browser.http.get(browser.files, params={"tag": "two words"})
+    assert bad.status_code == 400 and "A tag is 1-64 characters" in bad.text
+    # The unfiltered root lists its own files only, each with its tags.
+    plain = browser.http.get(browser.files).text
+    assert re.findall(r'<tr id="asset-(ast_\w+)"', plain) == [root_one["id"]]
+    assert f'<a href="{browser.files}?tag=summer">summer</a>' in plain
+
+
+def test_the_grid_shows_an_images_placeholder_under_its_thumbnail(browser: Browser, stack: Any) -> None:
+    image = browser.upload_xhr(b"\x89PNG not really", "photo.png")
+    asset = image.json()["asset"]
+    # The image facts are blob's to compute (tested there and in test_describe.py): set here.
+    with stack.metadata_engine.begin() as conn:
+        conn.execute(
+            text("UPDATE assets SET placeholder = :p, mime_type = 'image/png' WHERE id = :a"),
+            {"p": "LEHV6nWB2yk8pyo0adR*.7kCMdnj", "a": asset["id"]},
+        )
+    chosen = browser.post(f"{browser.files}/view", {"view": "grid", "back": browser.files})
+    assert chosen.status_code == 303
+    # A Secure cookie, which httpx keeps to https: sent by hand, as the session's is.
+    view = chosen.headers["set-cookie"].split(";", 1)[0]
+    grid = browser.http.get(
+        browser.files, headers={"cookie": f"{browser.http.headers['cookie']}; {view}"}
+    ).text
+    found = re.search(
+        r'<img class="placeholder" src="(data:image/png;base64,[^"]+)" alt="" aria-hidden="true">'
+        r'\s*<img class="thumb"',
+        grid,
+    )
+    assert found, grid[grid.find('id="asset-grid"') :][:1500]
+    assert found.group(1) == placeholders.data_url("LEHV6nWB2yk8pyo0adR*.7kCMdnj", 8, 6)
+    assert "style=" not in grid  # no inline style (the CSP's style-src 'self'): an <img> of its own

@@ -1,5 +1,6 @@
-"""The file browser: folders (create, rename, move, delete), uploads, and one page per asset
-(preview, public and signed URLs, rename, move, delete).
+"""The file browser: folders (create, rename, move, delete), uploads, a tag filter across the
+organization, and one page per asset (preview, public and signed URLs, rename, move, delete,
+its metadata and tags).
 
 Everything goes through edge's own clients: metadata for folders and assets, blob for the
 bytes and signed URLs, auth for the session and the audit log. Uploads run the public API's
@@ -23,6 +24,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.types import Message
 
+from coffer_edge.dashboard.placeholders import placeholder_url
 from coffer_edge.dashboard.render import binary_size
 from coffer_edge.dashboard.routes.orgs import render
 from coffer_edge.dashboard.security import PREFIX
@@ -43,7 +45,7 @@ from coffer_edge.routers.assets import UploadScope, counted_upload, delete_store
 from coffer_edge.routers.tus import TUS_PATH
 from coffer_edge.routers.uploads import new_token, token_hash
 from coffer_edge.trash import trash_asset
-from coffer_kit.contract import transforms
+from coffer_kit.contract import describe, transforms
 from coffer_kit.contract.errors import CofferError, file_too_large, invalid, not_found
 from coffer_kit.contract.limits import MAX_FILE_BYTES
 from coffer_kit.contract.resources import Asset, AssetList, Folder, FolderList, FolderWithPath
@@ -250,6 +252,7 @@ async def _files_page(
     folder_id: str | None,
     page: int = 1,
     q: str = "",
+    tag: str = "",
     status: int = 200,
     error: str | None = None,
     notice: str | None = None,
@@ -259,16 +262,26 @@ async def _files_page(
     metadata = metadata_of(request)
     rid = _rid(visit)
     params: dict[str, Any] = {"limit": PAGE_SIZE, "offset": (page - 1) * PAGE_SIZE}
+    if tag:
+        # The whole organization, each asset with its folder path: GET /api/assets?tag=&recursive=true.
+        try:
+            describe.check_tag(tag, 0)
+        except CofferError as exc:
+            status, error, tag = 400, exc.message, ""
+        else:
+            folder_id = None
+            params.update({"tag": [tag], "tagMatch": "all", "recursive": "true"})
     if q:
         params["q"] = q  # the whole organization, every folder
-    else:
+    if not q and not tag:
         params["folderId"] = folder_id or ""
     folder: FolderWithPath | None = None
     if folder_id:
         folder = await _folder(visit, folder_id)
+    across = bool(q or tag)  # a listing of the whole organization: no subfolders, no upload
     listing_body, subfolders, stored = await asyncio.gather(
         metadata.list_assets(visit.org.id, params, request_id=rid),
-        _children(visit, folder_id) if not q else _none(),
+        _children(visit, folder_id) if not across else _none(),
         metadata.usage(visit.org.id, request_id=rid),
     )
     listing = AssetList.model_validate_json(listing_body)
@@ -276,6 +289,7 @@ async def _files_page(
     pages = max(1, -(-listed // PAGE_SIZE))
     view = chosen_view(request)
     thumbs = await _thumbnails(visit, listing.assets) if view == "grid" else {}
+    placeholders = {a.id: url for a in listing.assets if a.id in thumbs and (url := placeholder_url(a))}
     return render(
         visit,
         "files.html",
@@ -290,6 +304,7 @@ async def _files_page(
         page=page,
         pages=pages,
         q=q,
+        tag=tag,
         used=stored.used_bytes,
         asset_count=stored.asset_count,
         error=error,
@@ -297,11 +312,12 @@ async def _files_page(
         new_folder_name=new_folder_name,
         max_file_bytes=MAX_FILE_BYTES,
         resumable_above=RESUMABLE_ABOVE,
-        page_url=lambda n: _files_url(visit.org.id, folder_id, q=q, page=str(n) if n > 1 else ""),
-        here=_files_url(visit.org.id, folder_id, q=q, page=str(page) if page > 1 else ""),
+        page_url=lambda n: _files_url(visit.org.id, folder_id, q=q, tag=tag, page=str(n) if n > 1 else ""),
+        here=_files_url(visit.org.id, folder_id, q=q, tag=tag, page=str(page) if page > 1 else ""),
         view=view,
         views=VIEWS,
         thumbs=thumbs,
+        placeholders=placeholders,
         thumb_side=THUMB_SIDE,
     )
 
@@ -331,15 +347,18 @@ async def _none() -> list[Folder]:
 
 @router.get("/o/{org_id}/files")
 async def files(
-    visit: OrgVisitDep, folder: str = "", page: str = "1", q: str = "", done: str = ""
+    visit: OrgVisitDep, folder: str = "", page: str = "1", q: str = "", tag: str = "", done: str = ""
 ) -> Response:
     q = q.strip()[:255]
+    tag = tag.strip()[:256]  # what is longer than a tag is refused as one (describe.check_tag)
     notice = {
         "folder-deleted": "The folder was deleted; the files that were in it are now at the root.",
         "asset-deleted": "The file was deleted. Its URLs answer 404 from now on.",
         "uploaded": "The file was uploaded.",
     }.get(done)
-    return await _files_page(visit, folder_id=folder or None, page=_page_number(page), q=q, notice=notice)
+    return await _files_page(
+        visit, folder_id=folder or None, page=_page_number(page), q=q, tag=tag, notice=notice
+    )
 
 
 @router.post("/o/{org_id}/files/view")
@@ -714,6 +733,8 @@ async def _asset_page(
     transformed: dict[str, Any] | None = None,
     transformed_error: str | None = None,
     tx: dict[str, str] | None = None,
+    described_error: str | None = None,
+    described: dict[str, str] | None = None,
 ) -> Response:
     state = state_of(visit.request)
     kind = preview_kind(asset.mimeType)
@@ -758,6 +779,11 @@ async def _asset_page(
         format_choices=FORMAT_CHOICES,
         presets=PRESET_LABELS,
         max_side=transforms.MAX_SIDE,
+        described_error=described_error,
+        described={"key": "", "value": "", "type": "text", "tags": "", **(described or {})},
+        value_types=VALUE_TYPES,
+        max_tags=describe.MAX_TAGS,
+        max_keys=describe.MAX_KEYS,
     )
 
 
@@ -768,6 +794,10 @@ async def asset_page(visit: OrgVisitDep, asset_id: str, done: str = "") -> Respo
         "moved": "The file was moved.",
         "private": "The file is private: only signed URLs reach it now.",
         "public": "The file is public: anyone with its public URL can read it.",
+        "metadata-set": "The metadata is saved.",
+        "metadata-deleted": "The metadata key is deleted.",
+        "tags-added": "The tags are added.",
+        "tag-removed": "The tag is removed.",
     }.get(done)
     return await _asset_page(visit, await _asset(visit, asset_id), notice=notice)
 
@@ -896,6 +926,106 @@ async def change_visibility(request: Request, visit: OrgVisitDep, asset_id: str)
         visit.org.id, asset.id, {"visibility": visibility}, state.metadata, state.blob, _rid(visit)
     )
     return redirect(f"{PREFIX}/o/{visit.org.id}/files/{asset.id}?done={visibility}")
+
+
+# Metadata and tags (issue 50) -------------------------------------------------------------
+
+# What the asset page's "Set" form writes a metadata value as: the form sends text.
+VALUE_TYPES = (("text", "Text"), ("number", "Number"), ("boolean", "true / false"))
+
+
+def form_value(text: str, kind: str) -> str | int | float | bool:
+    """A metadata value from the form: the text, or the number or boolean it writes (as JSON
+    writes them). The bounds are metadata's (describe.merge_metadata)."""
+    if kind == "text":
+        return text
+    if kind == "boolean":
+        if text.strip().lower() not in ("true", "false"):
+            raise invalid("A true / false value is true or false.", field="value")
+        return text.strip().lower() == "true"
+    if kind == "number":
+        raw = text.strip()
+        try:
+            return int(raw)
+        except ValueError:
+            pass
+        try:
+            return float(raw)
+        except ValueError:
+            raise invalid(f"{raw!r} is not a number (write 3, -1.5 or 2e6).", field="value") from None
+    raise invalid("Choose a type from the list.", field="type")
+
+
+async def _describe(visit: Visit, asset: Asset, changes: dict[str, Any]) -> None:
+    """Change the asset's metadata or tags as PATCH /api/assets/:id does: metadata merges and
+    checks them (describe.merge_metadata, apply_tags), writes ``asset.updated`` with the
+    session's user as its actor (coffer_edge.actor), or refuses with 400 and changes nothing."""
+    state = state_of(visit.request)
+    await update_stored_asset(visit.org.id, asset.id, changes, state.metadata, state.blob, _rid(visit))
+
+
+async def _described(
+    visit: Visit, asset: Asset, changes: dict[str, Any], done: str, form: dict[str, str]
+) -> Response:
+    """The change made and the page again, or the page with metadata's 400 and the form as sent."""
+    try:
+        await _describe(visit, asset, changes)
+    except CofferError as exc:
+        if exc.status != 400:
+            raise
+        return await _asset_page(visit, asset, status=400, described_error=exc.message, described=form)
+    return redirect(f"{PREFIX}/o/{visit.org.id}/files/{asset.id}?done={done}#description")
+
+
+@router.post("/o/{org_id}/files/{asset_id}/metadata")
+async def set_metadata(request: Request, visit: OrgVisitDep, asset_id: str) -> Response:
+    """Set one metadata key (a new one, or a new value)."""
+    form = await posted(request, visit)
+    asset = await _asset(visit, asset_id)
+    sent = {
+        "key": field(form, "key", limit=256).strip(),
+        "value": field(form, "value", limit=4 * describe.MAX_VALUE_CHARS),
+        "type": field(form, "type", limit=16),
+    }
+    try:
+        value = form_value(sent["value"], sent["type"])
+    except CofferError as exc:
+        return await _asset_page(visit, asset, status=400, described_error=exc.message, described=sent)
+    return await _described(visit, asset, {"metadata": {sent["key"]: value}}, "metadata-set", sent)
+
+
+@router.post("/o/{org_id}/files/{asset_id}/metadata/delete")
+async def delete_metadata(request: Request, visit: OrgVisitDep, asset_id: str) -> Response:
+    """Delete one metadata key (null in a PATCH's metadata)."""
+    form = await posted(request, visit)
+    asset = await _asset(visit, asset_id)
+    key = field(form, "key", limit=256)
+    return await _described(visit, asset, {"metadata": {key: None}}, "metadata-deleted", {})
+
+
+@router.post("/o/{org_id}/files/{asset_id}/tags")
+async def add_tags(request: Request, visit: OrgVisitDep, asset_id: str) -> Response:
+    """Add tags, comma-separated as an upload's ``tags`` field takes them."""
+    form = await posted(request, visit)
+    asset = await _asset(visit, asset_id)
+    text = field(form, "tags", limit=4096)
+    try:
+        tags = describe.parse_tags_field(text)
+        if not tags:
+            raise invalid("Write a tag.", field="tags")
+    except CofferError as exc:
+        return await _asset_page(
+            visit, asset, status=400, described_error=exc.message, described={"tags": text}
+        )
+    return await _described(visit, asset, {"tags": {"add": tags}}, "tags-added", {"tags": text})
+
+
+@router.post("/o/{org_id}/files/{asset_id}/tags/remove")
+async def remove_tag(request: Request, visit: OrgVisitDep, asset_id: str) -> Response:
+    form = await posted(request, visit)
+    asset = await _asset(visit, asset_id)
+    tag = field(form, "tag", limit=256)
+    return await _described(visit, asset, {"tags": {"remove": [tag]}}, "tag-removed", {})
 
 
 @router.get("/o/{org_id}/files/{asset_id}/move")

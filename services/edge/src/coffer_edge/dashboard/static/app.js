@@ -287,18 +287,32 @@ document.addEventListener("DOMContentLoaded", () => {
 // error event does not bubble: it is caught on the way down, for htmx's swapped-in grids too.
 function thumbFailed(img) {
   img.hidden = true;
+  dropPlaceholder(img);
   const icon = img.nextElementSibling;
   if (icon && icon.classList.contains("file-icon")) icon.hidden = false;
 }
+
+// A thumbnail that loaded takes the place of its BlurHash placeholder (issue 50), the image
+// under it, which would otherwise show around a thumbnail that is not square.
+function dropPlaceholder(img) {
+  const placeholder = img.previousElementSibling;
+  if (placeholder && placeholder.classList.contains("placeholder")) placeholder.hidden = true;
+}
+
+document.addEventListener("load", (event) => {
+  const img = event.target;
+  if (img instanceof HTMLImageElement && img.hasAttribute("data-thumb")) dropPlaceholder(img);
+}, true);
 
 document.addEventListener("error", (event) => {
   const img = event.target;
   if (img instanceof HTMLImageElement && img.hasAttribute("data-thumb")) thumbFailed(img);
 }, true);
 
-// Any that failed before this script ran.
+// Any that failed or loaded before this script ran.
 document.addEventListener("DOMContentLoaded", () => {
   document.querySelectorAll("img[data-thumb]").forEach((img) => {
     if (img.complete && img.naturalWidth === 0 && img.getAttribute("src")) thumbFailed(img);
+    else if (img.complete && img.naturalWidth > 0) dropPlaceholder(img);
   });
 });
