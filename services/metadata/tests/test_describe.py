@@ -176,6 +176,13 @@ async def test_filters_by_tag_metadata_media_type_size_and_time_combine_with_sea
     assert await names(q="png", tag="red", sort="-name") == ["b.png", "a.png"]
     page = (await api.get(f"/internal/v1/orgs/{org}/assets", params={"tag": "red", "limit": 1})).json()
     assert (page["total"], len(page["assets"])) == (2, 1)
+    # A change is what the filters see next (SQLite: the side tables' triggers).
+    patched = await api.patch(
+        f"/internal/v1/orgs/{org}/assets/{ids['a.png']}", json={"metadata": {"sku": "9"}}
+    )
+    assert patched.status_code == 200, patched.text
+    assert await names(**{"meta[sku]": "1"}) == ["c.pdf"]
+    assert await names(**{"meta[sku]": "9"}) == ["a.png"]
     for params, field in (
         ({"tag": "no space"}, "tag"),
         ({"tagMatch": "some"}, "tagMatch"),

@@ -20,6 +20,7 @@ from coffer_metadata.assets import service
 from coffer_metadata.folders import repository as folders
 from coffer_metadata.models import (
     POSTGRESQL_ONLY_INDEXES,
+    SQLITE_META_TABLE,
     SQLITE_SEARCH_TABLE,
     SQLITE_TAGS_TABLE,
     TABLES,
@@ -33,7 +34,7 @@ def test_migrations_match_the_models(engine) -> None:
     def include(_obj, name, _type, _reflected, _compare_to) -> bool:  # type: ignore[no-untyped-def]
         # The trigram index exists on PostgreSQL only (models.Asset); SQLite's own trigram
         # index is a virtual table with shadow tables, outside the models (migration 0003).
-        if name.startswith(SQLITE_SEARCH_TABLE) or name == SQLITE_TAGS_TABLE:
+        if name.startswith(SQLITE_SEARCH_TABLE) or name in (SQLITE_TAGS_TABLE, SQLITE_META_TABLE):
             return False
         return engine.dialect.name == "postgresql" or name not in POSTGRESQL_ONLY_INDEXES
 

@@ -448,6 +448,8 @@ POSTGRESQL_ONLY_INDEXES = {"ix_assets_name_key_trgm", "ix_assets_metadata_gin", 
 # On SQLite, each asset's tags in a side table kept by triggers (migration 0014_asset_metadata),
 # indexed by (organization, tag): outside the models, like the search table.
 SQLITE_TAGS_TABLE = "asset_tags"
+# And each asset's metadata keys (migration 0016_sqlite_asset_meta), indexed by (organization, key, value).
+SQLITE_META_TABLE = "asset_meta"
 # On SQLite, the FTS5 trigram index of asset names (migration 0003): a virtual table, its
 # shadow tables (``assets_name_search_*``) and triggers, none of which SQLModel describes.
 SQLITE_SEARCH_TABLE = "assets_name_search"
