@@ -663,14 +663,12 @@ def count_views(session: Session, where: Where, q_key: str | None) -> int:
 
 def with_folder_paths(session: Session, *, org_id: str, views: list[dict[str, Any]]) -> None:
     """A recursive listing's items gain ``folderPath``: the folders from the root down to each
-    one's own (one query up the parent links per distinct folder of the page, 100 at most)."""
-    paths: dict[str | None, list[dict[str, str]]] = {None: []}
+    one's own (one query up the parent links for every distinct folder of the page)."""
+    folders = sorted({item["folderId"] for item in views if item["folderId"] is not None})
+    chains = folder_repository.ancestries(session, org_id=org_id, folder_ids=folders)
+    paths = {folder: [{"id": i, "name": n} for i, n in chain] for folder, chain in chains.items()}
     for item in views:
-        folder = item["folderId"]
-        if folder not in paths:
-            chain = folder_repository.ancestry(session, org_id=org_id, folder_id=folder)
-            paths[folder] = [{"id": i, "name": n} for i, n in chain]
-        item["folderPath"] = paths[folder]
+        item["folderPath"] = paths.get(item["folderId"], []) if item["folderId"] is not None else []
 
 
 async def first_page_views(

@@ -53,25 +53,43 @@ def children(session: Session, *, org_id: str, parent_id: str | None) -> list[Fo
 
 
 def ancestry(session: Session, *, org_id: str, folder_id: str) -> list[tuple[str, str]]:
-    """``(id, name)`` of the folder and its ancestors, from the root folder down to it.
+    """``(id, name)`` of the folder and its ancestors, from the root folder down to it."""
+    return ancestries(session, org_id=org_id, folder_ids=[folder_id]).get(folder_id, [])
 
-    One recursive query up the parent links; the depth bound stops a (never expected) cycle
-    from looping forever.
+
+def ancestries(session: Session, *, org_id: str, folder_ids: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """``ancestry`` of each folder (a folder that does not exist is left out), in one recursive
+    query up the parent links; the depth bound stops a (never expected) cycle from looping forever.
     """
+    if not folder_ids:
+        return {}
     up = (
-        sa_select(col(Folder.id), col(Folder.name), col(Folder.parent_id), sa.literal(0).label("depth"))
-        .where(col(Folder.organization_id) == org_id, col(Folder.id) == folder_id)
+        sa_select(
+            col(Folder.id).label("start"),
+            col(Folder.id),
+            col(Folder.name),
+            col(Folder.parent_id),
+            sa.literal(0).label("depth"),
+        )
+        .where(col(Folder.organization_id) == org_id, col(Folder.id).in_(folder_ids))
         .cte("up", recursive=True)
     )
     up = up.union_all(
         sa_select(
-            col(Folder.id), col(Folder.name), col(Folder.parent_id), (up.c.depth + 1).label("depth")
+            up.c.start,
+            col(Folder.id),
+            col(Folder.name),
+            col(Folder.parent_id),
+            (up.c.depth + 1).label("depth"),
         ).where(
             col(Folder.organization_id) == org_id, col(Folder.id) == up.c.parent_id, up.c.depth < MAX_DEPTH
         )
     )
-    rows = session.connection().execute(sa_select(up.c.id, up.c.name).order_by(up.c.depth.desc()))
-    return [(row.id, row.name) for row in rows]
+    query = sa_select(up.c.start, up.c.id, up.c.name).order_by(up.c.start, up.c.depth.desc())
+    found: dict[str, list[tuple[str, str]]] = {}
+    for row in session.connection().execute(query):
+        found.setdefault(row.start, []).append((row.id, row.name))
+    return found
 
 
 def sibling_named(
