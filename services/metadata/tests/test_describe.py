@@ -163,6 +163,9 @@ async def test_filters_by_tag_metadata_media_type_size_and_time_combine_with_sea
     assert await names(**{"meta[n]": "3"}) == ["a.png", "b.png"]  # the number and the string
     assert await names(**{"meta[flag]": "true"}) == ["c.pdf"]
     assert await names(**{"meta[sku]": "1", "tag": "red"}) == ["a.png"]
+    # A tag leading a value that may be a boolean (each of its assets probed for the key).
+    assert await names(**{"meta[flag]": "true", "tag": ["blue", "red"], "tagMatch": "any"}) == ["c.pdf"]
+    assert await names(**{"meta[n]": "3", "tag": "red"}) == ["a.png", "b.png"]
     assert await names(mediaType="image/*") == ["a.png", "b.png"]
     assert await names(mediaType="application/pdf") == ["c.pdf"]
     assert await names(minSize="20", maxSize="30") == ["b.png", "c.pdf"]

@@ -9,6 +9,7 @@ metadata (0016_sqlite_asset_meta).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -167,9 +168,13 @@ def _meta(
     the assets. SQLite has no statistics of values to choose between them: a common value
     (``live=true`` of half the assets) read through the index made a tag-led query 3x slower,
     and probing each of a common tag's assets for a rare string value 3x slower the other way
-    (bench/results/issue50.md)."""
+    (bench/results/issue50.md). PostgreSQL likewise: its GIN index (``@>``) unless ``probe``,
+    then the key's value compared on the rows the tags' index found (``->``, which it cannot use)."""
     if dialect == "postgresql":
         document = sa.type_coerce(_assets.c.custom_metadata, JSONB())
+        if probe:
+            wanted = (sa.cast(sa.literal(json.dumps(value)), JSONB()) for value in values)
+            return sa.or_(*(document[key] == value for value in wanted))
         return sa.or_(*(document.contains({key: value}) for value in values))
     kind, value_of = _ASSET_META.c.value_type, _ASSET_META.c.value
     matches = []
