@@ -490,7 +490,8 @@ def described(browser: Browser, asset_id: str) -> dict[str, Any]:
     assert answer.status_code == 200
     metadata = dict(
         re.findall(
-            r'<td class="meta-key"><code>([^<]*)</code></td>\s*<td class="meta-value">([^<]*)', answer.text
+            r'<td class="meta-key"><a [^>]*><code>([^<]*)</code></a></td>\s*<td class="meta-value">([^<]*)',
+            answer.text,
         )
     )
     tags = re.findall(r'class="tag-link" href="[^"]*"[^>]*>([^<]*)</a>', answer.text)
@@ -645,6 +646,37 @@ def test_the_tag_filter_lists_matching_assets_of_every_folder_with_their_paths(b
     plain = browser.http.get(browser.files).text
     assert re.findall(r'<tr id="asset-(ast_\w+)"', plain) == [root_one["id"]]
     assert f'<a href="{browser.files}?tag=summer">summer</a>' in plain
+
+
+def test_the_metadata_filter_lists_matching_assets_of_every_folder(browser: Browser) -> None:
+    """``meta=key=value`` (issue 50): the organization's assets whose metadata has it, with paths."""
+    outer = folder_of(browser.post(f"{browser.files}/folders", {"name": "Products"}))
+    shoe = browser.upload_xhr(b"1", "shoe.jpg", folder=outer).json()["asset"]
+    hat = browser.upload_xhr(b"2", "hat.jpg").json()["asset"]
+    sock = browser.upload_xhr(b"3", "sock.jpg").json()["asset"]
+    for asset, sku in ((shoe, "9"), (hat, "9"), (sock, "10")):
+        form = {"key": "sku", "value": sku, "type": "number"}
+        assert browser.post(f"{browser.files}/{asset['id']}/metadata", form).status_code == 303
+
+    page = browser.http.get(f"{browser.files}/{shoe['id']}").text
+    assert (
+        f'<a href="{browser.files}?meta=sku%3D9" title="Every file with sku = 9"><code>sku</code></a>' in page
+    )
+    listed = browser.http.get(browser.files, params={"meta": "sku=9"})
+    assert listed.status_code == 200
+    assert "Metadata: sku=9" in listed.text
+    assert sorted(re.findall(r'<tr id="asset-(ast_\w+)"', listed.text)) == sorted([shoe["id"], hat["id"]])
+    assert f'<a href="{browser.files}?folder={outer}" title="/Products">/Products</a>' in listed.text
+    assert 'id="upload-form"' not in listed.text
+    both = browser.http.get(browser.files, params={"meta": "sku=9", "q": "hat"}).text
+    assert re.findall(r'<tr id="asset-(ast_\w+)"', both) == [hat["id"]]
+    assert (
+        "No file has the metadata “sku=11”."
+        in browser.http.get(browser.files, params={"meta": "sku=11"}).text
+    )
+    for bad in ("sku", "bad key=1", "k=" + "v" * 300):
+        refused = browser.http.get(browser.files, params={"meta": bad})
+        assert refused.status_code == 400, bad
 
 
 def test_the_grid_shows_an_images_placeholder_under_its_thumbnail(browser: Browser, stack: Any) -> None:

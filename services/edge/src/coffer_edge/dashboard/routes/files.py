@@ -253,6 +253,7 @@ async def _files_page(
     page: int = 1,
     q: str = "",
     tag: str = "",
+    meta: str = "",
     status: int = 200,
     error: str | None = None,
     notice: str | None = None,
@@ -271,14 +272,26 @@ async def _files_page(
         else:
             folder_id = None
             params.update({"tag": [tag], "tagMatch": "all", "recursive": "true"})
+    if meta:
+        # ``key=value``: GET /api/assets?meta[key]=value&recursive=true, the whole organization.
+        key, sep, value = meta.partition("=")
+        try:
+            if not sep:
+                raise invalid("Write a metadata filter as key=value.", field="meta")
+            describe.meta_filter_value(key.strip(), value.strip())
+        except CofferError as exc:
+            status, error, meta = 400, exc.message, ""
+        else:
+            folder_id = None
+            params.update({f"meta[{key.strip()}]": value.strip(), "recursive": "true"})
     if q:
         params["q"] = q  # the whole organization, every folder
-    if not q and not tag:
+    if not q and not tag and not meta:
         params["folderId"] = folder_id or ""
     folder: FolderWithPath | None = None
     if folder_id:
         folder = await _folder(visit, folder_id)
-    across = bool(q or tag)  # a listing of the whole organization: no subfolders, no upload
+    across = bool(q or tag or meta)  # a listing of the whole organization: no subfolders, no upload
     listing_body, subfolders, stored = await asyncio.gather(
         metadata.list_assets(visit.org.id, params, request_id=rid),
         _children(visit, folder_id) if not across else _none(),
@@ -305,6 +318,7 @@ async def _files_page(
         pages=pages,
         q=q,
         tag=tag,
+        meta=meta,
         used=stored.used_bytes,
         asset_count=stored.asset_count,
         error=error,
@@ -312,8 +326,10 @@ async def _files_page(
         new_folder_name=new_folder_name,
         max_file_bytes=MAX_FILE_BYTES,
         resumable_above=RESUMABLE_ABOVE,
-        page_url=lambda n: _files_url(visit.org.id, folder_id, q=q, tag=tag, page=str(n) if n > 1 else ""),
-        here=_files_url(visit.org.id, folder_id, q=q, tag=tag, page=str(page) if page > 1 else ""),
+        page_url=lambda n: _files_url(
+            visit.org.id, folder_id, q=q, tag=tag, meta=meta, page=str(n) if n > 1 else ""
+        ),
+        here=_files_url(visit.org.id, folder_id, q=q, tag=tag, meta=meta, page=str(page) if page > 1 else ""),
         view=view,
         views=VIEWS,
         thumbs=thumbs,
@@ -347,7 +363,13 @@ async def _none() -> list[Folder]:
 
 @router.get("/o/{org_id}/files")
 async def files(
-    visit: OrgVisitDep, folder: str = "", page: str = "1", q: str = "", tag: str = "", done: str = ""
+    visit: OrgVisitDep,
+    folder: str = "",
+    page: str = "1",
+    q: str = "",
+    tag: str = "",
+    meta: str = "",
+    done: str = "",
 ) -> Response:
     q = q.strip()[:255]
     tag = tag.strip()[:256]  # what is longer than a tag is refused as one (describe.check_tag)
@@ -357,7 +379,7 @@ async def files(
         "uploaded": "The file was uploaded.",
     }.get(done)
     return await _files_page(
-        visit, folder_id=folder or None, page=_page_number(page), q=q, tag=tag, notice=notice
+        visit, folder_id=folder or None, page=_page_number(page), q=q, tag=tag, meta=meta[:330], notice=notice
     )
 
 
