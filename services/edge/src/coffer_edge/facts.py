@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from contextlib import suppress
 
 from prometheus_client import Counter
 
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
+from coffer_edge.relay import Relay
 from coffer_kit.contract.errors import CofferError
 from coffer_kit.contract.wire import FactsJob, ImageFactsOut
 
@@ -34,18 +34,15 @@ FACTS_TIMEOUT_SECONDS = 90.0
 CONCURRENCY = 2
 
 
-class FactsRelay:
+class FactsRelay(Relay):
+    name = "image facts relay"
+
     def __init__(self, metadata: MetadataClient, blob: BlobClient, *, interval: float) -> None:
+        super().__init__(interval=interval, log=log)
         self.metadata = metadata
         self.blob = blob
-        self.interval = interval
-        self._wake = asyncio.Event()
 
-    def wake(self) -> None:
-        """An upload may have queued facts: look now."""
-        self._wake.set()
-
-    async def run_once(self) -> int:
+    async def once(self) -> int:
         """Claim and compute the due facts until none is due; answers how many ran."""
         ran = 0
         while True:
@@ -73,16 +70,3 @@ class FactsRelay:
                 log.warning("could not record image facts", extra={"asset_id": job.asset_id})
             return
         FACTS.labels("image" if facts.width is not None else "none").inc()
-
-    async def run(self) -> None:
-        """Compute when woken and every ``interval`` seconds, until cancelled."""
-        while True:
-            with suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
-            self._wake.clear()
-            try:
-                await self.run_once()
-            except CofferError as exc:
-                log.warning("image facts relay failed; retrying", extra={"error": exc.message})
-            except Exception:
-                log.exception("image facts relay crashed; retrying")

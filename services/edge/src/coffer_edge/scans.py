@@ -22,6 +22,7 @@ from prometheus_client import Counter, Gauge
 
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
+from coffer_edge.relay import Relay
 from coffer_kit.contract.errors import CofferError
 from coffer_kit.contract.wire import ScanJob, ScanReport
 
@@ -38,7 +39,9 @@ SCAN_TIMEOUT_SECONDS = 150.0
 SCAN_QUEUE = Gauge("coffer_scan_queue_depth", "Pending malware scans, as the last claim counted them.")
 
 
-class ScanRelay:
+class ScanRelay(Relay):
+    name = "scan relay"
+
     def __init__(
         self,
         metadata: MetadataClient,
@@ -50,21 +53,16 @@ class ScanRelay:
         concurrency: int,
         timeout: float,
     ) -> None:
+        super().__init__(interval=interval, log=log)
         self.metadata = metadata
         self.blob = blob
-        self.interval = interval
         self.retries = retries
         self.backoff = backoff
         self.concurrency = concurrency
         # blob's own timeout bounds a scan; this one is for blob itself, a little longer.
         self.timeout = timeout
-        self._wake = asyncio.Event()
 
-    def wake(self) -> None:
-        """A scan was queued: look now."""
-        self._wake.set()
-
-    async def scan_once(self) -> int:
+    async def once(self) -> int:
         """Claim and run the due scans until none is due; answers how many ran."""
         ran = 0
         while True:
@@ -109,16 +107,3 @@ class ScanRelay:
             extra={"asset_id": job.asset_id, "delay": delay, "error": exc.message},
         )
         return ScanReport(status="retry", retry_seconds=delay)
-
-    async def run(self) -> None:
-        """Scan when woken and every ``interval`` seconds, until cancelled."""
-        while True:
-            with suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
-            self._wake.clear()
-            try:
-                await self.scan_once()
-            except CofferError as exc:
-                log.warning("scan relay failed; retrying", extra={"error": exc.message})
-            except Exception:
-                log.exception("scan relay crashed; retrying")

@@ -12,58 +12,32 @@ all) end the job quietly, with no event.
 from __future__ import annotations
 
 import functools
-from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
-import sqlalchemy as sa
 from fastapi import APIRouter
 from sqlmodel import Session
 
 from coffer_kit.contract.errors import not_found
-from coffer_kit.contract.timeutil import as_utc, utcnow
+from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.contract.wire import SYSTEM, FactsClaim, FactsJob, FactsJobs, ImageFactsOut
-from coffer_kit.db import KeyedRead
 from coffer_metadata import events
 from coffer_metadata.assets.service import view
 from coffer_metadata.deps import DatabaseDep, SettingsDep
+from coffer_metadata.due import DueQueue
 from coffer_metadata.models import Asset
 
 router = APIRouter(prefix="/internal/v1")
-_assets = Asset.__table__  # type: ignore[attr-defined]
-# Pending facts and the earliest due, read before any claim (the partial index alone): an idle
-# queue costs each relay's poll one read, never a write transaction.
-_QUEUE = KeyedRead(
-    sa.select(sa.func.count().label("pending"), sa.func.min(_assets.c.facts_due_at).label("due")).where(
-        _assets.c.facts_due_at.is_not(None)
-    )
-)
+_QUEUE = DueQueue("facts_due_at")
 
 
 def claim(session: Session, *, limit: int, lease_seconds: float) -> FactsJobs:
     """Lease up to ``limit`` due assets, oldest due first; and how many are pending in all."""
-    now = utcnow()
-    due = (
-        sa.select(_assets.c.id, _assets.c.organization_id, _assets.c.key)
-        .where(_assets.c.facts_due_at.is_not(None), _assets.c.facts_due_at <= now)
-        .order_by(_assets.c.facts_due_at)
-        .limit(limit)
+    rows, pending = _QUEUE.lease(
+        session, ("organization_id", "key"), limit=limit, lease_seconds=lease_seconds
     )
-    if session.get_bind().dialect.name == "postgresql":
-        due = due.with_for_update(skip_locked=True)
-    connection = session.connection()
-    rows = connection.execute(due).all()
-    if rows:
-        connection.execute(
-            sa.update(_assets)
-            .where(_assets.c.id.in_([r[0] for r in rows]))
-            .values(facts_due_at=now + timedelta(seconds=lease_seconds))
-        )
-    pending = connection.execute(
-        sa.select(sa.func.count()).select_from(_assets).where(_assets.c.facts_due_at.is_not(None))
-    ).scalar_one()
-    jobs = [FactsJob(asset_id=r[0], organization_id=r[1], key=r[2]) for r in rows]
-    return FactsJobs(jobs=jobs, pending=int(pending))
+    jobs = [FactsJob(asset_id=r.id, organization_id=r.organization_id, key=r.key) for r in rows]
+    return FactsJobs(jobs=jobs, pending=pending)
 
 
 def report(
@@ -101,9 +75,8 @@ def report(
 
 @router.post("/facts/claim")
 async def claim_facts(body: FactsClaim, database: DatabaseDep) -> FactsJobs:
-    queue = await _QUEUE.first(database, {})
-    if queue is None or not queue.pending or as_utc(queue.due) > utcnow():
-        return FactsJobs(jobs=[], pending=int(queue.pending) if queue is not None else 0)
+    if (pending := await _QUEUE.idle(database)) is not None:
+        return FactsJobs(jobs=[], pending=pending)
     return await database.write(functools.partial(claim, limit=body.limit, lease_seconds=body.lease_seconds))
 
 

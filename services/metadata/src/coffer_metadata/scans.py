@@ -16,54 +16,32 @@ from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
-import sqlalchemy as sa
 from fastapi import APIRouter
 from sqlmodel import Session
 
 from coffer_kit.contract.errors import not_found
-from coffer_kit.contract.timeutil import as_utc, utcnow
+from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.contract.wire import SYSTEM, ScanClaim, ScanJob, ScanJobs, ScanReport
-from coffer_kit.db import KeyedRead
 from coffer_metadata import events
 from coffer_metadata.assets.service import view
 from coffer_metadata.deps import DatabaseDep, SettingsDep
+from coffer_metadata.due import DueQueue
 from coffer_metadata.models import Asset
 
 router = APIRouter(prefix="/internal/v1")
-_assets = Asset.__table__  # type: ignore[attr-defined]
-# Pending scans and the earliest due, read before any claim (the partial index alone): an idle
-# queue costs each relay's poll one read, never a write transaction (SQLite's single writer).
-_QUEUE = KeyedRead(
-    sa.select(sa.func.count().label("pending"), sa.func.min(_assets.c.scan_due_at).label("due")).where(
-        _assets.c.scan_due_at.is_not(None)
-    )
-)
+_QUEUE = DueQueue("scan_due_at")
 
 
 def claim(session: Session, *, limit: int, lease_seconds: float) -> ScanJobs:
     """Lease up to ``limit`` due scans, oldest due first; and how many are pending in all."""
-    now = utcnow()
-    due = (
-        sa.select(_assets.c.id, _assets.c.organization_id, _assets.c.key, _assets.c.scan_attempts)
-        .where(_assets.c.scan_due_at.is_not(None), _assets.c.scan_due_at <= now)
-        .order_by(_assets.c.scan_due_at)
-        .limit(limit)
+    rows, pending = _QUEUE.lease(
+        session, ("organization_id", "key", "scan_attempts"), limit=limit, lease_seconds=lease_seconds
     )
-    if session.get_bind().dialect.name == "postgresql":
-        due = due.with_for_update(skip_locked=True)  # (SQLite has one writer)
-    connection = session.connection()
-    rows = connection.execute(due).all()
-    if rows:
-        connection.execute(
-            sa.update(_assets)
-            .where(_assets.c.id.in_([r[0] for r in rows]))
-            .values(scan_due_at=now + timedelta(seconds=lease_seconds))
-        )
-    pending = connection.execute(
-        sa.select(sa.func.count()).select_from(_assets).where(_assets.c.scan_due_at.is_not(None))
-    ).scalar_one()
-    jobs = [ScanJob(asset_id=r[0], organization_id=r[1], key=r[2], attempts=r[3]) for r in rows]
-    return ScanJobs(jobs=jobs, pending=int(pending))
+    jobs = [
+        ScanJob(asset_id=r.id, organization_id=r.organization_id, key=r.key, attempts=r.scan_attempts)
+        for r in rows
+    ]
+    return ScanJobs(jobs=jobs, pending=pending)
 
 
 def report(
@@ -97,9 +75,8 @@ def report(
 
 @router.post("/scans/claim")
 async def claim_scans(body: ScanClaim, database: DatabaseDep) -> ScanJobs:
-    queue = await _QUEUE.first(database, {})
-    if queue is None or not queue.pending or as_utc(queue.due) > utcnow():
-        return ScanJobs(jobs=[], pending=int(queue.pending) if queue is not None else 0)
+    if (pending := await _QUEUE.idle(database)) is not None:
+        return ScanJobs(jobs=[], pending=pending)
     return await database.write(functools.partial(claim, limit=body.limit, lease_seconds=body.lease_seconds))
 
 
