@@ -87,8 +87,8 @@ vendor: ## Re-fetch the dashboard's vendored htmx and tus-js-client (with its li
 	  cp package/dist/tus.min.js $(CURDIR)/$(TUS_FILE) && cp package/LICENSE $(CURDIR)/$(TUS_FILE:.min.js=.LICENSE) && \
 	  rm -rf $$tmp && echo "$(TUS_FILE): sha384-$$got"
 
-test-fast: setup clamd ## Run the in-process tests only (each service against a real database; under a minute on 2 cores)
-	@$(UV) run --frozen --no-sync pytest -n $(FAST_WORKERS) libs services -m "not e2e" $(PYTEST_ARGS)
+test-fast: setup ## Run the in-process tests on the embedded default's SQLite and disk (no server, no process of their own)
+	@$(UV) run --frozen --no-sync pytest -n $(FAST_WORKERS) libs services -m "not e2e" --embedded-only $(PYTEST_ARGS)
 
 test-images: setup ## Build the four images with podman (root) and run them against each other, ~5 min
 	@bash scripts/install-image-tools.sh

@@ -13,7 +13,12 @@ import pytest
 
 from coffer_testkit.testing import PeakRss, assert_error
 
-pytestmark = pytest.mark.e2e
+# Bounds met before any storage is touched; on production, whose rate limits live in Redis (the
+# embedded default's in-memory limiter is tested in process, services/edge/tests/test_ratelimit.py).
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.parametrize("backend", ["production"], indirect=True, scope="session"),
+]
 MIB = 1024 * 1024
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
-from collections.abc import Iterator
 from contextlib import closing
 from typing import Any
 
@@ -17,30 +16,10 @@ ORG_KEY = re.compile(r"^cof_org_[0-9A-Za-z]{32}$")
 USER_KEY = re.compile(r"^cof_usr_[0-9A-Za-z]{32}$")
 
 
-@pytest.fixture(params=["embedded", "production"])
-def lifecycle_stack(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Any]:
-    """The key lifecycle runs on the shared embedded stack, and once on PostgreSQL + S3 + Redis."""
-    if request.param == "embedded":
-        yield request.getfixturevalue("dashboard_stack")
-        return
-    fresh_database = request.getfixturevalue("fresh_database")
-    s3 = request.getfixturevalue("s3_server")
-    env = {
-        "COFFER_AUTH_DATABASE_URL": fresh_database("auth"),
-        "COFFER_METADATA_DATABASE_URL": fresh_database("metadata"),
-        **s3.env(s3.new_bucket()),
-        "COFFER_REDIS_URL": request.getfixturevalue("redis_url"),
-        "COFFER_DASHBOARD_IP_LIMIT": "10000/minute",
-        "COFFER_SWEEP_INTERVAL_SECONDS": "0",
-    }
-    with request.getfixturevalue("running_stack_factory")(tmp_path_factory.mktemp("dash-pg"), **env) as s:
-        yield s
-
-
-def test_key_lifecycle(lifecycle_stack: Any, dashboard_for: Any, until: Any) -> None:
-    dash = dashboard_for(lifecycle_stack)
+def test_key_lifecycle(dashboard_stack: Any, dashboard_for: Any, until: Any) -> None:
+    # On the embedded default only: the dashboard's key routes are tested in process on both
+    # databases (services/edge/tests/api/test_keys.py); the browser adds the page.
+    dash = dashboard_for(dashboard_stack)
     ctx = dash.context()
     ctx.grant_permissions(["clipboard-read", "clipboard-write"])
     page = ctx.new_page()

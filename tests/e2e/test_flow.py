@@ -10,11 +10,12 @@ import pytest
 
 from coffer_testkit.testing import assert_error, pattern_bytes
 
-# The API's conformance end to end, on each backend and behind PgBouncer in transaction mode
-# ("pooled": production's usual connection pooler, docs/operations.md).
+# The API's conformance end to end, on the embedded default and on production behind PgBouncer
+# in transaction mode ("pooled": production's usual connection pooler, docs/operations.md); the
+# other end-to-end tests cover production without the pooler.
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.parametrize("backend", ["embedded", "production", "pooled"], indirect=True, scope="session"),
+    pytest.mark.parametrize("backend", ["embedded", "pooled"], indirect=True, scope="session"),
 ]
 
 

@@ -13,7 +13,12 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-pytestmark = pytest.mark.e2e
+# Traces, metrics and logs are the processes' own, whatever stores their data: the embedded
+# default only.
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.parametrize("backend", ["embedded"], indirect=True, scope="session"),
+]
 
 
 def traceparent() -> str:

@@ -16,7 +16,11 @@ import pytest
 
 from coffer_testkit.testing import rss_bytes
 
-pytestmark = pytest.mark.e2e
+# The HTTP layer's and the services' isolation, not their storage: the embedded default only.
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.parametrize("backend", ["embedded"], indirect=True, scope="session"),
+]
 FAULTS = Path(__file__).parent / "faults"
 MIB = 1024 * 1024
 

@@ -11,7 +11,6 @@ file's MD5 in an ``.hdb``), since signature downloads are not reachable here.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ import httpx
 import pytest
 
 from coffer_stack.stack import Stack
+from coffer_testkit import testing
 from coffer_testkit.clamd import EICAR, SIGNATURE, Clamd, running_clamd
 from coffer_testkit.testing import assert_error
 from coffer_testkit.webhooks import Receiver, webhook_receiver
@@ -101,9 +101,7 @@ def blob_signed_url(stack: Stack, key: str) -> str:
 
 def metric(stack: Stack, name: str, label: str) -> float:
     """A sample of edge's metrics (its internal listener) whose labels include ``label``."""
-    text = httpx.get(stack.url("edge_internal") + "/metrics").text
-    found = re.search(rf"^{re.escape(name)}\{{[^}}]*{re.escape(label)}[^}}]*\}} (\S+)$", text, re.M)
-    return float(found.group(1)) if found else 0.0
+    return testing.metric(stack.url("edge_internal") + "/metrics", name, label)
 
 
 def test_eicar_in_block_mode_is_quarantined(

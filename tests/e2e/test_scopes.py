@@ -28,7 +28,12 @@ from coffer_kit.contract.timeutil import isoformat, utcnow
 from coffer_stack.stack import Stack
 from coffer_testkit.webhooks import Receiver, webhook_receiver
 
-pytestmark = pytest.mark.e2e
+# Who may call what is edge's and auth's rule, the same on either backend (auth's own tests run
+# it on both databases): the embedded default only.
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.parametrize("backend", ["embedded"], indirect=True, scope="session"),
+]
 
 ENV = {
     # The receiver of the webhook routes' pings is on loopback.

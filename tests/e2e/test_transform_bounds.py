@@ -26,7 +26,12 @@ import pyvips
 from coffer_testkit.images import hostile_corpus
 from coffer_testkit.testing import PeakRss, rss_bytes, tree_rss_bytes
 
-pytestmark = pytest.mark.e2e
+# The kernel's bounds on a transform worker, whatever store the image comes from: the embedded
+# default only.
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.parametrize("backend", ["embedded"], indirect=True, scope="session"),
+]
 MIB = 1024 * 1024
 PRESETS = ("thumb", "small", "medium", "large")
 # blob's defaults (COFFER_CDN_TRANSFORM_*), which the shared stack runs with.

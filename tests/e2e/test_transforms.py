@@ -144,6 +144,8 @@ def test_a_header_claiming_20000_by_20000_is_refused_without_decoding(stack, ten
 WORKERS, WORKER_MB = 2, 384  # blob's defaults
 
 
+# The workers' memory bound, whatever store the image comes from: the embedded default only.
+@pytest.mark.parametrize("backend", ["embedded"], indirect=True, scope="session")
 def test_50_concurrent_variants_of_a_24_mp_jpeg_stay_within_the_bound(own_stack_with, admin_for) -> None:
     own = own_stack_with(
         COFFER_CDN_TRANSFORM_WORKERS=str(WORKERS),

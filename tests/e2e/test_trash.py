@@ -16,6 +16,7 @@ import hashlib
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -24,14 +25,15 @@ import pytest
 
 from coffer_kit.contract.timeutil import isoformat, utcnow
 from coffer_testkit.store import stored_objects
+from coffer_testkit.testing import metric
 from coffer_testkit.webhooks import webhook_receiver
 
 pytestmark = pytest.mark.e2e
 
 ENV = {
-    # Expiry is checked every 2 s (with jitter 1-3 s) instead of 30 s: the two-minute bound
-    # holds either way; the test finishes sooner.
-    "COFFER_EDGE_EXPIRY_INTERVAL_SECONDS": "2",
+    # Expiry is checked every second (with jitter 0.5-1.5 s) instead of 30 s: the two-minute
+    # bound holds either way; the test finishes sooner.
+    "COFFER_EDGE_EXPIRY_INTERVAL_SECONDS": "1",
     "COFFER_METADATA_WEBHOOK_ALLOW_HTTP": "true",
     "COFFER_METADATA_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
     "COFFER_EDGE_RATE_LIMIT": "100000/second",
@@ -44,6 +46,10 @@ def poll(check: Any, *, timeout: float, what: str) -> Any:
         assert time.monotonic() < deadline, what
         time.sleep(0.05)
     return found
+
+
+def edge_metric(stack: Any, name: str, label: str) -> float:
+    return metric(stack.url("edge_internal") + "/metrics", name, label)
 
 
 def sha(url: str) -> str | None:
@@ -91,15 +97,19 @@ def test_trash_restore_expiry_and_a_killed_purge(own_stack_with: Any, admin_for:
         assert sha(asset["publicUrl"]) == digest == sha(signed)
         assert api.get("/api/usage").json()["usedBytes"] == before["usedBytes"]
 
-        # Expiry: within two minutes of expiresAt, one asset.expired event.
-        # (20 s ahead: on a loaded machine an upload can take seconds, and a past expiresAt is 400.)
-        expires = utcnow() + timedelta(seconds=20)
+        # Expiry: within two minutes of expiresAt, one asset.expired event. Set at upload an
+        # hour ahead, then brought forward to 2 s from now by PATCH (a past expiresAt is 400, and
+        # on a loaded machine an upload can take seconds).
+        later = utcnow() + timedelta(hours=1)
         made = api.post(
-            "/api/assets", files={"file": ("doomed.txt", b"bye")}, data={"expiresAt": isoformat(expires)}
+            "/api/assets", files={"file": ("doomed.txt", b"bye")}, data={"expiresAt": isoformat(later)}
         )
         assert made.status_code == 201, made.text
         doomed = made.json()
-        assert doomed["expiresAt"] == isoformat(expires)
+        assert doomed["expiresAt"] == isoformat(later)
+        expires = utcnow() + timedelta(seconds=2)
+        moved = api.patch(f"/api/assets/{doomed['id']}", json={"expiresAt": isoformat(expires)})
+        assert moved.status_code == 200 and moved.json()["expiresAt"] == isoformat(expires), moved.text
         soon = api.get("/api/assets", params={"expiresBefore": isoformat(expires + timedelta(seconds=1))})
         assert [a["id"] for a in soon.json()["assets"]] == [doomed["id"]]
         poll(
@@ -112,20 +122,30 @@ def test_trash_restore_expiry_and_a_killed_purge(own_stack_with: Any, admin_for:
         assert trashed[doomed["id"]]["reason"] == "expired"
         assert poll(lambda: httpx.get(doomed["publicUrl"]).status_code == 404, timeout=5, what="still served")
         events = receiver.wait("/hook", 1, timeout=30)
-        # Two more sweeps (at most 3 s apart) must not expire it again.
-        time.sleep(6)
+        # Two more sweeps must not expire it again (each answered before the count moves).
+        sweeps = edge_metric(stack, "coffer_expiry_sweeps_total", 'outcome="done"')
+        poll(
+            lambda: edge_metric(stack, "coffer_expiry_sweeps_total", 'outcome="done"') >= sweeps + 2,
+            timeout=30,
+            what="two more expiry sweeps never ran",
+        )
         events = receiver.on("/hook")
         ids = {json.loads(e.body)["id"] for e in events}
         assert len(ids) == 1, f"{len(ids)} asset.expired events"
         assert json.loads(events[0].body)["data"]["asset"]["id"] == doomed["id"]
 
         # Emptying a full trash, edge SIGKILLed mid-purge, then called again.
-        made = [
-            api.post("/api/assets", files={"file": (f"p{i}.bin", b"p" * 2000)}).json()["id"]
-            for i in range(240)
-        ]
-        for asset_id in made:
-            assert api.delete(f"/api/assets/{asset_id}").status_code == 200
+        with ThreadPoolExecutor(4) as pool:
+            made = list(
+                pool.map(
+                    lambda i: api.post("/api/assets", files={"file": (f"p{i}.bin", b"p" * 2000)}).json()[
+                        "id"
+                    ],
+                    range(240),
+                )
+            )
+            deleted = pool.map(lambda asset_id: api.delete(f"/api/assets/{asset_id}").status_code, made)
+            assert set(deleted) == {200}
         objects_before = len(stored_objects(stack, org))
 
         def purge() -> None:

@@ -413,6 +413,8 @@ def test_dispatcher_metrics(stack: Stack, tenant: Any, receiver: Receiver) -> No
     assert "coffer_webhook_delivery_seconds_bucket" in text
 
 
+# Tracing across processes, the same on either backend: the embedded default only.
+@pytest.mark.parametrize("backend", ["embedded"], indirect=True, scope="session")
 def test_a_delivery_span_links_to_the_change_that_caused_it(
     otlp: OtlpReceiver, own_stack_with: Any, admin_for: Any, receiver: Receiver
 ) -> None:

@@ -40,7 +40,7 @@ from coffer_testkit.testing import app_client, assert_error
 from .support import CDN_URL, END, MULTIPART, ORG, TOKEN, file_part, new_asset_id
 from .test_cdn import key_path
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.processes]  # real transform worker processes
 
 
 @pytest.fixture(params=["fs", "s3"])

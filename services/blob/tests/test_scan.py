@@ -23,7 +23,7 @@ from coffer_testkit.testing import app_client, assert_error, pattern_chunks
 from .support import ORG, TOKEN, new_asset_id, upload
 from .test_uploads import big_body, post
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.processes]  # a real clamd
 MIB = 1024 * 1024
 
 

@@ -26,7 +26,7 @@ from coffer_testkit.testing import app_client, assert_error
 from .support import CDN_URL, END, MULTIPART, ORG, TOKEN, file_part, new_asset_id
 from .test_cdn import key_path
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.processes]  # real transform worker processes
 OTHER_ORG = "org_01JD4Z3X6Q8ZK3Q0W5N6M7P8RB"
 
 

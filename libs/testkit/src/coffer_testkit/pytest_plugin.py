@@ -217,3 +217,41 @@ def pgbouncer(postgres_server_url: str) -> Iterator[Any]:
 
     with running_pgbouncer(postgres_server_url) as bouncer:
         yield bouncer
+
+
+# `make test-fast`: the in-process tests on the embedded default's own backends -------------
+# SQLite and the disk store need no server; PostgreSQL, S3 (moto's server) and Redis are
+# production's, and so are the tests that start processes of their own (transform workers,
+# clamd). `make test` runs them all.
+PRODUCTION_PARAMS = frozenset({"postgresql", "s3"})
+PRODUCTION_FIXTURES = frozenset(
+    {"postgres_server_url", "fresh_database", "s3_server", "s3_settings", "redis_url", "pgbouncer"}
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--embedded-only",
+        action="store_true",
+        help="leave out the tests on PostgreSQL, S3 or Redis and those marked `processes`",
+    )
+
+
+def _production(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    values = callspec.params.values() if callspec is not None else ()
+    if any(isinstance(v, str) and v in PRODUCTION_PARAMS for v in values):
+        return True
+    return bool(PRODUCTION_FIXTURES.intersection(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("embedded_only"):
+        return
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        (drop if item.get_closest_marker("processes") or _production(item) else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

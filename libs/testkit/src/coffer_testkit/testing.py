@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import os
 import random
+import re
 import socket
 import struct
 import threading
@@ -82,6 +83,15 @@ def wait_healthy(url: str, *, timeout: float = 30.0) -> None:
                 last = exc
             time.sleep(0.05)
     raise TimeoutError(f"{url} did not become healthy in {timeout}s ({last!r})")
+
+
+def metric(url: str, name: str, label: str = "") -> float:
+    """A sample of the Prometheus metrics at ``url`` (a service's ``/metrics``): the first named
+    ``name`` whose labels include ``label``; 0 when there is none yet."""
+    text = httpx.get(url, timeout=10).text
+    labels = rf"\{{[^}}]*{re.escape(label)}[^}}]*\}}" if label else r"(?:\{[^}]*\})?"
+    found = re.search(rf"^{re.escape(name)}{labels} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
 
 
 def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:

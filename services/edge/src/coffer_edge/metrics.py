@@ -28,6 +28,11 @@ SWEPT = Counter(
     "Stale upload intents, tombstones and uploads of gone minters the sweeper handled, by outcome.",
     ["kind", "outcome"],
 )
+EXPIRY_SWEEPS = Counter(
+    "coffer_expiry_sweeps_total",
+    "Expiry sweeps run (expire what is due, then purge the trash past its retention), by outcome.",
+    ["outcome"],
+)
 DASHBOARD_LOGINS = Counter(
     "coffer_dashboard_logins_total",
     "Dashboard sign-in attempts, by outcome: success, failed, throttled.",

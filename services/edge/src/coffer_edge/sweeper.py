@@ -22,7 +22,7 @@ from coffer_edge.clients.auth import AuthClient
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.clients.upload_tokens import UploadTokenClient
-from coffer_edge.metrics import SWEPT
+from coffer_edge.metrics import EXPIRY_SWEEPS, SWEPT
 from coffer_edge.trash import delete_refs
 from coffer_kit.contract.errors import CofferError
 from coffer_kit.contract.wire import ExpireIn, MinterRef, PurgedRef
@@ -192,9 +192,12 @@ async def expire_forever(
         await asyncio.sleep(interval * random.uniform(0.5, 1.5))
         try:
             await expire_once(metadata, blob, auth)
+            EXPIRY_SWEEPS.labels("done").inc()
         except CofferError as exc:
+            EXPIRY_SWEEPS.labels("failed").inc()
             log.warning("expiry sweep failed", extra={"error": exc.message})
         except Exception:
+            EXPIRY_SWEEPS.labels("failed").inc()
             log.exception("expiry sweep crashed")
 
 
