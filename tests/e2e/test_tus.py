@@ -353,6 +353,9 @@ def _poll(check: Any, timeout: float = 30) -> Any:
     return value
 
 
+# Which capabilities die with a key is edge's and auth's rule; the upload's bytes and reservation
+# are released on both backends by test_expired_uploads_are_swept_bytes_reservation_and_all.
+@pytest.mark.parametrize("backend", ["embedded"], indirect=True, scope="session")
 def test_a_deleted_key_takes_its_uploads_capabilities_along(
     stack: Stack, new_tenant: Any, admin: Any
 ) -> None:
@@ -375,6 +378,9 @@ def test_a_deleted_key_takes_its_uploads_capabilities_along(
     assert _create(stack, tenant.key, 30 * MIB)  # the reservation is free again
 
 
+# Which capabilities die with a key is edge's and auth's rule; the upload's bytes and reservation
+# are released on both backends by test_expired_uploads_are_swept_bytes_reservation_and_all.
+@pytest.mark.parametrize("backend", ["embedded"], indirect=True, scope="session")
 def test_the_sweeper_ends_uploads_whose_minter_is_gone(own_stack_with: Any, admin_for: Any) -> None:
     """Nobody calls on the uploads again: edge's sweeper terminates those whose minting key was
     deleted, or whose user left the organization, and their reservations come back."""
