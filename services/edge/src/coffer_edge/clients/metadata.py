@@ -20,6 +20,9 @@ from coffer_kit.contract.webhooks import (
 )
 from coffer_kit.contract.wire import FactsClaim, FactsJobs, ImageFactsOut, ScanClaim, ScanJobs, ScanReport
 
+# A folder delete's bound (every other call has the client's 30 s): see ``delete_folder``.
+SUBTREE_TIMEOUT_SECONDS = 300
+
 
 def _seg(value: str) -> str:
     """A caller-supplied id as one path segment (never a path of its own)."""
@@ -126,11 +129,15 @@ class MetadataClient(ServiceClient):
         )
 
     async def delete_folder(self, org_id: str, folder_id: str, *, request_id: str) -> wire.Done:
+        """One transaction moves every asset of the subtree to the root: its time grows with
+        the subtree (tens of seconds for 100,000 assets, docs/performance.md "Scale"), so the
+        call may take longer than the 30 s of every other."""
         return await self.call(
             wire.Done,
             "DELETE",
             f"/internal/v1/orgs/{org_id}/folders/{_seg(folder_id)}",
             request_id=request_id,
+            timeout=SUBTREE_TIMEOUT_SECONDS,
         )
 
     # Assets
