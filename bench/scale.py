@@ -49,6 +49,7 @@ from ulid import ULID
 
 from coffer_kit import pagination
 from coffer_kit.contract.names import search_key
+from coffer_metadata.assets.service import Where
 from coffer_testkit.testing import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -735,8 +736,9 @@ class Scale:
             f"ORDER BY created_at DESC, id DESC LIMIT 1 OFFSET {org.assets // 2}"
         )[0]
         created = row[0] if isinstance(row[0], datetime) else datetime.fromisoformat(row[0])
-        scope = [org.id, None, False, None, None, None]
-        return pagination.encode("assets:-createdAt", scope, created, row[1])
+        # The scope metadata binds a cursor of the unfiltered listing to (its own ``Where``).
+        scope = Where(org_id=org.id, folder=None, root_only=False, q=None, visibility=None, within=None)
+        return pagination.encode("assets:-createdAt", scope.scope(), created, row[1])
 
     def stop(self) -> None:
         for thing in (self.stack, self.production):
