@@ -286,6 +286,9 @@ class Production:
         stop_process(self.s3_proc)
         if not self.auth_db:
             return
+        if os.environ.get("COFFER_BENCH_KEEP_DATABASES"):  # to look into afterwards (EXPLAIN)
+            print(f"kept databases {self.auth_db} and {self.metadata_db}", file=sys.stderr)
+            return
         from sqlalchemy import create_engine, text
 
         admin = create_engine(self.admin_url, isolation_level="AUTOCOMMIT")

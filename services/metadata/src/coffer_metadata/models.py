@@ -91,7 +91,8 @@ class Asset(SQLModel, table=True):
         # The folder foreign key's lookup on delete (migration 0012_cursors).
         Index("ix_assets_folder", "folder_id"),
         # On PostgreSQL, a trigram index answers `name_key LIKE '%…%'` without reading every
-        # name. Created by the migration on PostgreSQL only (it needs the pg_trgm extension).
+        # name, led by the organization (GIN through btree_gin), so that a search reads only the
+        # organization's own trigrams (migration 0017). PostgreSQL only (pg_trgm, btree_gin).
         # The scan queue (issue 48): pending assets by when their scan is due, alone
         # (migration 0010_safe_ingest).
         Index(
@@ -108,7 +109,8 @@ class Asset(SQLModel, table=True):
             sqlite_where=text("expires_at IS NOT NULL"),
         ),
         Index(
-            "ix_assets_name_key_trgm",
+            "ix_assets_org_name_key_trgm",
+            "organization_id",
             "name_key",
             postgresql_using="gin",
             postgresql_ops={"name_key": "gin_trgm_ops"},
@@ -444,7 +446,7 @@ class WebhookAttempt(SQLModel, table=True):
 
 
 # Indexes the migrations create on PostgreSQL only.
-POSTGRESQL_ONLY_INDEXES = {"ix_assets_name_key_trgm", "ix_assets_metadata_gin", "ix_assets_tags_gin"}
+POSTGRESQL_ONLY_INDEXES = {"ix_assets_org_name_key_trgm", "ix_assets_metadata_gin", "ix_assets_tags_gin"}
 # On SQLite, each asset's tags in a side table kept by triggers (migration 0014_asset_metadata),
 # indexed by (organization, tag): outside the models, like the search table.
 SQLITE_TAGS_TABLE = "asset_tags"

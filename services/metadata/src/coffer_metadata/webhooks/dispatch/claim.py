@@ -134,12 +134,15 @@ def release(connection: Connection, jobs: list[Job]) -> None:
     )
 
 
-def leased_jobs(engine: Engine, token: str, *, now: datetime, box: SecretBox) -> list[Job]:
-    """The deliveries a committed lease holds, with their endpoints' URL and secrets: read
-    after the commit, not in the write transaction (no other dispatcher changes a row it
-    does not hold, and on SQLite the uploads wait while that transaction holds the lock)."""
+def leased_jobs(
+    engine: Engine, picked: list[str], token: str, *, now: datetime, box: SecretBox
+) -> list[Job]:
+    """The deliveries of ``picked`` a committed lease holds, with their endpoints' URL and
+    secrets: read after the commit, not in the write transaction (no other dispatcher changes a
+    row it does not hold, and on SQLite the uploads wait while that transaction holds the lock).
+    Found by id (the token alone has no index: 100 ms a cycle beside 1,000,000 deliveries)."""
     with engine.connect() as read:
-        rows = list(read.execute(sql.LEASED_JOBS, {"token": token}).all())
+        rows = list(read.execute(sql.LEASED_JOBS, {sql.IDS: picked, "token": token}).all())
         opened: dict[str, list[str]] = {}  # each endpoint's secrets, opened once
         return [_job(row, now, opened, box) for row in rows]
 

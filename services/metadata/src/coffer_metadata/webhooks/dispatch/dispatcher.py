@@ -235,7 +235,7 @@ class Dispatcher:
         if token is None:
             return []
         try:
-            return self._leased(token, now)
+            return self._leased(picked, token, now)
         except Exception:  # committed: raising would have step record the same sends again
             log.exception("webhook dispatcher could not read what it leased; sent once the lease ends")
             return []
@@ -249,7 +249,7 @@ class Dispatcher:
         with Session(writer(self.engine)) as session:
             token = self._lease(session.connection(), picked, now)
             session.commit()
-        return self._leased(token, now)
+        return self._leased(picked, token, now)
 
     def record(self, done: list[tuple[Job, Outcome]]) -> None:
         """The attempts in the log, the deliveries' next steps, the endpoints' health, in a
@@ -287,8 +287,8 @@ class Dispatcher:
             connection, picked, now=now, lease_seconds=self.settings.metadata_webhook_tuning.lease_seconds
         )
 
-    def _leased(self, token: str, now: datetime) -> list[Job]:
-        return leased_jobs(self.engine, token, now=now, box=self.box)
+    def _leased(self, picked: list[str], token: str, now: datetime) -> list[Job]:
+        return leased_jobs(self.engine, picked, token, now=now, box=self.box)
 
     def _held(self) -> dict[str, int]:
         """Leases this dispatcher holds, by endpoint (queued or sending)."""

@@ -91,7 +91,10 @@ LEASED_JOBS = (
         endpoints.c.previous_secret_expires_at,
     )
     .join(endpoints, endpoints.c.id == deliveries.c.endpoint_id)
-    .where(deliveries.c.lease_token == sa.bindparam("token"))
+    .where(
+        deliveries.c.id.in_(sa.bindparam(IDS, expanding=True)),
+        deliveries.c.lease_token == sa.bindparam("token"),
+    )
 )
 RELEASE = (
     sa.update(deliveries)
