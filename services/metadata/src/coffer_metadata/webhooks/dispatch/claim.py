@@ -134,9 +134,7 @@ def release(connection: Connection, jobs: list[Job]) -> None:
     )
 
 
-def leased_jobs(
-    engine: Engine, picked: list[str], token: str, *, now: datetime, box: SecretBox
-) -> list[Job]:
+def leased_jobs(engine: Engine, picked: list[str], token: str, *, now: datetime, box: SecretBox) -> list[Job]:
     """The deliveries of ``picked`` a committed lease holds, with their endpoints' URL and
     secrets: read after the commit, not in the write transaction (no other dispatcher changes a
     row it does not hold, and on SQLite the uploads wait while that transaction holds the lock).
