@@ -35,7 +35,7 @@ def test_the_trash_view(dashboard: Any, until: Any) -> None:
         until(lambda a=asset: httpx.get(a["publicUrl"]).status_code == 404, timeout=5)
     page.goto(f"/dashboard/o/{org_id}/files")
     page.click("#trash-link")
-    # The click navigates: counted on the Files page still loaded, the rows were 0 (CI, 240f627).
+    # The click navigates: counted on the Files page still loaded, the rows were 0 (a run of 06a497e).
     page.wait_for_url("**/files/trash")
     rows = page.locator("#trash tbody tr")
     assert rows.count() == 2
