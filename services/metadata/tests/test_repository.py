@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -26,6 +27,7 @@ from coffer_metadata.models import (
     TABLES,
     Asset,
     Folder,
+    UploadIntent,
     Usage,
 )
 
@@ -149,3 +151,39 @@ def test_a_listing_leaves_its_connection_at_the_default_isolation(engine) -> Non
         assert session.connection().execute(level).scalar() == "repeatable read"
     with Session(engine) as session:
         assert session.connection().execute(level).scalar() == "read committed"
+
+
+# Only PostgreSQL can interleave them: on SQLite the sweeper's transaction holds the one write
+# lock from its first statement, and the commit waits for it.
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True, scope="session")
+def test_an_intent_committed_while_the_sweeper_claims_it_keeps_its_bytes(engine: Any) -> None:
+    """A commit that consumes an intent between the sweeper's read and its mark: the sweeper
+    must not answer that intent (edge would delete the bytes of the asset just made)."""
+    from datetime import timedelta
+
+    from sqlalchemy import delete, event
+
+    old = utcnow() - timedelta(hours=2)
+    committed, abandoned = new_id(ASSET), new_id(ASSET)
+    with Session(engine) as session:
+        for asset_id in (committed, abandoned):
+            session.add(
+                UploadIntent(asset_id=asset_id, organization_id="org_x", key=f"k/{asset_id}", created_at=old)
+            )
+        session.commit()
+    with Session(engine) as sweeper:
+        connection = sweeper.connection()
+
+        def commit_in_between(_conn: Any, clause: Any, *_: Any) -> None:
+            if getattr(clause, "is_select", False) and not getattr(commit_in_between, "done", False):
+                commit_in_between.done = True  # type: ignore[attr-defined]
+                with engine.begin() as other:  # the upload's commit, on another connection
+                    other.execute(delete(UploadIntent).where(UploadIntent.asset_id == committed))  # type: ignore[arg-type]
+
+        event.listen(connection, "after_execute", commit_in_between)
+        claimed = assets.claim_stale_intents(
+            sweeper, older_than=utcnow() - timedelta(hours=1), now=utcnow(), limit=10
+        )
+        claimed_ids = [i.asset_id for i in claimed]
+        sweeper.commit()
+    assert claimed_ids == [abandoned]

@@ -546,13 +546,19 @@ def claim_stale_intents(
             .limit(limit)
         )
     )
-    if stale:
-        session.exec(
+    if not stale:
+        return []
+    # Only the intents still there once marked: a commit that consumed one between the SELECT
+    # and this UPDATE (PostgreSQL, read committed) made it an asset whose bytes must stay.
+    marked = set(
+        session.execute(
             update(UploadIntent)
             .where(col(UploadIntent.asset_id).in_([i.asset_id for i in stale]))
             .values(swept=True)
-        )
-    return stale
+            .returning(col(UploadIntent.asset_id))
+        ).scalars()
+    )
+    return [i for i in stale if i.asset_id in marked]
 
 
 def drop_tus_upload(session: Session, *, asset_id: str) -> None:
