@@ -200,6 +200,7 @@ async def test_a_postgresql_read_that_fails_fails_alone(
 
 
 @pytest.mark.anyio
+@pytest.mark.usefixtures("postgres_server_url")  # PostgreSQL's driver: not in make test-fast
 async def test_a_keyed_read_of_a_database_that_is_gone_is_503(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:

@@ -223,7 +223,7 @@ def pgbouncer(postgres_server_url: str) -> Iterator[Any]:
 # SQLite and the disk store need no server; PostgreSQL, S3 (moto's server) and Redis are
 # production's, and so are the tests that start processes of their own (transform workers,
 # clamd). `make test` runs them all.
-PRODUCTION_PARAMS = frozenset({"postgresql", "s3"})
+PRODUCTION_PARAMS = frozenset({"postgresql", "s3", "redis"})
 PRODUCTION_FIXTURES = frozenset(
     {"postgres_server_url", "fresh_database", "s3_server", "s3_settings", "redis_url", "pgbouncer"}
 )

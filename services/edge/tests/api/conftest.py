@@ -37,7 +37,7 @@ def stack(
         fresh_database: Any = request.getfixturevalue("fresh_database")
         urls = {"auth": fresh_database("api_auth"), "metadata": fresh_database("api_metadata")}
     s = new_stack(root, auth_database_url=urls["auth"], metadata_database_url=urls["metadata"])
-    # No sweeper: a test's half-done uploads are its own to look at. A 1 s auth cache: tests of
+    # No sweeper: a test's half-done uploads are its own to look at. A 0.25 s auth cache: tests of
     # revoked access wait for it (the default 5 s bound is tested end to end, tests/e2e/test_flow.py).
     # Every request comes from 127.0.0.1: failed authentications are not limited here (tested
     # end to end, tests/e2e/test_bounds.py), nor are the dashboard's sign-ups (tests sign up a
@@ -45,7 +45,7 @@ def stack(
     settings = {
         "sweep_interval_seconds": 0,
         "edge_rate_limit": "10000/second",
-        "edge_auth_cache_seconds": 1,
+        "edge_auth_cache_seconds": 0.25,
         "edge_auth_failure_limit": "1000000/minute",
         "dashboard_ip_limit": "1000000/minute",
     }
