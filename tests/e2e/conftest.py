@@ -82,8 +82,9 @@ BACKENDS = ["embedded", "production"]
 
 @pytest.fixture(scope="session", params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
-    """Every end-to-end test runs on both configurations; the conformance tests (test_flow.py,
-    test_fuzz.py) once more, "pooled": production behind PgBouncer in transaction mode."""
+    """An end-to-end test runs on both configurations unless it names one beside it (where the
+    other adds nothing: README, "What is tested"); the conformance tests (test_flow.py,
+    test_fuzz.py) on "pooled": production behind PgBouncer in transaction mode."""
     return str(request.param)
 
 

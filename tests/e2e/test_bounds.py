@@ -65,10 +65,10 @@ def test_a_100_mib_part_header_costs_blob_nothing_and_the_cdn_keeps_serving(stac
     """Issue 23: blob buffered a 100 MiB part header (200 MiB, 12-51 s of CPU on the loop that
     also serves the CDN); an upload token could repeat it, failed uploads never spend one.
 
-    Every download is held to 1 s on both stacks: the fault stalled them for seconds (the loop
-    held for 12-51 s), while a download here is a millisecond or two plus whatever the suite's
-    other worker and processes (and on the production stack the S3 server, moto, on the same
-    two cores) make it wait, and blob's upload thread while the CDN's thread waits for the GIL.
+    Every download is held to 1 s: the fault stalled them for seconds (the loop held for 12-51 s),
+    while a download here is a millisecond or two plus whatever the suite's other worker and
+    processes (and the S3 server, moto, on the same two cores) make it wait, and blob's upload
+    thread while the CDN's thread waits for the GIL.
     Tighter bounds failed on slower machines than the one they were set on: 50 ms on the
     embedded stack (64 ms over 114 downloads), and 250 ms on the production stack in a CI run
     of 2026-11-27 (9 downloads of 76-466 ms while the 100 MiB went by)."""

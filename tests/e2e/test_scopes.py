@@ -1,5 +1,5 @@
 # ruff: noqa: ARG005 (each call takes the client and the resources, which some do not use)
-"""The scope matrix (issue 46) over real processes, on both backends: every public route,
+"""The scope matrix (issue 46) over real processes, on the embedded default: every public route,
 read from the OpenAPI document the running edge serves (each operation's ``x-coffer-action``),
 by six callers, with the exact status each gets.
 
@@ -422,7 +422,7 @@ def test_every_route_answers_every_caller_as_declared(
 def test_a_key_deleted_through_the_api_is_refused_within_five_seconds(
     world: dict[str, Any], stack: Stack
 ) -> None:
-    """On the default auth cache (5 s), on both backends."""
+    """On the default auth cache (5 s)."""
     full: httpx.Client = world["clients"]["full"]
     made = full.post("/api/keys", json={"name": "short-lived", "scopes": ["read-only"]})
     assert made.status_code == 201, made.text
