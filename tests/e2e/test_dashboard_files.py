@@ -240,7 +240,7 @@ def test_rename_and_move_folders_match_the_api(dashboard: Any) -> None:
     text = "<b>not bold</b>\n" + "line\n" * 20_000
     made = api.post("/assets", files={"file": ("page.txt", text.encode(), "text/plain")}).json()
     page.goto(f"/dashboard/o/{org_id}/files/{made['id']}")
-    page.wait_for_function("() => document.getElementById('preview-text').textContent.startsWith('<b>')")
+    page.wait_for_function("() => document.getElementById('preview-text')?.textContent.startsWith('<b>')")
     shown = page.text_content("#preview-text")
     assert shown == text[: 64 * 1024] and page.locator("#preview-text b").count() == 0
     assert page.is_visible("#preview-text-note")

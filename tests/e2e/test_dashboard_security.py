@@ -206,7 +206,7 @@ def test_headers_and_no_console_errors_on_every_page(dashboard: Any) -> None:
     with dashboard.api(dashboard.create_key(page, org_id, name="files")) as api:
         asset = api.post("/assets", files={"file": ("dot.png", png_bytes(), "image/png")}).json()
     page.goto(f"/dashboard/o/{org_id}/files/{asset['id']}")
-    page.wait_for_function("() => document.getElementById('preview-image').naturalWidth > 0")
+    page.wait_for_function("() => document.getElementById('preview-image')?.naturalWidth > 0")
     for path in ("/dashboard/account", "/dashboard/orgs", "/dashboard/orgs/new"):
         page.goto(path)
     dashboard.create_key(page, org_id, name="again")

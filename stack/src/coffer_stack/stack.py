@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from coffer_kit import ports
+from coffer_stack.process import Process, terminate_with_parent
+from coffer_stack.zygote import Zygote
 
 # (service, module, arguments) in start order: the data services before edge.
 SERVICES: dict[str, list[str]] = {
@@ -26,16 +28,18 @@ SERVICES: dict[str, list[str]] = {
     # (COFFER_METADATA_WEBHOOKS_IN_PROCESS), on the same port.
     "dispatcher": ["-m", "coffer_metadata.cli", "dispatch"],
 }
+# What a zygote for these services imports: each one's start, up to building its app.
+SERVICE_IMPORTS = [
+    "coffer_kit.serve",
+    "coffer_kit.logs",
+    *(
+        f"coffer_{name}.{module}"
+        for name in ("auth", "metadata", "blob", "edge")
+        for module in ("cli", "main")
+    ),
+    "coffer_metadata.webhooks.dispatch.app",
+]
 MIGRATIONS = [["-m", "coffer_auth.cli", "migrate"], ["-m", "coffer_metadata.cli", "migrate"]]
-
-
-def _terminate_with_parent() -> None:
-    """In the child, before exec: get SIGTERM if the launcher dies, however it dies (Linux)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 @dataclass
@@ -77,7 +81,10 @@ class Stack:
     cdn_url: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     log_dir: Path | None = None
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # Fork the services from this zygote instead of starting interpreters, where the stack's
+    # environment lets it (for a launcher that starts many stacks: coffer_stack.zygote).
+    zygote: Zygote | None = None
+    processes: dict[str, Process] = field(default_factory=dict)
 
     @property
     def edge_url(self) -> str:
@@ -155,15 +162,19 @@ class Stack:
         if not services and self.dispatcher_in_metadata:
             self.wait_url(self.url("dispatcher") + "/healthz", "metadata", timeout=timeout)
 
-    def _spawn(self, name: str) -> subprocess.Popen[bytes]:
-        out = None
+    def _spawn(self, name: str) -> Process:
+        log = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+            log = self.log_dir / f"{name}.log"
+        env = self.env()
+        if self.zygote is not None and self.zygote.forks(env):
+            return self.zygote.spawn(SERVICES[name], env, log)
+        out = open(log, "ab") if log else None  # noqa: SIM115 - owned by the child
         return subprocess.Popen(
             [sys.executable, *SERVICES[name]],
-            env=self.env(),
-            preexec_fn=_terminate_with_parent,
+            env=env,
+            preexec_fn=terminate_with_parent,
             stdout=out,
             stderr=subprocess.STDOUT if out else None,
         )
