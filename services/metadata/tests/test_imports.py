@@ -42,3 +42,11 @@ def test_neither_role_loads_cryptography_before_a_secret_is_sealed_or_opened() -
 def test_the_dispatcher_loads_none_of_the_apis_routers() -> None:
     loaded = loaded_modules("dispatch")
     assert not loaded & {"coffer_metadata.main", "coffer_metadata.assets.router", "coffer_metadata.tus"}
+
+
+def test_the_embedded_default_never_loads_the_postgresql_driver() -> None:
+    # 7 MiB of idle RSS on SQLite (the PostgreSQL paths import psycopg where they run).
+    for role in PROBES:
+        assert not {
+            name for name in loaded_modules(role) if name.split(".")[0] in ("psycopg", "psycopg_pool")
+        }, role

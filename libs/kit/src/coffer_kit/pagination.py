@@ -26,9 +26,8 @@ from typing import Any, Literal
 import sqlalchemy as sa
 
 from coffer_kit.contract.errors import CofferError, invalid
+from coffer_kit.contract.limits import CURSOR_MAX_CHARS
 
-# The longest cursor accepted (a name of 255 characters, escaped, fits many times over).
-CURSOR_MAX_CHARS = 2048
 Kind = Literal["str", "int", "time"]
 
 

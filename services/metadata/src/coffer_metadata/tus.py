@@ -48,6 +48,7 @@ from coffer_kit.contract.errors import (
 )
 from coffer_kit.contract.ids import TUS_UPLOAD_ID_PATTERN
 from coffer_kit.contract.limits import (
+    CURSOR_MAX_CHARS,
     PAGE_LIMIT_DEFAULT,
     PAGE_LIMIT_MAX,
     PAGE_OFFSET_DEFAULT,
@@ -69,7 +70,6 @@ from coffer_kit.contract.wire import (
     TusUpload,
 )
 from coffer_kit.db import run_read
-from coffer_kit.pagination import CURSOR_MAX_CHARS
 from coffer_metadata import subtree
 from coffer_metadata.assets import repository
 from coffer_metadata.assets import service as assets

@@ -19,6 +19,8 @@ PAGE_OFFSET_DEFAULT = 0
 # The largest offset (issue 49): skipping costs time in proportion to the skip, so deeper
 # pages are read with a cursor (``nextCursor``); beyond it is 400.
 PAGE_OFFSET_MAX = 100_000
+# The longest cursor accepted (a name of 255 characters, escaped, fits many times over).
+CURSOR_MAX_CHARS = 2048
 
 # GET /api/assets/{id}/url: validity of a signed URL, in seconds (7 days at most).
 EXPIRES_IN_DEFAULT = 3600

@@ -64,6 +64,7 @@ from coffer_kit.contract.errors import (
 )
 from coffer_kit.contract.ids import ASSET, new_id
 from coffer_kit.contract.limits import (
+    CURSOR_MAX_CHARS,
     EXPIRES_IN_DEFAULT,
     MAX_FILE_BYTES,
     MULTIPART_OVERHEAD,
@@ -72,7 +73,6 @@ from coffer_kit.contract.limits import (
 )
 from coffer_kit.contract.resources import Visibility
 from coffer_kit.contract.wire import Ingest, Stored, TokenAsset, TransformFields, UploadCommit
-from coffer_kit.pagination import CURSOR_MAX_CHARS
 from coffer_kit.routes import LeanRoute
 
 log = logging.getLogger("coffer.edge.assets")

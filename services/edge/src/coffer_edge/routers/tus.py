@@ -71,6 +71,7 @@ from coffer_kit.contract.errors import (
 )
 from coffer_kit.contract.ids import ASSET, TUS_UPLOAD, TUS_UPLOAD_ID_PATTERN, new_id
 from coffer_kit.contract.limits import (
+    CURSOR_MAX_CHARS,
     MAX_FILE_BYTES,
     PAGE_LIMIT_DEFAULT,
     PAGE_OFFSET_DEFAULT,
@@ -89,7 +90,6 @@ from coffer_kit.contract.wire import (
     TusCreate,
     TusUpload,
 )
-from coffer_kit.pagination import CURSOR_MAX_CHARS
 
 log = logging.getLogger("coffer.edge.tus")
 T = TypeVar("T")

@@ -19,7 +19,7 @@ from coffer_edge.deps import MetadataDep, PrincipalDep, RequestIdDep, needs
 from coffer_edge.routers.folders import require_json
 from coffer_edge.schemas import PageLimit, PageOffset, Success, errors
 from coffer_kit.contract.errors import forbidden, invalid
-from coffer_kit.contract.limits import PAGE_LIMIT_DEFAULT, PAGE_OFFSET_DEFAULT
+from coffer_kit.contract.limits import CURSOR_MAX_CHARS, PAGE_LIMIT_DEFAULT, PAGE_OFFSET_DEFAULT
 from coffer_kit.contract.webhooks import (
     EVENT_TYPES,
     PING,
@@ -32,7 +32,6 @@ from coffer_kit.contract.webhooks import (
     WebhookEvent,
     WebhookUpdate,
 )
-from coffer_kit.pagination import CURSOR_MAX_CHARS
 
 
 async def webhook_admin(principal: PrincipalDep) -> Principal:

@@ -8,7 +8,6 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, get_args
 
 import sqlalchemy as sa
-from psycopg.types.json import Jsonb
 from sqlalchemy import func, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Row
@@ -804,6 +803,8 @@ async def commit_on_loop(
     exchange: the checks and whether the intent was consumed (every write took; none did if
     not); None if the organization has no usage row yet (nothing was written). The statement
     starts once the lock is held, so its snapshot has every hold (``_FITS``)."""
+    from psycopg.types.json import Jsonb  # on PostgreSQL only: the embedded default never loads psycopg
+
     values = {
         **asset,
         # (jsonb as psycopg sends it: a loop commit's values go to the driver as they are.)

@@ -14,6 +14,7 @@ from sqlmodel import Session
 from coffer_kit.contract import expiry
 from coffer_kit.contract.errors import invalid, not_found
 from coffer_kit.contract.limits import (
+    CURSOR_MAX_CHARS,
     MAX_NAME_CHARS,
     PAGE_LIMIT_DEFAULT,
     PAGE_LIMIT_MAX,
@@ -35,7 +36,6 @@ from coffer_kit.contract.wire import (
 )
 from coffer_kit.db import DatabaseState, run_read
 from coffer_kit.internal_token import require_internal_token
-from coffer_kit.pagination import CURSOR_MAX_CHARS
 from coffer_kit.routes import LeanRoute, json_body, json_request_body
 from coffer_kit.state import request_state
 from coffer_metadata import subtree

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query
 
 from coffer_kit.contract.errors import invalid, not_found
-from coffer_kit.contract.limits import PAGE_LIMIT_MAX, PAGE_OFFSET_MAX
+from coffer_kit.contract.limits import CURSOR_MAX_CHARS, PAGE_LIMIT_MAX, PAGE_OFFSET_MAX
 from coffer_kit.contract.webhooks import (
     WebhookCreate,
     WebhookDelivery,
@@ -17,7 +17,6 @@ from coffer_kit.contract.webhooks import (
     WebhookUpdate,
 )
 from coffer_kit.contract.wire import Done
-from coffer_kit.pagination import CURSOR_MAX_CHARS
 from coffer_metadata import subtree
 from coffer_metadata.config import Settings
 from coffer_metadata.deps import SessionDep, SettingsDep
