@@ -11,6 +11,8 @@ from typing import Any
 
 import httpx
 
+from coffer_testkit.testing import TLS
+
 SAME_ORIGIN = {"sec-fetch-site": "same-origin"}
 COOKIE = "__Host-coffer_session"
 
@@ -68,7 +70,7 @@ class Browser:
 
 
 def sign_up(edge_url: str, org_name: str = "Files") -> Browser:
-    http = httpx.Client(base_url=edge_url, headers=SAME_ORIGIN, timeout=60)
+    http = httpx.Client(base_url=edge_url, headers=SAME_ORIGIN, timeout=60, verify=TLS)
     email = f"files-{secrets.token_hex(4)}@example.com"
     answer = http.post(
         "/dashboard/register", data={"email": email, "password": "pw-" + secrets.token_urlsafe(16)}

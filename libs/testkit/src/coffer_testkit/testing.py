@@ -29,6 +29,10 @@ _BLOCK_BASE = 20_000
 _BLOCK_SIZE = 1_500
 _BLOCKS = 8  # 20,000 + 8 × 1,500 = 32,000: the main process and workers gw0..gw6
 
+# One TLS context for the tests' HTTP clients: each new client would otherwise load the CA
+# bundle again (17 ms of CPU; a test run makes hundreds of clients, to loopback http mostly).
+TLS = httpx.create_ssl_context()
+
 
 def _block() -> int | None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")

@@ -8,6 +8,7 @@ with the actor ``operator``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from coffer_kit.contract.timeutil import isoformat
 from coffer_kit.db import make_engine, writer
 
 
+@functools.cache  # built once: the tests' administration calls main() hundreds of times
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="coffer-auth", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)

@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from coffer_kit.contract.ids import new_id
+from coffer_testkit.testing import TLS
 
 OK, IN_B, NO_KEY, NO_ORG, NOT_MEMBER = "ok", "in_b", "no_key", "no_org", "not_member"
 MEMBER, MEMBER_IN_B = "member", "member_in_b"  # a member's personal key, acting in A or in B
@@ -357,7 +358,8 @@ def world(stack: Any, admin: Any) -> Any:
         "no key": {},
     }
     clients = {
-        name: httpx.Client(base_url=stack.edge_url, headers=h, timeout=30) for name, h in headers.items()
+        name: httpx.Client(base_url=stack.edge_url, headers=h, timeout=30, verify=TLS)
+        for name, h in headers.items()
     }
     yield clients
     for client in clients.values():

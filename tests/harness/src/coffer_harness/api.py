@@ -17,6 +17,8 @@ from typing import Any, Protocol
 import httpx
 import pytest
 
+from coffer_testkit.testing import TLS
+
 
 class StackLike(Protocol):
     @property
@@ -83,7 +85,7 @@ def new_tenant(stack: StackLike, admin: Admin) -> Iterator[Any]:
             args += ["--quota-bytes", str(quota_bytes)]
         org = admin(*args)
         key = admin("create-key", "--org", org["id"], "--name", "test")
-        api = httpx.Client(base_url=stack.edge_url, headers={"x-api-key": key["key"]}, timeout=60)
+        api = httpx.Client(base_url=stack.edge_url, headers={"x-api-key": key["key"]}, timeout=60, verify=TLS)
         clients.append(api)
         return Tenant(org_id=org["id"], key=key["key"], key_id=key["id"], api=api)
 
@@ -99,7 +101,7 @@ def tenant(new_tenant: Any) -> Tenant:
 
 @pytest.fixture
 def anon(stack: StackLike) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.edge_url, timeout=60) as client:
+    with httpx.Client(base_url=stack.edge_url, timeout=60, verify=TLS) as client:
         yield client
 
 
