@@ -62,12 +62,10 @@ class Forked:
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
-        # Until the zygote reports the exit it has not reaped the child, so the pid is not reused.
+        # The zygote reports an exit as it reaps the child: the pid is not another process's
+        # before then (and the kernel hands a pid out again only after many others).
         if self.returncode is None:
             os.kill(self.pid, sig)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
