@@ -80,10 +80,15 @@ def test_no_child_outlives_the_zygote(zygote: Zygote, tmp_path: Path) -> None:
         time.sleep(0.02)
 
 
-def test_it_refuses_what_the_interpreter_and_imports_have_read(zygote: Zygote, tmp_path: Path) -> None:
+def test_it_refuses_what_the_interpreter_and_imports_have_read(
+    zygote: Zygote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert zygote.forks(env(PYTHONUNBUFFERED="1", COFFER_ANYTHING="x"))
     for setting in ("PROMETHEUS_MULTIPROC_DIR", "PYTHONPATH", "PYTHONMALLOC"):
         other = env(**{setting: str(tmp_path)})
         assert not zygote.forks(other)
         with pytest.raises(ValueError, match="start it apart"):
             zygote.spawn(["-m", "zygote_child", "exit", "0"], other, None)
+    # What counts is the environment the zygote started with, not the launcher's now.
+    monkeypatch.setenv("PYTHONMALLOC", "malloc")
+    assert not zygote.forks(env())

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,6 +39,15 @@ IMPORT_TIME_SETTINGS = {"PROMETHEUS_MULTIPROC_DIR"}
 APPLIED_IN_THE_CHILD = {"PYTHONUNBUFFERED"}
 # How often the zygote reaps its children (it waits on its stdin meanwhile).
 REAP_SECONDS = 0.05
+
+
+def _read_at_start(env: Mapping[str, str]) -> dict[str, str]:
+    """What of ``env`` an interpreter reads as it starts or imports (the child applies the rest)."""
+    return {
+        name: value
+        for name, value in env.items()
+        if (name.startswith("PYTHON") or name in IMPORT_TIME_SETTINGS) and name not in APPLIED_IN_THE_CHILD
+    }
 
 
 class Forked:
@@ -75,6 +85,7 @@ class Zygote:
     """The launcher's side: starts the zygote, asks it for children, follows their exits."""
 
     def __init__(self, modules: list[str]) -> None:
+        self._read_at_start = _read_at_start(os.environ)
         self._process = subprocess.Popen(
             [sys.executable, "-m", "coffer_stack.zygote", *modules],
             stdin=subprocess.PIPE,
@@ -109,13 +120,10 @@ class Zygote:
             self._children.clear()
             self._answered.notify_all()
 
-    @staticmethod
-    def forks(env: dict[str, str]) -> bool:
-        """Whether a child with ``env`` would be what a new interpreter with it would be."""
-        names = {
-            n for n in env.keys() | os.environ.keys() if n.startswith("PYTHON") or n in IMPORT_TIME_SETTINGS
-        }
-        return all(env.get(n) == os.environ.get(n) for n in names - APPLIED_IN_THE_CHILD)
+    def forks(self, env: dict[str, str]) -> bool:
+        """Whether a child with ``env`` would be what a new interpreter with it would be: it
+        agrees with the environment the zygote started with on what is read at start."""
+        return _read_at_start(env) == self._read_at_start
 
     def spawn(self, args: list[str], env: dict[str, str], log: Path | None) -> Forked:
         """Start ``python ARGS`` (``-m MODULE ...``, MODULE one the zygote imported) as a fork."""
