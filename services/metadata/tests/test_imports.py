@@ -50,3 +50,9 @@ def test_the_embedded_default_never_loads_the_postgresql_driver() -> None:
         assert not {
             name for name in loaded_modules(role) if name.split(".")[0] in ("psycopg", "psycopg_pool")
         }, role
+
+
+def test_neither_role_loads_the_webhook_http_client_before_a_delivery() -> None:
+    # aiohttp is 7 MiB of idle RSS: the dispatcher's first delivery loads it (send.py).
+    for role in PROBES:
+        assert not {name for name in loaded_modules(role) if name.split(".")[0] == "aiohttp"}, role

@@ -243,7 +243,6 @@ async def test_the_dispatcher_refuses_an_internal_address_when_it_connects(
     )
     engine = make_engine(database_url)
     dispatcher = Dispatcher(settings, Database(engine))
-    await dispatcher.open()
     try:
         for url in (f"http://localhost:{port}/h", f"http://127.0.0.1:{port}/h"):
             outcome = await dispatcher.send(_job(url))
@@ -274,7 +273,7 @@ async def test_leases_five_days_of_failures_and_410(
     """Two dispatchers never hold one delivery at once; a lease that ended can be taken again;
     an endpoint failing for 5 days is disabled, and one answering 410 at once (both audited)."""
 
-    from coffer_metadata.webhooks.dispatch.send import Outcome
+    from coffer_metadata.webhooks.dispatch.record import Outcome
 
     org = new_id("org")
     settings = Settings(metadata_database_url=database_url, data_dir=tmp_path)
@@ -418,7 +417,7 @@ async def test_a_lease_read_that_fails_after_the_commit_records_each_send_once(
     write lock). If that read fails, the cycle has still recorded what it was given: it
     answers no jobs instead of raising (which would have the next cycle record the same sends
     again), and what it leased waits for its lease to end."""
-    from coffer_metadata.webhooks.dispatch.send import Outcome
+    from coffer_metadata.webhooks.dispatch.record import Outcome
 
     class Unreadable(Dispatcher):
         def _leased(self, *_args: Any) -> list[Any]:
@@ -514,7 +513,6 @@ async def test_an_idle_dispatcher_leaves_its_cycle_alone_until_there_is_work(
     database = Database.open(database_url)
     engine = database.engine
     dispatcher = Counted(settings, database)
-    await dispatcher.open()
     try:
         await dispatcher.step()  # the endpoint's audit event is fanned out
         for _ in range(3):

@@ -13,9 +13,8 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import aiohttp
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session
 
@@ -28,15 +27,18 @@ from coffer_metadata.webhooks.dispatch import statements as sql
 from coffer_metadata.webhooks.dispatch.claim import PREFETCH, Job, lease, leased_jobs, plan_claim, release
 from coffer_metadata.webhooks.dispatch.fanout import FanOut, plan_fan_out, write_fan_out
 from coffer_metadata.webhooks.dispatch.record import (
+    Outcome,
     expire_deliveries,
     plan_health,
     plan_record,
     write_health,
     write_records,
 )
-from coffer_metadata.webhooks.dispatch.send import Outcome, delivery_span, open_client, post
 from coffer_metadata.webhooks.safety import AddressPolicy
 from coffer_metadata.webhooks.secrets import SecretBox
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger("coffer.metadata.webhooks")
 T = TypeVar("T")
@@ -80,10 +82,6 @@ class Dispatcher:
 
     # The loop -------------------------------------------------------------------------
 
-    async def open(self) -> None:
-        """Open the HTTP client the deliveries go through."""
-        self._http = open_client(self.policy)
-
     async def close(self) -> None:
         if self._http is not None:
             await self._http.close()
@@ -91,7 +89,6 @@ class Dispatcher:
 
     async def run(self) -> None:
         """Cycle (record, fan out, claim) and send until stopped."""
-        await self.open()
         try:
             while not self._stopping:
                 started = time.monotonic()
@@ -302,6 +299,8 @@ class Dispatcher:
     async def _deliver(self, job: Job) -> None:
         outcome: Outcome | None = None
         try:
+            from coffer_metadata.webhooks.dispatch.send import delivery_span
+
             with delivery_span(job) as span:
                 outcome = await self.send(job)
                 if span is not None:
@@ -328,9 +327,13 @@ class Dispatcher:
             self._wake.set()
 
     async def send(self, job: Job) -> Outcome:
-        """POST the delivery once, signed (send.py)."""
-        assert self._http is not None
-        return await post(self._http, job, policy=self.policy)
+        """POST the delivery once, signed (send.py). The first opens the HTTP client: send.py
+        and aiohttp load then, not in a metadata that has no webhook endpoint (7 MiB idle)."""
+        from coffer_metadata.webhooks.dispatch import send
+
+        if self._http is None:
+            self._http = send.open_client(self.policy)
+        return await send.post(self._http, job, policy=self.policy)
 
 
 def untraced(work: Callable[..., T], *args: Any) -> T:

@@ -6,36 +6,22 @@ from __future__ import annotations
 
 import socket
 import time
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
-from prometheus_client import Counter, Histogram
 
 from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.contract.webhooks import DELIVERY_TIMEOUT_SECONDS, RESPONSE_KEEP_BYTES
 from coffer_kit.tracing import tracer, tracing_enabled
 from coffer_metadata.webhooks.dispatch.claim import Job
+from coffer_metadata.webhooks.dispatch.record import DELIVERIES, LATENCY, Outcome
 from coffer_metadata.webhooks.safety import AddressPolicy, RefusedAddress, literal_address
 from coffer_metadata.webhooks.secrets import signatures
 
 USER_AGENT = "Coffer-Webhooks/1"
-
-DELIVERIES = Counter(
-    "coffer_webhook_deliveries_total",
-    "Webhook delivery attempts by result: succeeded (2xx), failed (another status), gone (410: the "
-    "endpoint is disabled), error (no answer: refused address, connection, timeout).",
-    ["result"],
-)
-LATENCY = Histogram(
-    "coffer_webhook_delivery_seconds",
-    "Time from sending a webhook to its answer (or failure).",
-    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-)
 
 
 class PublicOnlyResolver(AbstractResolver):
@@ -57,18 +43,6 @@ class PublicOnlyResolver(AbstractResolver):
 
     async def close(self) -> None:
         await self._inner.close()
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What one attempt got: the status (None: no answer, ``error`` says why), the start of
-    the answer, how long it took."""
-
-    status: int | None
-    error: str | None
-    response: str | None
-    latency_ms: int
-    started_at: datetime
 
 
 def open_client(policy: AddressPolicy) -> aiohttp.ClientSession:
