@@ -438,6 +438,45 @@ def test_a_resumable_chunk_is_durable_at_its_checkpoint_in_one_flush(
     assert flushed == [("fsync", 10 * len(batch)), ("fsync", 20 * len(batch))]
 
 
+@pytest.mark.parametrize(
+    "requests",
+    [
+        [MIB + 7, 3, 2 * MIB + 4093, MIB],  # direct, buffered, direct from odd offsets
+        [4096, MIB, 5 * MIB],  # block-aligned offsets: nothing to read back
+        [10, 20, MIB - 30 + 4096],  # buffered, then direct from inside the first block
+    ],
+    ids=["odd-offsets", "aligned", "from-the-first-block"],
+)
+def test_a_resumable_request_of_a_mib_or_more_goes_direct_from_any_offset(
+    storage: FsStorage, requests: list[int]
+) -> None:
+    """A request whose first batch is a MiB or more writes with O_DIRECT from the block before
+    its offset (the partial block there written again); a smaller one writes buffered. A direct
+    request that fails before its checkpoint counts for nothing, and the file is exactly its
+    bytes at every checkpoint and at the end."""
+    upload_id = new_id(TUS_UPLOAD)
+    data = os.urandom(sum(requests))
+    offset = 0
+    for n in requests:
+        failed = storage.open_resumable(KEY, upload_id, offset, {})  # junk, never checkpointed
+        failed.write_many([os.urandom(MIB + 1)])
+        assert _direct(failed)
+        failed.abort()
+        writer = storage.open_resumable(KEY, upload_id, offset, {})
+        piece = data[offset : offset + n]
+        writer.write_many([piece[: n // 2], piece[n // 2 :]])
+        assert _direct(writer) == (n >= MIB)
+        offset += n
+        if offset < len(data):
+            writer.checkpoint(offset)
+            part = [p for p in files_under(storage.objects) if "tus." in str(p)]
+            assert len(part) == 1 and (storage.objects / part[0]).read_bytes() == data[:offset]
+        else:
+            writer.commit(content_type="image/jpeg", sha256=hashlib.sha256(data).hexdigest())
+    assert read_all(storage, KEY) == data
+    assert len(files_under(storage.objects)) == 2  # the data file and its sidecar, no part file
+
+
 def test_filenames_lists_the_committed_objects_of_one_asset(storage: FsStorage) -> None:
     put(storage, "org_1/ast_1/b.txt")
     put(storage, "org_1/ast_1/a.txt")

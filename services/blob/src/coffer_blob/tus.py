@@ -35,8 +35,10 @@ from coffer_kit.contract.wire import TusAppended, TusKey, TusTarget
 router = APIRouter(prefix="/internal/v1/tus")
 _UPLOAD_ID = re.compile(TUS_UPLOAD_ID_PATTERN)
 
-# Bytes gathered on the event loop before one worker-thread trip hashes and writes them.
-BATCH = 512 * 1024
+# Bytes gathered on the event loop (the pieces the socket delivered, never joined) before one
+# worker-thread trip hashes and writes them, as a one-shot upload's (uploads.WRITE_BATCH): a
+# MiB or more goes to the file system driver's direct writes.
+BATCH = 1024 * 1024
 # What Upload-Checksum may name (CONTRACT §9), as hashlib names them.
 CHECKSUMS = {"sha1": "sha1", "sha256": "sha256"}
 
@@ -77,21 +79,22 @@ class _Chunk:
                 raise invalid("Upload-Checksum's digest is not base64.", field="Upload-Checksum") from None
             self.algorithm, self.check = algorithm, hashlib.new(CHECKSUMS[algorithm])
 
-    def write(self, data: bytes) -> None:
+    def write(self, pieces: list[bytes]) -> None:
         """In a worker thread: hash and write one batch (the first opens the object)."""
         if self.writer is None:
             self.writer = self.opener()
-        self.sha256.update(data)
-        if self.check is not None:
-            self.check.update(data)
-        self.writer.write(data)
+        for piece in pieces:
+            self.sha256.update(piece)
+            if self.check is not None:
+                self.check.update(piece)
+        self.writer.write_many(pieces)
 
     def finish(
-        self, data: bytes, new_offset: int, final: bool, commit: Callable[[Resumable, str], object]
+        self, pieces: list[bytes], new_offset: int, final: bool, commit: Callable[[Resumable, str], object]
     ) -> str | dict[str, Any]:
         """In a worker thread: the last batch, then the checkpoint (answers its state), or, at
         the upload's last byte, the commit (answers the SHA-256)."""
-        self.write(data)
+        self.write(pieces)
         assert self.writer is not None
         if final:
             sha256: str = self.sha256.finalize()
@@ -103,15 +106,16 @@ class _Chunk:
         if self.writer is not None:
             self.writer.abort()
 
-    def matches(self, last: bytes) -> bool:
+    def matches(self, last: list[bytes]) -> bool:
         """Whether the chunk, ``last`` (its batch not yet written) included, has the checksum."""
         if self.check is None:
             return True
         check = self.check.copy()
-        check.update(last)
+        for piece in last:
+            check.update(piece)
         return check.digest() == self.expected
 
-    async def receive(self, stream: AsyncIterator[bytes], room: int) -> tuple[int, bytes]:
+    async def receive(self, stream: AsyncIterator[bytes], room: int) -> tuple[int, list[bytes]]:
         """Hash and write the body (at most ``room`` bytes); answers how many there were, and
         the last batch, not yet written (``finish`` writes it in the same thread trip as what
         follows).
@@ -119,23 +123,26 @@ class _Chunk:
         A pipeline of two: while a worker thread hashes and writes one batch (flushed to
         disk as any upload's, every ``SYNC_EVERY``; the checkpoint makes the rest durable),
         the loop receives the next; at most two batches are held."""
-        received, batch = 0, bytearray()
+        received, batch, batched = 0, list[bytes](), 0
         writing: asyncio.Future[None] | None = None
         try:
             async for data in stream:
                 received += len(data)
                 if received > room:
                     raise file_too_large(room)  # more than Upload-Length: nothing kept
-                batch += data
-                if len(batch) >= BATCH:
+                if not data:
+                    continue
+                batch.append(data)
+                batched += len(data)
+                if batched >= BATCH:
                     if writing is not None:
                         await writing
-                    writing = asyncio.ensure_future(run_in_threadpool(self.write, bytes(batch)))
-                    batch.clear()
+                    writing = asyncio.ensure_future(run_in_threadpool(self.write, batch))
+                    batch, batched = [], 0
         finally:
             if writing is not None:
                 await writing  # (never two writers of one file at once, even on the way out)
-        return received, bytes(batch)
+        return received, batch
 
 
 @router.put("/{org_id}/{asset_id}/{upload_id}")

@@ -587,11 +587,15 @@ class _DirectWrite:
     """A file's bytes written with O_DIRECT: gathered into a page-aligned stage, written a
     stage at a time, the tail padded to a block and the file cut back to its length."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, head: bytes = b"", size: int = 0) -> None:
+        """Writes from the file's position, which is at a block boundary: ``head``, the bytes
+        from there to its end (a resumable file's last partial block), is written again with
+        what follows; ``size`` is the file's length so far."""
         self.fd = fd
         self.stage: mmap.mmap | None = _STAGES.take()
-        self.staged = 0
-        self.size = 0  # the file's length: what was written, without the padding
+        self.stage[: len(head)] = head
+        self.staged = len(head)
+        self.size = size  # the file's length: what was written, without the padding
 
     def write(self, chunks: Sequence[bytes]) -> None:
         assert self.stage is not None, "write after finish"
@@ -682,8 +686,8 @@ class _FsWriter:
         assert fh is not None, "write after commit or abort"
         try:
             if self._direct_min is not None:
-                if sum(len(c) for c in chunks) >= self._direct_min and _go_direct(fh.fileno()):
-                    self._direct = _DirectWrite(fh.fileno())
+                if sum(len(c) for c in chunks) >= self._direct_min:
+                    self._direct = self._go_direct(fh)
                 self._direct_min = None
             if self._direct is not None:
                 self._direct.write(chunks)
@@ -702,6 +706,10 @@ class _FsWriter:
             self._written(fh, total)
         except OSError as exc:
             raise StorageUnavailable(f"cannot write {self.key}: {exc}") from exc
+
+    def _go_direct(self, fh: IO[bytes]) -> _DirectWrite | None:
+        """The file's writes from now on direct, if its file system allows."""
+        return _DirectWrite(fh.fileno()) if _go_direct(fh.fileno()) else None
 
     def _written(self, fh: IO[bytes], size: int) -> None:
         self._unsynced += size
@@ -774,9 +782,9 @@ class _FsWriter:
 class _FsResumable(_FsWriter):
     """A resumable upload's part file: a temp file in the bucket named after the upload, cut
     back to the durable offset when opened, fsynced at each checkpoint, published by
-    ``commit`` as any object is. Written buffered: each request appends at any offset."""
-
-    _direct_min = None
+    ``commit`` as any object is. A request whose first batch is a MiB or more writes direct,
+    as a one-shot upload does, from the block boundary before its offset (the partial block
+    there read back and written again); a smaller one writes buffered."""
 
     def __init__(self, storage: FsStorage, place: _Place, key: str, upload_id: str, offset: int) -> None:
         if not _UPLOAD_ID.match(upload_id):
@@ -786,14 +794,27 @@ class _FsResumable(_FsWriter):
         self._meta_tmp = None
         self._committed = False
         self._unsynced = 0
+        self._offset = offset
         # A new upload creates its file; a later request finds it (FileNotFoundError if not).
-        self._fh = open(self._tmp, "r+b" if offset else "a+b")  # noqa: SIM115 (closed at commit)
+        flags = os.O_RDWR | (0 if offset else os.O_CREAT)
+        self._fh = os.fdopen(os.open(self._tmp, flags, 0o666), "r+b")
         self._fh.truncate(offset)  # what a failed request wrote past the offset
         self._fh.seek(offset)
+
+    def _go_direct(self, fh: IO[bytes]) -> _DirectWrite | None:
+        fd, offset = fh.fileno(), self._offset
+        start = offset - offset % _DIRECT_BLOCK
+        head = os.pread(fd, offset - start, start)  # read before O_DIRECT, which wants blocks
+        if len(head) != offset - start or not _go_direct(fd):
+            return None
+        os.lseek(fd, start, os.SEEK_SET)
+        return _DirectWrite(fd, head, offset)
 
     def checkpoint(self, offset: int) -> dict[str, Any]:  # noqa: ARG002 (the file's length is the offset)
         assert self._fh is not None
         try:
+            if self._direct is not None:
+                self._direct.finish()
             _write_durably(self._fh)
             self._fh.close()
         except OSError as exc:
@@ -804,6 +825,8 @@ class _FsResumable(_FsWriter):
 
     def abort(self) -> None:
         """Close the file, keeping its bytes (an unfinished upload goes with its prefix)."""
+        if self._direct is not None:
+            self._direct.release()
         if self._fh is not None:
             with contextlib.suppress(OSError):
                 self._fh.close()
