@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -237,25 +238,58 @@ def _like_pattern(q_key: str) -> str:
 
 
 # SQLite: the matching rows, from the trigram index of the names (migration 0003) for a query
-# of three characters or more, else by reading the (organization_id, name_key) index alone;
+# of three characters or more, else by reading the (organization_id, name_key) index alone
+# (and so too when the trigram index holds too many candidates: ``_sqlite_candidates``);
 # either way ``name_key LIKE`` decides, so both answer alike. The organization is then checked
 # on those rows (``+`` keeps the planner from walking the organization's index instead: it
 # would look every asset up to test it against the matches, 45 ms at 100,000 assets where the
 # trigram index and the matches take 1 ms; docs/api.md, "Search").
 _SQLITE_ORG = sa.text("+assets.organization_id = :q_owner")
+_SQLITE_CANDIDATES = sa.text(
+    "SELECT rowid FROM assets_name_search WHERE assets_name_search MATCH :q_match LIMIT :q_limit"
+)
+# The trigram index's candidates as a JSON array: one parameter, however many.
 _SQLITE_TRIGRAMS = sa.text(
-    "assets.rowid IN (SELECT rowid FROM assets_name_search WHERE assets_name_search MATCH :q_match)"
-    " AND assets.name_key LIKE :q_pattern ESCAPE '\\'"
+    "assets.rowid IN (SELECT value FROM json_each(:q_rowids)) AND assets.name_key LIKE :q_pattern ESCAPE '\\'"
 )
 _SQLITE_MATCHES = sa.text(
     "assets.rowid IN (SELECT rowid FROM assets INDEXED BY ix_assets_org_name_key"
     " WHERE organization_id = :q_org AND name_key LIKE :q_pattern ESCAPE '\\')"
 )
+# The trigram index holds every organization's names, and each candidate it finds costs about
+# 120 times what one entry of the organization's name index costs to read, whichever
+# organization the candidate is of (bench/scale.py --sqlite: 30 µs against 0.25; warm, 10,000
+# assets beside 1,000 organizations of 1,000 holding the same names: 9.7 µs against 0.08). So
+# from one candidate per 120 of the organization's assets on, reading its own index is the
+# cheaper: a term in 1,002 organizations' names took 34 ms for 10,000 assets beside them,
+# against 2.3 alone (docs/performance.md, "Scale").
+_ROWS_PER_CANDIDATE = 120
 
 
 def _fts_phrase(q_key: str) -> str:
     """``q_key`` as one FTS5 string: the trigram tokenizer matches it as a substring."""
     return '"' + q_key.replace('"', '""') + '"'
+
+
+def _sqlite_candidates(session: Session, org_id: str, q_key: str) -> str | None:
+    """The rowids the trigram index finds for ``q_key`` (a JSON array), or None when reading the
+    organization's name index costs less than checking them.
+
+    The trigram index is asked for at most one candidate per ``_ROWS_PER_CANDIDATE`` of the
+    organization's assets: finding that many, the search reads the organization's index
+    instead, so whatever the other organizations hold it costs about what that index does at
+    most. Below the bound, the candidates found are the ones the search checks: the trigram
+    index is read once (reading it again in the search doubled the cost of a rare term, 11.6 ms
+    against 5.1 beside 1,000,000 names sharing most of its trigrams). The session's transaction
+    (one snapshot on SQLite) holds them for the search that follows."""
+    connection = session.connection()
+    # The usage row counts the organization's assets (in the transactions that change them).
+    bound = int(connection.execute(_COUNT["all"], {"org_id": org_id}).scalar() or 0) // _ROWS_PER_CANDIDATE
+    if bound == 0:  # under 120 assets: reading them all costs less than one candidate
+        return None
+    params = {"q_match": _fts_phrase(q_key), "q_limit": bound}
+    rowids = list(connection.execute(_SQLITE_CANDIDATES, params).scalars())
+    return None if len(rowids) >= bound else json.dumps(rowids)
 
 
 def _filters(
@@ -285,9 +319,9 @@ def _filters(
         if not sqlite_search:
             # PostgreSQL: the trigram index on name_key serves the LIKE.
             where.append(_assets.c.name_key.like(pattern, escape="\\"))
-        elif len(q_key) >= 3:  # a trigram index finds nothing shorter than a trigram
-            trigrams = _SQLITE_TRIGRAMS.bindparams(q_match=_fts_phrase(q_key), q_pattern=pattern)
-            where.append(trigrams)  # type: ignore[arg-type]
+        # A trigram index finds nothing shorter than a trigram.
+        elif len(q_key) >= 3 and (rowids := _sqlite_candidates(session, org_id, q_key)) is not None:
+            where.append(_SQLITE_TRIGRAMS.bindparams(q_rowids=rowids, q_pattern=pattern))  # type: ignore[arg-type]
         else:
             where.append(_SQLITE_MATCHES.bindparams(q_org=org_id, q_pattern=pattern))  # type: ignore[arg-type]
     where.extend(extra)  # the listing's filters (assets.filters, issue 50)
