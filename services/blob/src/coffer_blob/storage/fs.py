@@ -36,9 +36,10 @@ bytes never pass through the page cache, which a buffered write would first have
 with fresh pages (more CPU a MB than the direct write even with pages the kernel has at hand,
 many times more on a virtual machine whose free pages go back to its host:
 docs/performance.md#this-machine-memory-noise-and-swings; bench/results/journal.md, "Figures
-moved out of code comments"), and the cache is left to what is read. Small files, and
-resumable uploads' part files, are written
-buffered.
+moved out of code comments"), and the cache is left to what is read. Small files are written
+buffered. So is a resumable upload's request (a tus chunk) whose first batch is smaller; a
+larger one writes direct from the block boundary before its offset, the partial block there
+read back and written again (``_FsResumable``).
 
 Commits in one bucket share its fsync (``_DirSync``): a commit waits for an fsync of the
 bucket that *started after its renames*, and one such fsync answers every commit waiting
