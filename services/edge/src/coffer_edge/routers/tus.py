@@ -203,6 +203,12 @@ async def _minter_acts(request: Request, upload: TusUpload) -> int:
     acting, quota = await state.upload_tokens.minter(ref, request_id=rid)
     if acting and quota is not None:
         return quota
+    lock_token = upload.lock_token
+    kept: Kept | None = state.kept_uploads.pop(upload.id, None)
+    if kept is not None:  # this edge's lease, kept for a next chunk that will not come: given up
+        lock_token = kept.upload.lock_token
+        with contextlib.suppress(CofferError):
+            await kept.recorded
     with contextlib.suppress(CofferError):  # (a PATCH still running: the sweep ends it)
         await _terminate(
             upload.id,
@@ -210,7 +216,7 @@ async def _minter_acts(request: Request, upload: TusUpload) -> int:
             state.metadata,
             state.blob,
             rid,
-            lock_token=upload.lock_token,
+            lock_token=lock_token,
         )
     raise unauthorized("The key that allowed this upload was deleted, or its user left the organization.")
 
