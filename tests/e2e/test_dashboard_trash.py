@@ -42,6 +42,10 @@ def test_the_trash_view(dashboard: Any, until: Any) -> None:
     row = page.locator(f"#trashed-{kept['id']}")
     assert "report.pdf" in row.inner_text()
     assert row.locator("td.by").inner_text() != ""
+    # The actions are a cell of the row like the others: same top and height, so one border.
+    name_cell, actions = row.locator("td.name").bounding_box(), row.locator("td.actions").bounding_box()
+    assert name_cell is not None and actions is not None
+    assert (actions["y"], actions["height"]) == (name_cell["y"], name_cell["height"]), (name_cell, actions)
     assert page.inner_text("#trash-count") == "2"
     out = Path(os.environ.get("COFFER_SCREENSHOTS_DIR") or "/tmp/shots")
     out.mkdir(parents=True, exist_ok=True)
