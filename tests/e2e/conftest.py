@@ -127,7 +127,9 @@ def backend_env(request: pytest.FixtureRequest, backend: str) -> Any:
         for name in ("COFFER_AUTH_DATABASE_URL", "COFFER_METADATA_DATABASE_URL"):
             env[f"COFFER_TEST_DIRECT_{name.removeprefix('COFFER_')}"] = env[name]
             env[name] = bouncer.url_for(env[name])
-        return {**env, "COFFER_DATABASE_POOLER": "transaction"}
+        # The per-key rate limit is tested on "production" (test_bounds.py); here it would only
+        # pace the conformance tests' fuzzer (test_fuzz.py), which keeps under it.
+        return {**env, "COFFER_DATABASE_POOLER": "transaction", "COFFER_EDGE_RATE_LIMIT": "1000/second"}
 
     return pooled
 
