@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from coffer_kit.internal import INTERNAL_TOKEN_HEADER
-from coffer_testkit.testing import assert_error
+from coffer_testkit.testing import TLS, assert_error
 
 
 def folders(api: httpx.Client, **headers: str) -> httpx.Response:
@@ -124,10 +124,12 @@ def test_internal_endpoints_need_the_internal_token(stack) -> None:
         ("auth", "/internal/v1/principal"),
         ("metadata", "/internal/v1/orgs/org_x/folders"),
     ):
-        response = httpx.get(stack.url(service) + path, headers={"x-key-hash": key_hash})
+        response = httpx.get(stack.url(service) + path, headers={"x-key-hash": key_hash}, verify=TLS)
         assert_error(response, 401, "unauthorized")
         wrong = httpx.get(
-            stack.url(service) + path, headers={INTERNAL_TOKEN_HEADER: "wrong", "x-key-hash": key_hash}
+            stack.url(service) + path,
+            headers={INTERNAL_TOKEN_HEADER: "wrong", "x-key-hash": key_hash},
+            verify=TLS,
         )
         assert_error(wrong, 401, "unauthorized")
 

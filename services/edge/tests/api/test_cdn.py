@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx
 import pytest
 
-from coffer_testkit.testing import assert_error, pattern_bytes
+from coffer_testkit.testing import TLS, assert_error, pattern_bytes
 
 DATA = pattern_bytes(10_000)
 
@@ -28,7 +28,7 @@ def sign(tenant, asset, expires_in: int = 3600) -> str:
 
 def test_public_download_headers(tenant) -> None:
     asset = put(tenant, filename="résumé final.pdf", content_type="application/pdf")
-    response = httpx.get(asset["publicUrl"])
+    response = httpx.get(asset["publicUrl"], verify=TLS)
     assert response.status_code == 200
     assert response.content == DATA
     # What the upload decided (type, name, digest) reaches the CDN's headers; the full header
@@ -42,7 +42,7 @@ def test_public_download_headers(tenant) -> None:
 
 def test_head(tenant) -> None:
     asset = put(tenant)
-    response = httpx.head(asset["publicUrl"])
+    response = httpx.head(asset["publicUrl"], verify=TLS)
     assert response.status_code == 200
     assert response.headers["content-length"] == str(len(DATA))
     assert response.content == b""
@@ -59,7 +59,7 @@ def test_head(tenant) -> None:
 )
 def test_single_range(tenant, header, start, end) -> None:
     asset = put(tenant)
-    response = httpx.get(asset["publicUrl"], headers={"range": header})
+    response = httpx.get(asset["publicUrl"], headers={"range": header}, verify=TLS)
     assert response.status_code == 206
     assert response.content == DATA[start : end + 1]
     assert response.headers["content-range"] == f"bytes {start}-{end}/{len(DATA)}"
@@ -68,18 +68,18 @@ def test_single_range(tenant, header, start, end) -> None:
 
 def test_unsatisfiable_range_is_416(tenant) -> None:
     asset = put(tenant)
-    response = httpx.get(asset["publicUrl"], headers={"range": "bytes=20000-"})
+    response = httpx.get(asset["publicUrl"], headers={"range": "bytes=20000-"}, verify=TLS)
     assert response.status_code == 416
     assert response.headers["content-range"] == f"bytes */{len(DATA)}"
 
 
 def test_if_none_match_is_304(tenant) -> None:
     asset = put(tenant)
-    etag = httpx.get(asset["publicUrl"]).headers["etag"]
-    response = httpx.get(asset["publicUrl"], headers={"if-none-match": etag})
+    etag = httpx.get(asset["publicUrl"], verify=TLS).headers["etag"]
+    response = httpx.get(asset["publicUrl"], headers={"if-none-match": etag}, verify=TLS)
     assert response.status_code == 304 and response.content == b""
     assert response.headers["etag"] == etag
-    assert httpx.get(asset["publicUrl"], headers={"if-none-match": '"other"'}).status_code == 200
+    assert httpx.get(asset["publicUrl"], headers={"if-none-match": '"other"'}, verify=TLS).status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -93,7 +93,7 @@ def test_if_none_match_is_304(tenant) -> None:
 )
 def test_active_content_is_sandboxed(tenant, filename, content_type) -> None:
     asset = put(tenant, b"<script>alert(1)</script>", filename, content_type)
-    response = httpx.get(asset["publicUrl"])
+    response = httpx.get(asset["publicUrl"], verify=TLS)
     assert response.headers["content-security-policy"] == "sandbox"
     assert response.headers["x-content-type-options"] == "nosniff"
 
@@ -101,7 +101,7 @@ def test_active_content_is_sandboxed(tenant, filename, content_type) -> None:
 def test_signed_download(tenant) -> None:
     asset = put(tenant)
     url = sign(tenant, asset, 120)
-    response = httpx.get(url)
+    response = httpx.get(url, verify=TLS)
     assert response.status_code == 200 and response.content == DATA
     cache = response.headers["cache-control"]
     assert cache.startswith("private")
@@ -113,7 +113,7 @@ def test_expired_signature_is_403(tenant) -> None:
     asset = put(tenant)
     url = sign(tenant, asset, 1)
     expires = int(parse_qs(urlsplit(url).query)["expires"][0])
-    while (response := httpx.get(url)).status_code == 200:
+    while (response := httpx.get(url, verify=TLS)).status_code == 200:
         assert time.time() < expires + 1, "a signed URL was served after it expired"
         time.sleep(0.05)
     assert_error(response, 403, "forbidden")
@@ -129,10 +129,10 @@ def test_tampered_signatures_are_403(tenant) -> None:
     longer = dict(query, expires=str(int(query["expires"]) + 1000))
     flipped = dict(query, signature=("A" if query["signature"][0] != "A" else "B") + query["signature"][1:])
     for bad in (longer, flipped, {"expires": query["expires"]}, {"signature": query["signature"]}):
-        assert_error(httpx.get(f"{base}?{urlencode(bad)}"), 403, "forbidden")
+        assert_error(httpx.get(f"{base}?{urlencode(bad)}", verify=TLS), 403, "forbidden")
     # A valid signature for one key does not open another.
     other_base = other["publicUrl"]
-    assert_error(httpx.get(f"{other_base}?{urlencode(query)}"), 403, "forbidden")
+    assert_error(httpx.get(f"{other_base}?{urlencode(query)}", verify=TLS), 403, "forbidden")
 
 
 def test_unknown_keys_are_404(stack, tenant) -> None:
@@ -144,4 +144,4 @@ def test_unknown_keys_are_404(stack, tenant) -> None:
         "/" + asset["key"] + "x",
         "/" + asset["key"].rsplit("/", 1)[0] + "/",
     ):
-        assert_error(httpx.get(cdn + path), 404, "not_found")
+        assert_error(httpx.get(cdn + path, verify=TLS), 404, "not_found")

@@ -29,6 +29,7 @@ from coffer_edge.dashboard.routes.files import _expires_in, _first_part_token, f
 from coffer_kit.contract.errors import CofferError
 from coffer_kit.metrics import HTTP_REQUESTS
 from coffer_testkit.dashboard import SAME_ORIGIN, Browser, audit_once, sign_up
+from coffer_testkit.testing import TLS
 
 
 @pytest.fixture
@@ -143,10 +144,16 @@ def test_a_resumable_upload_gets_an_endpoint_for_that_file_only(browser: Browser
     assert endpoint.startswith("/api/uploads/tus?token=cof_upl_")
     tus = {"Tus-Resumable": "1.0.0", "Upload-Metadata": "filename YS5iaW4="}
     # The token holds that size at most, and is spent by one creation.
-    assert httpx.post(stack.edge_url + endpoint, headers={**tus, "Upload-Length": "11"}).status_code == 413
-    created = httpx.post(stack.edge_url + endpoint, headers={**tus, "Upload-Length": "10"})
+    assert (
+        httpx.post(stack.edge_url + endpoint, headers={**tus, "Upload-Length": "11"}, verify=TLS).status_code
+        == 413
+    )
+    created = httpx.post(stack.edge_url + endpoint, headers={**tus, "Upload-Length": "10"}, verify=TLS)
     assert created.status_code == 201, created.text
-    assert httpx.post(stack.edge_url + endpoint, headers={**tus, "Upload-Length": "10"}).status_code == 401
+    assert (
+        httpx.post(stack.edge_url + endpoint, headers={**tus, "Upload-Length": "10"}, verify=TLS).status_code
+        == 401
+    )
     done = httpx.patch(
         created.headers["location"],
         content=b"0123456789",
@@ -155,6 +162,7 @@ def test_a_resumable_upload_gets_an_endpoint_for_that_file_only(browser: Browser
             "Upload-Offset": "0",
             "Content-Type": "application/offset+octet-stream",
         },
+        verify=TLS,
     )
     assert done.status_code == 204, done.text
     asset = browser.http.get(f"{browser.files}/{done.headers['coffer-asset-id']}")
@@ -241,7 +249,7 @@ def test_signed_urls_and_another_orgs_asset(browser: Browser, stack: Any) -> Non
     assert fragment.status_code == 200 and "<html" not in fragment.text
     url = re.search(r'id="signed-url" value="([^"]+)"', fragment.text)
     assert url and url.group(1).startswith(stack.public_cdn_url)
-    fetched = httpx.get(url.group(1).replace("&amp;", "&"))
+    fetched = httpx.get(url.group(1).replace("&amp;", "&"), verify=TLS)
     assert fetched.status_code == 200 and fetched.content == b"signed bytes"
     assert "signed_url.created" in browser.http.get(f"/dashboard/o/{browser.org_id}/audit").text
 
@@ -300,7 +308,7 @@ def test_visibility_switch_default_and_who_may(browser: Browser, stack: Any, adm
     shown = browser.http.get(page).text
     assert 'id="asset-visibility">Private<' in shown and 'id="public-url"' not in shown
     deadline = time.monotonic() + 5
-    while httpx.get(asset["publicUrl"]).status_code != 404:
+    while httpx.get(asset["publicUrl"], verify=TLS).status_code != 404:
         assert time.monotonic() < deadline, "the CDN still serves the file 5 s after the switch"
         time.sleep(0.05)
     assert 'class="visibility nowrap">Private<' in browser.http.get(browser.files).text
@@ -395,7 +403,7 @@ def test_the_usage_page_lists_unfinished_uploads_and_ends_one(browser: Browser, 
         f"{browser.files}/resumable", params={"size": 5000}, headers={"x-csrf-token": browser.csrf}
     ).json()["endpoint"]
     tus = {"Tus-Resumable": "1.0.0", "Upload-Metadata": "filename c3F1YXR0ZXIuYmlu", "Upload-Length": "5000"}
-    created = httpx.post(stack.edge_url + endpoint, headers=tus)
+    created = httpx.post(stack.edge_url + endpoint, headers=tus, verify=TLS)
     assert created.status_code == 201, created.text
     upload_id = created.headers["location"].split("?")[0].rsplit("/", 1)[1]
     usage = f"/dashboard/o/{browser.org_id}/usage"
@@ -412,7 +420,10 @@ def test_the_usage_page_lists_unfinished_uploads_and_ends_one(browser: Browser, 
     page = browser.http.get(f"{usage}?ended=1").text
     assert "The upload was ended" in page and f"upload-{upload_id}" not in page
     assert "No unfinished uploads." in page
-    assert httpx.head(created.headers["location"], headers={"Tus-Resumable": "1.0.0"}).status_code == 404
+    assert (
+        httpx.head(created.headers["location"], headers={"Tus-Resumable": "1.0.0"}, verify=TLS).status_code
+        == 404
+    )
     assert browser.post(end).status_code == 404
 
 
@@ -423,11 +434,14 @@ def test_a_resumable_upload_of_a_member_removed_ends(browser: Browser, stack: An
         f"{browser.files}/resumable", params={"size": 100}, headers={"x-csrf-token": browser.csrf}
     ).json()["endpoint"]
     tus = {"Tus-Resumable": "1.0.0", "Upload-Metadata": "filename YS5iaW4=", "Upload-Length": "100"}
-    created = httpx.post(stack.edge_url + endpoint, headers=tus)
+    created = httpx.post(stack.edge_url + endpoint, headers=tus, verify=TLS)
     assert created.status_code == 201, created.text
     url = created.headers["location"]
     chunk = {"Tus-Resumable": "1.0.0", "Content-Type": "application/offset+octet-stream"}
-    assert httpx.patch(url, content=b"x" * 50, headers={**chunk, "Upload-Offset": "0"}).status_code == 204
+    assert (
+        httpx.patch(url, content=b"x" * 50, headers={**chunk, "Upload-Offset": "0"}, verify=TLS).status_code
+        == 204
+    )
     other = admin(
         "create-user",
         "--email",
@@ -438,11 +452,11 @@ def test_a_resumable_upload_of_a_member_removed_ends(browser: Browser, stack: An
     admin("add-member", "--org", browser.org_id, "--user", other["id"], "--role", "owner")
     admin("remove-member", "--org", browser.org_id, "--user", browser.email)
     deadline = time.monotonic() + 15
-    while (status := httpx.head(url, headers={"Tus-Resumable": "1.0.0"}).status_code) == 200:
+    while (status := httpx.head(url, headers={"Tus-Resumable": "1.0.0"}, verify=TLS).status_code) == 200:
         assert time.monotonic() < deadline
         time.sleep(0.1)
     assert status == 401
-    gone = httpx.patch(url, content=b"x" * 50, headers={**chunk, "Upload-Offset": "50"})
+    gone = httpx.patch(url, content=b"x" * 50, headers={**chunk, "Upload-Offset": "50"}, verify=TLS)
     assert gone.status_code == 404, gone.text
     assert stack.metadata_scalar("SELECT count(*) FROM tus_uploads") == 0
 

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from coffer_kit.contract.ids import new_id
-from coffer_testkit.testing import assert_error
+from coffer_testkit.testing import TLS, assert_error
 
 KIB = 1024
 
@@ -42,7 +42,7 @@ def mint(api: httpx.Client, **scope: Any) -> dict[str, Any]:
 def post_with_token(
     url: str, data: bytes, name: str = "t.bin", content_type: str = "application/octet-stream", **fields: str
 ) -> httpx.Response:
-    return httpx.post(url, files={"file": (name, data, content_type)}, data=fields, timeout=60)
+    return httpx.post(url, files={"file": (name, data, content_type)}, data=fields, timeout=60, verify=TLS)
 
 
 def usage(api: httpx.Client) -> dict[str, Any]:
@@ -182,8 +182,8 @@ def test_asset_rename_and_move_keep_key_and_urls(tenant, new_tenant) -> None:
         asset["createdAt"],
     )
     assert moved["updatedAt"] >= asset["updatedAt"]
-    assert httpx.get(moved["publicUrl"]).content == data
-    assert httpx.get(signed).content == data
+    assert httpx.get(moved["publicUrl"], verify=TLS).content == data
+    assert httpx.get(signed, verify=TLS).content == data
     back = tenant.api.patch(f"/api/assets/{asset['id']}", json={"folderId": None}).json()
     assert (back["folderId"], back["name"], back["key"]) == (None, "after.txt", asset["key"])
     resigned = tenant.api.get(f"/api/assets/{asset['id']}/url").json()["url"]
@@ -290,7 +290,9 @@ def test_upload_tokens(tenant, new_tenant, anon) -> None:
     ):
         assert_error(post("/api/upload-tokens", json=bad), 400, "invalid_request")
     assert_error(post("/api/upload-tokens", content=b"{}"), 415, "unsupported_media_type")
-    assert_error(httpx.post(tenant.api.base_url.join("/api/upload-tokens"), json={}), 401, "unauthorized")
+    assert_error(
+        httpx.post(tenant.api.base_url.join("/api/upload-tokens"), json={}, verify=TLS), 401, "unauthorized"
+    )
 
 
 def test_ten_concurrent_uploads_with_one_token_make_one_asset(new_tenant) -> None:
@@ -350,7 +352,7 @@ def test_an_upload_token_is_revoked_by_its_organization_only(tenant, new_tenant)
     other = new_tenant("Other")
     assert_error(other.api.delete(f"/api/upload-tokens/{token['id']}"), 404, "not_found")
     path = f"/api/upload-tokens/{token['id']}"
-    assert_error(httpx.delete(tenant.api.base_url.join(path)), 401, "unauthorized")
+    assert_error(httpx.delete(tenant.api.base_url.join(path), verify=TLS), 401, "unauthorized")
     assert post_with_token(mint(tenant.api)["url"], b"still works").status_code == 201
     revoked = tenant.api.delete(f"/api/upload-tokens/{token['id']}")
     assert revoked.status_code == 200 and revoked.json() == {"success": True}

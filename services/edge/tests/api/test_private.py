@@ -12,7 +12,7 @@ from urllib.parse import quote
 import httpx
 
 from coffer_kit.contract.ids import new_id
-from coffer_testkit.testing import assert_error
+from coffer_testkit.testing import TLS, assert_error
 
 DATA = b"for the eyes of the owner only\n" * 100
 SWITCH_SECONDS = 5.0  # CONTRACT §12
@@ -45,7 +45,7 @@ def cdn_status_within(url: str, status: int, seconds: float = SWITCH_SECONDS) ->
     """Poll the CDN until ``url`` answers ``status``; how long it took (fails past ``seconds``)."""
     started = time.monotonic()
     while True:
-        answer = httpx.get(url).status_code
+        answer = httpx.get(url, verify=TLS).status_code
         elapsed = time.monotonic() - started
         if answer == status:
             return elapsed
@@ -54,11 +54,13 @@ def cdn_status_within(url: str, status: int, seconds: float = SWITCH_SECONDS) ->
 
 
 def assert_like_a_missing_key(stack, asset: dict[str, Any]) -> None:
-    hidden = httpx.get(bare_url(stack, asset))
-    missing = httpx.get(bare_url(stack, {**asset, "key": f"{asset['organizationId']}/{new_id('ast')}/x.txt"}))
+    hidden = httpx.get(bare_url(stack, asset), verify=TLS)
+    missing = httpx.get(
+        bare_url(stack, {**asset, "key": f"{asset['organizationId']}/{new_id('ast')}/x.txt"}), verify=TLS
+    )
     assert_error(hidden, 404, "not_found")
     assert hidden.json()["error"]["message"] == missing.json()["error"]["message"]
-    assert httpx.head(bare_url(stack, asset)).status_code == 404
+    assert httpx.head(bare_url(stack, asset), verify=TLS).status_code == 404
 
 
 def test_a_private_upload(stack, tenant) -> None:
@@ -67,15 +69,15 @@ def test_a_private_upload(stack, tenant) -> None:
     assert tenant.api.get(f"/api/assets/{asset['id']}").json() == asset
     assert_like_a_missing_key(stack, asset)
     url = signed(tenant, asset)
-    response = httpx.get(url)
+    response = httpx.get(url, verify=TLS)
     assert (response.status_code, response.content) == (200, DATA)
     assert "public" not in response.headers["cache-control"]
-    assert_error(httpx.get(url.split("?", 1)[0]), 404, "not_found")  # the query stripped
+    assert_error(httpx.get(url.split("?", 1)[0], verify=TLS), 404, "not_found")  # the query stripped
     public = upload(tenant, name="open.txt", visibility="public")
     assert public["visibility"] == "public"
     assert public["publicUrl"] == bare_url(stack, public)
-    assert httpx.get(public["publicUrl"]).content == DATA
-    assert httpx.get(signed(tenant, public)).status_code == 200  # signed URLs work for both
+    assert httpx.get(public["publicUrl"], verify=TLS).content == DATA
+    assert httpx.get(signed(tenant, public), verify=TLS).status_code == 200  # signed URLs work for both
     assert upload(tenant, name="default.txt")["visibility"] == "public"
     assert upload(tenant, name="empty.txt", visibility="")["visibility"] == "public"  # as if absent
 
@@ -83,13 +85,13 @@ def test_a_private_upload(stack, tenant) -> None:
 def test_switching_takes_effect_at_the_cdn_within_5_seconds_both_ways(tenant) -> None:
     asset = upload(tenant)
     url = asset["publicUrl"]
-    assert httpx.get(url).status_code == 200
+    assert httpx.get(url, verify=TLS).status_code == 200
     made_private = patch(tenant, asset["id"], visibility="private")
     assert made_private.status_code == 200, made_private.text
     body = made_private.json()
     assert (body["visibility"], body["publicUrl"], body["key"]) == ("private", None, asset["key"])
     cdn_status_within(url, 404)
-    assert httpx.get(signed(tenant, asset)).status_code == 200
+    assert httpx.get(signed(tenant, asset), verify=TLS).status_code == 200
     made_public = patch(tenant, asset["id"], visibility="public")
     assert made_public.status_code == 200, made_public.text
     assert made_public.json()["publicUrl"] == url
@@ -112,7 +114,7 @@ def test_refusals(tenant, new_tenant) -> None:
     assert_error(patch(tenant, asset["id"], visibility="private", name="a/b"), 400, "invalid_request")
     assert_error(patch(tenant, asset["id"], visibility="private", folderId=new_id("fld")), 404, "not_found")
     assert tenant.api.get(f"/api/assets/{asset['id']}").json()["visibility"] == "public"
-    assert httpx.get(asset["publicUrl"]).status_code == 200
+    assert httpx.get(asset["publicUrl"], verify=TLS).status_code == 200
     bad_form = tenant.api.post(
         "/api/assets", files={"file": ("x.txt", DATA, "text/plain")}, data={"visibility": "hidden"}
     )
@@ -150,16 +152,24 @@ def test_the_organizations_default_and_upload_tokens(stack, admin, tenant) -> No
     # A token's own visibility is fixed; without one, the organization's default applies.
     token = tenant.api.post("/api/upload-tokens", json={"visibility": "private"}).json()
     sent = httpx.post(
-        token["url"], files={"file": ("t.txt", DATA, "text/plain")}, data={"visibility": "public"}
+        token["url"],
+        files={"file": ("t.txt", DATA, "text/plain")},
+        data={"visibility": "public"},
+        verify=TLS,
     )
     assert sent.status_code == 201, sent.text
     assert (sent.json()["visibility"], sent.json()["publicUrl"]) == ("private", None)
     assert_like_a_missing_key(stack, sent.json())
     plain = tenant.api.post("/api/upload-tokens", json={}).json()
-    by_default = httpx.post(plain["url"], files={"file": ("d.txt", DATA)}, data={"visibility": "public"})
+    by_default = httpx.post(
+        plain["url"], files={"file": ("d.txt", DATA)}, data={"visibility": "public"}, verify=TLS
+    )
     assert by_default.json()["visibility"] == "private"
     opened = tenant.api.post("/api/upload-tokens", json={"visibility": "public"}).json()
-    assert httpx.post(opened["url"], files={"file": ("o.txt", DATA)}).json()["visibility"] == "public"
+    assert (
+        httpx.post(opened["url"], files={"file": ("o.txt", DATA)}, verify=TLS).json()["visibility"]
+        == "public"
+    )
     assert_error(tenant.api.post("/api/upload-tokens", json={"visibility": "hidden"}), 400, "invalid_request")
 
 
@@ -190,12 +200,13 @@ def test_keys_of_members_and_owners_and_of_several_organizations(stack, admin, t
             f"{stack.edge_url}/api/assets/{asset['id']}",
             json={"visibility": "private"},
             headers={"x-api-key": keys[role]},
+            verify=TLS,
         )
         assert_error(without, 400, "organization_required")
     assert tenant.api.get(f"/api/assets/{asset['id']}").json()["visibility"] == "public"
-    assert httpx.get(asset["publicUrl"]).status_code == 200
+    assert httpx.get(asset["publicUrl"], verify=TLS).status_code == 200
     assert_error(
-        httpx.patch(f"{stack.edge_url}/api/assets/{asset['id']}", json={"visibility": "private"}),
+        httpx.patch(f"{stack.edge_url}/api/assets/{asset['id']}", json={"visibility": "private"}, verify=TLS),
         401,
         "unauthorized",
     )
