@@ -203,12 +203,8 @@ async def _minter_acts(request: Request, upload: TusUpload) -> int:
     acting, quota = await state.upload_tokens.minter(ref, request_id=rid)
     if acting and quota is not None:
         return quota
-    lock_token = upload.lock_token
-    kept: Kept | None = state.kept_uploads.pop(upload.id, None)
-    if kept is not None:  # this edge's lease, kept for a next chunk that will not come: given up
-        lock_token = kept.upload.lock_token
-        with contextlib.suppress(CofferError):
-            await kept.recorded
+    kept: Kept | None = state.kept_uploads.pop(upload.id, None)  # for a chunk that will not come
+    lock_token = await kept.given_up() if kept is not None else upload.lock_token
     with contextlib.suppress(CofferError):  # (a PATCH still running: the sweep ends it)
         await _terminate(
             upload.id,
@@ -424,6 +420,13 @@ class Kept:
             raise offset_mismatch(entry.upload.offset)
         del kept[upload_id]  # (kept again after this chunk)
         return entry
+
+    async def given_up(self) -> str | None:
+        """This edge's lease, given up to end the upload: its token, once the last chunk's record
+        has landed (or failed)."""
+        with contextlib.suppress(CofferError):
+            await self.recorded
+        return self.upload.lock_token
 
 
 def _quiet(recorded: asyncio.Future[TusUpload]) -> None:
@@ -968,11 +971,7 @@ async def terminate_upload(upload_id: UploadIdPath, request: Request, token: Tok
     entry = await Kept.take(request, caller, upload_id, None)
     if entry is None and caller.capability is not None:
         await _authorized(request, caller, await state.metadata.tus_get(upload_id, None, request_id=rid))
-    token = None
-    if entry is not None:
-        token = entry.upload.lock_token
-        with contextlib.suppress(CofferError):
-            await entry.recorded
+    token = await entry.given_up() if entry is not None else None
     await _terminate(upload_id, caller.organization_id, state.metadata, state.blob, rid, lock_token=token)
     return Response(status_code=204)
 
