@@ -9,10 +9,13 @@ mocked, and nothing is skipped for lack of a server: a missing server fails the 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -22,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from coffer_testkit.testing import free_port, wait_healthy
 
@@ -63,14 +67,61 @@ def postgres_server_url() -> Iterator[str]:
     pytest.fail(f"no PostgreSQL at {url} and no Docker to start one (set COFFER_TEST_DATABASE_URL)")
 
 
+# A test database's name says who made it: this machine (a short hash of its name) and the
+# session's process, set in the CREATE itself. A session killed before its teardown (an
+# interrupted make test) leaves its databases behind; the next session on the same machine
+# drops those whose process is gone.
+PREFIX = "coffer_test_"
+
+
+def _machine() -> str:
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def database_name(label: str) -> str:
+    name = f"{PREFIX}{label}_{_machine()}_{os.getpid()}_{secrets.token_hex(4)}"
+    assert len(name) <= 63, f"{name}: PostgreSQL would cut it short"  # its identifiers' limit
+    return name
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def drop_orphaned_databases(admin: Engine) -> list[str]:
+    """Drop the test databases that a session on this machine made and never dropped (its
+    process is gone); those of live sessions, of other machines and of other names stay."""
+    query = text("SELECT datname FROM pg_database WHERE datname LIKE 'coffer\\_test\\_%'")
+    with admin.connect() as conn:
+        found = conn.scalars(query).all()
+    dropped = []
+    for name in found:
+        parts = name.rsplit("_", 3)
+        if len(parts) != 4 or parts[1] != _machine() or not parts[2].isdigit() or _alive(int(parts[2])):
+            continue
+        # Another session starting meanwhile may be dropping it too.
+        with contextlib.suppress(DBAPIError), admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            dropped.append(name)
+    return dropped
+
+
 @pytest.fixture(scope="session")
 def fresh_database(postgres_server_url: str) -> Iterator[object]:
-    """A factory of new, empty databases on the server; all dropped at the end of the session."""
+    """A factory of new, empty databases on the server; all dropped at the end of the session
+    (and, if it is killed first, by the next session on this machine)."""
     admin = create_engine(postgres_server_url, isolation_level="AUTOCOMMIT", pool_size=8)
+    drop_orphaned_databases(admin)
     made: list[str] = []
 
     def make(label: str) -> str:
-        name = f"coffer_test_{label}_{secrets.token_hex(4)}"
+        name = database_name(label)
         with admin.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
         made.append(name)
