@@ -231,6 +231,27 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
+def connections_to(pid: int, port: int) -> int:
+    """How many established TCP connections process ``pid`` holds to ``port`` (any address),
+    from /proc: the process's socket inodes matched against the namespace's TCP tables."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    found = 0
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as fh:
+            next(fh)  # the header
+            for line in fh:
+                fields = line.split()
+                remote, state, inode = fields[2], fields[3], fields[9]
+                established = state == "01"
+                found += established and int(remote.rsplit(":", 1)[1], 16) == port and inode in inodes
+    return found
+
+
 class TcpProxy:
     """A loopback TCP proxy a test can cut and restore, to take a real server "down";
     ``upload_rate`` (bytes per second) slows what clients send, as a slow link would."""
