@@ -167,23 +167,28 @@ def create(
     return org
 
 
+def _changed(session: Session, actor: Actor, org: Organization, action: str, old: Any, new: Any) -> None:
+    """Write a change to one of the organization's settings and audit it (from, to)."""
+    session.add(org)
+    session.flush()
+    audit.record(
+        session,
+        actor,
+        action,
+        organization_id=org.id,
+        target_type="organization",
+        target_id=org.id,
+        target_label=org.name,
+        details={"from": old, "to": new},
+    )
+
+
 def rename(session: Session, actor: Actor, *, org: Organization, name: str) -> Organization:
     new = _name(name)
     old = org.name
     if new != old:
         org.name = new
-        session.add(org)
-        session.flush()
-        audit.record(
-            session,
-            actor,
-            "org.renamed",
-            organization_id=org.id,
-            target_type="organization",
-            target_id=org.id,
-            target_label=new,
-            details={"from": old, "to": new},
-        )
+        _changed(session, actor, org, "org.renamed", old, new)
     return org
 
 
@@ -197,18 +202,7 @@ def set_default_visibility(
     old = org.default_visibility
     if visibility != old:
         org.default_visibility = visibility
-        session.add(org)
-        session.flush()
-        audit.record(
-            session,
-            actor,
-            "org.default_visibility_changed",
-            organization_id=org.id,
-            target_type="organization",
-            target_id=org.id,
-            target_label=org.name,
-            details={"from": old, "to": visibility},
-        )
+        _changed(session, actor, org, "org.default_visibility_changed", old, visibility)
     return org
 
 
@@ -223,18 +217,7 @@ def set_trash_retention(session: Session, actor: Actor, *, org: Organization, da
     old = org.trash_retention_days
     if days != old:
         org.trash_retention_days = days
-        session.add(org)
-        session.flush()
-        audit.record(
-            session,
-            actor,
-            "org.trash_retention_changed",
-            organization_id=org.id,
-            target_type="organization",
-            target_id=org.id,
-            target_label=org.name,
-            details={"from": old, "to": days},
-        )
+        _changed(session, actor, org, "org.trash_retention_changed", old, days)
     return org
 
 
@@ -279,18 +262,7 @@ def set_ingest(
     org.allowed_types = stored
     after = _ingest_fields(org)
     if after != before:
-        session.add(org)
-        session.flush()
-        audit.record(
-            session,
-            actor,
-            "org.ingest_changed",
-            organization_id=org.id,
-            target_type="organization",
-            target_id=org.id,
-            target_label=org.name,
-            details={"from": before, "to": after},
-        )
+        _changed(session, actor, org, "org.ingest_changed", before, after)
     return org
 
 
@@ -302,18 +274,7 @@ def set_quota(session: Session, actor: Actor, *, org_id: str, quota_bytes: int) 
         raise invalid("quotaBytes must be zero or more.", field="quotaBytes")
     old = org.quota_bytes
     org.quota_bytes = quota_bytes
-    session.add(org)
-    session.flush()
-    audit.record(
-        session,
-        actor,
-        "org.quota_changed",
-        organization_id=org.id,
-        target_type="organization",
-        target_id=org.id,
-        target_label=org.name,
-        details={"from": old, "to": quota_bytes},
-    )
+    _changed(session, actor, org, "org.quota_changed", old, quota_bytes)
     return org
 
 
