@@ -1,5 +1,5 @@
 """The progress bar as a person sees it: ``coffer upload`` of 100 MiB in a real terminal (tmux),
-the screen read while it runs."""
+over a link of 50 MiB/s (a loopback proxy), the screen read while it runs."""
 
 from __future__ import annotations
 
@@ -14,19 +14,33 @@ from typing import Any
 
 import pytest
 
+from coffer_testkit.testing import TcpProxy
+
 pytestmark = pytest.mark.e2e
 
 RATE = re.compile(r"\d+(\.\d+)? (B|KiB|MiB|GiB)/s")
 LEFT = re.compile(r"\d+:\d\d:\d\d")
+LINK_RATE = 50 * 1024 * 1024  # bytes a second the link lets through at most
 
 
-def test_upload_shows_a_bar_a_rate_and_the_file_name(cli: Any, big_file: Any, tmp_path: Path) -> None:
+def test_upload_shows_a_bar_a_rate_and_the_file_name(
+    own_stack_with: Any, admin_for: Any, cli_for: Any, big_file: Any, tmp_path: Path
+) -> None:
     tmux = shutil.which("tmux")
     assert tmux, "tmux is needed for this test: apt-get install -y tmux (make test installs it)"
     sock = str(tmp_path / "tmux.sock")
     screen_log = tmp_path / "screen.log"
     exe = str(Path(sys.executable).parent / "coffer")
-    env = [arg for k, v in cli.env.items() for arg in ("-e", f"{k}={v}")]
+    # Through a slower link (the tus chunks too: the stack's base URL is the link's), as a
+    # person's would be: on a quiet machine the whole file went in 0.2 s, between two of rich's
+    # frames, and no frame showed a part of it done.
+    link = TcpProxy("127.0.0.1", 1, upload_rate=LINK_RATE).start()
+    url = f"http://127.0.0.1:{link.port}"
+    stack = own_stack_with(COFFER_BASE_URL=url)
+    link.target = ("127.0.0.1", stack.ports.edge)
+    admin = admin_for(stack)
+    key = admin("create-key", "--org", admin("create-org", "--name", "Terminal")["id"])["key"]
+    env = [arg for k, v in cli_for(url, key).env.items() for arg in ("-e", f"{k}={v}")]
     # Every byte the terminal is sent is recorded (pipe-pane), so no frame rich draws can fall
     # between two samples of the screen (CI once sampled none while the upload ran). The command
     # waits on a tmux channel until the recording has started.
@@ -48,6 +62,7 @@ def test_upload_shows_a_bar_a_rate_and_the_file_name(cli: Any, big_file: Any, tm
             time.sleep(0.05)
     finally:
         subprocess.run([tmux, "-S", sock, "kill-server"], check=False)
+        link.cut()
     assert re.search(r"EXIT=0\b", shown), shown[-2000:]
     # Each line rich drew before the command ended, in the order drawn.
     running = [line for line in re.split(r"[\r\n]+", shown.split("EXIT=", 1)[0]) if line.strip()]
