@@ -2,8 +2,9 @@
 stack shows. The rules (bounds, 413 on restore, who may act, validation) are tested in process
 (services/metadata/tests/test_trash.py, services/edge/tests/api/test_authorization.py).
 
-- delete → the public and signed URLs answer 404 within 5 s → usedBytes down, trashedBytes up
-  → restore → the same URLs answer 200 with the same SHA-256;
+- delete → the public and signed URLs answer 404 within 5 s, and still after a scan passes (the
+  trash's hold is not the scan's) → usedBytes down, trashedBytes up → restore → the same URLs
+  answer 200 with the same SHA-256;
 - an asset expires within two minutes of its expiresAt, with exactly one asset.expired event;
 - emptying the trash, with edge SIGKILLed mid-purge and the purge called again, leaves no
   object without a row and no row without its object.
@@ -82,6 +83,15 @@ def test_trash_restore_expiry_and_a_killed_purge(own_stack_with: Any, admin_for:
             timeout=5 - (time.monotonic() - deleted_at),
             what="the URLs still answer 5 s after the delete",
         )
+        # A scan of it that passes now releases the scan's hold only: the trash's stays.
+        token = (stack.data_dir / "secrets" / "internal_token").read_text().strip()
+        passed = httpx.put(
+            f"{stack.url('blob')}/internal/v1/held/{asset['key']}",
+            json={"held": False},
+            headers={"x-coffer-internal-token": token},
+        )
+        assert passed.status_code == 200, passed.text
+        assert httpx.get(asset["publicUrl"]).status_code == 404 and httpx.get(signed).status_code == 404
         after = api.get("/api/usage").json()
         assert after["usedBytes"] == before["usedBytes"] - len(body)
         assert after["trashedBytes"] == before["trashedBytes"] + len(body) and after["trashedCount"] == 1

@@ -21,6 +21,7 @@ from coffer_testkit.clamd import EICAR, SIGNATURE, Clamd, running_clamd
 from coffer_testkit.testing import app_client, assert_error, pattern_chunks
 
 from .support import ORG, TOKEN, new_asset_id, upload
+from .test_cdn import key_path
 from .test_uploads import big_body, post
 
 pytestmark = [pytest.mark.anyio, pytest.mark.processes]  # a real clamd
@@ -91,3 +92,19 @@ async def test_a_stream_past_clamds_limit_is_never_passed(scanning_1m: httpx.Asy
     small = await upload(scanning_1m, b"a small clean file")
     scanned = await scanning_1m.post(f"/internal/v1/scan/{small.json()['key']}")
     assert scanned.json()["result"] == "clean"
+
+
+async def test_a_clean_scan_of_an_object_in_the_trash_leaves_it_withheld(
+    scanning: httpx.AsyncClient, cdn: httpx.AsyncClient
+) -> None:
+    """The scan releases its own hold only (test_held.py): an asset deleted while its scan ran
+    stays unreachable, as its trash row says, until it is restored."""
+    key = (await upload(scanning, b"deleted while its scan ran")).json()["key"]
+    trashed = await scanning.put(f"/internal/v1/held/{key}", json={"held": True, "reason": "trash"})
+    assert trashed.status_code == 200, trashed.text
+    scanned = await scanning.post(f"/internal/v1/scan/{key}")
+    assert scanned.status_code == 200 and scanned.json()["result"] == "clean", scanned.text
+    assert_error(await cdn.get(key_path(key)), 404, "not_found")
+    restored = await scanning.put(f"/internal/v1/held/{key}", json={"held": False, "reason": "trash"})
+    assert restored.status_code == 200, restored.text
+    assert (await cdn.get(key_path(key))).status_code == 200

@@ -163,7 +163,7 @@ async def _transformed(request: Request, key: str, state: BlobState) -> Response
     # is less than such a read): a stored variant cost 1.8-2.0x an original's CPU per request
     # with the stat in a worker thread (bench: transforms).
     info = storage.stat(key) if storage.inline_read_bytes else await run_in_threadpool(storage.stat, key)
-    if info is None or info.held or (info.private and access == "public"):
+    if info is None or info.withheld or (info.private and access == "public"):
         raise not_found("No such object.")
     transform = await _requested(query, key, access, state)
     auto = transform.fmt == "auto"
@@ -284,8 +284,9 @@ async def _check_source_type(storage: Storage, key: str) -> str:
 def _servable(found: tuple[ObjectInfo, bytes | None] | None, access: str) -> tuple[ObjectInfo, bytes | None]:
     """What was read, if this request may have it: a private object without a valid signature
     answers exactly as a key that does not exist."""
-    if found is None or found[0].held or (found[0].private and access == "public"):
-        # (A held object, issue 48: its scan has not passed, or found it infected.)
+    if found is None or found[0].withheld or (found[0].private and access == "public"):
+        # (A held object, issue 48: its scan has not passed, or found it infected; or one in
+        # the trash, issue 47.)
         raise not_found("No such object.")
     return found
 

@@ -16,7 +16,7 @@ from typing import Any
 from opentelemetry import trace
 from prometheus_client import Counter, Histogram
 
-from coffer_blob.storage.base import ObjectInfo, Reader, Resumable, Storage, StoredObject, Writer
+from coffer_blob.storage.base import HoldReason, ObjectInfo, Reader, Resumable, Storage, StoredObject, Writer
 from coffer_kit.metrics import LATENCY_BUCKETS
 from coffer_kit.tracing import tracing_enabled
 
@@ -115,9 +115,9 @@ class InstrumentedStorage:
         with _operation(self.name, "set_private"):
             return self.inner.set_private(key, private)
 
-    def set_held(self, key: str, held: bool) -> bool:
+    def set_held(self, key: str, held: bool, reason: HoldReason = "scan") -> bool:
         with _operation(self.name, "set_held"):
-            return self.inner.set_held(key, held)
+            return self.inner.set_held(key, held, reason)
 
     def delete_prefix(self, prefix: str) -> None:
         with _operation(self.name, "delete_prefix"):

@@ -1,5 +1,6 @@
 """``POST /internal/v1/scan/{key}``: stream a stored object to clamd (INSTREAM) and say what it
-found; ``PUT /internal/v1/held/{key}``: hold an object back from every download, or release it.
+found; ``PUT /internal/v1/held/{key}``: hold an object back from every download, or release it,
+for its scan or for the trash (two holds of their own).
 
 edge's scan relay (coffer_edge.scans) asks this for each pending scan it claimed from
 metadata. The object is read from the store in chunks and streamed to clamd by
@@ -140,10 +141,10 @@ async def scan(key: str, storage: StorageDep, settings: SettingsDep) -> ScanOutc
 
 @router.put("/held/{key:path}")
 async def set_held(key: str, body: HeldIn, storage: StorageDep) -> HeldIn:
-    """Hold an object back from every download (a scan not passed yet under ``block``), or
-    release it."""
+    """Hold an object back from every download, or release it, for ``reason``: its scan (not
+    passed yet under ``block``, or infected) or the trash; each reason a hold of its own."""
     if not keys.is_valid_key(key):
         raise invalid("Not a storage key.", field="key")
-    if not await run_in_threadpool(storage.set_held, key, body.held):
+    if not await run_in_threadpool(storage.set_held, key, body.held, body.reason):
         raise not_found("No such object.")
     return body

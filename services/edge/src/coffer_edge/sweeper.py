@@ -156,7 +156,7 @@ async def expire_once(metadata: MetadataClient, blob: BlobClient, auth: AuthClie
             try:
                 if days > 0:
                     asset = await metadata.get_asset(ref.organization_id, ref.asset_id, request_id="")
-                    await blob.set_held(asset.key, True, request_id="")
+                    await blob.set_held(asset.key, True, request_id="", reason="trash")
                 done = await metadata.expire(
                     ref.organization_id, ref.asset_id, ExpireIn(retention_days=days, limit_bytes=limit)
                 )

@@ -2,12 +2,15 @@
 metadata's steps.
 
 - Trash: the store holds the object back first (the CDN answers 404 at once, signed or not:
-  the ``held`` flag of issue 48), then metadata moves the row to the trash. A definite refusal
-  from metadata gives the hold back; an unknown outcome leaves it held (never more reachable
-  than metadata says).
+  the trash's hold, a flag apart from the scan's of issue 48, so a scan that ends meanwhile
+  releases only its own), then metadata moves the row to the trash. A definite refusal from
+  metadata gives the hold back; an unknown outcome leaves it held (never more reachable than
+  metadata says).
 - Restore: metadata first (the row back, its size reserved), then the store releases the
-  hold, unless the asset's scan keeps it (infected; pending or unscanned under ``block``).
-  A failure in between is finished by restoring again (metadata answers a live asset).
+  trash's hold, and the scan's too unless the asset's scan keeps it (infected; pending or
+  unscanned under ``block``; an object trashed before the two holds were apart carries the
+  trash's as the scan's). A failure in between is finished by restoring again (metadata
+  answers a live asset).
 - Purge (one, a batch, the sweeper's, the trash's bound): metadata turns rows into tombstones,
   then the objects are deleted, then the tombstones: the delete protocol's last two steps, so
   the sweeper finishes whatever a crash interrupted.
@@ -79,15 +82,15 @@ async def trash_asset(
 ) -> None:
     """Move an asset to the trash (see the module's docstring)."""
     before = await metadata.get_asset(org_id, asset_id, request_id=rid)  # 404 / 403 first
-    await blob.set_held(before.key, True, request_id=rid)
+    await blob.set_held(before.key, True, request_id=rid, reason="trash")
     try:
         trashed = await metadata.trash_asset(
             org_id, asset_id, TrashIn(retention_days=retention_days, limit_bytes=limit_bytes), request_id=rid
         )
     except CofferError as exc:
-        if 400 <= exc.status < 500 and not keeps_held(before.scanStatus, "block"):
+        if 400 <= exc.status < 500:
             with contextlib.suppress(CofferError):
-                await blob.set_held(before.key, False, request_id=rid)
+                await blob.set_held(before.key, False, request_id=rid, reason="trash")
         raise
     await delete_refs(trashed.purged, metadata, blob, rid)
 
@@ -107,6 +110,7 @@ async def restore_asset(
     body = TrashActIn(only_user=only_user, quota_bytes=quota_bytes)
     answer = await metadata.restore(org_id, asset_id, body, request_id=rid)
     asset = Asset.model_validate_json(answer)
+    await blob.set_held(asset.key, False, request_id=rid, reason="trash")
     if not keeps_held(asset.scanStatus, scan_mode):
         await blob.set_held(asset.key, False, request_id=rid)
     return answer

@@ -547,9 +547,11 @@ class VisibilityOut(WireModel):
 
 
 class HeldIn(WireModel):
-    """blob: hold an object back from every download, or release it (issue 48)."""
+    """blob: hold an object back from every download, or release it, for its scan (issue 48)
+    or the trash (issue 47): two holds of their own; the object is served when neither holds."""
 
     held: bool
+    reason: Literal["scan", "trash"] = "scan"
 
 
 class ScanOutcome(WireModel):

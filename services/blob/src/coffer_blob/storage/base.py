@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 # Reads yield chunks of at most this many bytes: streaming, never whole files.
 READ_CHUNK = 1024 * 1024
+# Why an object is held back from downloads (``Storage.set_held``).
+HoldReason = Literal["scan", "trash"]
 
 
 class StorageUnavailable(Exception):
@@ -38,6 +40,14 @@ class ObjectInfo:
     # Issue 48: held back from every download, signed or not (a file whose malware scan has
     # not passed under the ``block`` mode, or found infected). Kept with the object, as above.
     held: bool = False
+    # Issue 47: in the trash, likewise held back from every download. A flag of its own, so
+    # that a scan ending while the asset is in the trash releases only the scan's hold.
+    trashed: bool = False
+
+    @property
+    def withheld(self) -> bool:
+        """Never served, signed or not: held for its scan, or in the trash."""
+        return self.held or self.trashed
 
 
 @dataclass(frozen=True)
@@ -130,9 +140,11 @@ class Storage(Protocol):
         (the next read sees it); False if there is no such object."""
         ...
 
-    def set_held(self, key: str, held: bool) -> bool:
-        """Hold the committed object under ``key`` back from every download, or release it
-        (issue 48), atomically and durably; False if there is no such object."""
+    def set_held(self, key: str, held: bool, reason: HoldReason = "scan") -> bool:
+        """Hold the committed object under ``key`` back from every download, or release it,
+        for ``reason``: its malware scan (issue 48) or the trash (issue 47), each a flag of
+        its own (served only when neither holds it); atomically and durably; False if there
+        is no such object."""
         ...
 
     def delete_prefix(self, prefix: str) -> None:

@@ -64,7 +64,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
-from coffer_blob.storage.base import READ_CHUNK, ObjectInfo, StorageUnavailable, StoredObject
+from coffer_blob.storage.base import READ_CHUNK, HoldReason, ObjectInfo, StorageUnavailable, StoredObject
 from coffer_kit.contract.ids import TUS_UPLOAD_ID_PATTERN
 
 _RESERVED = "%"  # first character of the driver's own file names
@@ -495,13 +495,14 @@ class FsStorage:
             last_modified=datetime.fromtimestamp(int(st.st_mtime), UTC),
             private=meta.get("private") is True,
             held=meta.get("held") is True,
+            trashed=meta.get("trashed") is True,
         )
 
     def set_private(self, key: str, private: bool) -> bool:
         return self._set_flag(key, "private", private)
 
-    def set_held(self, key: str, held: bool) -> bool:
-        return self._set_flag(key, "held", held)
+    def set_held(self, key: str, held: bool, reason: HoldReason = "scan") -> bool:
+        return self._set_flag(key, "held" if reason == "scan" else "trashed", held)
 
     def _set_flag(self, key: str, flag: str, on: bool) -> bool:
         """Set or clear ``flag`` in the committed object's sidecar (replaced whole, durably)."""

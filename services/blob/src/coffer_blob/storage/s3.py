@@ -38,7 +38,14 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from coffer_blob.storage.base import READ_CHUNK, ObjectInfo, StorageUnavailable, StoredObject, read_range
+from coffer_blob.storage.base import (
+    READ_CHUNK,
+    HoldReason,
+    ObjectInfo,
+    StorageUnavailable,
+    StoredObject,
+    read_range,
+)
 
 if TYPE_CHECKING:
     from coffer_blob.config import Settings
@@ -51,6 +58,8 @@ _RESERVED = "%"
 VISIBILITY, PRIVATE = "visibility", "private"
 # Issue 48: an object held back from every download (its scan): x-amz-meta-scan: held.
 SCAN, HELD = "scan", "held"
+# Issue 47: an object in the trash, likewise held back: x-amz-meta-trash: trashed.
+TRASH, TRASHED = "trash", "trashed"
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchUpload"}
 # One boto3 session per process: it caches the service model, so each client is cheap to make.
 _SESSION: boto3.session.Session | None = None
@@ -136,13 +145,15 @@ class S3Storage:
             last_modified=head["LastModified"].astimezone(UTC).replace(microsecond=0),
             private=head.get("Metadata", {}).get(VISIBILITY) == PRIVATE,
             held=head.get("Metadata", {}).get(SCAN) == HELD,
+            trashed=head.get("Metadata", {}).get(TRASH) == TRASHED,
         )
 
     def set_private(self, key: str, private: bool) -> bool:
         return self._set_flag(key, VISIBILITY, PRIVATE, private)
 
-    def set_held(self, key: str, held: bool) -> bool:
-        return self._set_flag(key, SCAN, HELD, held)
+    def set_held(self, key: str, held: bool, reason: HoldReason = "scan") -> bool:
+        name, value = (SCAN, HELD) if reason == "scan" else (TRASH, TRASHED)
+        return self._set_flag(key, name, value, held)
 
     def _set_flag(self, key: str, name: str, value: str, on: bool) -> bool:
         """Set or clear the user metadata ``name: value`` by copying the object onto itself,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 from coffer_edge.clients.base import ServiceClient
@@ -155,13 +155,16 @@ class BlobClient(ServiceClient):
             ImageFactsOut, "POST", f"/internal/v1/facts/{quote(key, safe='/')}", timeout=timeout
         )
 
-    async def set_held(self, key: str, held: bool, *, request_id: str) -> None:
-        """Hold the object back from every download until its scan passes, or release it."""
+    async def set_held(
+        self, key: str, held: bool, *, request_id: str, reason: Literal["scan", "trash"] = "scan"
+    ) -> None:
+        """Hold the object back from every download, or release it, for its scan (until it
+        passes) or the trash (until a restore): two holds of their own."""
         await self.call(
             HeldIn,
             "PUT",
             f"/internal/v1/held/{quote(key, safe='/')}",
-            json=HeldIn(held=held).model_dump(by_alias=True),
+            json=HeldIn(held=held, reason=reason).model_dump(by_alias=True),
             request_id=request_id,
         )
 
