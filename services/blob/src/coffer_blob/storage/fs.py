@@ -505,8 +505,24 @@ class FsStorage:
         return self._set_flag(key, "held" if reason == "scan" else "trashed", held)
 
     def _set_flag(self, key: str, flag: str, on: bool) -> bool:
-        """Set or clear ``flag`` in the committed object's sidecar (replaced whole, durably)."""
+        """Set or clear ``flag`` in the committed object's sidecar (replaced whole, durably).
+        Changes of one object's flags take turns (a lock on its data file, which they never
+        replace, across processes): each reads the sidecar the last one wrote, so two at once
+        (a scan's release as the object goes to the trash) cannot undo each other."""
         place = self._place(key)
+        try:
+            data = os.open(place.data, os.O_RDONLY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot change the flags of {key}: {exc}") from exc
+        try:
+            fcntl.flock(data, fcntl.LOCK_EX)
+            return self._set_flag_locked(key, place, flag, on)
+        finally:
+            os.close(data)
+
+    def _set_flag_locked(self, key: str, place: _Place, flag: str, on: bool) -> bool:
         temp = place.temp_prefix + secrets.token_hex(12)
         try:
             try:
@@ -534,7 +550,7 @@ class FsStorage:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
-            raise StorageUnavailable(f"cannot change the visibility of {key}: {exc}") from exc
+            raise StorageUnavailable(f"cannot change the flags of {key}: {exc}") from exc
 
     def _delete_in_bucket(self, org: str, asset: str) -> None:
         bucket = self._bucket(org, asset)
