@@ -144,14 +144,15 @@ def test_trash_restore_expiry_and_a_killed_purge(own_stack_with: Any, admin_for:
         assert len(ids) == 1, f"{len(ids)} asset.expired events"
         assert json.loads(events[0].body)["data"]["asset"]["id"] == doomed["id"]
 
-        # Emptying a full trash, edge SIGKILLed mid-purge, then called again.
+        # Emptying a full trash (two purge batches of TRASH_PURGE_BATCH = 100), edge SIGKILLed
+        # mid-purge, then called again.
         with ThreadPoolExecutor(4) as pool:
             made = list(
                 pool.map(
                     lambda i: api.post("/api/assets", files={"file": (f"p{i}.bin", b"p" * 2000)}).json()[
                         "id"
                     ],
-                    range(240),
+                    range(150),
                 )
             )
             deleted = pool.map(lambda asset_id: api.delete(f"/api/assets/{asset_id}").status_code, made)
