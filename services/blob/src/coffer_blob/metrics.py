@@ -16,7 +16,8 @@ from typing import Any
 from opentelemetry import trace
 from prometheus_client import Counter, Histogram
 
-from coffer_blob.storage.base import HoldReason, ObjectInfo, Reader, Resumable, Storage, StoredObject, Writer
+from coffer_blob.storage.base import ObjectInfo, Reader, Resumable, Storage, StoredObject, Writer
+from coffer_kit.contract.wire import HoldReason
 from coffer_kit.metrics import LATENCY_BUCKETS
 from coffer_kit.tracing import tracing_enabled
 

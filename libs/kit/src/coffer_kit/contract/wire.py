@@ -546,12 +546,16 @@ class VisibilityOut(WireModel):
     visibility: Visibility
 
 
+# Why blob holds an object back from downloads: its malware scan (issue 48) or the trash (47).
+HoldReason = Literal["scan", "trash"]
+
+
 class HeldIn(WireModel):
     """blob: hold an object back from every download, or release it, for its scan (issue 48)
     or the trash (issue 47): two holds of their own; the object is served when neither holds."""
 
     held: bool
-    reason: Literal["scan", "trash"] = "scan"
+    reason: HoldReason = "scan"
 
 
 class ScanOutcome(WireModel):

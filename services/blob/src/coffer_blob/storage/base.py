@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
+
+from coffer_kit.contract.wire import HoldReason
 
 # Reads yield chunks of at most this many bytes: streaming, never whole files.
 READ_CHUNK = 1024 * 1024
-# Why an object is held back from downloads (``Storage.set_held``).
-HoldReason = Literal["scan", "trash"]
 
 
 class StorageUnavailable(Exception):

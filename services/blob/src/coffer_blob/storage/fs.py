@@ -64,8 +64,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
-from coffer_blob.storage.base import READ_CHUNK, HoldReason, ObjectInfo, StorageUnavailable, StoredObject
+from coffer_blob.storage.base import READ_CHUNK, ObjectInfo, StorageUnavailable, StoredObject
 from coffer_kit.contract.ids import TUS_UPLOAD_ID_PATTERN
+from coffer_kit.contract.wire import HoldReason
 
 _RESERVED = "%"  # first character of the driver's own file names
 # A file being written is flushed to disk every this many bytes, so the fsync at commit

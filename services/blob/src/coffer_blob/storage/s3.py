@@ -38,14 +38,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from coffer_blob.storage.base import (
-    READ_CHUNK,
-    HoldReason,
-    ObjectInfo,
-    StorageUnavailable,
-    StoredObject,
-    read_range,
-)
+from coffer_blob.storage.base import READ_CHUNK, ObjectInfo, StorageUnavailable, StoredObject, read_range
+from coffer_kit.contract.wire import HoldReason
 
 if TYPE_CHECKING:
     from coffer_blob.config import Settings

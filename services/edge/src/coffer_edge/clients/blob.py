@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote
 
 from coffer_edge.clients.base import ServiceClient
 from coffer_kit.contract.wire import (
     Deleted,
     HeldIn,
+    HoldReason,
     ImageFactsOut,
     ScanOutcome,
     SignIn,
@@ -155,9 +156,7 @@ class BlobClient(ServiceClient):
             ImageFactsOut, "POST", f"/internal/v1/facts/{quote(key, safe='/')}", timeout=timeout
         )
 
-    async def set_held(
-        self, key: str, held: bool, *, request_id: str, reason: Literal["scan", "trash"] = "scan"
-    ) -> None:
+    async def set_held(self, key: str, held: bool, *, request_id: str, reason: HoldReason = "scan") -> None:
         """Hold the object back from every download, or release it, for its scan (until it
         passes) or the trash (until a restore): two holds of their own."""
         await self.call(
