@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +30,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from coffer_stack.stack import Ports, Stack
-from coffer_testkit.testing import TEST_DATABASE_BUDGET, assert_error, connections_to, free_port
+from coffer_testkit.testing import TEST_DATABASE_BUDGET, PeakConnections, assert_error, free_port
 from coffer_testkit.webhooks import Receiver, webhook_receiver
 
 from .conftest import zygote
@@ -69,30 +68,6 @@ def replicas(own_stack_with: Any, tmp_path: Path) -> Iterator[tuple[Stack, Stack
         yield first, second
     finally:
         second.stop()
-
-
-class PeakConnections:
-    """The most PostgreSQL connections each process held, sampled while the block runs."""
-
-    def __init__(self, processes: dict[str, int], port: int) -> None:
-        self.processes, self.port = processes, port
-        self.peak = dict.fromkeys(processes, 0)
-        self._done = threading.Event()
-        self._sampler = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._done.is_set():
-            for name, pid in self.processes.items():
-                self.peak[name] = max(self.peak[name], connections_to(pid, self.port))
-            self._done.wait(0.01)
-
-    def __enter__(self) -> PeakConnections:
-        self._sampler.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._sampler.join()
 
 
 def _processes(stacks: tuple[Stack, Stack]) -> dict[str, int]:

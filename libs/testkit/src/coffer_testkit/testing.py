@@ -13,7 +13,7 @@ import threading
 import time
 import zlib
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import httpx
 
@@ -394,7 +394,35 @@ def tree_rss_bytes(pid: int) -> int:
     return _summed_rss(descendants(pid))
 
 
-class PeakRss:
+class _PeakSampler:
+    """The most of some per-process figure, sampled every 10 ms in a background thread while
+    the ``with`` block runs; subclasses read the figure (``_sample``)."""
+
+    def __init__(self, peak: dict[str, int]) -> None:
+        self.peak = peak
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self, n: int) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        for n in itertools.count():
+            if self._stop.is_set():
+                return
+            self._sample(n)
+            time.sleep(0.01)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class PeakRss(_PeakSampler):
     """Samples the RSS of some processes from /proc in a background thread; with ``tree``,
     each process's RSS is that of its whole process tree (its members looked up every 50 ms,
     their RSS read every 10 ms: walking /proc costs the sampling process far more)."""
@@ -404,27 +432,25 @@ class PeakRss:
         self.tree = tree
         self._members = {name: descendants(pid) if tree else [pid] for name, pid in pids.items()}
         self.baseline = {name: _summed_rss(members) for name, members in self._members.items()}
-        self.peak = dict(self.baseline)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__(dict(self.baseline))
 
-    def _run(self) -> None:
-        for sample in itertools.count():
-            if self._stop.is_set():
-                return
-            if self.tree and sample % 5 == 0:
-                self._members = {name: descendants(pid) for name, pid in self.pids.items()}
-            for name, members in self._members.items():
-                self.peak[name] = max(self.peak[name], _summed_rss(members))
-            time.sleep(0.01)
-
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def _sample(self, n: int) -> None:
+        if self.tree and n % 5 == 0:
+            self._members = {name: descendants(pid) for name, pid in self.pids.items()}
+        for name, members in self._members.items():
+            self.peak[name] = max(self.peak[name], _summed_rss(members))
 
     def growth(self) -> dict[str, float]:
         return {name: (self.peak[name] - self.baseline[name]) / (1024 * 1024) for name in self.pids}
+
+
+class PeakConnections(_PeakSampler):
+    """The most established TCP connections each process held to ``port`` (``connections_to``)."""
+
+    def __init__(self, pids: dict[str, int], port: int) -> None:
+        self.pids, self.port = pids, port
+        super().__init__(dict.fromkeys(pids, 0))
+
+    def _sample(self, _n: int) -> None:
+        for name, pid in self.pids.items():
+            self.peak[name] = max(self.peak[name], connections_to(pid, self.port))
