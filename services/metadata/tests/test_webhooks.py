@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import socket
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -226,6 +227,34 @@ def _job(url: str) -> Job:
         lease_token="t",
         lease_until=utcnow() + timedelta(minutes=1),
     )
+
+
+async def test_a_receiver_that_never_answers_is_given_up_after_the_delivery_timeout(
+    database_url: str, tmp_path: Any
+) -> None:
+    """The timeout is CONTRACT §11's 10 s unless the tuning shortens it; the lease must outlast
+    it by 2 s, so a lease never ends while its send may still be answered."""
+    assert Settings(data_dir=tmp_path).metadata_webhook_tuning.delivery_timeout_seconds == 10
+    with pytest.raises(ValidationError, match="lease_seconds"):
+        Settings(data_dir=tmp_path, metadata_webhook_tuning={"delivery_timeout_seconds": 10, "lease_seconds": 11})
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts (the backlog), never answers
+    settings = Settings(
+        metadata_database_url=database_url,
+        data_dir=tmp_path,
+        metadata_webhook_allow_http=True,
+        metadata_webhook_allowed_networks="127.0.0.0/8",
+        metadata_webhook_tuning={"delivery_timeout_seconds": 0.5, "lease_seconds": 2.5},
+    )
+    engine = make_engine(database_url)
+    dispatcher = Dispatcher(settings, Database(engine))
+    try:
+        outcome = await dispatcher.send(_job(f"http://127.0.0.1:{silent.getsockname()[1]}/h"))
+    finally:
+        await dispatcher.close()
+        engine.dispose()
+        silent.close()
+    assert outcome.status is None and outcome.error == "no answer within 0.5 s", outcome
+    assert 500 <= outcome.latency_ms < 5000, outcome
 
 
 @pytest.mark.parametrize("allowlist", ["", "127.0.0.0/8"])

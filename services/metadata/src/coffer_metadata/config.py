@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from coffer_kit import ports
 from coffer_kit.contract.limits import TUS_EXPIRY_SECONDS
+from coffer_kit.contract.webhooks import DELIVERY_TIMEOUT_SECONDS
 from coffer_kit.settings import BaseServiceSettings, checked_secret
 
 # CONTRACT §11: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, then every 10 h.
@@ -29,9 +30,13 @@ class WebhookTuning(BaseModel):
     # cores more but moved that rate ratio no further, and cost deliveries 0.1-0.3 s on a
     # busy machine (docs/performance.md).
     cycle_gap_seconds: float = Field(default=0.1, ge=0, le=5)
+    # How long a receiver has to answer: CONTRACT §11's 10 s. Tests shorten it (with the
+    # lease) so that what waits on it, a killed dispatcher's leases, takes seconds, not tens.
+    delivery_timeout_seconds: float = Field(default=DELIVERY_TIMEOUT_SECONDS, gt=0, le=60)
     # A claimed delivery is another dispatcher's to retry after this (a dispatcher that died
-    # mid-send); longer than the 10 s a receiver has to answer.
-    lease_seconds: float = Field(default=60, ge=12, le=3600)
+    # mid-send); at least 2 s longer than the time a receiver has to answer, so a lease never
+    # ends mid-send.
+    lease_seconds: float = Field(default=60, ge=2, le=3600)
     # Deliveries one dispatcher sends at once, and at most per endpoint (one slow receiver
     # holds no more than that, so other endpoints and organizations keep their turn).
     concurrency: int = Field(default=64, ge=1, le=1024)
@@ -40,6 +45,12 @@ class WebhookTuning(BaseModel):
     # default), a burst of uploads gets the CPU first and the deliveries catch up after it. In
     # a pod of its own (its own cgroup) it changes nothing.
     niceness: int = Field(default=10, ge=0, le=19)
+
+    @model_validator(mode="after")
+    def _lease_outlasts_a_send(self) -> WebhookTuning:
+        if self.lease_seconds < self.delivery_timeout_seconds + 2:
+            raise ValueError("lease_seconds must be at least delivery_timeout_seconds + 2")
+        return self
 
 
 class Settings(BaseServiceSettings):

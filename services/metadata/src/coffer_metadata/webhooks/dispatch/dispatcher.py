@@ -19,7 +19,6 @@ from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session
 
 from coffer_kit.contract.timeutil import utcnow
-from coffer_kit.contract.webhooks import DELIVERY_TIMEOUT_SECONDS
 from coffer_kit.db import Database, writer
 from coffer_kit.tracing import tracing_enabled
 from coffer_metadata.config import Settings
@@ -151,7 +150,7 @@ class Dispatcher:
         """Start queued sends while there is room: at most the endpoint bound of one endpoint
         and the dispatcher's concurrency in all, endpoints in turn."""
         cap = self.settings.metadata_webhook_tuning.endpoint_concurrency
-        usable = utcnow() + timedelta(seconds=DELIVERY_TIMEOUT_SECONDS + 1)
+        usable = utcnow() + timedelta(seconds=self.settings.metadata_webhook_tuning.delivery_timeout_seconds + 1)
         started = True
         while started and len(self.tasks) < self.settings.metadata_webhook_tuning.concurrency:
             started = False
@@ -177,12 +176,12 @@ class Dispatcher:
         self._wake.set()
 
     async def _drain(self) -> None:
-        """Let sends in flight finish (each ends within 10 s), record them and give back the
+        """Let sends in flight finish (each ends within the delivery timeout), record them and give back the
         leases of what was never sent, so another dispatcher sends those at once."""
         self._released.extend(job for queue in self._queued.values() for job in queue)
         self._queued.clear()
         if self.tasks:
-            await asyncio.wait(set(self.tasks), timeout=DELIVERY_TIMEOUT_SECONDS + 2)
+            await asyncio.wait(set(self.tasks), timeout=self.settings.metadata_webhook_tuning.delivery_timeout_seconds + 2)
         for task in set(self.tasks):
             task.cancel()
         try:
@@ -333,7 +332,8 @@ class Dispatcher:
 
         if self._http is None:
             self._http = send.open_client(self.policy)
-        return await send.post(self._http, job, policy=self.policy)
+        timeout = self.settings.metadata_webhook_tuning.delivery_timeout_seconds
+        return await send.post(self._http, job, policy=self.policy, timeout=timeout)
 
 
 def untraced(work: Callable[..., T], *args: Any) -> T:

@@ -14,7 +14,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
 from coffer_kit.contract.timeutil import utcnow
-from coffer_kit.contract.webhooks import DELIVERY_TIMEOUT_SECONDS, RESPONSE_KEEP_BYTES
+from coffer_kit.contract.webhooks import RESPONSE_KEEP_BYTES
 from coffer_kit.tracing import tracer, tracing_enabled
 from coffer_metadata.webhooks.dispatch.claim import Job
 from coffer_metadata.webhooks.dispatch.record import DELIVERIES, LATENCY, Outcome
@@ -54,8 +54,11 @@ def open_client(policy: AddressPolicy) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=connector, headers={"User-Agent": USER_AGENT})
 
 
-async def post(http: aiohttp.ClientSession, job: Job, *, policy: AddressPolicy) -> Outcome:
-    """POST the delivery once, signed; never follows a redirect, reads at most 1 KiB."""
+async def post(
+    http: aiohttp.ClientSession, job: Job, *, policy: AddressPolicy, timeout: float
+) -> Outcome:
+    """POST the delivery once, signed; an answer must come within ``timeout``. Never follows a
+    redirect, reads at most 1 KiB."""
     started_at, start = utcnow(), time.monotonic()
     timestamp = int(time.time())
     headers = {
@@ -76,12 +79,12 @@ async def post(http: aiohttp.ClientSession, job: Job, *, policy: AddressPolicy) 
             data=job.body,
             headers=headers,
             allow_redirects=False,
-            timeout=aiohttp.ClientTimeout(total=DELIVERY_TIMEOUT_SECONDS),
+            timeout=aiohttp.ClientTimeout(total=timeout),
         ) as answer:
             status = answer.status
             response = (await _read_some(answer.content, RESPONSE_KEEP_BYTES)).decode("utf-8", "replace")
     except TimeoutError:
-        error = f"no answer within {DELIVERY_TIMEOUT_SECONDS:g} s"
+        error = f"no answer within {timeout:g} s"
     except OSError as exc:  # a refused address (RefusedAddress), and aiohttp's connection errors
         error = _why(exc)
     except aiohttp.ClientError as exc:
