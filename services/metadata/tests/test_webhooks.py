@@ -235,8 +235,9 @@ async def test_a_receiver_that_never_answers_is_given_up_after_the_delivery_time
     """The timeout is CONTRACT §11's 10 s unless the tuning shortens it; the lease must outlast
     it by 2 s, so a lease never ends while its send may still be answered."""
     assert Settings(data_dir=tmp_path).metadata_webhook_tuning.delivery_timeout_seconds == 10
+    tuning = {"delivery_timeout_seconds": 10, "lease_seconds": 11}
     with pytest.raises(ValidationError, match="lease_seconds"):
-        Settings(data_dir=tmp_path, metadata_webhook_tuning={"delivery_timeout_seconds": 10, "lease_seconds": 11})
+        Settings(data_dir=tmp_path, metadata_webhook_tuning=tuning)
     silent = socket.create_server(("127.0.0.1", 0))  # accepts (the backlog), never answers
     settings = Settings(
         metadata_database_url=database_url,

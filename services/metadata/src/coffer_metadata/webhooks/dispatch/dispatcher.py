@@ -149,10 +149,11 @@ class Dispatcher:
     def _pump(self) -> None:
         """Start queued sends while there is room: at most the endpoint bound of one endpoint
         and the dispatcher's concurrency in all, endpoints in turn."""
-        cap = self.settings.metadata_webhook_tuning.endpoint_concurrency
-        usable = utcnow() + timedelta(seconds=self.settings.metadata_webhook_tuning.delivery_timeout_seconds + 1)
+        tuning = self.settings.metadata_webhook_tuning
+        cap = tuning.endpoint_concurrency
+        usable = utcnow() + timedelta(seconds=tuning.delivery_timeout_seconds + 1)
         started = True
-        while started and len(self.tasks) < self.settings.metadata_webhook_tuning.concurrency:
+        while started and len(self.tasks) < tuning.concurrency:
             started = False
             for endpoint_id, queue in list(self._queued.items()):
                 if self._sending.get(endpoint_id, 0) >= cap:
@@ -168,7 +169,7 @@ class Dispatcher:
                 task = asyncio.create_task(self._deliver(job))
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
-                if len(self.tasks) >= self.settings.metadata_webhook_tuning.concurrency:
+                if len(self.tasks) >= tuning.concurrency:
                     break
 
     def stop(self) -> None:
@@ -181,7 +182,8 @@ class Dispatcher:
         self._released.extend(job for queue in self._queued.values() for job in queue)
         self._queued.clear()
         if self.tasks:
-            await asyncio.wait(set(self.tasks), timeout=self.settings.metadata_webhook_tuning.delivery_timeout_seconds + 2)
+            timeout = self.settings.metadata_webhook_tuning.delivery_timeout_seconds + 2
+            await asyncio.wait(set(self.tasks), timeout=timeout)
         for task in set(self.tasks):
             task.cancel()
         try:

@@ -54,9 +54,7 @@ def open_client(policy: AddressPolicy) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=connector, headers={"User-Agent": USER_AGENT})
 
 
-async def post(
-    http: aiohttp.ClientSession, job: Job, *, policy: AddressPolicy, timeout: float
-) -> Outcome:
+async def post(http: aiohttp.ClientSession, job: Job, *, policy: AddressPolicy, timeout: float) -> Outcome:
     """POST the delivery once, signed; an answer must come within ``timeout``. Never follows a
     redirect, reads at most 1 KiB."""
     started_at, start = utcnow(), time.monotonic()
