@@ -155,6 +155,27 @@ def test_an_uploaded_jpeg_gains_its_image_facts_and_asset_updated_and_a_pdf_none
     assert api.get(f"/api/assets/{doc['id']}").json()["image"] is None
 
 
+def test_only_an_image_wakes_the_facts_relay(stack: Any, tenant: Tenant) -> None:
+    """A file no image facts are computed for costs metadata no facts claim: the relay still
+    looks once a second (edge_facts_interval_seconds), never once per upload."""
+    import time
+
+    from prometheus_client import REGISTRY
+
+    labels = {"service": "metadata", "route": "/internal/v1/facts/claim", "method": "POST", "status": "200"}
+
+    def claims() -> float:
+        return REGISTRY.get_sample_value("coffer_http_requests_total", labels) or 0.0
+
+    before, started = claims(), time.monotonic()
+    for n in range(15):
+        assert form_upload(tenant.api).status_code == 201
+        assert tus_upload(tenant.api, f"filename {b64(f'{n}.txt')}").status_code == 200
+    seconds = time.monotonic() - started
+    # One claim per second the loop took, and one more either side of it; 30 uploads woke 30.
+    assert claims() - before <= seconds + 2, (claims() - before, seconds)
+
+
 def token_tus_upload(anon: httpx.Client, token: dict[str, Any], metadata: str) -> httpx.Response:
     """A tus upload with an upload token (no key): creation, then the one PATCH to its capability URL."""
     created = anon.post(

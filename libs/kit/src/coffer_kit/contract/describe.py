@@ -57,6 +57,20 @@ TAGS_SCHEMA: dict[str, Any] = {
 }
 
 
+# The media types whose image facts (CONTRACT §10's transform sources) are computed after an
+# upload: metadata queues them with the asset, edge wakes its facts relay for them, and no other
+# upload costs the relay a claim. blob's header check decides in the end, and answers none for
+# anything it cannot read.
+FACT_SOURCES = frozenset(
+    {"image/jpeg", "image/png", "image/webp", "image/avif", "image/gif", "image/tiff", "image/heic"}
+)
+
+
+def facts_due(*media_types: str | None) -> bool:
+    """Whether a new asset of these media types (declared, detected) has its facts queued."""
+    return any(t in FACT_SOURCES for t in media_types if t)
+
+
 def check_key(key: object) -> str:
     if not isinstance(key, str) or not _KEY.match(key):
         raise invalid(

@@ -266,7 +266,7 @@ async def counted_upload_body(
     started = time.perf_counter()
     outcome = "failed"
     try:
-        body, size = await _upload(request, scope, metadata, blob, rid)
+        body, size, image = await _upload(request, scope, metadata, blob, rid)
     except CofferError as exc:
         # quota_exceeded and file_too_large are worth telling apart; other refusals are not.
         outcome = exc.code if exc.status == 413 else "rejected" if exc.status < 500 else "failed"
@@ -276,8 +276,8 @@ async def counted_upload_body(
         UPLOAD_BYTES.inc(size)
         if scope.ingest.scan != "off" and (relay := edge_state(request).scans) is not None:
             relay.wake()  # its scan was queued with it (issue 48)
-        if (facts := edge_state(request).facts) is not None:
-            facts.wake()  # an image's facts may be queued with it (issue 50)
+        if image and (facts := edge_state(request).facts) is not None:
+            facts.wake()  # an image's facts were queued with it (issue 50)
         return body
     finally:
         UPLOADS.labels(outcome).inc()
@@ -368,9 +368,10 @@ def _expires_at(stored: Stored, scope: UploadScope) -> datetime | None:
 
 async def _upload(
     request: Request, scope: UploadScope, metadata: MetadataClient, blob: BlobClient, rid: str
-) -> tuple[bytes, int]:
+) -> tuple[bytes, int, bool]:
     """The upload protocol (docs/architecture.md): intent, stream to blob, commit in metadata, or
-    clean up. Answers the asset as the public body, and its size."""
+    clean up. Answers the asset as the public body, its size, and whether its image facts were
+    queued with it."""
     content_type = _require_multipart(request)
     size = _file_size_bounds(request, content_type, scope.max_bytes)
     org = scope.organization_id
@@ -430,7 +431,8 @@ async def _upload(
             await discard()
             raise
     try:
-        return await metadata.commit_upload(org, asset, request_id=rid), stored.size
+        body = await metadata.commit_upload(org, asset, request_id=rid)
+        return body, stored.size, describe.facts_due(stored.mime_type, stored.detected_type)
     except CofferError as exc:
         if 400 <= exc.status < 500:
             # A definite refusal: the transaction rolled back, so the bytes must go.

@@ -566,8 +566,8 @@ async def _write(
     UPLOADS.labels("created").inc()
     if done.scan_status == "pending" and state.scans is not None:
         state.scans.wake()
-    if state.facts is not None:
-        state.facts.wake()  # an image's facts are queued with it (issue 50)
+    if state.facts is not None and describe.facts_due(upload.mime_type, appended.detected_type):
+        state.facts.wake()  # an image's facts were queued with it (issue 50)
     return completed
 
 

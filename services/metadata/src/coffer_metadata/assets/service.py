@@ -41,11 +41,6 @@ from coffer_metadata.folders import repository as folder_repository
 from coffer_metadata.folders.service import Unset, check_folder, missing_folder
 from coffer_metadata.models import Asset
 
-# The media types whose image facts are computed (CONTRACT §10's transform sources; blob's
-# header check decides in the end, and answers none for anything it cannot read).
-FACT_SOURCES = frozenset(
-    {"image/jpeg", "image/png", "image/webp", "image/avif", "image/gif", "image/tiff", "image/heic"}
-)
 # COFFER_METADATA_TUS_IDLE_SECONDS's default (config.py): an hour.
 DEFAULT_IDLE_SECONDS = 3600.0
 QUOTA_REJECTIONS = Counter(
@@ -376,7 +371,7 @@ def _described(
     """A new asset's issue-50 columns: its metadata and tags (bounded: 400 naming the field),
     no image facts yet, and for a file that may be an image the transforms read, its facts
     queued (computed after the commit, never on the upload's path)."""
-    image = any(t in FACT_SOURCES for t in media_types if t)
+    image = describe.facts_due(*media_types)
     return {
         "custom_metadata": describe.check_metadata(metadata) if metadata is not None else {},
         "tags": describe.check_tags(tags) if tags is not None else [],
