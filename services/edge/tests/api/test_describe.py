@@ -155,7 +155,7 @@ def test_an_uploaded_jpeg_gains_its_image_facts_and_asset_updated_and_a_pdf_none
     assert api.get(f"/api/assets/{doc['id']}").json()["image"] is None
 
 
-def test_only_an_image_wakes_the_facts_relay(stack: Any, tenant: Tenant) -> None:
+def test_only_an_image_wakes_the_facts_relay(tenant: Tenant) -> None:
     """A file no image facts are computed for costs metadata no facts claim: the relay still
     looks once a second (edge_facts_interval_seconds), never once per upload."""
     import time

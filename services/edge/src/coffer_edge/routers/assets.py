@@ -431,8 +431,8 @@ async def _upload(
             await discard()
             raise
     try:
-        body = await metadata.commit_upload(org, asset, request_id=rid)
-        return body, stored.size, describe.facts_due(stored.mime_type, stored.detected_type)
+        answer = await metadata.commit_upload(org, asset, request_id=rid)
+        return answer, stored.size, describe.facts_due(stored.mime_type, stored.detected_type)
     except CofferError as exc:
         if 400 <= exc.status < 500:
             # A definite refusal: the transaction rolled back, so the bytes must go.
