@@ -22,6 +22,7 @@ GIF = (  # a 1x1 GIF
 HTML = b"<!DOCTYPE html><html><body><script>document.title = 'ran'</script></body></html>\n"
 JPEG_ONLY = ["image/jpeg"]
 SETTLE_SECONDS = 5.0  # edge caches the principal (1 s here, at most 5 s)
+AUTH_CACHE_SECONDS = 0.25  # edge_auth_cache_seconds of these tests' stack (conftest.py)
 
 
 def upload(api: httpx.Client, name: str, data: bytes, content_type: str) -> httpx.Response:
@@ -125,7 +126,7 @@ def test_enforce_matches_a_tokens_content_types_on_a_resumable_upload(admin, ten
         assert created.status_code == 201, created.text
         return patch(anon, created.headers["location"], data, 0)
 
-    # (edge asks auth for the rules at the last byte, uncached: no wait for its principal cache)
+    # (edge asks auth for the rules at the last byte; none are cached yet for this organization)
     error = assert_error(resumable("photo.jpg", GIF), 415, "unsupported_media_type")
     assert error["details"] == {"declared": "image/jpeg", "detected": "image/gif"}
     assert tenant.api.get("/api/assets").json()["total"] == 0
@@ -138,6 +139,33 @@ def test_enforce_matches_a_tokens_content_types_on_a_resumable_upload(admin, ten
     asset = tenant.api.get(f"/api/assets/{done.headers['coffer-asset-id']}").json()
     assert (asset["mimeType"], asset["detectedType"]) == ("image/jpeg", "image/jpeg")
     assert counted(tenant) == before + len(jpeg)
+
+
+def test_resumable_completions_share_the_rules_for_the_cache_bound(admin, tenant) -> None:
+    """edge keeps an organization's rules as long as a principal (0.25 s here, 5 s by default):
+    a burst of resumable uploads asks auth once per interval, not once per upload, and a change
+    reaches the completions within the bound."""
+    from prometheus_client import REGISTRY
+
+    route = "/internal/v1/orgs/{org_id}/ingest"
+    asked = {"service": "auth", "route": route, "method": "GET", "status": "200"}
+
+    def asks() -> float:
+        return REGISTRY.get_sample_value("coffer_http_requests_total", asked) or 0.0
+
+    def resumable(name: str, data: bytes) -> httpx.Response:
+        created = create(tenant.api, len(data), meta(filename=name, filetype="image/png"))
+        assert created.status_code == 201, created.text
+        return patch(tenant.api, created.headers["location"], data, 0)
+
+    before, started = asks(), time.monotonic()
+    for n in range(20):
+        assert resumable(f"{n}.png", HTML).status_code == 204
+    intervals = (time.monotonic() - started) / AUTH_CACHE_SECONDS
+    assert asks() - before <= intervals + 1, (asks() - before, intervals)
+    set_ingest(admin, tenant.org_id, "--ingest", "enforce", "--allowed-types", "image/*")
+    refused = until_refused(lambda: resumable("page.png", HTML))
+    assert assert_error(refused, 415, "unsupported_media_type")["details"]["detected"] == "text/html"
 
 
 def test_enforce_with_the_organizations_allowed_list(admin, tenant) -> None:

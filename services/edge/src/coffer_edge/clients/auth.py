@@ -76,10 +76,21 @@ class AuthClient(ServiceClient):
         )
         # Lookups on their way to auth: concurrent misses for one key wait for the same call.
         self._pending: dict[CacheKey, asyncio.Task[Principal]] = {}
+        # Organizations' ingest rules, as old as a principal's may be (docs/api.md: edge learns a
+        # change within 5 s): a resumable upload's completion asks for them, and a burst of small
+        # uploads asked auth once each.
+        self._ingest: TTLCache[str, Ingest] | None = None
+        if cache_seconds > 0:
+            self._ingest = TTLCache(maxsize=cache_size, ttl=cache_seconds, timer=time.monotonic)
 
     async def ingest(self, org_id: str, *, request_id: str) -> Ingest:
         """An organization's ingest rules (issue 48), asked at a resumable upload's completion."""
-        return await self.call(Ingest, "GET", f"/internal/v1/orgs/{org_id}/ingest", request_id=request_id)
+        if self._ingest is not None and (known := self._ingest.get(org_id)) is not None:
+            return known
+        rules = await self.call(Ingest, "GET", f"/internal/v1/orgs/{org_id}/ingest", request_id=request_id)
+        if self._ingest is not None:
+            self._ingest[org_id] = rules
+        return rules
 
     async def set_trash_retention(
         self, org_id: str, days: int, actor: wire.Actor | None, *, request_id: str

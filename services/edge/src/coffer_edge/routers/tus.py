@@ -573,7 +573,8 @@ async def _write(
 
 async def _admitted(state: EdgeState, upload: TusUpload, appended: TusAppended, rid: str) -> Ingest:
     """Safe ingest (issue 48) at the last byte, before the asset exists: the organization's
-    rules (asked now: the caller may hold only the upload's capability) and, under ``enforce``,
+    rules (asked of auth, not of the caller's principal: the caller may hold only the upload's
+    capability; kept as long as a principal is, AuthClient.ingest) and, under ``enforce``,
     the contentTypes of the upload token it was created with; a type they do not allow ends
     the upload (415; bytes and reservation released, the token given back as a refused
     multipart upload leaves it); under ``block`` the object is held back from downloads until
