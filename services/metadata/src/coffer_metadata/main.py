@@ -28,6 +28,7 @@ from coffer_metadata.retention import RETENTION_BATCH
 from coffer_metadata.scans import router as scans_router
 from coffer_metadata.trash import router as trash_router
 from coffer_metadata.tus import counts as tus_counts
+from coffer_metadata.tus import hot_router as hot_tus_router
 from coffer_metadata.tus import router as tus_router
 from coffer_metadata.webhooks.router import router as webhooks_router
 
@@ -69,6 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     internal = [Depends(require_internal_token)]
     # Lean routes: each checks the internal token itself (coffer_kit.routes).
     app.include_router(hot_assets_router)
+    app.include_router(hot_tus_router)
     app.include_router(folders_router, dependencies=internal)
     app.include_router(assets_router, dependencies=internal)
     app.include_router(events_router, dependencies=internal)

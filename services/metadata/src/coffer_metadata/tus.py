@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 import sqlalchemy as sa
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request, Response
 from sqlmodel import Session
 
 from coffer_kit import pagination
@@ -69,12 +69,15 @@ from coffer_kit.contract.wire import (
     TusPage,
     TusUpload,
 )
-from coffer_kit.db import run_read
+from coffer_kit.db import DatabaseState, run_read
+from coffer_kit.internal_token import require_internal_token
+from coffer_kit.routes import LeanRoute, json_body, json_request_body
+from coffer_kit.state import request_state
 from coffer_metadata import subtree
 from coffer_metadata.assets import repository
 from coffer_metadata.assets import service as assets
 from coffer_metadata.deps import DatabaseDep, SettingsDep
-from coffer_metadata.events import ActorDep
+from coffer_metadata.events import actor_of
 from coffer_metadata.folders.repository import tree_ids
 from coffer_metadata.folders.service import check_folder
 from coffer_metadata.models import TusUpload as TusRow
@@ -91,6 +94,12 @@ _uploads = TusRow.__table__  # type: ignore[attr-defined]
 _intents = UploadIntent.__table__  # type: ignore[attr-defined]
 
 router = APIRouter(prefix="/internal/v1", tags=["tus"])
+# A resumable upload's hot writes (every creation; every PATCH's lock, then its advance or the
+# completion) are lean routes: each reads its request itself, the internal token first, instead
+# of through FastAPI's dependency solver, whose work was most of metadata's CPU for a 4 KiB tus
+# upload (coffer_kit.routes; docs/performance.md). main.py includes it without the internal
+# token dependency, which a lean route would never run.
+hot_router = APIRouter(prefix="/internal/v1", tags=["tus"], route_class=LeanRoute)
 
 
 def _view(row: Any, lock_token: str | None = None, *, active: bool = True) -> TusUpload:
@@ -509,17 +518,21 @@ def counts(session: Session) -> tuple[int, int]:
 # one fsync for the writes that arrive together (a PATCH makes two: lock, then advance).
 
 
-@router.post("/orgs/{org_id}/tus", status_code=201)
-async def create_upload(
-    org_id: str, body: TusCreate, database: DatabaseDep, settings: SettingsDep, root: SubtreeDep
-) -> TusUpload:
-    if root is not None:  # a subtree key's upload (issue 46): into its subtree, its root by default
+@hot_router.post("/orgs/{org_id}/tus", status_code=201, openapi_extra=json_request_body(TusCreate))
+async def create_upload(request: Request, org_id: str) -> Response:
+    await require_internal_token(request)
+    body = await json_body(request, TusCreate)
+    state = request_state(request, DatabaseState)
+    settings, database = state.settings, state.database
+    if (root := subtree.of_request(request)) is not None:
+        # A subtree key's upload (issue 46): into its subtree, its root by default.
         where = functools.partial(subtree.folder_or_root, org_id=org_id, root=root, folder_id=body.folder_id)
         body = body.model_copy(update={"folder_id": await run_read(database.engine, where)})
     limit, idle = settings.metadata_max_uploads_in_flight, settings.metadata_tus_idle_seconds
-    return await database.write(
+    created: TusUpload = await database.write(
         functools.partial(create, org_id=org_id, upload=body, max_in_flight=limit, idle_seconds=idle)
     )
+    return _answer(created, status_code=201)
 
 
 @router.get("/orgs/{org_id}/tus")
@@ -587,11 +600,13 @@ async def _confined(database: Any, upload_id: str, org: str | None, root: str | 
     await run_read(database.engine, check)
 
 
-@router.post("/tus/{upload_id}/lock")
-async def lock_upload(
-    upload_id: str, body: TusLock, database: DatabaseDep, settings: SettingsDep, root: SubtreeDep
-) -> TusUpload:
-    await _confined(database, upload_id, body.organization_id, root)
+@hot_router.post("/tus/{upload_id}/lock", openapi_extra=json_request_body(TusLock))
+async def lock_upload(request: Request, upload_id: str) -> Response:
+    await require_internal_token(request)
+    body = await json_body(request, TusLock)
+    state = request_state(request, DatabaseState)
+    settings, database = state.settings, state.database
+    await _confined(database, upload_id, body.organization_id, subtree.of_request(request))
     take = functools.partial(
         lock,
         upload_id=upload_id,
@@ -599,7 +614,7 @@ async def lock_upload(
         max_in_flight=settings.metadata_max_uploads_in_flight,
         idle_seconds=settings.metadata_tus_idle_seconds,
     )
-    return await database.write(take)
+    return _answer(await database.write(take))
 
 
 @router.post("/tus/{upload_id}/renew")
@@ -614,24 +629,32 @@ async def unlock_upload(upload_id: str, body: TusLease, database: DatabaseDep) -
     return body
 
 
-@router.post("/tus/{upload_id}/advance")
-async def advance_upload(upload_id: str, body: TusAdvance, database: DatabaseDep) -> TusUpload:
-    return await database.write(functools.partial(advance, upload_id=upload_id, step=body))
+@hot_router.post("/tus/{upload_id}/advance", openapi_extra=json_request_body(TusAdvance))
+async def advance_upload(request: Request, upload_id: str) -> Response:
+    await require_internal_token(request)
+    body = await json_body(request, TusAdvance)
+    database = request_state(request, DatabaseState).database
+    return _answer(await database.write(functools.partial(advance, upload_id=upload_id, step=body)))
 
 
-@router.post("/tus/{upload_id}/complete")
-async def complete_upload(
-    upload_id: str, body: TusComplete, database: DatabaseDep, settings: SettingsDep, actor: ActorDep
-) -> TusUpload:
+@hot_router.post("/tus/{upload_id}/complete", openapi_extra=json_request_body(TusComplete))
+async def complete_upload(request: Request, upload_id: str) -> Response:
+    await require_internal_token(request)
+    body = await json_body(request, TusComplete)
+    state = request_state(request, DatabaseState)
     done = functools.partial(
         complete,
         upload_id=upload_id,
         done=body,
-        cdn_url=settings.cdn_url,
-        actor=actor,
-        idle_seconds=settings.metadata_tus_idle_seconds,
+        cdn_url=state.settings.cdn_url,
+        actor=actor_of(request),
+        idle_seconds=state.settings.metadata_tus_idle_seconds,
     )
-    return await database.write(done)
+    return _answer(await state.database.write(done))
+
+
+def _answer(upload: TusUpload, status_code: int = 200) -> Response:
+    return Response(upload.wire(), status_code=status_code, media_type="application/json")
 
 
 @router.post("/tus/{upload_id}/terminate")
