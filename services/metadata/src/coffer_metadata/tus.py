@@ -96,9 +96,9 @@ _intents = UploadIntent.__table__  # type: ignore[attr-defined]
 router = APIRouter(prefix="/internal/v1", tags=["tus"])
 # A resumable upload's hot writes (every creation; every PATCH's lock, then its advance or the
 # completion) are lean routes: each reads its request itself, the internal token first, instead
-# of through FastAPI's dependency solver, whose work was most of metadata's CPU for a 4 KiB tus
-# upload (coffer_kit.routes; docs/performance.md). main.py includes it without the internal
-# token dependency, which a lean route would never run.
+# of through FastAPI's dependency solver, which was about a quarter of metadata's busy CPU under
+# 4 KiB tus uploads (py-spy; coffer_kit.routes). main.py includes it without the internal token
+# dependency, which a lean route would never run.
 hot_router = APIRouter(prefix="/internal/v1", tags=["tus"], route_class=LeanRoute)
 
 
