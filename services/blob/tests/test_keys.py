@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from coffer_blob import keys, signing
+from coffer_blob import signing
+from coffer_kit.contract import keys
 
 ORG, AST = "org_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9", "ast_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9"
 

@@ -29,14 +29,14 @@ from prometheus_client import Counter
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
 
-from coffer_blob import keys, signing
+from coffer_blob import signing
 from coffer_blob.config import Settings
 from coffer_blob.deps import BlobState, blob_state
 from coffer_blob.metrics import DOWNLOAD_BYTES
 from coffer_blob.storage import ObjectInfo, Reader, Storage, read_range
 from coffer_blob.transforms import formats, presets
 from coffer_blob.transforms.pool import CACHE_HITS
-from coffer_kit.contract import transforms
+from coffer_kit.contract import keys, transforms
 from coffer_kit.contract.errors import (
     CofferError,
     forbidden,
@@ -232,7 +232,7 @@ def _stem(key: str) -> str:
 def variant_key(key: str, transform: Transform) -> str:
     """Where a variant of ``key`` is kept: beside it, named by the transform's canonical form.
 
-    The name holds ``%``, which no sanitised filename does (``coffer_blob.keys``): no asset's
+    The name holds ``%``, which no sanitised filename does (``coffer_kit.contract.keys``): no asset's
     key can be a variant's, the CDN never serves one by its own name, and ``delete_prefix``
     of the asset removes it with the original.
     """

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from coffer_blob import keys
 from coffer_blob.deps import blob_state
+from coffer_kit.contract import keys
 from coffer_kit.contract.errors import invalid, not_found
 from coffer_kit.contract.wire import ImageFactsOut
 

@@ -10,10 +10,10 @@ from urllib.parse import urlencode
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from coffer_blob import keys, signing
+from coffer_blob import signing
 from coffer_blob.deps import SettingsDep, StorageDep
 from coffer_blob.transforms import presets
-from coffer_kit.contract import transforms
+from coffer_kit.contract import keys, transforms
 from coffer_kit.contract.errors import invalid, not_found
 from coffer_kit.contract.ids import is_org_id
 from coffer_kit.contract.urls import asset_prefix, public_url

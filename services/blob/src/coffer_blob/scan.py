@@ -22,10 +22,10 @@ from fastapi import APIRouter
 from prometheus_client import Counter, Histogram
 from starlette.concurrency import run_in_threadpool
 
-from coffer_blob import keys
 from coffer_blob.config import Settings
 from coffer_blob.deps import SettingsDep, StorageDep
 from coffer_blob.storage import Reader, Storage
+from coffer_kit.contract import keys
 from coffer_kit.contract.errors import CofferError, invalid, not_found
 from coffer_kit.contract.wire import HeldIn, ScanOutcome
 

@@ -23,10 +23,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from coffer_blob import detect, keys
+from coffer_blob import detect
 from coffer_blob.deps import StorageDep
 from coffer_blob.storage import StorageUnavailable, read_range
 from coffer_blob.storage.base import Resumable
+from coffer_kit.contract import keys
 from coffer_kit.contract.errors import checksum_mismatch, file_too_large, invalid, unavailable
 from coffer_kit.contract.ids import TUS_UPLOAD_ID_PATTERN
 from coffer_kit.contract.limits import MAX_FILE_BYTES
@@ -45,14 +46,13 @@ CHECKSUMS = {"sha1": "sha1", "sha256": "sha256"}
 
 @router.post("/{org_id}/key")
 async def name_key(org_id: str, body: TusTarget) -> TusKey:
-    """The key and media type an upload's file gets, exactly as a multipart upload's would."""
+    """The key and media type an upload's file gets, exactly as a multipart upload's would.
+    edge names them itself now (coffer_kit.contract.keys.named); this answers an edge of the
+    previous release while a rolling upgrade replaces it, and can go in the release after."""
     if not keys.valid_ids(org_id, body.asset_id):
         raise invalid("Not an organization id and asset id.", field="path")
-    filename = keys.sanitize_filename(body.filename)
-    return TusKey(
-        key=keys.object_key(org_id, body.asset_id, body.filename),
-        mime_type=keys.choose_mime_type(body.filetype, filename),
-    )
+    key, mime_type = keys.named(org_id, body.asset_id, body.filename, body.filetype)
+    return TusKey(key=key, mime_type=mime_type)
 
 
 class _Chunk:

@@ -37,11 +37,11 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from coffer_blob import detect, keys
+from coffer_blob import detect
 from coffer_blob.deps import StorageDep
 from coffer_blob.multipart import ParseFailed, PartRouter, Target, parse_boundary
 from coffer_blob.storage import ObjectInfo, Storage, StorageUnavailable, Writer
-from coffer_kit.contract import media
+from coffer_kit.contract import keys, media
 from coffer_kit.contract.errors import CofferError, file_too_large, invalid, unsupported_media_type
 from coffer_kit.contract.limits import MAX_FILE_BYTES
 from coffer_kit.contract.resources import VISIBILITIES, Visibility

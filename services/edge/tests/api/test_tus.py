@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 from tusclient import client as tus
 
 from coffer_harness.api import Tenant, used_bytes
@@ -97,6 +98,36 @@ def test_tuspy_uploads_in_odd_chunks_stops_and_a_new_client_resumes(stack: Any, 
 
 def _stream(data: bytes) -> io.BytesIO:
     return io.BytesIO(data)
+
+
+@pytest.mark.parametrize(
+    ("name", "declared"),
+    [
+        ("ré%sumé?#1.tar.gz", None),  # unsafe characters; the type guessed from a compressed name
+        ("Photo.JPG", "image/jpeg; charset=x"),  # parameters dropped
+        ("notes", "application/octet-stream"),  # octet-stream counts as absent: nothing to guess
+        ("page.html", "Not A Type"),  # a malformed declared type counts as absent
+        ("é" * 200 + ".txt", None),  # 204 characters, 404 bytes: capped at 255, the extension kept
+    ],
+)
+def test_a_resumable_file_is_named_and_typed_as_a_multipart_one(
+    tenant: Tenant, name: str, declared: str | None
+) -> None:
+    """edge names a resumable upload's key and type at its creation by the rules blob names a
+    multipart upload's by (coffer_kit.contract.keys): the same file gets the same both ways."""
+    api = tenant.api
+    part = api.post("/api/assets", files={"file": (name, b"x", declared or "application/octet-stream")})
+    assert part.status_code == 201, part.text
+    pairs = {"filename": name} | ({"filetype": declared} if declared else {})
+    created = create(api, 1, meta(**pairs))
+    assert created.status_code == 201, created.text
+    done = patch(api, created.headers["location"], b"x", 0)
+    assert done.status_code == 204, done.text
+    resumable = api.get(f"/api/assets/{done.headers['coffer-asset-id']}").json()
+    for asset in (part.json(), resumable):
+        assert asset["key"].startswith(f"{asset['organizationId']}/{asset['id']}/")
+    assert resumable["key"].rsplit("/", 1)[1] == part.json()["key"].rsplit("/", 1)[1]
+    assert resumable["mimeType"] == part.json()["mimeType"]
 
 
 def test_options_answers_what_the_server_speaks(anon: httpx.Client) -> None:

@@ -3,7 +3,7 @@
 Drivers are synchronous (the filesystem and boto3 both are); blob calls them from a
 threadpool, except ``read_small`` up to the driver's ``inline_read_bytes``, which the CDN
 calls on the event loop. Keys are ``/``-separated paths that blob has already validated
-(``{org}/{asset}/{filename}``, see ``coffer_blob.keys``); a prefix is a key's leading
+(``{org}/{asset}/{filename}``, see ``coffer_kit.contract.keys``); a prefix is a key's leading
 segments ending in ``/``.
 """
 

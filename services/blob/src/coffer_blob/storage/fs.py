@@ -17,7 +17,7 @@ Everything stored for an asset is named ``<asset>.…`` or ``<asset>%…`` in it
 ids are letters, digits and ``_``), which is how ``delete_prefix`` finds it without looking
 beyond one bucket.
 
-``%`` never survives filename sanitising (``coffer_blob.keys``) and no key segment may start
+``%`` never survives filename sanitising (``coffer_kit.contract.keys``) and no key segment may start
 with it, so no key can name a bucket, a sidecar or a temp file.
 
 Publishing: the bytes go to a temp file in the bucket, fdatasynced every ``SYNC_EVERY``

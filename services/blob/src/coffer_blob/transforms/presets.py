@@ -21,7 +21,7 @@ and the first write of such an organization moves its presets into objects of th
 deletes it.
 
 The keys' last segments have a ``%``, so no asset key can ever name them and the CDN never
-serves them (``coffer_blob.keys``), while both drivers accept them (their reserved names start
+serves them (``coffer_kit.contract.keys``), while both drivers accept them (their reserved names start
 with ``%``).
 """
 

@@ -20,8 +20,6 @@ from coffer_kit.contract.wire import (
     TransformFields,
     TransformPresets,
     TusAppended,
-    TusKey,
-    TusTarget,
     VisibilityIn,
     VisibilityOut,
 )
@@ -68,19 +66,6 @@ class BlobClient(ServiceClient):
             ],
             content=body,
             headers=headers,
-            request_id=request_id,
-        )
-
-    async def tus_key(
-        self, org_id: str, asset_id: str, filename: str, filetype: str | None, *, request_id: str
-    ) -> TusKey:
-        """The key and media type a resumable upload's file gets (as a multipart upload's)."""
-        target = TusTarget(asset_id=asset_id, filename=filename, filetype=filetype)
-        return await self.call(
-            TusKey,
-            "POST",
-            f"/internal/v1/tus/{org_id}/key",
-            json=target.model_dump(by_alias=True),
             request_id=request_id,
         )
 

@@ -57,7 +57,7 @@ from coffer_edge.metrics import UPLOAD_BYTES, UPLOADS
 from coffer_edge.routers.assets import media_type_allowed
 from coffer_edge.routers.uploads import TOKEN_PREFIX, UPLOADS_PATH, token_hash
 from coffer_edge.schemas import ErrorEnvelope, OpenUploadList, PageLimit, PageOffset, Success, errors
-from coffer_kit.contract import describe, expiry, media
+from coffer_kit.contract import describe, expiry, keys, media
 from coffer_kit.contract.errors import (
     CofferError,
     file_too_large,
@@ -758,11 +758,9 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
         caller = await _caller(request, None)
         assert caller.organization_id is not None
         org = caller.organization_id
-        named = await state.blob.tus_key(org, asset_id, meta.filename, meta.filetype, request_id=rid)
+        key, mime_type = keys.named(org, asset_id, meta.filename, meta.filetype)
         visibility = meta.visibility or caller.default_visibility
-        return _Target(
-            org, caller.quota_bytes, meta.filename, meta.folder_id, visibility, named.mime_type, named.key
-        )
+        return _Target(org, caller.quota_bytes, meta.filename, meta.folder_id, visibility, mime_type, key)
     if not token.startswith(TOKEN_PREFIX):
         raise unauthorized("Missing or malformed upload token: send ?token=cof_upl_….")
     grant = await state.upload_tokens.grant(token_hash(token), request_id=rid)
@@ -771,10 +769,10 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
     act_as(request, "token", grant.token_id)
     if length > grant.max_bytes:
         raise file_too_large(grant.max_bytes)
-    named = await state.blob.tus_key(org, asset_id, meta.filename, meta.filetype, request_id=rid)
+    key, mime_type = keys.named(org, asset_id, meta.filename, meta.filetype)
     allowed = grant.content_types
-    if allowed is not None and not media_type_allowed(named.mime_type, tuple(allowed)):
-        raise unsupported_media_type(f"This upload accepts {', '.join(allowed)}, not {named.mime_type}.")
+    if allowed is not None and not media_type_allowed(mime_type, tuple(allowed)):
+        raise unsupported_media_type(f"This upload accepts {', '.join(allowed)}, not {mime_type}.")
     upload_metadata = _with_token_asset(meta.raw, grant.asset)
     await state.upload_tokens.claim(grant.token_id, asset_id, request_id=rid)
     return _Target(
@@ -783,8 +781,8 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
         grant.name or meta.filename,
         grant.folder_id,
         grant.visibility or grant.default_visibility,
-        named.mime_type,
-        named.key,
+        mime_type,
+        key,
         token_id=grant.token_id,
         capability=new_capability(),
         minter_key_id=grant.key_id,

@@ -17,6 +17,7 @@ driver's own files (metadata sidecars, temp files): no key can ever address them
 
 from __future__ import annotations
 
+import functools
 import mimetypes
 import re
 import unicodedata
@@ -34,8 +35,14 @@ _UNSAFE = re.compile(r"[/\\?#%\x00-\x1f\x7f-\x9f]")
 # RFC 9110 token characters, for type and subtype.
 _MEDIA_TYPE = re.compile(r"^[!#$%&'*+.^_`|~0-9a-z-]{1,63}/[!#$%&'*+.^_`|~0-9a-z-]{1,127}$")
 
-# mimetypes' built-in table only, so a guess is the same on every machine (no /etc/mime.types).
-_TYPES = mimetypes.MimeTypes()
+
+@functools.cache
+def _types() -> mimetypes.MimeTypes:
+    """mimetypes' built-in table only, so a guess is the same on every machine (no
+    /etc/mime.types); built at the first guess (0.35 MiB a process that names no file lacks)."""
+    return mimetypes.MimeTypes()
+
+
 # A guessed "encoding" means a compressed file: name the compressed format, not what is inside.
 _COMPRESSED = {
     "gzip": "application/gzip",
@@ -96,10 +103,16 @@ def choose_mime_type(declared: str | None, filename: str) -> str:
     declared_type = media_type(declared)
     if declared_type and declared_type != OCTET_STREAM:
         return declared_type
-    guessed, encoding = _TYPES.guess_type(filename, strict=False)
+    guessed, encoding = _types().guess_type(filename, strict=False)
     if encoding:
         return _COMPRESSED.get(encoding, OCTET_STREAM)
     return guessed or OCTET_STREAM
+
+
+def named(org_id: str, asset_id: str, filename: str | None, declared: str | None) -> tuple[str, str]:
+    """The key and media type an upload's file gets: a multipart upload's in blob, a resumable
+    upload's at its creation in edge, by these same rules."""
+    return object_key(org_id, asset_id, filename), choose_mime_type(declared, sanitize_filename(filename))
 
 
 _ACTIVE_TYPES = {
