@@ -21,7 +21,7 @@ GIF = (  # a 1x1 GIF
 )
 HTML = b"<!DOCTYPE html><html><body><script>document.title = 'ran'</script></body></html>\n"
 JPEG_ONLY = ["image/jpeg"]
-SETTLE_SECONDS = 5.0  # edge caches the principal (1 s here, at most 5 s)
+SETTLE_SECONDS = 5.0  # edge caches the principal and the rules (0.25 s here, at most 5 s)
 AUTH_CACHE_SECONDS = 0.25  # edge_auth_cache_seconds of these tests' stack (conftest.py)
 
 
