@@ -110,6 +110,17 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _open_data(place: _Place, key: str, doing: str) -> int | None:
+    """The object's data file opened for reading; None if there is no such object (the error
+    says what could not be done: ``doing`` the key)."""
+    try:
+        return os.open(place.data, os.O_RDONLY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise StorageUnavailable(f"cannot {doing} {key}: {exc}") from exc
+
+
 class _DirSync:
     """Group fsync of one directory: renames made before an fsync starts are durable when it
     ends, so every commit that arrived while one ran waits for the next, and one runs for all.
@@ -328,12 +339,8 @@ class FsStorage:
 
     def read_small(self, key: str, limit: int) -> tuple[ObjectInfo, bytes | None] | None:
         place = self._place(key)
-        try:
-            fd = os.open(place.data, os.O_RDONLY | os.O_CLOEXEC)
-        except (FileNotFoundError, NotADirectoryError):
+        if (fd := _open_data(place, key, "read")) is None:
             return None
-        except OSError as exc:
-            raise StorageUnavailable(f"cannot read {key}: {exc}") from exc
         try:
             # One open for the size and the bytes: a delete in between cannot split them.
             st = os.fstat(fd)
@@ -511,12 +518,8 @@ class FsStorage:
         replace, across processes): each reads the sidecar the last one wrote, so two at once
         (a scan's release as the object goes to the trash) cannot undo each other."""
         place = self._place(key)
-        try:
-            data = os.open(place.data, os.O_RDONLY | os.O_CLOEXEC)
-        except (FileNotFoundError, NotADirectoryError):
+        if (data := _open_data(place, key, "change the flags of")) is None:
             return False
-        except OSError as exc:
-            raise StorageUnavailable(f"cannot change the flags of {key}: {exc}") from exc
         try:
             fcntl.flock(data, fcntl.LOCK_EX)
             return self._set_flag_locked(key, place, flag, on)
