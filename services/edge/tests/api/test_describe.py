@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from coffer_harness.api import Tenant, used_bytes
+from coffer_harness.inprocess import answered
 from coffer_testkit.testing import assert_error
 
 META = {"product": "sku-9", "n": 3, "hero": True}
@@ -160,12 +161,8 @@ def test_only_an_image_wakes_the_facts_relay(tenant: Tenant) -> None:
     looks once a second (edge_facts_interval_seconds), never once per upload."""
     import time
 
-    from prometheus_client import REGISTRY
-
-    labels = {"service": "metadata", "route": "/internal/v1/facts/claim", "method": "POST", "status": "200"}
-
     def claims() -> float:
-        return REGISTRY.get_sample_value("coffer_http_requests_total", labels) or 0.0
+        return answered("metadata", "POST", "/internal/v1/facts/claim")
 
     before, started = claims(), time.monotonic()
     for n in range(15):

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from coffer_harness.inprocess import answered
 from coffer_testkit.testing import assert_error
 
 from .test_tus import create, meta, patch
@@ -145,13 +146,9 @@ def test_resumable_completions_share_the_rules_for_the_cache_bound(admin, tenant
     """edge keeps an organization's rules as long as a principal (0.25 s here, 5 s by default):
     a burst of resumable uploads asks auth once per interval, not once per upload, and a change
     reaches the completions within the bound."""
-    from prometheus_client import REGISTRY
-
-    route = "/internal/v1/orgs/{org_id}/ingest"
-    asked = {"service": "auth", "route": route, "method": "GET", "status": "200"}
 
     def asks() -> float:
-        return REGISTRY.get_sample_value("coffer_http_requests_total", asked) or 0.0
+        return answered("auth", "GET", "/internal/v1/orgs/{org_id}/ingest")
 
     def resumable(name: str, data: bytes) -> httpx.Response:
         created = create(tenant.api, len(data), meta(filename=name, filetype="image/png"))

@@ -93,6 +93,15 @@ class InProcessStack:
 _LAYOUTS: dict[str, list[str]] = {}
 
 
+def answered(service: str, method: str, route: str, status: int = 200) -> float:
+    """How many ``method route`` requests ``service`` has answered with ``status`` in this
+    process (``coffer_http_requests_total``: the in-process services share its registry)."""
+    from prometheus_client import REGISTRY
+
+    labels = {"service": service, "route": route, "method": method, "status": str(status)}
+    return REGISTRY.get_sample_value("coffer_http_requests_total", labels) or 0.0
+
+
 def _layout(engine: Engine) -> list[str]:
     key = engine.url.render_as_string(hide_password=False)
     if key not in _LAYOUTS:
