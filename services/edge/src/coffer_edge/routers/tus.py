@@ -280,6 +280,9 @@ class Metadata:
     folder_id: str | None
     visibility: Visibility | None
     raw: str
+    # Issue 47: the client's asset expiry, checked where it counts (``_target``): an upload
+    # token that fixes the expiry replaces it unread, as the form's.
+    expires_at: str | None = None
 
 
 def _metadata(value: str | None) -> Metadata:
@@ -305,13 +308,12 @@ def _metadata(value: str | None) -> Metadata:
     visibility = pairs.get("visibility") or None
     if visibility not in (None, "public", "private"):
         raise invalid("visibility is 'public' or 'private'.", field="visibility")
-    if pairs.get("expiresAt"):  # issue 47: checked now, read again by metadata at completion
-        expiry.parse_expires_at(pairs["expiresAt"])
     filetype = pairs.get("filetype") or None
     if filetype is not None and (len(filetype) > 255 or not filetype.isprintable()):
         raise invalid("filetype must be a media type.", field="filetype")
     describe.tus_description(value)  # metadata and tags: bounded now, before any byte (issue 50)
-    return Metadata(filename, filetype, pairs.get("folderId") or None, visibility, value.strip())  # type: ignore[arg-type]
+    folder_id, expires_at = pairs.get("folderId") or None, pairs.get(expiry.FIELD) or None
+    return Metadata(filename, filetype, folder_id, visibility, value.strip(), expires_at)  # type: ignore[arg-type]
 
 
 def _http_date(moment: datetime) -> str:
@@ -758,6 +760,7 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
         caller = await _caller(request, None)
         assert caller.organization_id is not None
         org = caller.organization_id
+        _check_expiry(meta)
         key, mime_type = keys.named(org, asset_id, meta.filename, meta.filetype)
         visibility = meta.visibility or caller.default_visibility
         return _Target(org, caller.quota_bytes, meta.filename, meta.folder_id, visibility, mime_type, key)
@@ -773,6 +776,8 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
     allowed = grant.content_types
     if allowed is not None and not media_type_allowed(mime_type, tuple(allowed)):
         raise unsupported_media_type(f"This upload accepts {', '.join(allowed)}, not {mime_type}.")
+    if grant.asset is None or grant.asset.expires_at is None:
+        _check_expiry(meta)
     upload_metadata = _with_token_asset(meta.raw, grant.asset)
     await state.upload_tokens.claim(grant.token_id, asset_id, request_id=rid)
     return _Target(
@@ -789,6 +794,13 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
         minter_user_id=grant.user_id,
         upload_metadata=upload_metadata,
     )
+
+
+def _check_expiry(meta: Metadata) -> None:
+    """Issue 47: the client's ``expiresAt``, checked at creation (metadata reads it again at
+    completion)."""
+    if meta.expires_at is not None:
+        expiry.parse_expires_at(meta.expires_at)
 
 
 def _with_token_asset(raw: str, asset: TokenAsset | None) -> str:
