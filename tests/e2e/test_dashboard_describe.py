@@ -103,6 +103,16 @@ def test_tags_and_metadata_on_the_asset_page_and_the_tag_filter(dashboard: Any, 
     page.fill("#tag-filter", "winter")
     page.click("#tag-filter-form button[type=submit]")
     assert "No file has the tag “winter”." in page.inner_text("#listing")
+    # Several tags: the files with every one.
+    page.fill("#tag-filter", "cover summer")
+    page.click("#tag-filter-form button[type=submit]")
+    page.wait_for_url(re.compile(r".*/files\?tag=cover\+summer$"))
+    assert page.inner_text("h1") == "Tagged: cover, summer"
+    assert page.locator("#assets tbody tr").count() == 1
+    page.screenshot(path=str(out / "files-tagged-several.png"), full_page=True)
+    page.fill("#tag-filter", "summer, winter")
+    page.click("#tag-filter-form button[type=submit]")
+    assert "No file has the tags “summer, winter”." in page.inner_text("#listing")
     page.click("#clear-tag")
     page.wait_for_url(re.compile(r".*/files$"))
 

@@ -625,6 +625,7 @@ def test_metadata_and_tags_are_edited_on_the_asset_page(browser: Browser, stack:
 
 
 def test_the_tag_filter_lists_matching_assets_of_every_folder_with_their_paths(browser: Browser) -> None:
+    """``tag=`` (issue 50): the organization's assets with every tag given, with their paths."""
     outer = folder_of(browser.post(f"{browser.files}/folders", {"name": "Trips"}))
     inner = folder_of(browser.post(f"{browser.files}/folders", {"name": "Alps", "parent": outer}))
     root_one = browser.upload_xhr(b"1", "root.jpg").json()["asset"]
@@ -654,8 +655,18 @@ def test_the_tag_filter_lists_matching_assets_of_every_folder_with_their_paths(b
     assert re.findall(r'<tr id="asset-(ast_\w+)"', both) == [deep["id"]]
     none = browser.http.get(browser.files, params={"tag": "autumn"}).text
     assert "No file has the tag “autumn”." in none
-    bad = browser.http.get(browser.files, params={"tag": "two words"})
+    bad = browser.http.get(browser.files, params={"tag": "two+words"})
     assert bad.status_code == 400 and "A tag is 1-64 characters" in bad.text
+    # Several tags, by commas or spaces: the files with every one of them (GET /api/assets's
+    # tagMatch=all), at most as many as it takes.
+    for several in ("summer, cover", "summer cover,summer"):
+        page = browser.http.get(browser.files, params={"tag": several}).text
+        assert "Tagged: summer, cover" in page
+        assert re.findall(r'<tr id="asset-(ast_\w+)"', page) == [root_one["id"]]
+    none = browser.http.get(browser.files, params={"tag": "summer,winter"}).text
+    assert "No file has the tags “summer, winter”." in none
+    many = browser.http.get(browser.files, params={"tag": ",".join(f"t{n}" for n in range(11))})
+    assert many.status_code == 400 and "Filter by at most 10 tags." in many.text
     # The unfiltered root lists its own files only, each with its tags.
     plain = browser.http.get(browser.files).text
     assert re.findall(r'<tr id="asset-(ast_\w+)"', plain) == [root_one["id"]]

@@ -264,14 +264,15 @@ async def _files_page(
     rid = _rid(visit)
     params: dict[str, Any] = {"limit": PAGE_SIZE, "offset": (page - 1) * PAGE_SIZE}
     if tag:
-        # The whole organization, each asset with its folder path: GET /api/assets?tag=&recursive=true.
+        # The whole organization, each asset with its folder path and every tag given:
+        # GET /api/assets?tag=…&tag=…&tagMatch=all&recursive=true.
         try:
-            describe.check_tag(tag, 0)
+            tags = _filter_tags(tag)
         except CofferError as exc:
             status, error, tag = 400, exc.message, ""
         else:
-            folder_id = None
-            params.update({"tag": [tag], "tagMatch": "all", "recursive": "true"})
+            folder_id, tag = None, ", ".join(tags)
+            params.update({"tag": tags, "tagMatch": "all", "recursive": "true"})
     if meta:
         # ``key=value``: GET /api/assets?meta[key]=value&recursive=true, the whole organization.
         key, sep, value = meta.partition("=")
@@ -318,6 +319,7 @@ async def _files_page(
         pages=pages,
         q=q,
         tag=tag,
+        tag_filter_chars=TAG_FILTER_CHARS,
         meta=meta,
         used=stored.used_bytes,
         asset_count=stored.asset_count,
@@ -336,6 +338,20 @@ async def _files_page(
         placeholders=placeholders,
         thumb_side=THUMB_SIDE,
     )
+
+
+# The tag filter's field: ten tags and their separators. What is longer is refused as too many
+# tags or a bad one.
+TAG_FILTER_CHARS = describe.MAX_TAG_FILTERS * (describe.MAX_TAG_CHARS + 2)
+
+
+def _filter_tags(text: str) -> list[str]:
+    """The tag filter's tags, separated by commas or spaces (a tag has neither), each checked as
+    a tag and at most as many as ``GET /api/assets`` takes; repeats are dropped."""
+    tags = list(dict.fromkeys(text.replace(",", " ").split()))
+    if len(tags) > describe.MAX_TAG_FILTERS:
+        raise invalid(f"Filter by at most {describe.MAX_TAG_FILTERS} tags.", field="tag")
+    return [describe.check_tag(t, i) for i, t in enumerate(tags)]
 
 
 async def _thumbnails(visit: Visit, assets: list[Asset]) -> dict[str, str]:
@@ -372,7 +388,7 @@ async def files(
     done: str = "",
 ) -> Response:
     q = q.strip()[:255]
-    tag = tag.strip()[:256]  # what is longer than a tag is refused as one (describe.check_tag)
+    tag = tag.strip()[:TAG_FILTER_CHARS]
     notice = {
         "folder-deleted": "The folder was deleted; the files that were in it are now at the root.",
         "asset-deleted": "The file was deleted. Its URLs answer 404 from now on.",
