@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -13,6 +14,7 @@ import pytest
 
 from coffer_blob.config import Settings
 from coffer_blob.storage import StorageUnavailable
+from coffer_blob.storage import s3 as s3_module
 from coffer_blob.storage.base import READ_CHUNK
 from coffer_blob.storage.s3 import PART_SIZE, S3Storage
 from coffer_testkit.pytest_plugin import S3Server
@@ -280,3 +282,50 @@ def test_filenames_lists_the_committed_objects_of_one_asset(
     assert storage.filenames("org_1/ast_1/", 10) == ["a.txt", "b.txt"]
     assert S3Storage(storage.client, bucket, page_size=1).filenames("org_1/ast_1/", 1) == ["a.txt"]
     assert storage.filenames("org_9/ast_9/", 10) == []
+
+
+def test_two_flag_changes_at_once_both_land(
+    storage: S3Storage, s3_server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An object goes to the trash as its scan passes: the trash's change reads the object's
+    metadata, and the scan's comes before it copies. A metadata copy keeps the ETag, so only the
+    flags lock makes the scan's change wait for the trash's turn; then neither undoes the other,
+    and no lock is left behind."""
+    put(storage, KEY, b"bytes")
+    assert storage.set_held(KEY, True)  # held for its scan, which is about to pass
+    call = storage._call
+    trash_has_read, scan_done = threading.Event(), threading.Event()
+
+    def read_then_wait(what: str, method: str, **kwargs: Any) -> Any:
+        answer = call(what, method, **kwargs)
+        if method == "head_object" and threading.current_thread().name == "trash":
+            trash_has_read.set()
+            scan_done.wait(timeout=0.5)  # unlocked, the scan's change would land here
+        return answer
+
+    monkeypatch.setattr(storage, "_call", read_then_wait)
+    trash = threading.Thread(target=storage.set_held, args=(KEY, True, "trash"), name="trash")
+    trash.start()
+    assert trash_has_read.wait(timeout=10)
+    assert storage.set_held(KEY, False)  # the scan passes
+    scan_done.set()
+    trash.join(timeout=10)
+    info = storage.stat(KEY)
+    assert info is not None and (info.trashed, info.held) == (True, False)
+    assert leftovers(s3_server, bucket) == ([KEY], [])
+
+
+def test_a_flags_lock_held_too_long_is_503_and_a_stale_one_is_taken_over(
+    storage: S3Storage, s3_server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    put(storage, KEY, b"bytes")
+    with storage._flags_locked(KEY):  # another request's change, in progress
+        monkeypatch.setattr(s3_module, "FLAGS_LOCK_WAIT", 0.2)
+        with pytest.raises(StorageUnavailable, match="Another request is changing the flags"):
+            storage.set_private(KEY, True)
+        # A change that died holding the lock: taken over once it is older than the bound.
+        monkeypatch.setattr(s3_module, "FLAGS_LOCK_STALE", -1.0)
+        assert storage.set_private(KEY, True)
+    info = storage.stat(KEY)
+    assert info is not None and info.private
+    assert leftovers(s3_server, bucket) == ([KEY], [])

@@ -12,7 +12,12 @@ Writes mirror the filesystem driver's temp-then-publish:
 A private object (CONTRACT §12) carries ``x-amz-meta-visibility: private``; changing the
 visibility copies the object onto itself with the new metadata (``CopyObject``,
 ``MetadataDirective=REPLACE``: atomic, and S3 reads are strongly consistent), conditional
-on the ETag it read, so a concurrent rewrite is never undone.
+on the ETag it read, so a concurrent rewrite is never undone. The scan's hold and the trash
+are flags alike. A copy of metadata keeps the ETag, so the condition cannot tell two flag
+changes apart: each takes a lock object first (``<asset prefix>/%flags.<hash of the name>``,
+created only if absent, ``If-None-Match: *``), so changes of one object's flags, from any
+blob process, take turns and none undoes another's (a store that ignores the condition runs
+them as before, unlocked).
 
 So the real key only ever holds a complete object with its metadata, and a failure at any
 step aborts the multipart upload and deletes the temp object: no object, no dangling
@@ -26,9 +31,11 @@ Credentials come from boto3's default chain (``AWS_ACCESS_KEY_ID`` /
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -55,6 +62,13 @@ SCAN, HELD = "scan", "held"
 # Issue 47: an object in the trash, likewise held back: x-amz-meta-trash: trashed.
 TRASH, TRASHED = "trash", "trashed"
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchUpload"}
+# A flag change's lock (see the module docstring): a change waits this long for another's turn
+# before it gives up (StorageUnavailable: 503, to be tried again); a lock older than
+# FLAGS_LOCK_STALE (by the store's clock) was left by a change that died holding it, and is
+# taken over. A change holds it for one HeadObject and one CopyObject.
+FLAGS_LOCK_WAIT = 10.0
+FLAGS_LOCK_STALE = 60.0
+_TAKEN = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 # One boto3 session per process: it caches the service model, so each client is cheap to make.
 _SESSION: boto3.session.Session | None = None
 _SESSION_LOCK = threading.Lock()
@@ -151,8 +165,49 @@ class S3Storage:
 
     def _set_flag(self, key: str, name: str, value: str, on: bool) -> bool:
         """Set or clear the user metadata ``name: value`` by copying the object onto itself,
-        conditional on its ETag."""
+        conditional on its ETag, under the object's flags lock."""
         _check_key(key)
+        with self._flags_locked(key):
+            return self._copy_with_flag(key, name, value, on)
+
+    @contextlib.contextmanager
+    def _flags_locked(self, key: str) -> Iterator[None]:
+        prefix, slash, filename = key.rpartition("/")
+        lock = f"{prefix}{slash}{_RESERVED}flags.{hashlib.sha256(filename.encode()).hexdigest()[:32]}"
+        deadline, pause = time.monotonic() + FLAGS_LOCK_WAIT, 0.005
+        while not self._create_if_absent(key, lock):
+            if time.monotonic() > deadline:
+                raise StorageUnavailable(f"Another request is changing the flags of {key}; try again.")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(ClientError, BotoCoreError):
+                self.client.delete_object(Bucket=self.bucket, Key=lock)
+
+    def _create_if_absent(self, key: str, lock: str) -> bool:
+        """Create ``lock`` unless it exists (then False, after taking over a stale one)."""
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=lock, Body=b"", IfNoneMatch="*")
+            return True
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code"))
+            if code == "NotImplemented":  # a store without conditional writes: unlocked, as before
+                log.warning("the store has no conditional PutObject: flag changes of %s are unlocked", key)
+                return True
+            if code not in _TAKEN:
+                raise StorageUnavailable(f"S3 put_object for the flags lock of {key} failed: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StorageUnavailable(f"S3 put_object for the flags lock of {key} failed: {exc}") from exc
+        with contextlib.suppress(ClientError, BotoCoreError):
+            head = self.client.head_object(Bucket=self.bucket, Key=lock)
+            if (_answered_at(head) - head["LastModified"]).total_seconds() > FLAGS_LOCK_STALE:
+                log.warning("taking over the flags lock of %s, left %s", key, head["LastModified"])
+                self.client.delete_object(Bucket=self.bucket, Key=lock)
+        return False
+
+    def _copy_with_flag(self, key: str, name: str, value: str, on: bool) -> bool:
         try:
             head = self._call(key, "head_object", Key=key)
         except ClientError:
