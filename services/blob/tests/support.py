@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Iterable
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +95,29 @@ def object_path(blob_dir: Path, key: str) -> Path:
     org_id, asset_id, filename = key.split("/")
     digest = hashlib.sha256(filename.encode()).hexdigest()[:32]
     return bucket_dir(blob_dir, org_id, asset_id) / f"{asset_id}.{digest}"
+
+
+def trash_as_the_scan_passes(
+    storage: Any, key: str, hold_after_read: Callable[[Callable[[], None]], None]
+) -> None:
+    """An object goes to the trash as its scan passes: the trash's change has read the
+    object's flags, and the scan's comes before it writes them. ``hold_after_read`` installs
+    the given pause where a driver's change has read them (it waits only in the trash's
+    thread). Then both changes must have landed: trashed, no longer held for the scan."""
+    assert storage.set_held(key, True)  # held for its scan, which is about to pass
+    trash_has_read, scan_done = threading.Event(), threading.Event()
+
+    def pause() -> None:
+        if threading.current_thread().name == "trash":
+            trash_has_read.set()
+            scan_done.wait(timeout=0.5)  # unlocked, the scan's change would land here
+
+    hold_after_read(pause)
+    trash = threading.Thread(target=storage.set_held, args=(key, True, "trash"), name="trash")
+    trash.start()
+    assert trash_has_read.wait(timeout=10)
+    assert storage.set_held(key, False)  # the scan passes
+    scan_done.set()
+    trash.join(timeout=10)
+    info = storage.stat(key)
+    assert info is not None and (info.trashed, info.held) == (True, False)

@@ -8,6 +8,7 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from coffer_blob.storage.base import READ_CHUNK
 from coffer_blob.storage.fs import FsStorage
 from coffer_kit.contract.ids import TUS_UPLOAD, new_id
 
-from .support import files_under, object_path
+from .support import files_under, object_path, trash_as_the_scan_passes
 
 KEY = "org_1/ast_1/photo.jpg"
 
@@ -494,27 +495,18 @@ def test_filenames_lists_the_committed_objects_of_one_asset(storage: FsStorage) 
 
 
 def test_two_flag_changes_at_once_both_land(storage: FsStorage, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An object goes to the trash as its scan passes: the trash's change reads the sidecar,
-    and the scan's comes before it writes. Each waits for the other's turn (a lock on the data
-    file, across processes), so neither undoes the other."""
+    """The trash's change reads the sidecar, and the scan's comes before it writes. Each waits
+    for the other's turn (a lock on the data file, across processes), so neither undoes the
+    other."""
     put(storage)
-    assert storage.set_held(KEY, True)  # held for its scan, which is about to pass
     read = fs_module._read_sidecar
-    trash_has_read, scan_done = threading.Event(), threading.Event()
 
-    def read_then_wait(path: Any) -> Any:
-        meta = read(path)
-        if threading.current_thread().name == "trash":
-            trash_has_read.set()
-            scan_done.wait(timeout=0.3)  # unlocked, the scan's change would land here
-        return meta
+    def hold_after_read(pause: Callable[[], None]) -> None:
+        def read_then_pause(path: Any) -> Any:
+            meta = read(path)
+            pause()
+            return meta
 
-    monkeypatch.setattr(fs_module, "_read_sidecar", read_then_wait)
-    trash = threading.Thread(target=storage.set_held, args=(KEY, True, "trash"), name="trash")
-    trash.start()
-    assert trash_has_read.wait(timeout=10)
-    assert storage.set_held(KEY, False)  # the scan passes
-    scan_done.set()
-    trash.join(timeout=10)
-    info = storage.stat(KEY)
-    assert info is not None and (info.trashed, info.held) == (True, False)
+        monkeypatch.setattr(fs_module, "_read_sidecar", read_then_pause)
+
+    trash_as_the_scan_passes(storage, KEY, hold_after_read)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -19,6 +18,8 @@ from coffer_blob.storage.base import READ_CHUNK
 from coffer_blob.storage.s3 import PART_SIZE, S3Storage
 from coffer_testkit.pytest_plugin import S3Server
 from coffer_testkit.testing import pattern_chunks, rss_bytes
+
+from .support import trash_as_the_scan_passes
 
 KEY = "org_1/ast_1/photo.jpg"
 
@@ -287,31 +288,22 @@ def test_filenames_lists_the_committed_objects_of_one_asset(
 def test_two_flag_changes_at_once_both_land(
     storage: S3Storage, s3_server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An object goes to the trash as its scan passes: the trash's change reads the object's
-    metadata, and the scan's comes before it copies. A metadata copy keeps the ETag, so only the
-    flags lock makes the scan's change wait for the trash's turn; then neither undoes the other,
-    and no lock is left behind."""
+    """The trash's change reads the object's metadata, and the scan's comes before it copies.
+    A metadata copy keeps the ETag, so only the flags lock makes the scan's change wait for the
+    trash's turn; then neither undoes the other, and no lock is left behind."""
     put(storage, KEY, b"bytes")
-    assert storage.set_held(KEY, True)  # held for its scan, which is about to pass
     call = storage._call
-    trash_has_read, scan_done = threading.Event(), threading.Event()
 
-    def read_then_wait(what: str, method: str, **kwargs: Any) -> Any:
-        answer = call(what, method, **kwargs)
-        if method == "head_object" and threading.current_thread().name == "trash":
-            trash_has_read.set()
-            scan_done.wait(timeout=0.5)  # unlocked, the scan's change would land here
-        return answer
+    def hold_after_read(pause: Callable[[], None]) -> None:
+        def call_then_pause(what: str, method: str, **kwargs: Any) -> Any:
+            answer = call(what, method, **kwargs)
+            if method == "head_object":
+                pause()
+            return answer
 
-    monkeypatch.setattr(storage, "_call", read_then_wait)
-    trash = threading.Thread(target=storage.set_held, args=(KEY, True, "trash"), name="trash")
-    trash.start()
-    assert trash_has_read.wait(timeout=10)
-    assert storage.set_held(KEY, False)  # the scan passes
-    scan_done.set()
-    trash.join(timeout=10)
-    info = storage.stat(KEY)
-    assert info is not None and (info.trashed, info.held) == (True, False)
+        monkeypatch.setattr(storage, "_call", call_then_pause)
+
+    trash_as_the_scan_passes(storage, KEY, hold_after_read)
     assert leftovers(s3_server, bucket) == ([KEY], [])
 
 
