@@ -19,14 +19,13 @@ import httpx
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 
-from coffer_testkit.webhooks import Receiver, webhook_receiver
+from coffer_testkit.webhooks import LOOPBACK_ENV, Receiver, webhook_receiver
 
 pytestmark = pytest.mark.e2e
 
 WEBHOOK_ENV = {
     "COFFER_DASHBOARD_IP_LIMIT": "10000/minute",
-    "COFFER_METADATA_WEBHOOK_ALLOW_HTTP": "true",
-    "COFFER_METADATA_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
+    **LOOPBACK_ENV,
 }
 SECRET = re.compile(r"^whsec_[A-Za-z0-9+/]+=*$")
 HOOK = "/coffer-hook"

@@ -20,13 +20,12 @@ import pyvips
 
 from coffer_stack.stack import Stack
 from coffer_testkit.testing import assert_error
-from coffer_testkit.webhooks import Receiver, webhook_receiver
+from coffer_testkit.webhooks import LOOPBACK_ENV, Receiver, webhook_receiver
 
 pytestmark = pytest.mark.e2e
 
 ENV = {
-    "COFFER_METADATA_WEBHOOK_ALLOW_HTTP": "true",
-    "COFFER_METADATA_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
+    **LOOPBACK_ENV,
 }
 FACTS_WITHIN = 5.0  # seconds (issue 50)
 META = {"product": "sku-1", "rank": 3, "live": True}

@@ -31,7 +31,7 @@ from sqlalchemy.engine import make_url
 
 from coffer_stack.stack import Ports, Stack
 from coffer_testkit.testing import TEST_DATABASE_BUDGET, PeakConnections, assert_error, free_port
-from coffer_testkit.webhooks import Receiver, webhook_receiver
+from coffer_testkit.webhooks import LOOPBACK_ENV, Receiver, webhook_receiver
 
 from .conftest import zygote
 
@@ -43,8 +43,7 @@ pytestmark = [
 ENV = {
     # Each metadata's dispatcher in a process of its own, as the chart's webhooks pods.
     "COFFER_METADATA_WEBHOOKS_IN_PROCESS": "false",
-    "COFFER_METADATA_WEBHOOK_ALLOW_HTTP": "true",
-    "COFFER_METADATA_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
+    **LOOPBACK_ENV,
 }
 SIZE = 64 * 1024
 FITS = 8  # files of SIZE in the organization's quota

@@ -23,13 +23,12 @@ from coffer_stack.stack import Stack
 from coffer_testkit import testing
 from coffer_testkit.clamd import EICAR, SIGNATURE, Clamd, running_clamd
 from coffer_testkit.testing import assert_error
-from coffer_testkit.webhooks import Receiver, webhook_receiver
+from coffer_testkit.webhooks import LOOPBACK_ENV, Receiver, webhook_receiver
 
 pytestmark = pytest.mark.e2e
 
 SCAN_ENV = {
-    "COFFER_METADATA_WEBHOOK_ALLOW_HTTP": "true",
-    "COFFER_METADATA_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
+    **LOOPBACK_ENV,
     # Retries within a test's patience: 0.2 s, then 0.4 s, then unscanned.
     # (edge's internal tuning, coffer_edge.config.EdgeTuning, as JSON).
     "COFFER_EDGE_TUNING": '{"scan_retries": 2, "scan_backoff_seconds": 0.2}',

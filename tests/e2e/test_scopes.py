@@ -26,7 +26,7 @@ from coffer_kit.contract import scopes
 from coffer_kit.contract.ids import new_id
 from coffer_kit.contract.timeutil import isoformat, utcnow
 from coffer_stack.stack import Stack
-from coffer_testkit.webhooks import Receiver, webhook_receiver
+from coffer_testkit.webhooks import LOOPBACK_ENV, Receiver, webhook_receiver
 
 # Who may call what is edge's and auth's rule, the same on either backend (auth's own tests run
 # it on both databases): the embedded default only.
@@ -37,8 +37,7 @@ pytestmark = [
 
 ENV = {
     # The receiver of the webhook routes' pings is on loopback.
-    "COFFER_METADATA_WEBHOOK_ALLOW_HTTP": "true",
-    "COFFER_METADATA_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
+    **LOOPBACK_ENV,
     # The full key makes every resource, back to back (the limit is tested elsewhere).
     "COFFER_EDGE_RATE_LIMIT": "100000/second",
 }

@@ -27,7 +27,7 @@ import pytest
 from coffer_kit.contract.timeutil import isoformat, utcnow
 from coffer_testkit.store import stored_objects
 from coffer_testkit.testing import metric
-from coffer_testkit.webhooks import webhook_receiver
+from coffer_testkit.webhooks import LOOPBACK_ENV, webhook_receiver
 
 pytestmark = pytest.mark.e2e
 
@@ -35,8 +35,7 @@ ENV = {
     # Expiry is checked every second (with jitter 0.5-1.5 s) instead of 30 s: the two-minute
     # bound holds either way; the test finishes sooner.
     "COFFER_EDGE_EXPIRY_INTERVAL_SECONDS": "1",
-    "COFFER_METADATA_WEBHOOK_ALLOW_HTTP": "true",
-    "COFFER_METADATA_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
+    **LOOPBACK_ENV,
     "COFFER_EDGE_RATE_LIMIT": "100000/second",
 }
 

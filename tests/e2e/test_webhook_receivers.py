@@ -25,16 +25,13 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from coffer_testkit.testing import free_port
+from coffer_testkit.webhooks import LOOPBACK_ENV
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "webhooks.md"
 WEBHOOKJS = Path(__file__).parent / "webhookjs"
-WEBHOOK_ENV = {
-    "COFFER_METADATA_WEBHOOK_ALLOW_HTTP": "true",
-    "COFFER_METADATA_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
-}
 
 
 def example(name: str) -> str:
@@ -46,7 +43,7 @@ def example(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def hook_stack(running_stack_factory: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with running_stack_factory(tmp_path_factory.mktemp("receivers"), **WEBHOOK_ENV) as s:
+    with running_stack_factory(tmp_path_factory.mktemp("receivers"), **LOOPBACK_ENV) as s:
         yield s
 
 

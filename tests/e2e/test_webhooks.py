@@ -21,14 +21,13 @@ import pytest
 
 from coffer_stack.stack import Stack
 from coffer_testkit.otlp import OtlpReceiver
-from coffer_testkit.webhooks import Received, Receiver, webhook_receiver
+from coffer_testkit.webhooks import LOOPBACK_ENV, Received, Receiver, webhook_receiver
 
 pytestmark = pytest.mark.e2e
 
 FAULTS = Path(__file__).parent / "faults"
 WEBHOOK_ENV = {
-    "COFFER_METADATA_WEBHOOK_ALLOW_HTTP": "true",
-    "COFFER_METADATA_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
+    **LOOPBACK_ENV,
     # Retries at once (the schedule is a setting; CONTRACT §11's is the default).
     "COFFER_METADATA_WEBHOOK_RETRY_SCHEDULE": "0.1",
     # The dispatcher's internal tuning (coffer_metadata.config.WebhookTuning), as JSON.

@@ -14,6 +14,13 @@ from typing import Any
 
 from standardwebhooks.webhooks import Webhook
 
+# The settings that let metadata deliver to a receiver on loopback over plain HTTP, which its
+# webhook URL rules refuse by default (a stack's environment).
+LOOPBACK_ENV = {
+    "COFFER_METADATA_WEBHOOK_ALLOW_HTTP": "true",
+    "COFFER_METADATA_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
+}
+
 
 @dataclass
 class Received:
