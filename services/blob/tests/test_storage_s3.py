@@ -311,6 +311,12 @@ def test_a_flags_lock_held_too_long_is_503_and_a_stale_one_is_taken_over(
     storage: S3Storage, s3_server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     put(storage, KEY, b"bytes")
+    # A lock's create whose answer was lost, sent again by boto3, finds its own lock: held.
+    mine, theirs = os.urandom(16), os.urandom(16)
+    s3_server.client().put_object(Bucket=bucket, Key=s3_module.flags_lock(KEY), Body=mine)
+    assert storage._create_if_absent(KEY, s3_module.flags_lock(KEY), mine)
+    assert not storage._create_if_absent(KEY, s3_module.flags_lock(KEY), theirs)
+    s3_server.client().delete_object(Bucket=bucket, Key=s3_module.flags_lock(KEY))
     with storage._flags_locked(KEY):  # another request's change, in progress
         monkeypatch.setattr(s3_module, "FLAGS_LOCK_WAIT", 0.2)
         with pytest.raises(StorageUnavailable, match="Another request is changing the flags"):

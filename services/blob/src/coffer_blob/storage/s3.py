@@ -172,10 +172,10 @@ class S3Storage:
 
     @contextlib.contextmanager
     def _flags_locked(self, key: str) -> Iterator[None]:
-        prefix, slash, filename = key.rpartition("/")
-        lock = f"{prefix}{slash}{_RESERVED}flags.{hashlib.sha256(filename.encode()).hexdigest()[:32]}"
+        lock = flags_lock(key)
         deadline, pause = time.monotonic() + FLAGS_LOCK_WAIT, 0.005
-        while not self._create_if_absent(key, lock):
+        mine = secrets.token_bytes(16)  # whose lock it is, by its ETag (the body's MD5)
+        while not self._create_if_absent(key, lock, mine):
             if time.monotonic() > deadline:
                 raise StorageUnavailable(f"Another request is changing the flags of {key}; try again.")
             time.sleep(pause)
@@ -186,10 +186,12 @@ class S3Storage:
             with contextlib.suppress(ClientError, BotoCoreError):
                 self.client.delete_object(Bucket=self.bucket, Key=lock)
 
-    def _create_if_absent(self, key: str, lock: str) -> bool:
-        """Create ``lock`` unless it exists (then False, after taking over a stale one)."""
+    def _create_if_absent(self, key: str, lock: str, mine: bytes) -> bool:
+        """Create ``lock`` with the body ``mine`` unless it exists: then True only if it is this
+        one (a create that boto3 retried after its answer was lost), False otherwise, after
+        taking over a stale one."""
         try:
-            self.client.put_object(Bucket=self.bucket, Key=lock, Body=b"", IfNoneMatch="*")
+            self.client.put_object(Bucket=self.bucket, Key=lock, Body=mine, IfNoneMatch="*")
             return True
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code"))
@@ -202,6 +204,8 @@ class S3Storage:
             raise StorageUnavailable(f"S3 put_object for the flags lock of {key} failed: {exc}") from exc
         with contextlib.suppress(ClientError, BotoCoreError):
             head = self.client.head_object(Bucket=self.bucket, Key=lock)
+            if head["ETag"].strip('"') == hashlib.md5(mine, usedforsecurity=False).hexdigest():
+                return True
             if (_answered_at(head) - head["LastModified"]).total_seconds() > FLAGS_LOCK_STALE:
                 log.warning("taking over the flags lock of %s, left %s", key, head["LastModified"])
                 self.client.delete_object(Bucket=self.bucket, Key=lock)
@@ -339,6 +343,12 @@ def _answered_at(response: dict[str, Any]) -> datetime:
     with contextlib.suppress(TypeError, ValueError):
         return parsedate_to_datetime(date)
     return datetime.now(UTC)
+
+
+def flags_lock(key: str) -> str:
+    """The key of the lock object of ``key``'s flag changes: beside it, fixed in length."""
+    prefix, slash, filename = key.rpartition("/")
+    return f"{prefix}{slash}{_RESERVED}flags.{hashlib.sha256(filename.encode()).hexdigest()[:32]}"
 
 
 def _check_key(key: str) -> None:
