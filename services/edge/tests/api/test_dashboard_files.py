@@ -667,6 +667,8 @@ def test_the_tag_filter_lists_matching_assets_of_every_folder_with_their_paths(b
     assert "No file has the tags “summer, winter”." in none
     many = browser.http.get(browser.files, params={"tag": ",".join(f"t{n}" for n in range(11))})
     assert many.status_code == 400 and "Filter by at most 10 tags." in many.text
+    separators = browser.http.get(browser.files, params={"tag": " , ,"}).text  # no filter at all
+    assert re.findall(r'<tr id="asset-(ast_\w+)"', separators) == [root_one["id"]]
     # The unfiltered root lists its own files only, each with its tags.
     plain = browser.http.get(browser.files).text
     assert re.findall(r'<tr id="asset-(ast_\w+)"', plain) == [root_one["id"]]

@@ -271,8 +271,10 @@ async def _files_page(
         except CofferError as exc:
             status, error, tag = 400, exc.message, ""
         else:
-            folder_id, tag = None, ", ".join(tags)
-            params.update({"tag": tags, "tagMatch": "all", "recursive": "true"})
+            tag = ", ".join(tags)  # only separators: no filter
+            if tags:
+                folder_id = None
+                params.update({"tag": tags, "tagMatch": "all", "recursive": "true"})
     if meta:
         # ``key=value``: GET /api/assets?meta[key]=value&recursive=true, the whole organization.
         key, sep, value = meta.partition("=")
