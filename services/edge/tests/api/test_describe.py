@@ -192,13 +192,13 @@ def test_an_upload_token_fixes_or_forbids_the_assets_expiry_metadata_and_tags(
     tenant: Tenant, anon: httpx.Client
 ) -> None:
     """Issues 47 and 50: what a token fixes wins over what the upload says, by the form and by
-    tus, and what the upload says in its place is not even read (a past ``expiresAt`` here, which
-    an upload of its own would have refused); a token that forbids metadata refuses an upload
-    carrying some (400, token not spent)."""
+    tus, and what the upload says in their place is not even read (a past ``expiresAt`` and a
+    bad tag here, which an upload of its own would have refused); a token that forbids metadata
+    refuses an upload carrying some (400, token not spent)."""
     api = tenant.api
     expires = (datetime.now(UTC) + timedelta(days=3)).replace(microsecond=0)
     fixed = {"assetExpiresAt": expires.isoformat(), "metadata": {"order": "o-1", "n": 2}, "tags": ["inbox"]}
-    own = {"metadata": json.dumps({"mine": "x"}), "tags": "mine", "expiresAt": "2020-01-01T00:00:00Z"}
+    own = {"metadata": json.dumps({"mine": "x"}), "tags": "mine,not mine", "expiresAt": "2020-01-01T00:00Z"}
     stored = []
     by_form = form_upload(anon, path_of(api.post("/api/upload-tokens", json=fixed).json()["url"]), **own)
     assert by_form.status_code == 201, by_form.text

@@ -280,8 +280,8 @@ class Metadata:
     folder_id: str | None
     visibility: Visibility | None
     raw: str
-    # Issue 47: the client's asset expiry, checked where it counts (``_target``): an upload
-    # token that fixes the expiry replaces it unread, as the form's.
+    # Issue 47: the client's asset expiry, checked with its metadata and tags where they count
+    # (``_check_own``): what an upload token fixes replaces them unread, as the form's.
     expires_at: str | None = None
 
 
@@ -311,7 +311,6 @@ def _metadata(value: str | None) -> Metadata:
     filetype = pairs.get("filetype") or None
     if filetype is not None and (len(filetype) > 255 or not filetype.isprintable()):
         raise invalid("filetype must be a media type.", field="filetype")
-    describe.tus_description(value)  # metadata and tags: bounded now, before any byte (issue 50)
     folder_id, expires_at = pairs.get("folderId") or None, pairs.get(expiry.FIELD) or None
     return Metadata(filename, filetype, folder_id, visibility, value.strip(), expires_at)  # type: ignore[arg-type]
 
@@ -760,7 +759,7 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
         caller = await _caller(request, None)
         assert caller.organization_id is not None
         org = caller.organization_id
-        _check_expiry(meta)
+        _check_own(meta, None)
         key, mime_type = keys.named(org, asset_id, meta.filename, meta.filetype)
         visibility = meta.visibility or caller.default_visibility
         return _Target(org, caller.quota_bytes, meta.filename, meta.folder_id, visibility, mime_type, key)
@@ -776,8 +775,7 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
     allowed = grant.content_types
     if allowed is not None and not media_type_allowed(mime_type, tuple(allowed)):
         raise unsupported_media_type(f"This upload accepts {', '.join(allowed)}, not {mime_type}.")
-    if grant.asset is None or grant.asset.expires_at is None:
-        _check_expiry(meta)
+    _check_own(meta, grant.asset)
     upload_metadata = _with_token_asset(meta.raw, grant.asset)
     await state.upload_tokens.claim(grant.token_id, asset_id, request_id=rid)
     return _Target(
@@ -796,11 +794,15 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
     )
 
 
-def _check_expiry(meta: Metadata) -> None:
-    """Issue 47: the client's ``expiresAt``, checked at creation (metadata reads it again at
-    completion)."""
-    if meta.expires_at is not None:
+def _check_own(meta: Metadata, fixed: TokenAsset | None) -> None:
+    """What the upload says of its asset (issues 47 and 50: ``expiresAt``, ``metadata``,
+    ``tags``), checked at creation, before any byte (metadata reads them again at completion);
+    not what an upload token fixes, which replaces it unread (or, for a token that forbids
+    metadata, refuses it: ``_with_token_asset``)."""
+    if meta.expires_at is not None and (fixed is None or fixed.expires_at is None):
         expiry.parse_expires_at(meta.expires_at)
+    if fixed is None or not (fixed.fixes_description or fixed.forbid_description):
+        describe.tus_description(meta.raw)
 
 
 def _with_token_asset(raw: str, asset: TokenAsset | None) -> str:
