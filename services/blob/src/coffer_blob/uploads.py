@@ -295,6 +295,11 @@ class _Upload:
     def filename(self) -> str:
         return unicodedata.normalize("NFC", self.file.filename or "")
 
+    @property
+    def mime_type(self) -> str:
+        """The file's media type: its part's own, else guessed from its name."""
+        return keys.choose_mime_type(self.file.multipart_content_type, keys.sanitize_filename(self.filename))
+
     async def run(self, stream: AsyncIterator[bytes]) -> Stored:
         try:
             return await self._run(stream)
@@ -334,9 +339,7 @@ class _Upload:
             if fields.visibility not in VISIBILITIES:
                 raise invalid("'visibility' is 'public' or 'private'.", field="visibility")
             self.visibility = "private" if fields.visibility == "private" else "public"
-        mime_type = keys.choose_mime_type(
-            self.file.multipart_content_type, keys.sanitize_filename(self.filename)
-        )
+        mime_type = self.mime_type
         info, sha256 = await run_in_threadpool(self._finish, self.file.take(), mime_type)
         self.committed = True
         assert self.detected_type is not None
@@ -426,10 +429,7 @@ class _Upload:
         self.detected_type = detected = detect.detect(self.file.head)
         for allowed in self.allow:
             if not media.matches(detected, allowed):
-                declared = keys.choose_mime_type(
-                    self.file.multipart_content_type, keys.sanitize_filename(self.filename)
-                )
-                raise media.type_mismatch(declared, detected, allowed)
+                raise media.type_mismatch(self.mime_type, detected, allowed)
 
     def _finish(self, data: list[bytes], content_type: str) -> tuple[ObjectInfo, str]:
         """In a worker thread: the last batch (or the whole file) and the commit."""

@@ -110,8 +110,8 @@ def choose_mime_type(declared: str | None, filename: str) -> str:
 
 
 def named(org_id: str, asset_id: str, filename: str | None, declared: str | None) -> tuple[str, str]:
-    """The key and media type an upload's file gets: a multipart upload's in blob, a resumable
-    upload's at its creation in edge, by these same rules."""
+    """The key and media type a resumable upload's file gets at its creation in edge: those a
+    multipart upload's gets in blob (``object_key``, ``choose_mime_type``)."""
     return object_key(org_id, asset_id, filename), choose_mime_type(declared, sanitize_filename(filename))
 
 

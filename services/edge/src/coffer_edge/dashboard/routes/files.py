@@ -55,6 +55,9 @@ log = logging.getLogger("coffer.edge.dashboard")
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
 PAGE_SIZE = 50
+# The tag filter's field: ten tags and their separators. What is longer is refused as too many
+# tags or a bad one.
+TAG_FILTER_CHARS = describe.MAX_TAG_FILTERS * (describe.MAX_TAG_CHARS + 2)
 # Files above this go through tus (CONTRACT §9) from the page's script: resumable after a
 # dropped connection or a reload. Smaller ones keep the one-request upload.
 RESUMABLE_ABOVE = 8 * 1024 * 1024
@@ -340,11 +343,6 @@ async def _files_page(
         placeholders=placeholders,
         thumb_side=THUMB_SIDE,
     )
-
-
-# The tag filter's field: ten tags and their separators. What is longer is refused as too many
-# tags or a bad one.
-TAG_FILTER_CHARS = describe.MAX_TAG_FILTERS * (describe.MAX_TAG_CHARS + 2)
 
 
 def _filter_tags(text: str) -> list[str]:
