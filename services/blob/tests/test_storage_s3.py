@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -327,3 +330,72 @@ def test_a_flags_lock_held_too_long_is_503_and_a_stale_one_is_taken_over(
     info = storage.stat(KEY)
     assert info is not None and info.private
     assert leftovers(s3_server, bucket) == ([KEY], [])
+
+
+def test_of_two_changes_that_find_a_lock_stale_at_once_one_takes_it(
+    storage: S3Storage, s3_server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both read a crashed change's lock before either acts on it, and the later one acts once
+    the earlier holds the lock: the turn in which a takeover by delete, then create, deleted
+    the new holder's lock and let both changes hold it at once."""
+    put(storage, KEY, b"bytes")
+    lock = s3_module.flags_lock(KEY)
+    s3_server.client().put_object(Bucket=bucket, Key=lock, Body=os.urandom(16))  # a crashed change's
+    both_read, first_holds = threading.Barrier(2, timeout=10), threading.Event()
+    guard, later_tried = threading.Lock(), threading.Semaphore(0)
+    reads: list[threading.Thread] = []  # the changes, in the order they read the crashed lock
+    holding: list[int] = []
+    most = 0
+    head, attempt = storage.client.head_object, storage._create_if_absent
+
+    def head_object(**kwargs: Any) -> Any:
+        found = head(**kwargs)
+        with guard:
+            order = len(reads)
+            if kwargs["Key"] == lock and order < 2:
+                reads.append(threading.current_thread())
+        if kwargs["Key"] == lock and order < 2:
+            found["LastModified"] -= timedelta(seconds=2 * s3_module.FLAGS_LOCK_STALE)
+            both_read.wait()
+            if order == 1:
+                assert first_holds.wait(timeout=10)
+        return found
+
+    def create_if_absent(key: str, lock: str, mine: bytes) -> bool:
+        taken = attempt(key, lock, mine)
+        if threading.current_thread() in reads[1:]:
+            later_tried.release()
+        return taken
+
+    def change() -> None:
+        nonlocal most
+        with storage._flags_locked(KEY):
+            with guard:
+                holding.append(1)
+                most = max(most, len(holding))
+            if not first_holds.is_set():
+                first_holds.set()
+                # Held until the other change has tried twice: on its stale reading, and again.
+                for _ in range(2):
+                    assert later_tried.acquire(timeout=10)
+            with guard:
+                holding.pop()
+
+    monkeypatch.setattr(storage.client, "head_object", head_object)
+    monkeypatch.setattr(storage, "_create_if_absent", create_if_absent)
+    with ThreadPoolExecutor(2) as pool:
+        for done in [pool.submit(change) for _ in range(2)]:
+            done.result()
+    assert most == 1
+    assert leftovers(s3_server, bucket) == ([KEY], [])
+
+
+def test_a_change_whose_lock_was_taken_over_leaves_the_next_holders_alone(
+    storage: S3Storage, s3_server: S3Server, bucket: str
+) -> None:
+    put(storage, KEY, b"bytes")
+    lock, theirs = s3_module.flags_lock(KEY), os.urandom(16)
+    with storage._flags_locked(KEY):
+        # This change stalled past FLAGS_LOCK_STALE, and another took its lock over.
+        s3_server.client().put_object(Bucket=bucket, Key=lock, Body=theirs)
+    assert s3_server.client().get_object(Bucket=bucket, Key=lock)["Body"].read() == theirs

@@ -17,7 +17,10 @@ are flags alike. A copy of metadata keeps the ETag, so the condition cannot tell
 changes apart: each takes a lock object first (``<asset prefix>/%flags.<hash of the name>``,
 created only if absent, ``If-None-Match: *``), so changes of one object's flags, from any
 blob process, take turns and none undoes another's (a store that ignores the condition runs
-them as before, unlocked).
+them as before, unlocked). A stale lock is taken over by overwriting it on condition of its
+ETag (``If-Match``), and a holder deletes its lock on condition of its own: of two changes
+that find a lock stale at once one takes it, and a holder that lost its lock leaves the next
+holder's alone.
 
 So the real key only ever holds a complete object with its metadata, and a failure at any
 step aborts the multipart upload and deletes the temp object: no object, no dangling
@@ -75,7 +78,7 @@ _SESSION_LOCK = threading.Lock()
 
 
 def _missing(exc: ClientError) -> bool:
-    return str(exc.response.get("Error", {}).get("Code")) in _NOT_FOUND
+    return _code(exc) in _NOT_FOUND
 
 
 class S3Storage:
@@ -183,18 +186,31 @@ class S3Storage:
         try:
             yield
         finally:
-            with contextlib.suppress(ClientError, BotoCoreError):
-                self.client.delete_object(Bucket=self.bucket, Key=lock)
+            self._release(key, lock, mine)
+
+    def _release(self, key: str, lock: str, mine: bytes) -> None:
+        """Delete ``lock`` if it is still this change's: conditional on its ETag, so that a change
+        that stalled past FLAGS_LOCK_STALE and lost its lock leaves the next holder's alone."""
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=lock, IfMatch=_etag_of(mine))
+        except ClientError as exc:
+            if _code(exc) in _TAKEN or _missing(exc):
+                log.warning("the flags lock of %s was taken over while held", key)
+            else:  # a store without conditional deletes: deleted as before
+                with contextlib.suppress(ClientError, BotoCoreError):
+                    self.client.delete_object(Bucket=self.bucket, Key=lock)
+        except BotoCoreError:
+            pass  # left behind: stale, and taken over, after FLAGS_LOCK_STALE
 
     def _create_if_absent(self, key: str, lock: str, mine: bytes) -> bool:
         """Create ``lock`` with the body ``mine`` unless it exists: then True only if it is this
-        one (a create that boto3 retried after its answer was lost), False otherwise, after
-        taking over a stale one."""
+        one (a create that boto3 retried after its answer was lost), or a stale one this change
+        took over; False otherwise."""
         try:
             self.client.put_object(Bucket=self.bucket, Key=lock, Body=mine, IfNoneMatch="*")
             return True
         except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code"))
+            code = _code(exc)
             if code == "NotImplemented":  # a store without conditional writes: unlocked, as before
                 log.warning("the store has no conditional PutObject: flag changes of %s are unlocked", key)
                 return True
@@ -204,12 +220,23 @@ class S3Storage:
             raise StorageUnavailable(f"S3 put_object for the flags lock of {key} failed: {exc}") from exc
         with contextlib.suppress(ClientError, BotoCoreError):
             head = self.client.head_object(Bucket=self.bucket, Key=lock)
-            if head["ETag"].strip('"') == hashlib.md5(mine, usedforsecurity=False).hexdigest():
+            if head["ETag"].strip('"') == _etag_of(mine):
                 return True
             if (_answered_at(head) - head["LastModified"]).total_seconds() > FLAGS_LOCK_STALE:
                 log.warning("taking over the flags lock of %s, left %s", key, head["LastModified"])
-                self.client.delete_object(Bucket=self.bucket, Key=lock)
+                return self._take_over(lock, head["ETag"], mine)
         return False
+
+    def _take_over(self, lock: str, etag: str, mine: bytes) -> bool:
+        """Overwrite the stale ``lock`` on condition of the ETag read: of two changes that find
+        it stale at once, one takes it (the other's condition fails, 412)."""
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=lock, Body=mine, IfMatch=etag)
+            return True
+        except ClientError as exc:
+            if _code(exc) == "NotImplemented":  # no If-Match here: deleted, to be created again
+                self.client.delete_object(Bucket=self.bucket, Key=lock)
+            return False
 
     def _copy_with_flag(self, key: str, name: str, value: str, on: bool) -> bool:
         try:
@@ -343,6 +370,15 @@ def _answered_at(response: dict[str, Any]) -> datetime:
     with contextlib.suppress(TypeError, ValueError):
         return parsedate_to_datetime(date)
     return datetime.now(UTC)
+
+
+def _etag_of(body: bytes) -> str:
+    """The ETag S3 gives an object of ``body`` put in one piece (its MD5), unquoted."""
+    return hashlib.md5(body, usedforsecurity=False).hexdigest()
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code"))
 
 
 def flags_lock(key: str) -> str:
