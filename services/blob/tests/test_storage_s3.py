@@ -310,6 +310,19 @@ def test_two_flag_changes_at_once_both_land(
     assert leftovers(s3_server, bucket) == ([KEY], [])
 
 
+def lock_heads_aged(storage: S3Storage, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flags locks look twice FLAGS_LOCK_STALE old to ``storage``: left by a crashed change."""
+    head = storage.client.head_object
+
+    def head_object(**kwargs: Any) -> Any:
+        found = head(**kwargs)
+        if kwargs["Key"].rpartition("/")[2].startswith("%flags."):
+            found["LastModified"] -= timedelta(seconds=2 * s3_module.FLAGS_LOCK_STALE)
+        return found
+
+    monkeypatch.setattr(storage.client, "head_object", head_object)
+
+
 def test_a_flags_lock_held_too_long_is_503_and_a_stale_one_is_taken_over(
     storage: S3Storage, s3_server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -325,7 +338,7 @@ def test_a_flags_lock_held_too_long_is_503_and_a_stale_one_is_taken_over(
         with pytest.raises(StorageUnavailable, match="Another request is changing the flags"):
             storage.set_private(KEY, True)
         # A change that died holding the lock: taken over once it is older than the bound.
-        monkeypatch.setattr(s3_module, "FLAGS_LOCK_STALE", -1.0)
+        lock_heads_aged(storage, monkeypatch)
         assert storage.set_private(KEY, True)
     info = storage.stat(KEY)
     assert info is not None and info.private
@@ -399,3 +412,17 @@ def test_a_change_whose_lock_was_taken_over_leaves_the_next_holders_alone(
         # This change stalled past FLAGS_LOCK_STALE, and another took its lock over.
         s3_server.client().put_object(Bucket=bucket, Key=lock, Body=theirs)
     assert s3_server.client().get_object(Bucket=bucket, Key=lock)["Body"].read() == theirs
+
+
+def test_a_change_that_stalls_holding_its_lock_copies_nothing(
+    storage: S3Storage, s3_server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past half the stale bound since its lock's create, a change's lock may be taken over
+    before its copy lands: it copies nothing (503, to be tried again)."""
+    put(storage, KEY, b"bytes")
+    monkeypatch.setattr(s3_module, "FLAGS_LOCK_STALE", 0.0)  # every change has stalled by its copy
+    with pytest.raises(StorageUnavailable, match="stalled holding its lock"):
+        storage.set_private(KEY, True)
+    info = storage.stat(KEY)
+    assert info is not None and not info.private
+    assert leftovers(s3_server, bucket) == ([KEY], [])

@@ -20,7 +20,8 @@ blob process, take turns and none undoes another's (a store that ignores the con
 them as before, unlocked). A stale lock is taken over by overwriting it on condition of its
 ETag (``If-Match``), and a holder deletes its lock on condition of its own: of two changes
 that find a lock stale at once one takes it, and a holder that lost its lock leaves the next
-holder's alone.
+holder's alone. A change that has held its lock for half the stale bound when it comes to copy
+copies nothing (StorageUnavailable), before its lock can be taken over.
 
 So the real key only ever holds a complete object with its metadata, and a failure at any
 step aborts the multipart upload and deletes the temp object: no object, no dangling
@@ -170,21 +171,26 @@ class S3Storage:
         """Set or clear the user metadata ``name: value`` by copying the object onto itself,
         conditional on its ETag, under the object's flags lock."""
         _check_key(key)
-        with self._flags_locked(key):
-            return self._copy_with_flag(key, name, value, on)
+        with self._flags_locked(key) as held_until:
+            return self._copy_with_flag(key, name, value, on, held_until)
 
     @contextlib.contextmanager
-    def _flags_locked(self, key: str) -> Iterator[None]:
+    def _flags_locked(self, key: str) -> Iterator[float]:
+        """Hold ``key``'s flags lock; yields the monotonic time until which it is surely this
+        change's: half FLAGS_LOCK_STALE from the create, well before another may take it over."""
         lock = flags_lock(key)
         deadline, pause = time.monotonic() + FLAGS_LOCK_WAIT, 0.005
         mine = secrets.token_bytes(16)  # whose lock it is, by its ETag (the body's MD5)
-        while not self._create_if_absent(key, lock, mine):
+        while True:
+            tried_at = time.monotonic()
+            if self._create_if_absent(key, lock, mine):
+                break
             if time.monotonic() > deadline:
                 raise StorageUnavailable(f"Another request is changing the flags of {key}; try again.")
             time.sleep(pause)
             pause = min(pause * 2, 0.2)
         try:
-            yield
+            yield tried_at + FLAGS_LOCK_STALE / 2
         finally:
             self._release(key, lock, mine)
 
@@ -238,7 +244,7 @@ class S3Storage:
                 self.client.delete_object(Bucket=self.bucket, Key=lock)
             return False
 
-    def _copy_with_flag(self, key: str, name: str, value: str, on: bool) -> bool:
+    def _copy_with_flag(self, key: str, name: str, value: str, on: bool, held_until: float) -> bool:
         try:
             head = self._call(key, "head_object", Key=key)
         except ClientError:
@@ -251,6 +257,10 @@ class S3Storage:
         metadata.pop(name, None)
         if on:
             metadata[name] = value
+        if time.monotonic() > held_until:
+            # Stalled this long, the lock may be another's by the time the copy lands, and the
+            # metadata read may be stale: copy nothing, and let the caller try again.
+            raise StorageUnavailable(f"The flags change of {key} stalled holding its lock; try again.")
         try:
             self._call(
                 key,
