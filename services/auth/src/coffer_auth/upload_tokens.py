@@ -132,7 +132,8 @@ def resolve(session: Session, *, token_hash: str) -> UploadGrant:
         raise unauthorized("The upload token has expired.")
     if row.used_at is not None:
         raise unauthorized("The upload token was used already.")
-    if row.key_id is not None and not _minter_acts(session, key_id=row.key_id, org_id=row.organization_id):
+    minter = _minter(session, key_id=row.key_id, org_id=row.organization_id) if row.key_id else None
+    if row.key_id is not None and minter is None:
         raise unauthorized("The upload token's key was deleted or its user left the organization.")
     if row.user_id is not None and not _member(session, user_id=row.user_id, org_id=row.organization_id):
         raise unauthorized("The upload token's user left the organization.")
@@ -154,6 +155,7 @@ def resolve(session: Session, *, token_hash: str) -> UploadGrant:
         user_id=row.user_id,
         ingest=org.ingest(),
         asset=TokenAsset.model_validate_json(row.asset) if row.asset is not None else None,
+        confined_to=minter.folder_id if minter is not None else None,
     )
 
 
@@ -163,6 +165,7 @@ def minters(session: Session, refs: list[MinterRef]) -> MintersOut:
     that no longer exists counts as a minter gone."""
     acting: list[bool] = []
     quotas: list[int | None] = []
+    confined: list[str | None] = []
     for ref in refs:
         org = session.get(Organization, ref.organization_id)
         quotas.append(org.quota_bytes if org is not None else None)
@@ -171,15 +174,19 @@ def minters(session: Session, refs: list[MinterRef]) -> MintersOut:
             token = session.get(UploadToken, ref.token_id)
             if token is None or token.organization_id != ref.organization_id:
                 acting.append(False)
+                confined.append(None)
                 continue
             key_id, user_id = token.key_id, token.user_id
         alive = org is not None
+        key = None
         if alive and key_id is not None:
-            alive = _minter_acts(session, key_id=key_id, org_id=ref.organization_id)
+            key = _minter(session, key_id=key_id, org_id=ref.organization_id)
+            alive = key is not None
         if alive and user_id is not None:
             alive = _member(session, user_id=user_id, org_id=ref.organization_id)
         acting.append(alive)
-    return MintersOut(acting=acting, quota_bytes=quotas)
+        confined.append(key.folder_id if key is not None else None)
+    return MintersOut(acting=acting, quota_bytes=quotas, confined_to=confined)
 
 
 def _member(session: Session, *, user_id: str, org_id: str) -> bool:
@@ -187,18 +194,18 @@ def _member(session: Session, *, user_id: str, org_id: str) -> bool:
     return session.exec(found).first() is not None
 
 
-def _minter_acts(session: Session, *, key_id: str, org_id: str) -> bool:
-    """Whether the key that minted a token could still act in its organization (issue 23:
+def _minter(session: Session, *, key_id: str, org_id: str) -> ApiKey | None:
+    """The key that minted a token, if it could still act in its organization (issue 23:
     tokens outlived a deleted key, or a member removed, by up to their 24 h)."""
     key = session.get(ApiKey, key_id)
     if key is None or (key.expires_at is not None and as_utc(key.expires_at) <= utcnow()):
-        return False
+        return None
     if key.kind == KeyKind.organization:
-        return key.organization_id == org_id
+        return key if key.organization_id == org_id else None
     member = session.exec(
         select(Membership).where(Membership.organization_id == org_id, Membership.user_id == key.user_id)
     ).first()
-    return member is not None
+    return key if member is not None else None
 
 
 def revoke(session: Session, *, org_id: str, token_id: str) -> None:

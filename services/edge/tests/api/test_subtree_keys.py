@@ -195,3 +195,101 @@ def test_an_upload_outside_is_not_found_even_between_its_chunks(tree: Any) -> No
     assert upload_id not in sub.get("/api/uploads").text
     last = api.patch(location, content=b"cd", headers={**chunk, "Upload-Offset": "2"})
     assert last.status_code == 204, last.text
+
+
+def test_nothing_above_a_nested_keys_root_shows(tree: Any) -> None:
+    """A key confined to /public/avatars: its root's path and its recursive listings' folder
+    paths start at avatars, and its root has no parent (public does not exist for it)."""
+    api, _, ids = tree
+    made = api.post("/api/keys", json={"name": "avatars", "folderId": ids["avatars"]}).json()
+    deep = {"x-api-key": made["key"]}
+    root = api.get(f"/api/folders/{ids['avatars']}", headers=deep).json()
+    assert root["path"] == [{"id": ids["avatars"], "name": "avatars"}] and root["parentId"] is None
+    nested = api.post("/api/folders", headers=deep, json={"name": "2026"}).json()["id"]
+    inner = api.post("/api/assets", headers=deep, files={"file": ("x.png", b"x")}, data={"folderId": nested})
+    paths = {
+        ids["in_avatars"]: [{"id": ids["avatars"], "name": "avatars"}],
+        inner.json()["id"]: [{"id": ids["avatars"], "name": "avatars"}, {"id": nested, "name": "2026"}],
+    }
+    for params in ({"recursive": "true"}, {"recursive": "true", "total": "false"}):
+        listed = api.get("/api/assets", headers=deep, params=params).json()["assets"]
+        assert {a["id"]: a["folderPath"] for a in listed} == paths, params
+    # The organization's key still sees the whole chain.
+    full = api.get("/api/assets", params={"recursive": "true", "folderId": nested}).json()["assets"]
+    assert [step["name"] for step in full[0]["folderPath"]] == ["public", "avatars", "2026"]
+
+
+def test_another_organizations_asset_is_not_found_by_a_subtree_key(tree: Any, new_tenant: Any) -> None:
+    """For a subtree key every asset outside its subtree is unknown, another organization's
+    too (an organization-wide key is told it is another's: 403)."""
+    api, sub, _ = tree
+    assert api.put("/api/trash/settings", json={"retentionDays": 7}).status_code == 200
+    theirs = new_tenant("Other").api.post("/api/assets", files={"file": ("o.txt", b"o")}).json()["id"]
+    assert_error(api.get(f"/api/assets/{theirs}"), 403, "forbidden")
+    for call in (
+        lambda: sub.get(f"/api/assets/{theirs}"),
+        lambda: sub.get(f"/api/assets/{theirs}/url"),
+        lambda: sub.patch(f"/api/assets/{theirs}", json={"visibility": "private"}),
+        lambda: sub.patch(f"/api/assets/{theirs}", json={"name": "mine.txt"}),
+        lambda: sub.delete(f"/api/assets/{theirs}"),
+    ):
+        assert_error(call(), 404, "not_found")
+
+
+def test_a_subtree_keys_upload_created_with_its_bytes(tree: Any) -> None:
+    """tus creation with the upload's bytes (and an empty upload, done at creation) by a
+    subtree key: stored in its root, as the organization's key's are."""
+    _, sub, ids = tree
+    tus = {"Tus-Resumable": "1.0.0"}
+    name = base64.b64encode(b"hello.txt").decode()
+    made = sub.post(
+        "/api/uploads/tus",
+        content=b"abc",
+        headers={
+            **tus,
+            "Upload-Length": "3",
+            "Upload-Metadata": f"filename {name}",
+            "Content-Type": "application/offset+octet-stream",
+        },
+    )
+    assert made.status_code == 201, made.text
+    assert made.headers["upload-offset"] == "3"
+    empty = sub.post(
+        "/api/uploads/tus", headers={**tus, "Upload-Length": "0", "Upload-Metadata": f"filename {name}"}
+    )
+    assert empty.status_code == 201, empty.text
+    assert sub.get("/api/uploads").json()["uploads"] == []
+    stored = sub.get("/api/assets", params={"folderId": "", "q": "hello"}).json()["assets"]
+    assert sorted(a["size"] for a in stored) == [0, 3]
+    assert {a["folderId"] for a in stored} == {ids["public"]}
+
+
+def test_a_subtree_keys_upload_tokens_stay_in_what_it_may_reach(tree: Any) -> None:
+    """The key's tokens for /public/avatars, and a resumable upload begun with one: once the
+    organization's key moves avatars out of /public, neither stores anything there (404), as
+    the key's own uploads would not."""
+    api, sub, ids = tree
+    form = sub.post("/api/upload-tokens", json={"folderId": ids["avatars"]}).json()["url"]
+    tus_token = sub.post("/api/upload-tokens", json={"folderId": ids["avatars"]}).json()["token"]
+    tus = {"Tus-Resumable": "1.0.0"}
+    chunk = {**tus, "Content-Type": "application/offset+octet-stream"}
+    name = base64.b64encode(b"late.bin").decode()
+    made = httpx.post(
+        f"{sub.base_url}/api/uploads/tus",
+        params={"token": tus_token},
+        headers={**tus, "Upload-Length": "6", "Upload-Metadata": f"filename {name}"},
+    )
+    assert made.status_code == 201, made.text
+    location = made.headers["location"]
+    for offset, piece in ((0, b"ab"), (2, b"cd")):
+        sent = httpx.patch(location, content=piece, headers={**chunk, "Upload-Offset": str(offset)})
+        assert sent.status_code == 204, sent.text
+    assert api.patch(f"/api/folders/{ids['avatars']}", json={"parentId": ids["private"]}).status_code == 200
+    last = httpx.patch(location, content=b"ef", headers={**chunk, "Upload-Offset": "4"})
+    assert_error(last, 404, "not_found")
+    assert_error(httpx.post(form, files={"file": ("late.txt", b"late")}), 404, "not_found")
+    assert api.get("/api/assets", params={"q": "late"}).json()["total"] == 0
+    # Back inside, the form's token is good again (a refused upload does not spend it).
+    assert api.patch(f"/api/folders/{ids['avatars']}", json={"parentId": ids["public"]}).status_code == 200
+    stored = httpx.post(form, files={"file": ("late.txt", b"late")})
+    assert stored.status_code == 201 and stored.json()["folderId"] == ids["avatars"]

@@ -590,10 +590,8 @@ async def _confined(database: Any, upload_id: str, org: str | None, root: str | 
 
     def check(session: Session) -> None:
         row = _live(session, upload_id, org)
-        if not (
-            org is not None
-            and row.folder_id is not None
-            and subtree.inside(session, org_id=org, root=root, folder_id=row.folder_id)
+        if row.folder_id is None or not subtree.inside(
+            session, org_id=row.organization_id, root=root, folder_id=row.folder_id
         ):
             raise not_found(f"Upload {upload_id} does not exist (or has expired).")
 

@@ -490,6 +490,8 @@ class MintersOut(WireModel):
 
     acting: list[bool]
     quota_bytes: list[int | None]
+    # The folder each minter's key is confined to now (None: none; empty from an older auth).
+    confined_to: list[str | None] = Field(default_factory=list)
 
 
 class TusLock(WireModel):
@@ -731,6 +733,8 @@ class UploadGrant(WireModel):
     user_id: str | None = None
     ingest: Ingest = Field(default_factory=lambda: Ingest())
     asset: TokenAsset | None = None
+    # The folder that key is confined to now (issue 46): the token's upload stays in its subtree.
+    confined_to: str | None = None
 
 
 class TokenClaim(WireModel):

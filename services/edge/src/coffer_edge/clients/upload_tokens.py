@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 from cachetools import TTLCache
 
@@ -21,6 +22,12 @@ from coffer_kit.contract.wire import (
 from coffer_kit.internal import InternalClient
 
 
+class Minter(NamedTuple):
+    acting: bool
+    quota_bytes: int | None
+    confined_to: str | None
+
+
 class UploadTokenClient(ServiceClient):
     service = "auth"
 
@@ -28,18 +35,19 @@ class UploadTokenClient(ServiceClient):
         super().__init__(http)
         # Minters' answers, reused for as long as a key's (CONTRACT §2: a deleted key stops
         # acting within 5 s, its uploads' capabilities with it).
-        self._minters: TTLCache[tuple[str, str | None, str | None], tuple[bool, int | None]] = TTLCache(
+        self._minters: TTLCache[tuple[str, str | None, str | None], Minter] = TTLCache(
             maxsize=cache_size, ttl=cache_seconds, timer=time.monotonic
         )
 
-    async def minter(self, ref: MinterRef, *, request_id: str | None = None) -> tuple[bool, int | None]:
-        """Whether the key behind an upload's capability can still act, and its organization's
-        quota (cached, see ``_minters``)."""
+    async def minter(self, ref: MinterRef, *, request_id: str | None = None) -> Minter:
+        """Whether the key behind an upload's capability can still act, its organization's
+        quota, and the folder the key is confined to (cached, see ``_minters``)."""
         cache_key = (ref.organization_id, ref.key_id, ref.token_id)
         known = self._minters.get(cache_key)
         if known is None:
             answer = await self.minters([ref], request_id=request_id)
-            known = self._minters[cache_key] = (answer.acting[0], answer.quota_bytes[0])
+            confined = answer.confined_to[0] if answer.confined_to else None
+            known = self._minters[cache_key] = Minter(answer.acting[0], answer.quota_bytes[0], confined)
         return known
 
     async def create(self, org_id: str, token: UploadTokenIn, *, request_id: str) -> UploadTokenCreated:

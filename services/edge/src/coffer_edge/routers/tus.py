@@ -41,7 +41,7 @@ from pydantic.json_schema import SkipJsonSchema
 from starlette.requests import ClientDisconnect
 from starlette.types import Scope
 
-from coffer_edge.actor import act_as, subtree_root
+from coffer_edge.actor import act_as, confine_to, subtree_root
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.deps import (
@@ -200,8 +200,9 @@ async def _minter_acts(request: Request, upload: TusUpload) -> int:
         user_id=upload.minter_user_id,
         token_id=upload.token_id,
     )
-    acting, quota = await state.upload_tokens.minter(ref, request_id=rid)
+    acting, quota, confined_to = await state.upload_tokens.minter(ref, request_id=rid)
     if acting and quota is not None:
+        confine_to(confined_to)  # the upload stays in the subtree its key may reach now
         return quota
     kept: Kept | None = state.kept_uploads.pop(upload.id, None)  # for a chunk that will not come
     lock_token = await kept.given_up() if kept is not None else upload.lock_token
@@ -415,8 +416,8 @@ class Kept:
         if caller.organization_id is not None and caller.organization_id != entry.upload.organization_id:
             return None  # (metadata answers 404)
         await _authorized(request, caller, entry.upload)
-        if kept.get(upload_id) is not entry:
-            return None  # another request took it meanwhile
+        if kept.get(upload_id) is not entry or subtree_root() is not None:
+            return None  # another request took it meanwhile, or metadata checks the subtree
         if offset is not None and offset != entry.upload.offset:
             raise offset_mismatch(entry.upload.offset)
         del kept[upload_id]  # (kept again after this chunk)
@@ -769,6 +770,7 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
     request.state.organization_id = org = grant.organization_id
     await state.rate_limiter.check(grant.token_id)
     act_as(request, "token", grant.token_id)
+    confine_to(grant.confined_to)  # in the subtree its key may reach now, as the key's own
     if length > grant.max_bytes:
         raise file_too_large(grant.max_bytes)
     key, mime_type = keys.named(org, asset_id, meta.filename, meta.filetype)
@@ -885,7 +887,9 @@ async def create_upload(request: Request, token: Token = None) -> Response:
         location += f"?token={target.capability}"
     headers = {"Location": location, "Upload-Expires": _http_date(upload.expires_at)}
     if _has_body(request) or length == 0:
-        upload = await state.metadata.tus_lock(upload_id, None, 0, LEASE_SECONDS, request_id=rid)
+        upload = await state.metadata.tus_lock(
+            upload_id, target.organization_id, 0, LEASE_SECONDS, request_id=rid
+        )
         upload = await _write(request, upload, rid)
         headers |= _upload_headers(upload)
     return Response(status_code=201, headers=headers)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import Session
 
 from coffer_kit.contract import expiry
-from coffer_kit.contract.errors import invalid, not_found
+from coffer_kit.contract.errors import CofferError, invalid, not_found
 from coffer_kit.contract.limits import (
     CURSOR_MAX_CHARS,
     MAX_NAME_CHARS,
@@ -188,10 +188,16 @@ async def list_assets(
 async def get_asset(request: Request, org_id: str, asset_id: str) -> JSONResponse:
     await require_internal_token(request)
     state = request_state(request, DatabaseState)
-    view = await service.read_view(
-        state.database, org_id=org_id, asset_id=asset_id, cdn_url=state.settings.cdn_url
-    )
-    if (root := subtree.of_request(request)) is not None:
+    root = subtree.of_request(request)
+    try:
+        view = await service.read_view(
+            state.database, org_id=org_id, asset_id=asset_id, cdn_url=state.settings.cdn_url
+        )
+    except CofferError as exc:
+        if root is not None and exc.status == 403:  # another organization's: outside, so unknown
+            raise not_found(f"Asset {asset_id} does not exist.") from None
+        raise
+    if root is not None:
         where = view["folderId"]
 
         def within(session: Session) -> bool:

@@ -500,7 +500,7 @@ def list_views(
             session, where, sort=sort, limit=limit, cursor=cursor, total=bool(with_total), cdn_url=cdn_url
         )
         if recursive:
-            with_folder_paths(session, org_id=org_id, views=page["assets"])
+            with_folder_paths(session, org_id=org_id, views=page["assets"], root=subtree)
         return page
     if q is not None and not could_be_in_a_name(q):
         # No name holds a control character (and PostgreSQL could not even compare a NUL).
@@ -554,7 +554,7 @@ def list_views(
     following = [*items, None] if items and offset + len(items) < total else items
     views = page_views(items, cdn_url, org_id)
     if recursive:
-        with_folder_paths(session, org_id=org_id, views=views)
+        with_folder_paths(session, org_id=org_id, views=views, root=subtree)
     return {
         "assets": views,
         "total": total,
@@ -656,14 +656,26 @@ def count_views(session: Session, where: Where, q_key: str | None) -> int:
     )
 
 
-def with_folder_paths(session: Session, *, org_id: str, views: list[dict[str, Any]]) -> None:
+def with_folder_paths(
+    session: Session, *, org_id: str, views: list[dict[str, Any]], root: str | None = None
+) -> None:
     """A recursive listing's items gain ``folderPath``: the folders from the root down to each
-    one's own (one query up the parent links for every distinct folder of the page)."""
+    one's own (one query up the parent links for every distinct folder of the page). For a
+    subtree key the root is its folder ``root``: nothing above it exists for the key."""
     folders = sorted({item["folderId"] for item in views if item["folderId"] is not None})
     chains = folder_repository.ancestries(session, org_id=org_id, folder_ids=folders)
+    if root is not None:
+        chains = {folder: _below(chain, root) for folder, chain in chains.items()}
     paths = {folder: [{"id": i, "name": n} for i, n in chain] for folder, chain in chains.items()}
     for item in views:
         item["folderPath"] = paths.get(item["folderId"], []) if item["folderId"] is not None else []
+
+
+def _below(chain: list[tuple[str, str]], root: str) -> list[tuple[str, str]]:
+    """``chain`` (root first) from ``root`` down (the listing's one snapshot keeps every folder
+    of a subtree key's page below its root)."""
+    ids = [folder for folder, _ in chain]
+    return chain[ids.index(root) :] if root in ids else []
 
 
 async def first_page_views(

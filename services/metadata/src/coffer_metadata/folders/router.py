@@ -46,6 +46,8 @@ async def get_folder(org_id: str, folder_id: str, database: DatabaseDep, root: S
         if root is not None:  # the path starts at the key's root: nothing above it exists for it
             ids = [step["id"] for step in folder["path"]]
             folder["path"] = folder["path"][ids.index(root) :]
+            if folder_id == root:
+                folder["parentId"] = None
         return folder
 
     return JSONResponse(await run_read(database.engine, one))
