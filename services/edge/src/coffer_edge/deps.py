@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader
 
@@ -24,11 +26,13 @@ from coffer_edge.scans import ScanRelay
 from coffer_kit.contract import scopes
 from coffer_kit.contract.errors import (
     CofferError,
+    error_response,
     forbidden,
     insufficient_scope,
     internal,
     request_id_of,
     unauthorized,
+    validation_error,
 )
 from coffer_kit.contract.scopes import ACTION_EXTENSION, ANY_KEY, TOKEN
 from coffer_kit.state import ServiceState, from_state, request_state
@@ -144,6 +148,21 @@ def require_declared_actions(app: Any) -> None:
     ]
     if missing:
         raise RuntimeError(f"routes without a declared action (coffer_edge.deps.needs): {missing}")
+
+
+async def refuse_unreadable_body(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """The contract's 400 for a body FastAPI refused; but one that is not JSON at all is found
+    before any dependency runs, the key's check included: on a keyed route the key is checked
+    first, so that its refusal (401, 403) comes before the body's, as on every other request."""
+    errors = exc.errors()
+    if errors and errors[0].get("type") == "json_invalid":
+        action = declared_action(request.scope.get("route"))
+        if action is not None and action != TOKEN:
+            try:
+                await principal_of(request)
+            except CofferError as refused:
+                return error_response(request, refused)
+    return error_response(request, validation_error(errors))
 
 
 def needs(action: str, **extra: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.types import Scope
 
@@ -19,7 +20,7 @@ from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.clients.upload_tokens import UploadTokenClient
 from coffer_edge.config import Settings
 from coffer_edge.dashboard import Dashboard
-from coffer_edge.deps import EdgeState, require_declared_actions
+from coffer_edge.deps import EdgeState, refuse_unreadable_body, require_declared_actions
 from coffer_edge.facts import FactsRelay
 from coffer_edge.ratelimit import RateLimiter
 from coffer_edge.routers import assets, folders, keys, transform_presets, tus, uploads, usage, webhooks
@@ -226,6 +227,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(transform_presets.json_router)
     app.include_router(keys.router)
     require_declared_actions(app)
+    app.add_exception_handler(RequestValidationError, refuse_unreadable_body)  # type: ignore[arg-type]
     app.add_middleware(ResponseHeadersMiddleware, headers_for=api_headers)
     # The dashboard's routes stay out of the OpenAPI document: it describes the public API only.
     dashboard = Dashboard.install(app, settings) if settings.dashboard_enabled else None

@@ -43,6 +43,14 @@ def test_a_read_only_key_reads_and_is_refused_writes_with_the_missing_scope(stac
         me = reader.get("/api/keys/self").json()
         assert me["id"] == key["id"] and me["scopes"] == ["read-only"] and me["folderId"] is None
         assert me["actions"] == ["assets:read", "folders:read", "urls:sign", "usage:read"]
+        # A body that is not JSON is found before the key is checked: still refused as the key.
+        broken = {"content-type": "application/json"}
+        assert_error(reader.post("/api/folders", content=b"{", headers=broken), 403, "insufficient_scope")
+        assert_error(reader.post("/api/keys", content=b"{", headers=broken), 403, "insufficient_scope")
+    assert_error(
+        httpx.post(f"{stack.edge_url}/api/folders", content=b"{", headers=broken), 401, "unauthorized"
+    )
+    assert_error(tenant.api.post("/api/folders", content=b"{", headers=broken), 400, "invalid_request")
     # Existing keys are full: unchanged.
     me = tenant.api.get("/api/keys/self").json()
     assert me["scopes"] == ["full"] and len(me["actions"]) == 11 and me["description"] == "can do everything"
