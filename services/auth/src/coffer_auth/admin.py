@@ -192,6 +192,11 @@ def resolve_principal(session: Session, *, key_hash: str, organization_id: str |
         memberships = list(session.exec(select(Membership).where(Membership.user_id == row.user_id)))
         member_of = {m.organization_id for m in memberships}
         roles = {m.organization_id: m.role for m in memberships}
+        if row.folder_id is not None:
+            # Confined to a folder of the organization it was made in: it acts there only.
+            if organization_id not in (None, row.organization_id):
+                raise forbidden("This key is confined to a folder of another organization.")
+            organization_id = row.organization_id
         if organization_id is not None:
             if organization_id not in member_of:
                 raise forbidden("The key's user is not a member of that organization.")

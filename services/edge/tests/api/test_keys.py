@@ -148,6 +148,39 @@ def test_personal_keys_follow_the_owners_rules(stack: Any, tenant: Any, admin: A
         assert m.delete(f"/api/keys/{mine['id']}").json() == {"success": True}
 
 
+def test_a_personal_key_confined_to_a_folder_acts_only_in_its_organization(
+    stack: Any, new_tenant: Any, admin: Any
+) -> None:
+    """A member of two organizations: the personal key made in one, confined to a folder of it,
+    is refused in the other (its folder means nothing there), header or not."""
+    home, away = new_tenant("Home"), new_tenant("Away")
+    email = f"{new_id('u')[-8:].lower()}@example.com"
+    user = admin("create-user", "--email", email, "--password", "pw-" + secrets.token_urlsafe(18))
+    for org in (home, away):
+        admin("add-member", "--org", org.org_id, "--user", user["id"], "--role", "owner")
+    folder = home.api.post("/api/folders", json={"name": "box"}).json()["id"]
+    personal = str(admin("create-key", "--org", home.org_id, "--user", user["id"])["key"])
+    with client(stack, personal) as mine:
+        assert_error(mine.get("/api/keys/self"), 400, "organization_required")
+        home_only = mine.post(
+            "/api/keys", headers={"x-organization-id": home.org_id}, json={"folderId": folder}
+        )
+        assert home_only.status_code == 201, home_only.text
+    with client(stack, home_only.json()["key"]) as boxed:
+        assert boxed.get("/api/keys/self").json()["folderId"] == folder  # its organization, unasked
+        assert boxed.get("/api/keys/self", headers={"x-organization-id": home.org_id}).status_code == 200
+        for call in (
+            lambda: boxed.get("/api/keys/self", headers={"x-organization-id": away.org_id}),
+            lambda: boxed.put(
+                "/api/transform-presets/x",
+                headers={"x-organization-id": away.org_id},
+                json={"width": 10, "height": 10},
+            ),
+            lambda: boxed.post("/api/keys", headers={"x-organization-id": away.org_id}, json={}),
+        ):
+            assert_error(call(), 403, "forbidden")
+
+
 def test_an_organization_holds_a_bounded_number_of_keys(tenant: Any) -> None:
     made = 1  # the tenant's own
     while made < MAX_KEYS_PER_ORG:
