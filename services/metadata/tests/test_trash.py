@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from coffer_kit.contract.ids import new_id
 from coffer_kit.contract.timeutil import isoformat, utcnow
-from coffer_kit.contract.wire import ACTOR_HEADER
+from coffer_kit.contract.wire import ACTOR_HEADER, SUBTREE_HEADER
 from coffer_kit.db import make_engine
 from coffer_testkit.testing import commit_asset
 
@@ -228,3 +228,20 @@ async def test_expiry_is_listed_patched_and_happens_once(api: httpx.AsyncClient,
     assert cleared.json()["expiresAt"] is None
     updates = [e for e in await events(api) if e["type"] == "asset.updated"]
     assert [e["changes"] for e in updates] == [{"expiresAt": None}, {"expiresAt": when}]
+
+
+async def test_a_subtree_keys_trash_reaches_only_its_subtree(api: httpx.AsyncClient) -> None:
+    """Checked in the transaction that trashes: an asset moved out of the key's subtree after
+    edge read it is 404 to that key, and stays where it is."""
+    org = new_id("org")
+    inside, outside = [
+        (await api.post(f"/internal/v1/orgs/{org}/folders", json={"name": name})).json()["id"]
+        for name in ("inside", "outside")
+    ]
+    moved = await upload(api, org, 10, folderId=outside)
+    kept = await upload(api, org, 10, folderId=inside)
+    confined = {SUBTREE_HEADER: inside}
+    refused = await trash(api, org, moved["id"], **confined)
+    assert refused.status_code == 404 and refused.json()["error"]["code"] == "not_found"
+    assert (await api.get(f"/internal/v1/orgs/{org}/assets/{moved['id']}")).status_code == 200
+    assert (await trash(api, org, kept["id"], **confined)).status_code == 200

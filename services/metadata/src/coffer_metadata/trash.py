@@ -477,8 +477,17 @@ router = APIRouter(prefix="/internal/v1")
 
 @router.post("/orgs/{org_id}/assets/{asset_id}/trash")
 def trash_asset(
-    org_id: str, asset_id: str, body: TrashIn, session: SessionDep, settings: SettingsDep, actor: ActorDep
+    org_id: str,
+    asset_id: str,
+    body: TrashIn,
+    session: SessionDep,
+    settings: SettingsDep,
+    actor: ActorDep,
+    root: SubtreeDep = None,
 ) -> Trashed:
+    # In the transaction that trashes it: an asset moved out of a subtree key's subtree since
+    # edge read it is 404 to that key.
+    subtree.require_asset_inside(session, org_id=org_id, root=root, asset_id=asset_id)
     return trash(
         session,
         org_id=org_id,
