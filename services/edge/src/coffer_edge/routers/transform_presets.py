@@ -22,10 +22,7 @@ from coffer_kit.contract.wire import TransformFields
 
 
 async def preset_admin(principal: PrincipalDep) -> Principal:
-    """The caller, if it may change presets: an organization key, or an owner's personal key,
-    not confined to a folder (presets are the whole organization's, as the trash is)."""
-    if principal.folder_id is not None:
-        raise forbidden("A key confined to a folder cannot change the organization's presets.")
+    """The caller, if it may change presets: an organization key, or an owner's personal key."""
     if principal.key_kind == "organization" or principal.role == "owner":
         return principal
     raise forbidden("Only organization keys and owners' keys change transform presets.")

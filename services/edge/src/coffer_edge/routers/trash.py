@@ -51,7 +51,6 @@ def _whole_org(principal: Principal) -> None:
 @router.get("/settings", response_model=TrashSettings, responses=errors(), openapi_extra=needs("assets:read"))
 async def get_settings(principal: PrincipalDep) -> Any:
     """The organization's trash retention and bound."""
-    _whole_org(principal)
     return {"retentionDays": principal.trash_retention_days, "limitBytes": principal.quota_bytes}
 
 
