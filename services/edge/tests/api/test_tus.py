@@ -286,6 +286,32 @@ def test_an_upload_token_is_spent_at_creation_and_the_location_carries_a_capabil
     assert done.headers["access-control-allow-origin"] == "*"
 
 
+def test_a_creation_whose_bytes_fail_leaves_no_upload_behind(tenant: Tenant, anon: httpx.Client) -> None:
+    """creation-with-upload refused for its body: the client has no Location to resume with,
+    so nothing stays open holding a reservation, and an upload token is good for another try."""
+    body = {"Content-Type": "application/offset+octet-stream"}
+    longer = tenant.api.post(
+        "/api/uploads/tus",
+        content=b"abcdef",
+        headers={**TUS, **body, "Upload-Length": "2", "Upload-Metadata": meta(filename="a.bin")},
+    )
+    assert_error(longer, 413, "file_too_large")
+    wrong = sha256_header(b"something else")
+    token = tenant.api.post("/api/upload-tokens", json={}).json()["token"]
+    for url in ("/api/uploads/tus", f"/api/uploads/tus?token={token}"):
+        caller = tenant.api if "token" not in url else anon
+        checked = {"Upload-Length": "3", "Upload-Metadata": meta(filename="b.bin"), "Upload-Checksum": wrong}
+        refused = caller.post(url, content=b"abc", headers={**TUS, **body, **checked})
+        assert_error(refused, 460, "checksum_mismatch")
+    assert tenant.api.get("/api/uploads").json()["uploads"] == []
+    retried = anon.post(
+        f"/api/uploads/tus?token={token}",
+        content=b"abc",
+        headers={**TUS, **body, "Upload-Length": "3", "Upload-Metadata": meta(filename="b.bin")},
+    )
+    assert retried.status_code == 201 and retried.headers["upload-offset"] == "3", retried.text
+
+
 def test_eight_racing_patches_at_one_offset_store_the_chunk_once(tenant: Tenant) -> None:
     chunk = os.urandom(2 * MIB)
     url = create(tenant.api, len(chunk) + 3).headers["location"]

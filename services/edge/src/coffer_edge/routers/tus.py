@@ -855,6 +855,9 @@ async def create_upload(request: Request, token: Token = None) -> Response:
     if _has_body(request) and _media_type(request) != OFFSET_STREAM:
         raise unsupported_media_type(f"A creation's body is Content-Type: {OFFSET_STREAM}.")
     _checksum(request.headers.get("upload-checksum"))
+    declared = request.headers.get("content-length") or ""
+    if declared.isascii() and declared.isdigit() and int(declared) > length:
+        raise file_too_large(length)  # a body longer than the upload: refused before it exists
     state = edge_state(request)
     rid = request_id_of(request) or ""
     asset_id, upload_id = new_id(ASSET), new_id(TUS_UPLOAD)
@@ -878,9 +881,7 @@ async def create_upload(request: Request, token: Token = None) -> Response:
     try:
         upload = await state.metadata.tus_create(target.organization_id, new, request_id=rid)
     except CofferError:
-        if target.token_id is not None:  # the token is good for another try
-            with contextlib.suppress(CofferError):
-                await state.upload_tokens.release(target.token_id, asset_id, request_id=rid)
+        await _release_token(state, target, asset_id, rid)
         raise
     location = f"{state.settings.base_url}{TUS_PATH}/{upload_id}"
     if target.capability:
@@ -890,9 +891,24 @@ async def create_upload(request: Request, token: Token = None) -> Response:
         upload = await state.metadata.tus_lock(
             upload_id, target.organization_id, 0, LEASE_SECONDS, request_id=rid
         )
-        upload = await _write(request, upload, rid)
+        try:
+            upload = await _write(request, upload, rid)
+        except Exception:
+            # The client got no Location to resume with: the upload ends now, its reservation
+            # released, rather than hold it until it expires (a day).
+            with contextlib.suppress(CofferError):
+                await _terminate(upload_id, target.organization_id, state.metadata, state.blob, rid)
+            await _release_token(state, target, asset_id, rid)
+            raise
         headers |= _upload_headers(upload)
     return Response(status_code=201, headers=headers)
+
+
+async def _release_token(state: EdgeState, target: _Target, asset_id: str, rid: str) -> None:
+    """An upload token's spend undone, when its upload failed at creation: good for another try."""
+    if target.token_id is not None:
+        with contextlib.suppress(CofferError):
+            await state.upload_tokens.release(target.token_id, asset_id, request_id=rid)
 
 
 def _media_type(request: Request) -> str:
