@@ -77,6 +77,7 @@ def _whole_number(value: Any) -> Any:
 # Integer query parameters within their bounds, accepting only integer notation (docs/contract.md §5.1, §5.3).
 PageLimit = Annotated[int, Interval(ge=1, le=PAGE_LIMIT_MAX), BeforeValidator(_whole_number)]
 PageOffset = Annotated[int, Interval(ge=0, le=PAGE_OFFSET_MAX), BeforeValidator(_whole_number)]
+ByteCount = Annotated[int, Interval(ge=0, le=2**63 - 1), BeforeValidator(_whole_number)]
 ExpiresIn = Annotated[int, Interval(ge=EXPIRES_IN_MIN, le=EXPIRES_IN_MAX), BeforeValidator(_whole_number)]
 
 

@@ -143,6 +143,14 @@ def test_an_uploaded_jpeg_gains_its_image_facts_and_asset_updated_and_a_pdf_none
     assert len(seen["placeholder"]) == 28  # a BlurHash of 4×3 components: 6 + 2 × 11 characters
     listed = api.get("/api/assets", params={"mediaType": "image/*", "maxSize": "100000"}).json()["assets"]
     assert (listed[0]["id"], listed[0]["image"]) == (photo["id"], seen["image"])
+    # Sizes are bytes to 2^63 - 1: a filter above 100,000 is a filter, not the offset's bound.
+    sizes = {"minSize": "1", "maxSize": str(100 * 2**20)}
+    assert api.get("/api/assets", params=sizes).json()["total"] == api.get("/api/assets").json()["total"] > 0
+    assert api.get("/api/assets", params={"minSize": str(2**63 - 1)}).json()["assets"] == []
+    for params in ({"minSize": str(2**63)}, {"maxSize": "1e6"}):
+        refused = api.get("/api/assets", params=params)
+        assert_error(refused, 400, "invalid_request")
+        assert refused.json()["error"]["details"]["field"] == next(iter(params)), params
     engine = create_engine(stack.metadata_database_url)
     with engine.connect() as conn:
         events = conn.execute(

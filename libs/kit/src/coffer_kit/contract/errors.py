@@ -249,6 +249,8 @@ def error_response(request: Request, exc: CofferError) -> JSONResponse:
 
 def _field_of(loc: Sequence[Any]) -> str:
     # ("body", "name") -> "name"; ("query", "limit") -> "limit"; ("body",) -> "body"
+    if len(loc) > 1 and loc[0] in ("query", "path", "header", "cookie"):
+        return str(loc[1])  # the parameter (pydantic may add the union member it tried)
     parts = [str(p) for p in loc[1:]] if len(loc) > 1 else [str(p) for p in loc]
     return ".".join(parts)
 

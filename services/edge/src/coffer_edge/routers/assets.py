@@ -42,6 +42,7 @@ from coffer_edge.schemas import (
     AssetList,
     AssetSort,
     AssetUpdate,
+    ByteCount,
     ExpiresIn,
     PageLimit,
     PageOffset,
@@ -514,10 +515,10 @@ async def list_assets(
         ),
     ] = None,
     min_size: Annotated[
-        PageOffset | SkipJsonSchema[None], Query(alias="minSize", description="Bytes, inclusive.")
+        ByteCount | SkipJsonSchema[None], Query(alias="minSize", description="Bytes, inclusive.")
     ] = None,
     max_size: Annotated[
-        PageOffset | SkipJsonSchema[None], Query(alias="maxSize", description="Bytes, inclusive.")
+        ByteCount | SkipJsonSchema[None], Query(alias="maxSize", description="Bytes, inclusive.")
     ] = None,
     created_after: Annotated[
         str | SkipJsonSchema[None],

@@ -21,10 +21,10 @@ from starlette.datastructures import QueryParams
 
 from coffer_kit.contract import describe
 from coffer_kit.contract.errors import invalid
-from coffer_kit.contract.limits import PAGE_OFFSET_MAX
 from coffer_metadata.models import Asset
 
 _assets = Asset.__table__  # type: ignore[attr-defined]
+MAX_BYTE_COUNT = 2**63 - 1  # sizes are BIGINT
 _MEDIA_RANGE = re.compile(r"^[a-z0-9!#$&^_.+-]+/([a-z0-9!#$&^_.+-]+|\*)$")
 _META = re.compile(r"^meta\[(.*)\]$")
 _ASSET_TAGS = sa.table("asset_tags", sa.column("asset_id"), sa.column("organization_id"), sa.column("tag"))
@@ -69,8 +69,8 @@ def _size(params: QueryParams, name: str) -> int | None:
     raw = params.get(name)
     if raw is None:
         return None
-    if not raw.isascii() or not raw.isdigit() or int(raw) > PAGE_OFFSET_MAX:
-        raise invalid(f"'{name}' is a whole number of bytes, 0 to {PAGE_OFFSET_MAX}.", field=name)
+    if not raw.isascii() or not raw.isdigit() or int(raw) > MAX_BYTE_COUNT:
+        raise invalid(f"'{name}' is a whole number of bytes, 0 to {MAX_BYTE_COUNT}.", field=name)
     return int(raw)
 
 
