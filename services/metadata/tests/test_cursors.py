@@ -10,6 +10,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from coffer_kit import pagination
 from coffer_kit.contract.ids import new_id
 from coffer_kit.contract.wire import ACTOR_HEADER
 from coffer_metadata.assets import repository
@@ -89,6 +90,35 @@ async def test_a_foreign_or_broken_cursor_is_400(api: httpx.AsyncClient) -> None
     error = assert_error(await api.get(url, params={"cursor": cursor, "offset": 1}), 400, "invalid_request")
     assert error["details"]["field"] == "offset"
     assert (await api.get(url, params={"cursor": cursor})).status_code == 200
+
+
+async def test_a_well_formed_cursor_with_a_value_no_row_holds_is_400(api: httpx.AsyncClient) -> None:
+    """The check is no secret: a client may write a cursor whose check holds. A value no row
+    can hold (beyond 64 bits, not UTF-8, with a NUL) is refused like an altered cursor."""
+    org = new_id("org")
+    url = f"/internal/v1/orgs/{org}/assets"
+    assert (await commit_asset(api, org, size=1, name="n", sha256="b" * 64)).status_code == 201
+    scope = [org, None, False, None, None, None, "", False]  # the unfiltered listing's
+
+    def cursor(sort: str, value: Any, row_id: str = "ast_x") -> dict[str, str]:
+        return {"sort": sort, "cursor": pagination.encode(f"assets:{sort}", scope, value, row_id)}
+
+    assert (await api.get(url, params=cursor("size", 2**63 - 1))).status_code == 200
+    assert (await api.get(url, params=cursor("name", "a"))).status_code == 200
+    # A time is any the calendar holds, in any zone: a position before or after every row.
+    for far in ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "2999-01-01"):
+        for sort in ("-createdAt", "createdAt"):
+            seen = await api.get(url, params=cursor(sort, far))
+            assert seen.status_code == 200, (far, seen.text)
+    for params in (
+        cursor("size", 2**70),
+        cursor("-size", -(2**70)),
+        cursor("name", "a\ud800"),
+        cursor("name", "a\x00"),
+        cursor("name", "a", "ast_\x00"),
+    ):
+        error = assert_error(await api.get(url, params=params), 400, "invalid_request")
+        assert error["details"]["field"] == "cursor", params
 
 
 async def test_the_delivery_log_and_open_uploads_walk_by_cursor(api: httpx.AsyncClient, engine: Any) -> None:

@@ -10,7 +10,9 @@ The cursor is ``base64url(JSON [listing, sort value, id, check])``; ``listing`` 
 listing and its order (``assets:-createdAt``) and ``check`` is a digest of the listing, its
 scope (organization, filters) and the values: a cursor that was cut, altered, or made by
 another listing, order, filter or organization is 400 ``invalid_request`` (``details.field``
-``cursor``). It holds no secret and gives no access: it only says where to start.
+``cursor``). It holds no secret and gives no access: it only says where to start. Anyone can
+write a cursor whose check holds, so its values are checked as input: an integer beyond 64
+bits, or text that is not UTF-8 or holds a NUL, is 400 as well.
 """
 
 from __future__ import annotations
@@ -71,13 +73,25 @@ def decode(cursor: str, listing: str, scope: Sequence[Any], kind: Kind) -> tuple
         raise bad_cursor("made for another listing or order")
     if _check(listing, scope, wired, row_id) != check:
         raise bad_cursor("altered, or made for other filters or another organization")
+    if not _storable(row_id):
+        raise bad_cursor("malformed")
     return _value(wired, kind), row_id
 
 
+def _storable(text: str) -> bool:
+    """Whether a column may hold ``text``: UTF-8, without NUL (PostgreSQL's text has none)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
+
+
 def _value(wired: Any, kind: Kind) -> Any:
-    if kind == "int" and isinstance(wired, int) and not isinstance(wired, bool):
+    """The sort value, if a row may hold it (the check is no secret: anyone can write one)."""
+    if kind == "int" and isinstance(wired, int) and not isinstance(wired, bool) and -(2**63) <= wired < 2**63:
         return wired
-    if kind == "str" and isinstance(wired, str):
+    if kind == "str" and isinstance(wired, str) and _storable(wired):
         return wired
     if kind == "time" and isinstance(wired, str):
         try:

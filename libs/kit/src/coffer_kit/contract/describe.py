@@ -32,6 +32,10 @@ KEY_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
 TAG_PATTERN = r"^[A-Za-z0-9_.:/-]{1,64}$"
 _KEY = re.compile(KEY_PATTERN)
 _TAG = re.compile(TAG_PATTERN)
+# What no metadata string holds: a C0 control character but tab, line feed and carriage return
+# (PostgreSQL's jsonb cannot store U+0000), or a lone surrogate (no UTF-8 writes one).
+_UNSTORABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff]")
+UNSTORABLE_TEXT = "holds no control character but tab, line feed and carriage return"
 
 Metadata = dict[str, str | int | float | bool]
 
@@ -72,12 +76,17 @@ def facts_due(*media_types: str | None) -> bool:
 
 
 def check_key(key: object) -> str:
-    if not isinstance(key, str) or not _KEY.match(key):
+    if not isinstance(key, str) or not _KEY.fullmatch(key):
         raise invalid(
             f"A metadata key is 1-{MAX_KEY_CHARS} characters of letters, digits, '_', '-', '.', ':'.",
-            field=f"metadata.{str(key)[:MAX_KEY_CHARS]}",
+            field=f"metadata.{_printable(str(key)[:MAX_KEY_CHARS])}",
         )
     return key
+
+
+def _printable(text: str) -> str:
+    """``text`` with each lone surrogate as ``?``: an answer is UTF-8."""
+    return text.encode("utf-8", "replace").decode()
 
 
 def check_value(key: str, value: object) -> str | int | float | bool:
@@ -85,11 +94,11 @@ def check_value(key: str, value: object) -> str | int | float | bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, int):
-        if abs(value) >= 2**63:
+        if not _fits(value):
             raise invalid("A metadata number must fit in 64 bits.", field=f"metadata.{key}")
         return value
     if isinstance(value, float):
-        if not math.isfinite(value):
+        if not _fits(value):
             raise invalid("A metadata number must be finite.", field=f"metadata.{key}")
         return value
     if isinstance(value, str):
@@ -97,8 +106,15 @@ def check_value(key: str, value: object) -> str | int | float | bool:
             raise invalid(
                 f"A metadata string is at most {MAX_VALUE_CHARS} characters.", field=f"metadata.{key}"
             )
+        if _UNSTORABLE.search(value):
+            raise invalid(f"A metadata string {UNSTORABLE_TEXT}.", field=f"metadata.{key}")
         return value
     raise invalid("A metadata value is a string, a number or a boolean.", field=f"metadata.{key}")
+
+
+def _fits(number: int | float) -> bool:
+    """Whether a metadata value may be this number: an integer within 64 bits, or finite."""
+    return abs(number) < 2**63 if isinstance(number, int) else math.isfinite(number)
 
 
 def check_metadata(value: object) -> Metadata:
@@ -119,7 +135,7 @@ def encode_metadata(metadata: Mapping[str, Any]) -> str:
 
 
 def check_tag(tag: object, index: int) -> str:
-    if not isinstance(tag, str) or not _TAG.match(tag):
+    if not isinstance(tag, str) or not _TAG.fullmatch(tag):
         raise invalid(
             f"A tag is 1-{MAX_TAG_CHARS} characters of letters, digits, '_', '-', '.', ':', '/'.",
             field=f"tags[{index}]",
@@ -235,10 +251,13 @@ def image_of(stored: object) -> dict[str, int] | None:
 
 def meta_filter_value(key: str, value: str) -> list[Any]:
     """The JSON values ``meta.KEY=value`` matches: the string, and the number or boolean it
-    writes, if it writes one as JSON would."""
+    writes, if it writes one as JSON would and a metadata value may be that number (NaN and
+    2^63 match as strings). A value no metadata string may be is 400."""
     check_key(key)
     if len(value) > MAX_VALUE_CHARS:
         raise invalid(f"A metadata value is at most {MAX_VALUE_CHARS} characters.", field=f"meta.{key}")
+    if _UNSTORABLE.search(value):
+        raise invalid(f"A metadata value {UNSTORABLE_TEXT}.", field=f"meta.{key}")
     matches: list[Any] = [value]
     if value in ("true", "false"):
         matches.append(value == "true")
@@ -247,7 +266,12 @@ def meta_filter_value(key: str, value: str) -> list[Any]:
             number = json.loads(value)
         except ValueError:
             number = None
-        if isinstance(number, int | float) and not isinstance(number, bool) and json.dumps(number) == value:
+        if (
+            isinstance(number, int | float)
+            and not isinstance(number, bool)
+            and _fits(number)
+            and json.dumps(number) == value
+        ):
             matches.append(number)
     return matches
 

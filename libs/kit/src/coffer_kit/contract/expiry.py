@@ -57,7 +57,10 @@ def parse_instant(value: str, *, field: str = FIELD) -> datetime:
         raise invalid(f"{field} is an ISO 8601 time with a time zone.", field=field) from None
     if parsed.tzinfo is None:
         raise invalid(f"{field} needs a time zone (Z or an offset).", field=field)
-    return as_utc(parsed)
+    try:
+        return as_utc(parsed)
+    except OverflowError:  # 0001-01-01T00:00+01:00: before year 1 in UTC
+        raise invalid(f"{field} is outside the years 1 to 9999 in UTC.", field=field) from None
 
 
 def parse_expires_at(value: str, *, now: datetime | None = None, field: str = FIELD) -> datetime:

@@ -80,9 +80,9 @@ def _instant(params: QueryParams, name: str) -> datetime | None:
         return None
     try:
         when = datetime.fromisoformat(raw)
-    except ValueError:
+        return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    except (ValueError, OverflowError):  # OverflowError: outside the years 1 to 9999 in UTC
         raise invalid(f"'{name}' is an ISO 8601 instant (2026-11-27T00:00:00Z).", field=name) from None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 def parse(params: QueryParams) -> AssetFilters:
