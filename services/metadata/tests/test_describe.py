@@ -119,6 +119,31 @@ async def test_patch_merges_metadata_deletes_a_key_with_null_and_adds_and_remove
     assert (await api.get(url)).json()["tags"] == ["y", "z"]
 
 
+async def test_patch_that_changes_only_a_values_type_is_kept(
+    api: httpx.AsyncClient, database_url: str
+) -> None:
+    org = new_id("org")
+    asset = (await upload(api, org, metadata={"flag": 1, "zero": 0, "n": 2, "on": True})).json()
+    url = f"/internal/v1/orgs/{org}/assets/{asset['id']}"
+    patch = {"flag": True, "zero": False, "n": 2.0, "on": 1}
+    changed = await api.patch(url, json={"metadata": patch})
+    assert changed.status_code == 200, changed.text
+    # Compared as JSON text: Python's == cannot tell 1 from True, or 2 from 2.0.
+    expected = json.dumps(patch, sort_keys=True)
+    assert json.dumps(changed.json()["metadata"], sort_keys=True) == expected
+    assert json.dumps((await api.get(url)).json()["metadata"], sort_keys=True) == expected
+    listed = await api.get(f"/internal/v1/orgs/{org}/assets", params={"meta[flag]": "true"})
+    assert [a["id"] for a in listed.json()["assets"]] == [asset["id"]]
+    engine = make_engine(database_url)
+    with engine.connect() as conn:
+        changes = conn.execute(
+            text("SELECT changes FROM events WHERE organization_id = :o AND type = 'asset.updated'"),
+            {"o": org},
+        ).scalar_one()
+    engine.dispose()
+    assert json.loads(changes) == {"metadata": {"flag": 1, "zero": 0, "n": 2, "on": True}}
+
+
 def test_upload_fields_are_parsed_and_bounded() -> None:
     assert describe.parse_metadata_field('{"a": 1}') == {"a": 1}
     assert describe.parse_metadata_field("") is None

@@ -230,6 +230,39 @@ async def test_expiry_is_listed_patched_and_happens_once(api: httpx.AsyncClient,
     assert [e["changes"] for e in updates] == [{"expiresAt": None}, {"expiresAt": when}]
 
 
+async def test_a_restored_asset_keeps_only_an_expiry_still_to_come(
+    api: httpx.AsyncClient, database_url: str
+) -> None:
+    org = new_id("org")
+    later = isoformat(utcnow() + timedelta(hours=1))
+    expired = await upload(api, org, 3, expiresAt=later)
+    kept = await upload(api, org, 4, expiresAt=later)
+    engine = make_engine(database_url)
+    with engine.begin() as conn:  # (made due: the API refuses a time in the past)
+        conn.execute(
+            text("UPDATE assets SET expires_at = :t WHERE id = :i"),
+            {"t": utcnow() - timedelta(seconds=1), "i": expired["id"]},
+        )
+    engine.dispose()
+    body = {"retentionDays": 7, "limitBytes": 100}
+    done = await api.post(f"/internal/v1/orgs/{org}/assets/{expired['id']}/expire", json=body)
+    assert done.status_code == 200, done.text
+    await trash(api, org, kept["id"])
+    restore = {"quotaBytes": 100}
+    back = await api.post(f"/internal/v1/orgs/{org}/trash/{expired['id']}/restore", json=restore)
+    assert back.status_code == 200 and back.json()["expiresAt"] is None, back.text
+    assert (await api.get(f"/internal/v1/orgs/{org}/assets/{expired['id']}")).json()["expiresAt"] is None
+    # No longer due: the next sweep leaves it live.
+    assert (await api.get("/internal/v1/expired")).json()["assets"] == []
+    again = await api.post(f"/internal/v1/orgs/{org}/assets/{expired['id']}/expire", json=body)
+    assert again.status_code == 404
+    # An expiry still to come is kept.
+    other = await api.post(f"/internal/v1/orgs/{org}/trash/{kept['id']}/restore", json=restore)
+    assert other.status_code == 200 and other.json()["expiresAt"] == later
+    kinds = [e["type"] for e in await events(api) if e["data"].get("id") == expired["id"]]
+    assert kinds == ["asset.created", "asset.expired", "asset.restored"]
+
+
 async def test_a_subtree_keys_trash_reaches_only_its_subtree(api: httpx.AsyncClient) -> None:
     """Checked in the transaction that trashes: an asset moved out of the key's subtree after
     edge read it is 404 to that key, and stays where it is."""

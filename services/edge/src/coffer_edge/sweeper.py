@@ -25,7 +25,7 @@ from coffer_edge.clients.upload_tokens import UploadTokenClient
 from coffer_edge.metrics import EXPIRY_SWEEPS, SWEPT
 from coffer_edge.trash import delete_refs
 from coffer_kit.contract.errors import CofferError
-from coffer_kit.contract.wire import ExpireIn, MinterRef, PurgedRef
+from coffer_kit.contract.wire import ExpiredRef, ExpireIn, MinterRef, PurgedRef
 
 log = logging.getLogger("coffer.edge.sweeper")
 
@@ -140,10 +140,42 @@ EXPIRY_BATCH = 100
 EXPIRY_INTERVAL_SECONDS = 30.0
 
 
+async def _expire(
+    metadata: MetadataClient, blob: BlobClient, ref: ExpiredRef, *, days: int, limit: int
+) -> None:
+    """Expire one asset. With a trash the store holds the object back first; if metadata then
+    refuses (4xx: a PATCH moved the expiry, or another edge expired it first), the hold is
+    given back while the asset is still live (one gone since stays held)."""
+    org_id, asset_id = ref.organization_id, ref.asset_id
+    held = None
+    if days > 0:
+        held = (await metadata.get_asset(org_id, asset_id, request_id="")).key
+        await blob.set_held(held, True, request_id="", reason="trash")
+    try:
+        done = await metadata.expire(org_id, asset_id, ExpireIn(retention_days=days, limit_bytes=limit))
+    except CofferError as exc:
+        if held is not None and 400 <= exc.status < 500 and await _live(metadata, org_id, asset_id):
+            await blob.set_held(held, False, request_id="", reason="trash")
+        raise
+    refs = done.purged + ([PurgedRef(asset_id=asset_id, key=done.key)] if done.deleted else [])
+    await delete_refs(refs, metadata, blob, None)
+
+
+async def _live(metadata: MetadataClient, org_id: str, asset_id: str) -> bool:
+    try:
+        await metadata.get_asset(org_id, asset_id, request_id="")
+    except CofferError as exc:
+        if 400 <= exc.status < 500:
+            return False
+        raise
+    return True
+
+
 async def expire_once(metadata: MetadataClient, blob: BlobClient, auth: AuthClient) -> ExpiryResult:
     """Expire what is due (to the trash or deleted, per its organization's retention), then
     purge trashed assets past their retention. The store holds an object back before its row
-    moves to the trash (coffer_edge.trash); a row another edge expired first is 404, skipped."""
+    moves to the trash (coffer_edge.trash); a row another edge expired first, or no longer
+    due, is 404, skipped."""
     result = ExpiryResult()
     while True:
         due = (await metadata.expired(limit=EXPIRY_BATCH)).assets
@@ -154,16 +186,7 @@ async def expire_once(metadata: MetadataClient, blob: BlobClient, auth: AuthClie
             days = orgs.retentions.get(ref.organization_id, 0)
             limit = orgs.quotas.get(ref.organization_id, 0)
             try:
-                if days > 0:
-                    asset = await metadata.get_asset(ref.organization_id, ref.asset_id, request_id="")
-                    await blob.set_held(asset.key, True, request_id="", reason="trash")
-                done = await metadata.expire(
-                    ref.organization_id, ref.asset_id, ExpireIn(retention_days=days, limit_bytes=limit)
-                )
-                refs = done.purged + (
-                    [PurgedRef(asset_id=ref.asset_id, key=done.key)] if done.deleted else []
-                )
-                await delete_refs(refs, metadata, blob, None)
+                await _expire(metadata, blob, ref, days=days, limit=limit)
                 result.expired += 1
                 SWEPT.labels("expired", "done").inc()
             except CofferError as exc:

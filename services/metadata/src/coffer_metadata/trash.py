@@ -29,7 +29,7 @@ from coffer_kit.contract import expiry
 from coffer_kit.contract.errors import forbidden, not_found, quota_exceeded
 from coffer_kit.contract.ids import is_asset_id
 from coffer_kit.contract.limits import PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX, PAGE_OFFSET_MAX, TRASH_PURGE_BATCH
-from coffer_kit.contract.timeutil import isoformat, utcnow
+from coffer_kit.contract.timeutil import as_utc, isoformat, utcnow
 from coffer_kit.contract.wire import (
     SYSTEM,
     Actor,
@@ -254,8 +254,9 @@ def restore(
     idle_seconds: float = DEFAULT_IDLE_SECONDS,
 ) -> dict[str, Any]:
     """Move a trashed asset back (same id, key, URLs), into its folder or the root if that is
-    gone, its size reserved against the quota in this transaction (413 if it does not fit).
-    A live asset answers as it is (a restore retried after its store step failed)."""
+    gone, its size reserved against the quota in this transaction (413 if it does not fit),
+    without an expiry that has passed. A live asset answers as it is (a restore retried after
+    its store step failed)."""
     if not is_asset_id(asset_id):
         raise not_found(f"Asset {asset_id!r} is not in the trash.")
     conn = session.connection()
@@ -291,6 +292,8 @@ def restore(
     # (reserve added the size and one asset to the live counters.)
     _move_usage(conn, org_id, live=0, trashed=-1, size=row.size)
     values = {**_copy(row, _assets), "folder_id": folder, "updated_at": now}
+    if row.expires_at is not None and as_utc(row.expires_at) <= now:
+        values["expires_at"] = None  # (an expiry past is gone, or the sweeper would take it again)
     conn.execute(sa.insert(_assets), values)
     public = view(SimpleNamespace(**values), cdn_url)
     events.record(session, org_id=org_id, type="asset.restored", data=public, actor=actor, now=now)

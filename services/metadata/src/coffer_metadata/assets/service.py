@@ -12,6 +12,7 @@ from urllib.parse import quote
 import sqlalchemy as sa
 from prometheus_client import Counter
 from sqlalchemy.engine import Connection, Row
+from sqlalchemy.orm.attributes import flag_modified
 from sqlmodel import Session
 
 from coffer_kit import pagination
@@ -771,8 +772,10 @@ def redescribe(
     if metadata is not None:
         before = describe.metadata_of(asset.custom_metadata)
         after = describe.merge_metadata(before, metadata)
-        if after != before:
+        # As JSON text: Python's == takes 1 for True and 2 for 2.0.
+        if describe.encode_metadata(after) != describe.encode_metadata(before):
             changes["metadata"], asset.custom_metadata = before, after
+            flag_modified(asset, "custom_metadata")  # (the flush compares with == too)
     if tags is not None:
         had = describe.tags_of(asset.tags)
         now = describe.apply_tags(had, tags)

@@ -1,0 +1,100 @@
+"""Edge's expiry sweeper (issue 47) against the real apps in process, sweeping every second:
+an expiry moved while the sweeper holds the object leaves the object served. (A restore's
+clearing of a past expiry is metadata's rule: services/metadata/tests/test_trash.py.)"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import REGISTRY
+
+from coffer_edge.clients.metadata import MetadataClient
+from coffer_harness.api import Tenant
+from coffer_harness.inprocess import InProcessStack, new_stack, serving
+from coffer_kit.contract.timeutil import isoformat, utcnow
+from coffer_kit.contract.wire import Expired, ExpireIn
+from coffer_testkit.pytest_plugin import new_database_url
+from coffer_testkit.testing import TLS
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[InProcessStack]:
+    """This module's own stack (conftest's, but its edge sweeps expiry every 0.5 to 1.5 s)."""
+    root = tmp_path_factory.mktemp(f"expiry-{request.param}")
+    s = new_stack(
+        root,
+        auth_database_url=new_database_url(request, request.param, root, "expiry_auth"),
+        metadata_database_url=new_database_url(request, request.param, root, "expiry_metadata"),
+    )
+    settings = {
+        "sweep_interval_seconds": 0,
+        "edge_expiry_interval_seconds": 1,
+        "edge_rate_limit": "10000/second",
+        "edge_auth_cache_seconds": 0.25,
+        "edge_auth_failure_limit": "1000000/minute",
+        "dashboard_ip_limit": "1000000/minute",
+    }
+    with serving(s, secrets.token_urlsafe(24), **settings):
+        yield s
+
+
+def sweeps() -> float:
+    return REGISTRY.get_sample_value("coffer_expiry_sweeps_total", {"outcome": "done"}) or 0.0
+
+
+def wait_for(check: Any, what: str, seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def keep_a_trash(api: httpx.Client) -> None:
+    assert api.put("/api/trash/settings", json={"retentionDays": 3}).status_code == 200
+    wait_for(lambda: api.get("/api/trash/settings").json()["retentionDays"] == 3, "retention not seen")
+
+
+def soon() -> str:
+    return isoformat(utcnow() + timedelta(seconds=1))
+
+
+def test_an_expiry_moved_during_the_sweep_leaves_the_asset_served(
+    tenant: Tenant, stack: InProcessStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = tenant.api
+    keep_a_trash(api)
+    later = isoformat(utcnow() + timedelta(days=1))
+    expire = MetadataClient.expire
+    moved: list[int] = []
+
+    async def moved_first(self: MetadataClient, org_id: str, asset_id: str, body: ExpireIn) -> Expired:
+        # The owner's PATCH lands after the sweeper held the object, before metadata expires it.
+        headers = {"x-api-key": tenant.key}
+        async with httpx.AsyncClient(base_url=stack.edge_url, headers=headers, verify=TLS) as client:
+            patched = await client.patch(f"/api/assets/{asset_id}", json={"expiresAt": later})
+        moved.append(patched.status_code)
+        return await expire(self, org_id, asset_id, body)
+
+    monkeypatch.setattr(MetadataClient, "expire", moved_first)
+    asset = api.post("/api/assets", files={"file": ("r.txt", b"race")}, data={"expiresAt": soon()}).json()
+    assert httpx.get(asset["publicUrl"], verify=TLS).status_code == 200
+    wait_for(lambda: moved, "the sweeper never took the asset")
+    assert moved == [200]
+    wait_for(
+        lambda: httpx.get(asset["publicUrl"], verify=TLS).status_code == 200,
+        "the public URL stayed 404 after the sweep",
+        seconds=5,
+    )
+    live = api.get(f"/api/assets/{asset['id']}")
+    assert live.status_code == 200 and live.json()["expiresAt"] == later
+    signed = api.get(f"/api/assets/{asset['id']}/url", params={"expiresIn": 600}).json()["url"]
+    assert httpx.get(signed, verify=TLS).status_code == 200
+    assert api.get("/api/trash").json()["total"] == 0
