@@ -94,3 +94,16 @@ def test_an_expiry_set_at_upload_is_answered_and_listed(tenant: Any) -> None:
     assert api.get(f"/api/assets/{made.json()['id']}").json()["expiresAt"] == when
     listed = api.get("/api/assets", params={"expiresBefore": isoformat(utcnow() + timedelta(days=3))}).json()
     assert [a["id"] for a in listed["assets"]] == [made.json()["id"]]
+    # A filter like the others: it pages by cursor, and combines with the rest.
+    later = isoformat(utcnow() + timedelta(days=1))
+    ids = [
+        api.post("/api/assets", files={"file": (f"{n}.txt", b"x")}, data={"expiresAt": later}).json()["id"]
+        for n in ("b", "c", "d")
+    ]
+    api.post("/api/assets", files={"file": ("never.txt", b"x")})
+    soon = {"expiresBefore": isoformat(utcnow() + timedelta(days=1, hours=1))}
+    first = api.get("/api/assets", params={**soon, "limit": 2, "total": "false"}).json()
+    rest = api.get("/api/assets", params={**soon, "limit": 2, "cursor": first["nextCursor"]}).json()
+    assert [a["id"] for a in first["assets"] + rest["assets"]] == ids[::-1] and rest["nextCursor"] is None
+    by_name = api.get("/api/assets", params={**soon, "q": "c", "sort": "name"}).json()
+    assert ([a["id"] for a in by_name["assets"]], by_name["total"]) == ([ids[1]], 1)

@@ -576,6 +576,8 @@ def expire_asset(
     return expire(session, org_id=org_id, asset_id=asset_id, body=body, cdn_url=settings.cdn_url)
 
 
+# Edges of the previous release list ``expiresBefore`` here; this release's pass it to the
+# assets listing as a filter (which pages by cursor too). Remove in the release after this one.
 @router.get("/orgs/{org_id}/expiring")
 def list_expiring(
     org_id: str,

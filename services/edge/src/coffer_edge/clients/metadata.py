@@ -264,12 +264,6 @@ class MetadataClient(ServiceClient):
         path = f"/internal/v1/orgs/{org_id}/assets/{_seg(asset_id)}/expire"
         return await self.call(wire.Expired, "POST", path, json=body.model_dump(by_alias=True))
 
-    async def list_expiring(self, org_id: str, params: dict[str, Any], *, request_id: str) -> bytes:
-        return await self.request(
-            "GET", f"/internal/v1/orgs/{org_id}/expiring", params=params, request_id=request_id
-        )
-
-    # Sweeper
     async def sweep_candidates(
         self, *, intent_age: float, tombstone_age: float, limit: int
     ) -> wire.SweepCandidates:

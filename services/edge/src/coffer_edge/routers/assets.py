@@ -496,8 +496,7 @@ async def list_assets(
         Query(
             alias="expiresBefore",
             max_length=40,
-            description="Issue 47: only assets whose `expiresAt` is before this ISO 8601 time (newest "
-            "first; combines with `folderId` only).",
+            description="Issue 47: only assets whose `expiresAt` is before this ISO 8601 time.",
         ),
     ] = None,
     tag: Annotated[
@@ -539,8 +538,6 @@ async def list_assets(
     """List assets (newest first by default), with the total that match; search by name; filter
     by tags, metadata, media type, size and creation time; list a whole subtree; page by
     `offset` or by `cursor` (`nextCursor`)."""
-    if expires_before is not None:
-        return await _list_expiring(principal, metadata, rid, expires_before, folder_id, limit, offset)
     params: dict[str, Any] = {"limit": limit, "offset": offset, "sort": sort}
     if cursor is not None:
         params["cursor"] = cursor
@@ -557,6 +554,7 @@ async def list_assets(
             created_after=created_after,
             created_before=created_before,
             recursive=recursive,
+            expires_before=expires_before,
         )
     )
     if visibility is not None:
@@ -566,23 +564,6 @@ async def list_assets(
     if q is not None:
         params["q"] = q
     page = await metadata.list_assets(principal.organization_id, params, request_id=rid)
-    return Response(page, media_type="application/json")
-
-
-async def _list_expiring(
-    principal: Principal,
-    metadata: MetadataClient,
-    rid: str,
-    before: str,
-    folder_id: str | None,
-    limit: int,
-    offset: int,
-) -> Response:
-    """``GET /api/assets?expiresBefore=`` (issue 47): its own listing in metadata."""
-    params: dict[str, Any] = {"expiresBefore": before, "limit": limit, "offset": offset}
-    if folder_id is not None:
-        params["folderId"] = folder_id
-    page = await metadata.list_expiring(principal.organization_id, params, request_id=rid)
     return Response(page, media_type="application/json")
 
 
@@ -597,6 +578,7 @@ def describe_filters(
     created_after: str | None,
     created_before: str | None,
     recursive: bool,
+    expires_before: str | None,
 ) -> dict[str, Any]:
     """The listing's issue-50 filters as metadata takes them (it checks them: one authority for
     their bounds); ``meta[KEY]`` parameters are read from the query as sent."""
@@ -610,6 +592,7 @@ def describe_filters(
         ("maxSize", max_size),
         ("createdAfter", created_after),
         ("createdBefore", created_before),
+        ("expiresBefore", expires_before),
     ):
         if value is not None:
             params[name] = value

@@ -49,6 +49,7 @@ class AssetFilters:
     max_size: int | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
+    expires_before: datetime | None = None  # issue 47
 
     def __bool__(self) -> bool:
         return bool(
@@ -59,6 +60,7 @@ class AssetFilters:
             or self.max_size is not None
             or self.created_after
             or self.created_before
+            or self.expires_before
         )
 
 
@@ -116,6 +118,7 @@ def parse(params: QueryParams) -> AssetFilters:
         max_size=_size(params, "maxSize"),
         created_after=_instant(params, "createdAfter"),
         created_before=_instant(params, "createdBefore"),
+        expires_before=_instant(params, "expiresBefore"),
     )
 
 
@@ -142,6 +145,8 @@ def where(dialect: str, org_id: str, filters: AssetFilters) -> list[sa.ColumnEle
         clauses.append(_assets.c.created_at >= filters.created_after)
     if filters.created_before is not None:
         clauses.append(_assets.c.created_at < filters.created_before)
+    if filters.expires_before is not None:  # (no expiry is never before it)
+        clauses.append(_assets.c.expires_at < filters.expires_before)
     return clauses
 
 
