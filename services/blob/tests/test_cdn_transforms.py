@@ -213,6 +213,10 @@ async def test_fmt_auto_follows_accept(api: httpx.AsyncClient, cdn: httpx.AsyncC
     for accept, media in [
         ("image/avif,image/webp,*/*", "image/avif"),
         ("image/webp,*/*", "image/webp"),
+        # q=0 is "not acceptable" (RFC 9110 §12.4.2), whatever else the header names.
+        ("image/avif;q=0, image/webp;q=0.9, */*;q=0.1", "image/webp"),
+        ("image/avif; q=0.0, image/webp;q=0", "image/jpeg"),
+        ("image/webp;q=0.5, image/avif;q=bad", "image/avif"),
         ("*/*", "image/jpeg"),
         (None, "image/jpeg"),
     ]:
@@ -464,7 +468,7 @@ async def test_head_never_renders(api: httpx.AsyncClient, cdn: httpx.AsyncClient
     assert head.headers["content-type"] == "image/webp"
     assert head.headers["content-disposition"] == "inline; filename*=UTF-8''beach.webp"
     assert head.headers["cache-control"] == "no-store"
-    assert "etag" not in head.headers
+    assert "etag" not in head.headers and "content-length" not in head.headers  # unknown, not 0
     assert sample("coffer_transform_variants_computed_total") == computed
     assert stored_names(settings, key) == stored  # the original only
     # Once rendered, HEAD answers from the stored variant.

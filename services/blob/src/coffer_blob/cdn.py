@@ -168,8 +168,7 @@ async def _transformed(request: Request, key: str, state: BlobState) -> Response
     transform = await _requested(query, key, access, state)
     auto = transform.fmt == "auto"
     if auto:
-        accept = request.headers.get("accept", "").lower()
-        chosen = next((fmt for fmt in formats.AUTO_ORDER if formats.MEDIA_TYPES[fmt] in accept), "auto")
+        chosen = formats.auto_format(request.headers.get("accept", "")) or "auto"
         transform = dataclasses.replace(transform, fmt=chosen)
     name = variant_key(key, transform)
     # A source refused already (or too slow lately) costs no more reads of the store.
@@ -189,7 +188,11 @@ async def _transformed(request: Request, key: str, state: BlobState) -> Response
             }
             if auto:
                 head["vary"] = "Accept"
-            return Response(status_code=200, headers=head)
+            unknown = Response(status_code=200, headers=head)
+            # No Content-Length (Starlette writes 0 for the empty body): a HEAD must not say
+            # a length its GET will not have (RFC 9110 §9.3.2).
+            unknown.raw_headers = [(k, v) for k, v in unknown.raw_headers if k != b"content-length"]
+            return unknown
         outcome = await pool.render(key, name, transform, private=info.private)
         if outcome[0] == "gone":
             raise not_found("No such object.")

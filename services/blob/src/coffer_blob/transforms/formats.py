@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from coffer_kit.contract.transforms import Transform
 
 MEDIA_TYPES = {"webp": "image/webp", "avif": "image/avif", "jpeg": "image/jpeg", "png": "image/png"}
@@ -31,14 +33,28 @@ def sniff_format(head: bytes) -> str | None:
     return None
 
 
+def auto_format(accept: str) -> str | None:
+    """What ``fmt=auto`` serves for an ``Accept`` header: the first of AUTO_ORDER it names with
+    a quality above 0 (RFC 9110 §12.4.2: ``q=0`` is "not acceptable"), else None. A range
+    (``image/*``, ``*/*``) names none: browsers send one whatever they decode."""
+    acceptable: set[str] = set()
+    for item in accept.lower().split(","):
+        media, *params = (part.strip() for part in item.split(";"))
+        quality = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip() == "q":
+                with contextlib.suppress(ValueError):  # a malformed weight: as if none were given
+                    quality = float(value)
+        if quality > 0:
+            acceptable.add(media)
+    return next((fmt for fmt in AUTO_ORDER if MEDIA_TYPES[fmt] in acceptable), None)
+
+
 def resolve_format(transform: Transform, source: str, accept: str) -> str:
     """The output format: the asked one, the best ``Accept`` allows for ``auto``, else the source's own."""
     if transform.fmt == "auto":
-        offered = accept.lower()
-        for fmt in AUTO_ORDER:
-            if MEDIA_TYPES[fmt] in offered:
-                return fmt
-        return "jpeg" if source in ("jpeg", "tiff") else "png"
+        return auto_format(accept) or ("jpeg" if source in ("jpeg", "tiff") else "png")
     if transform.fmt is not None:
         return transform.fmt
     if source in MEDIA_TYPES:
