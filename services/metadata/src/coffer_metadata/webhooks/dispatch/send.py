@@ -7,11 +7,11 @@ from __future__ import annotations
 import socket
 import time
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
+from yarl import URL
 
 from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.contract.webhooks import RESPONSE_KEEP_BYTES
@@ -69,7 +69,9 @@ async def post(http: aiohttp.ClientSession, job: Job, *, policy: AddressPolicy, 
     error: str | None = None
     response: str | None = None
     try:
-        literal = literal_address(urlsplit(job.url).hostname or "")
+        # The host as aiohttp will read it (yarl's, which makes 127。0。0。1 a literal that it
+        # connects to without asking the resolver that checks names), not as urlsplit does.
+        literal = literal_address(URL(job.url).host or "")
         if literal is not None:
             policy.check(literal)
         async with http.post(
