@@ -213,6 +213,7 @@ async def test_filters_by_tag_metadata_media_type_size_and_time_combine_with_sea
     assert await names(**{"meta[sku]": "9"}) == ["a.png"]
     for params, field in (
         ({"tag": "no space"}, "tag"),
+        ({"tag": "red\n"}, "tag"),  # the pattern holds for the whole tag
         ({"tagMatch": "some"}, "tagMatch"),
         ({"meta[bad key]": "x"}, "metadata.bad key"),
         ({"meta[k]": "x" * 257}, "meta.k"),

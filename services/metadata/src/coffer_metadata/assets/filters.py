@@ -93,7 +93,7 @@ def parse(params: QueryParams) -> AssetFilters:
     if len(tags) > describe.MAX_TAG_FILTERS:
         raise invalid(f"At most {describe.MAX_TAG_FILTERS} 'tag' parameters.", field="tag")
     for tag in tags:
-        if not re.match(describe.TAG_PATTERN, tag):
+        if not re.fullmatch(describe.TAG_PATTERN, tag):
             raise invalid(
                 "A tag is 1-64 characters of letters, digits, '_', '-', '.', ':', '/'.", field="tag"
             )
