@@ -23,6 +23,18 @@ async def upload(api: httpx.AsyncClient, org: str, **fields: Any) -> httpx.Respo
     return await commit_asset(api, org, **{"sha256": "b" * 64, **fields})
 
 
+def asset_updated(database_url: str, org: str) -> list[Any]:
+    """The organization's ``asset.updated`` events: their ``changes`` and ``data``."""
+    engine = make_engine(database_url)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT changes, data FROM events WHERE organization_id = :o AND type = 'asset.updated'"),
+            {"o": org},
+        ).all()
+    engine.dispose()
+    return list(rows)
+
+
 async def test_metadata_and_tags_are_stored_at_upload_and_answered_everywhere(api: httpx.AsyncClient) -> None:
     org = new_id("org")
     meta = {"product": "sku-1", "count": 3, "ratio": 2.5, "hero": True, "note": "ünïcode"}
@@ -92,13 +104,7 @@ async def test_patch_merges_metadata_deletes_a_key_with_null_and_adds_and_remove
     # A change that changes nothing writes no event.
     same = await api.patch(url, json={"metadata": {}, "tags": {"add": ["y"], "remove": ["q"]}})
     assert same.status_code == 200 and same.json()["updatedAt"] == body["updatedAt"]
-    engine = make_engine(database_url)
-    with engine.connect() as conn:
-        rows = conn.execute(
-            text("SELECT changes, data FROM events WHERE organization_id = :o AND type = 'asset.updated'"),
-            {"o": org},
-        ).all()
-    engine.dispose()
+    rows = asset_updated(database_url, org)
     assert len(rows) == 1
     assert json.loads(rows[0].changes) == {"metadata": {"a": "1", "b": 2}, "tags": ["x", "y"]}
     assert json.loads(rows[0].data)["tags"] == ["y", "z"]
@@ -134,14 +140,8 @@ async def test_patch_that_changes_only_a_values_type_is_kept(
     assert json.dumps((await api.get(url)).json()["metadata"], sort_keys=True) == expected
     listed = await api.get(f"/internal/v1/orgs/{org}/assets", params={"meta[flag]": "true"})
     assert [a["id"] for a in listed.json()["assets"]] == [asset["id"]]
-    engine = make_engine(database_url)
-    with engine.connect() as conn:
-        changes = conn.execute(
-            text("SELECT changes FROM events WHERE organization_id = :o AND type = 'asset.updated'"),
-            {"o": org},
-        ).scalar_one()
-    engine.dispose()
-    assert json.loads(changes) == {"metadata": {"flag": 1, "zero": 0, "n": 2, "on": True}}
+    (row,) = asset_updated(database_url, org)
+    assert json.loads(row.changes) == {"metadata": {"flag": 1, "zero": 0, "n": 2, "on": True}}
 
 
 def test_upload_fields_are_parsed_and_bounded() -> None:

@@ -12,7 +12,7 @@ import pytest
 from argon2 import PasswordHasher
 
 from coffer_auth import passwords
-from coffer_harness.inprocess import InProcessStack, new_stack, serving
+from coffer_harness.inprocess import API_TEST_SETTINGS, InProcessStack, new_stack, serving
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -37,19 +37,7 @@ def stack(
         fresh_database: Any = request.getfixturevalue("fresh_database")
         urls = {"auth": fresh_database("api_auth"), "metadata": fresh_database("api_metadata")}
     s = new_stack(root, auth_database_url=urls["auth"], metadata_database_url=urls["metadata"])
-    # No sweeper: a test's half-done uploads are its own to look at. A 0.25 s auth cache: tests of
-    # revoked access wait for it (the default 5 s bound is tested end to end, tests/e2e/test_flow.py).
-    # Every request comes from 127.0.0.1: failed authentications are not limited here (tested
-    # end to end, tests/e2e/test_bounds.py), nor are the dashboard's sign-ups (tests sign up a
-    # user per caller; the per-IP throttle is tested end to end, tests/e2e/test_dashboard_security.py).
-    settings = {
-        "sweep_interval_seconds": 0,
-        "edge_rate_limit": "10000/second",
-        "edge_auth_cache_seconds": 0.25,
-        "edge_auth_failure_limit": "1000000/minute",
-        "dashboard_ip_limit": "1000000/minute",
-    }
-    with serving(s, secrets.token_urlsafe(24), **settings):
+    with serving(s, secrets.token_urlsafe(24), **API_TEST_SETTINGS):
         yield s
 
 

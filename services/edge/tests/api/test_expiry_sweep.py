@@ -16,7 +16,7 @@ from prometheus_client import REGISTRY
 
 from coffer_edge.clients.metadata import MetadataClient
 from coffer_harness.api import Tenant
-from coffer_harness.inprocess import InProcessStack, new_stack, serving
+from coffer_harness.inprocess import API_TEST_SETTINGS, InProcessStack, new_stack, serving
 from coffer_kit.contract.timeutil import isoformat, utcnow
 from coffer_kit.contract.wire import Expired, ExpireIn
 from coffer_testkit.pytest_plugin import new_database_url
@@ -34,15 +34,7 @@ def stack(
         auth_database_url=new_database_url(request, request.param, root, "expiry_auth"),
         metadata_database_url=new_database_url(request, request.param, root, "expiry_metadata"),
     )
-    settings = {
-        "sweep_interval_seconds": 0,
-        "edge_expiry_interval_seconds": 1,
-        "edge_rate_limit": "10000/second",
-        "edge_auth_cache_seconds": 0.25,
-        "edge_auth_failure_limit": "1000000/minute",
-        "dashboard_ip_limit": "1000000/minute",
-    }
-    with serving(s, secrets.token_urlsafe(24), **settings):
+    with serving(s, secrets.token_urlsafe(24), **API_TEST_SETTINGS, edge_expiry_interval_seconds=1):
         yield s
 
 
