@@ -200,9 +200,10 @@ class S3Storage:
         try:
             self.client.delete_object(Bucket=self.bucket, Key=lock, IfMatch=_etag_of(mine))
         except ClientError as exc:
-            if _code(exc) in _TAKEN or _missing(exc):
+            if _code(exc) in _TAKEN:
                 log.warning("the flags lock of %s was taken over while held", key)
-            else:  # a store without conditional deletes: deleted as before
+            elif not _missing(exc):  # (missing: taken over and gone, or never made: no conditions)
+                # A store without conditional deletes: deleted as before.
                 with contextlib.suppress(ClientError, BotoCoreError):
                     self.client.delete_object(Bucket=self.bucket, Key=lock)
         except BotoCoreError:
