@@ -119,6 +119,10 @@ def parse_networks(networks: Sequence[str] | None) -> list[str]:
         if not isinstance(text, str) or len(text) > MAX_NETWORK_CHARS:
             raise invalid("Each network is a CIDR such as 203.0.113.0/24.", field="networks")
         try:
+            # No IPv6 zone (fe80::1%eth0): a zone is any text, spaces included, and a client's
+            # address never carries one; the networks are stored space-separated.
+            if "%" in text:
+                raise ValueError(text)
             network = ipaddress.ip_network(text.strip(), strict=True)
         except ValueError:
             raise invalid(
