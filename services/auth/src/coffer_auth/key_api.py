@@ -190,11 +190,7 @@ def create_key(body: KeyCreate, caller: CallerDep, session: SessionDep) -> KeyCr
             )
     if expires_in is not None and expires_in <= 0:
         raise invalid("The expiry must be in the future (expiresIn > 0).", field="expiresIn")
-    count = session.exec(
-        select(func.count()).select_from(ApiKey).where(ApiKey.organization_id == caller.org.id)
-    ).one()
-    if count >= MAX_KEYS_PER_ORG:
-        raise conflict(f"An organization has at most {MAX_KEYS_PER_ORG} keys; delete one first.")
+    _require_room(session, caller.org)
     row, secret = apikeys.create(
         session,
         caller.actor,
@@ -219,10 +215,23 @@ def delete_key(key_id: str, caller: CallerDep, session: SessionDep) -> SuccessOu
     return SuccessOut()
 
 
+def _require_room(session: Session, org: Organization) -> None:
+    """409 at the organization's bound of keys. Its row is locked first, so that keys made at
+    once are counted one after another (PostgreSQL; SQLite writes one at a time anyway)."""
+    session.exec(select(Organization).where(Organization.id == org.id).with_for_update()).first()
+    count = session.exec(
+        select(func.count()).select_from(ApiKey).where(ApiKey.organization_id == org.id)
+    ).one()
+    if count >= MAX_KEYS_PER_ORG:
+        raise conflict(f"An organization has at most {MAX_KEYS_PER_ORG} keys; delete one first.")
+
+
 @router.post("/{key_id}/rotate", status_code=201, response_model=KeyRotatedOut)
 def rotate_key(key_id: str, body: KeyRotate, caller: CallerDep, session: SessionDep) -> KeyRotatedOut:
     row = _visible(session, caller, key_id)
     _manage(caller, row)
+    if body.grace_seconds > 0:  # the old key stays for its grace: one key more meanwhile
+        _require_room(session, caller.org)
     new, secret, previous = apikeys.rotate(
         session, caller.actor, org=caller.org, row=row, grace_seconds=body.grace_seconds, created_by=None
     )
