@@ -3,6 +3,7 @@ the session cookie policy, settings, redirects, the vendored htmx, and an unchan
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -17,6 +18,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from pydantic import ValidationError
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from coffer_edge.config import Settings
 from coffer_edge.dashboard.render import STATIC_DIR, binary_size, percent, percent_label, relative_time
@@ -49,6 +51,20 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
         httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://127.0.0.1:8080") as c,
     ):
         yield c
+
+
+def _client_seen(forwarded_allow_ips: str) -> str:
+    """The client address uvicorn's proxy-headers layer hands the app for a request from
+    127.0.0.1 saying ``X-Forwarded-For: 203.0.113.9``, with these trusted peers."""
+    seen: list[str] = []
+
+    async def app(scope: Any, _receive: Any, _send: Any) -> None:
+        seen.append(scope["client"][0])
+
+    layer = ProxyHeadersMiddleware(app, trusted_hosts=forwarded_allow_ips)  # type: ignore[arg-type]
+    scope = {"type": "http", "client": ("127.0.0.1", 5000), "headers": [(b"x-forwarded-for", b"203.0.113.9")]}
+    asyncio.run(layer(scope, None, None))  # type: ignore[arg-type]
+    return seen[0]
 
 
 def test_vendored_htmx_is_the_pinned_release() -> None:
@@ -203,7 +219,10 @@ def test_production_refuses_an_insecure_or_unconfigured_dashboard(tmp_path: Path
         with pytest.raises(ValidationError, match="COFFER_TRUSTED_PROXIES must be set"):
             _settings(tmp_path, base_url="https://coffer.example", **base, **signup, **unset)
     waived = _settings(tmp_path, base_url="https://coffer.example", trusted_proxies="none", **base, **signup)
-    assert waived.forwarded_allow_ips is None
+    # "none" trusts no peer's X-Forwarded-For, loopback's included (uvicorn's default trusts it).
+    assert waived.forwarded_allow_ips == ""
+    assert _client_seen(waived.forwarded_allow_ips) == "127.0.0.1"
+    assert _client_seen("127.0.0.1") == "203.0.113.9"  # (a trusted peer's header is read)
     ok = _settings(
         tmp_path, base_url="https://coffer.example", trusted_proxies="10.0.0.0/8", **base, **signup
     )

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     from coffer_kit.serve import Listener, serve
 
     configure_logging("edge", settings.log_level, settings.log_format)
-    if settings.forwarded_allow_ips:
+    if settings.forwarded_allow_ips is not None:
         # uvicorn takes the client address from X-Forwarded-For only from these peers.
         os.environ["FORWARDED_ALLOW_IPS"] = settings.forwarded_allow_ips
     public = create_app(settings)

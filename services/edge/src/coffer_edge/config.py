@@ -126,8 +126,11 @@ class Settings(BaseServiceSettings):
 
     @property
     def forwarded_allow_ips(self) -> str | None:
-        """uvicorn's --forwarded-allow-ips: the trusted proxies, None for loopback only."""
-        return None if self.trusted_proxies in (None, "", "none") else self.trusted_proxies
+        """uvicorn's --forwarded-allow-ips: the trusted proxies; "" for ``none`` (no peer, not
+        even loopback: uvicorn's own default trusts 127.0.0.1); None, unset: that default."""
+        if self.trusted_proxies == "none":
+            return ""
+        return self.trusted_proxies or None
 
     @property
     def signup(self) -> str:
