@@ -11,6 +11,7 @@ import io
 import os
 import re
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -312,6 +313,36 @@ def test_a_creation_whose_bytes_fail_leaves_no_upload_behind(tenant: Tenant, ano
     assert retried.status_code == 201 and retried.headers["upload-offset"] == "3", retried.text
 
 
+def test_a_creation_whose_client_goes_away_leaves_no_upload_behind(
+    tenant: Tenant, anon: httpx.Client
+) -> None:
+    """creation-with-upload whose connection drops mid-body: the client never got a Location,
+    so the upload ends (its reservation free) and the upload token is good for another try."""
+    token = tenant.api.post("/api/upload-tokens", json={}).json()["token"]
+    edge = urlsplit(str(anon.base_url))
+    request = (
+        f"POST /api/uploads/tus?token={token} HTTP/1.1\r\nHost: {edge.netloc}\r\n"
+        f"Tus-Resumable: 1.0.0\r\nUpload-Length: 5000\r\n"
+        f"Upload-Metadata: {meta(filename='gone.bin')}\r\n"
+        "Content-Type: application/offset+octet-stream\r\nContent-Length: 5000\r\n\r\n"
+    ).encode()
+    with socket.create_connection((edge.hostname, edge.port or 80), timeout=10) as conn:
+        conn.sendall(request + b"x" * 1000)
+        deadline = time.monotonic() + 10
+        while not tenant.api.get("/api/uploads").json()["uploads"]:  # polled: the edge is writing
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    headers = {**TUS, "Upload-Length": "3", "Upload-Metadata": meta(filename="b.bin")}
+    body = {"Content-Type": "application/offset+octet-stream"}
+    deadline = time.monotonic() + 15
+    url = f"/api/uploads/tus?token={token}"
+    while (retried := anon.post(url, content=b"abc", headers={**headers, **body})).status_code != 201:
+        assert retried.status_code == 401 and time.monotonic() < deadline, retried.text  # polled
+        time.sleep(0.05)
+    assert retried.headers["upload-offset"] == "3"
+    assert tenant.api.get("/api/uploads").json()["uploads"] == []
+
+
 def test_eight_racing_patches_at_one_offset_store_the_chunk_once(tenant: Tenant) -> None:
     chunk = os.urandom(2 * MIB)
     url = create(tenant.api, len(chunk) + 3).headers["location"]
@@ -561,3 +592,17 @@ def test_an_organization_lists_and_ends_its_open_uploads(new_tenant: Any, anon: 
     assert_error(tenant.api.delete(f"/api/uploads/{newest['id']}"), 404, "not_found")
     assert_error(tenant.api.delete("/api/uploads/doesnotexist"), 404, "not_found")
     assert create(tenant.api, 6 * MIB).status_code == 201
+
+
+def test_ending_a_finished_upload_is_404_and_keeps_it(new_tenant: Any) -> None:
+    """``DELETE /api/uploads/{id}`` ends unfinished uploads only: a finished one is 404 and
+    left as it was, so its tus client can still learn (HEAD) that it finished, rather than
+    upload it again as a second asset."""
+    tenant = new_tenant()
+    url = create(tenant.api, 5).headers["location"]
+    assert patch(tenant.api, url, b"hello", 0).status_code == 204
+    upload_id = urlsplit(url).path.rsplit("/", 1)[1]
+    assert_error(tenant.api.delete(f"/api/uploads/{upload_id}"), 404, "not_found")
+    finished = head(tenant.api, url)
+    assert finished.status_code == 200 and finished.headers["upload-offset"] == "5"
+    assert tenant.api.get("/api/assets").json()["total"] == 1

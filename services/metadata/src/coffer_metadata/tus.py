@@ -381,13 +381,22 @@ def complete(
 
 
 def terminate(
-    session: Session, *, upload_id: str, org_id: str | None, lock_token: str | None = None
+    session: Session,
+    *,
+    upload_id: str,
+    org_id: str | None,
+    lock_token: str | None = None,
+    unfinished_only: bool = False,
 ) -> TusEnded | None:
     """Termination: the upload is gone at once (404 from now on); an unfinished one's intent
     is claimed for deletion (its bytes go, then its reservation), answered so the caller
-    deletes the bytes now. A complete upload is only forgotten: its asset stays. 423 while a
-    request writes to it (unless ``lock_token`` is its lease's: the holder may end it)."""
+    deletes the bytes now. A complete upload is only forgotten: its asset stays; with
+    ``unfinished_only`` (the open-uploads API) it is 404 and kept, so a tus client can still
+    learn it finished. 423 while a request writes to it (unless ``lock_token`` is its
+    lease's: the holder may end it)."""
     row = _live(session, upload_id, org_id)
+    if row.completed and unfinished_only:
+        raise not_found(f"Upload {upload_id} is finished: its asset is an asset now.")
     now = utcnow()
     connection = session.connection()
     if not row.completed:
@@ -661,10 +670,13 @@ async def terminate_upload(
     database: DatabaseDep,
     root: SubtreeDep,
     org: Annotated[str | None, Query(max_length=40)] = None,
+    unfinished: bool = False,
     lease: TusLease | None = None,
 ) -> TusEnded | None:
     await _confined(database, upload_id, org, root)
     token = lease.lock_token if lease is not None else None
     return await database.write(
-        functools.partial(terminate, upload_id=upload_id, org_id=org, lock_token=token)
+        functools.partial(
+            terminate, upload_id=upload_id, org_id=org, lock_token=token, unfinished_only=unfinished
+        )
     )

@@ -432,11 +432,20 @@ class MetadataClient(ServiceClient):
         return await self._tus(upload_id, "complete", done, request_id)
 
     async def tus_terminate(
-        self, upload_id: str, org_id: str | None, *, lock_token: str | None = None, request_id: str
+        self,
+        upload_id: str,
+        org_id: str | None,
+        *,
+        lock_token: str | None = None,
+        unfinished_only: bool = False,
+        request_id: str,
     ) -> wire.TusEnded | None:
         """End the upload at once (423 while a request writes to it, unless ``lock_token`` is
-        the lease's); answers the prefix of an unfinished one's bytes, to delete."""
+        the lease's); answers the prefix of an unfinished one's bytes, to delete.
+        ``unfinished_only``: a finished upload is 404 and kept."""
         params = {"org": org_id} if org_id else {}
+        if unfinished_only:
+            params["unfinished"] = "true"
         lease = wire.TusLease(lock_token=lock_token).model_dump(by_alias=True) if lock_token else None
         body = await self.request(
             "POST",

@@ -675,10 +675,12 @@ async def _terminate(
     fails), then its reservation released. ``found``: only an unfinished upload (404 for a
     complete one, which only a tus client may forget)."""
     ended = await _past_kept_leases(
-        lambda: metadata.tus_terminate(upload_id, org_id, lock_token=lock_token, request_id=rid)
+        lambda: metadata.tus_terminate(
+            upload_id, org_id, lock_token=lock_token, unfinished_only=found, request_id=rid
+        )
     )
     if ended is None:
-        if found:
+        if found:  # a metadata of the previous release forgot it all the same
             raise not_found(f"Upload {upload_id} is finished: its asset is an asset now.")
         return
     owner = org_id or ended.prefix.split("/", 1)[0]
@@ -893,11 +895,17 @@ async def create_upload(request: Request, token: Token = None) -> Response:
         )
         try:
             upload = await _write(request, upload, rid)
+            if upload.offset < upload.length and await request.is_disconnected():
+                raise invalid("The client went away.")  # (blob kept what arrived)
         except Exception:
             # The client got no Location to resume with: the upload ends now, its reservation
             # released, rather than hold it until it expires (a day).
+            entry = state.kept_uploads.pop(upload_id, None)
+            token = await entry.given_up() if entry is not None else None
             with contextlib.suppress(CofferError):
-                await _terminate(upload_id, target.organization_id, state.metadata, state.blob, rid)
+                await _terminate(
+                    upload_id, target.organization_id, state.metadata, state.blob, rid, lock_token=token
+                )
             await _release_token(state, target, asset_id, rid)
             raise
         headers |= _upload_headers(upload)
