@@ -14,6 +14,7 @@ from sqlmodel import Session, select
 from coffer_auth import admin
 from coffer_auth.models import AuditEvent
 from coffer_kit.contract.errors import CofferError
+from coffer_kit.contract.limits import MAX_KEYS_PER_ORG
 from coffer_kit.contract.wire import Principal
 from coffer_testkit.testing import assert_error
 
@@ -298,3 +299,25 @@ async def test_a_key_lives_at_most_ten_years(api: Api) -> None:
     assert_error(await api.call("POST", keys, token=owner["token"], json=far), 400, "invalid_request")
     r = await api.call("POST", keys, token=owner["token"], json={**far, "expiresIn": 3650 * 86400})
     assert r.status_code == 201, r.text
+
+
+async def test_the_dashboard_and_the_operator_keep_the_bound_of_keys_too(api: Api, engine: Engine) -> None:
+    """An organization's 100 keys are its bound however they are made: the key API (edge's
+    tests/api/test_keys.py), the dashboard, and the operator's ``create-key``."""
+    owner, _, org = await _team(api)
+    keys = f"/orgs/{org['id']}/keys"
+    made = [
+        (await api.call("POST", keys, token=owner["token"], json={"kind": "user"})).status_code
+        for _ in range(MAX_KEYS_PER_ORG)
+    ]
+    assert made == [201] * MAX_KEYS_PER_ORG
+    assert_error(await api.call("POST", keys, token=owner["token"], json={"kind": "user"}), 409, "conflict")
+    some = (await api.call("GET", keys, token=owner["token"])).json()["keys"][0]["id"]
+    graced = await api.call("POST", f"{keys}/{some}/rotate", token=owner["token"], json={"graceSeconds": 60})
+    assert_error(graced, 409, "conflict")
+    at_once = await api.call("POST", f"{keys}/{some}/rotate", token=owner["token"], json={"graceSeconds": 0})
+    assert at_once.status_code == 201, at_once.text
+    with Session(engine) as s, pytest.raises(CofferError) as refused:
+        admin.create_key(s, org_id=org["id"], user_id=None, name="ops", expires_in=None)
+    assert refused.value.status == 409
+    assert len((await api.call("GET", keys, token=owner["token"])).json()["keys"]) == MAX_KEYS_PER_ORG

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import or_
+from sqlalchemy import func, or_
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
@@ -17,9 +17,9 @@ from coffer_auth.keys import display_prefix, generate_key, hash_key
 from coffer_auth.models import ApiKey, KeyKind, KeyUse, Membership, Organization, Role, User
 from coffer_auth.schemas import KeyKindName, KeyOut, UserRef
 from coffer_kit.contract import scopes
-from coffer_kit.contract.errors import forbidden, invalid, not_found
+from coffer_kit.contract.errors import conflict, forbidden, invalid, not_found
 from coffer_kit.contract.ids import KEY, new_id
-from coffer_kit.contract.limits import MAX_KEY_LIFETIME_DAYS
+from coffer_kit.contract.limits import MAX_KEY_LIFETIME_DAYS, MAX_KEYS_PER_ORG
 from coffer_kit.contract.timeutil import as_utc, isoformat, utcnow
 
 
@@ -136,6 +136,7 @@ def create(
     name = name.strip()
     if len(name) > 255:
         raise invalid("The name must be at most 255 characters.", field="name")
+    require_room(session, org)
     secret = generate_key(kind.value)
     now = utcnow()
     row = ApiKey(
@@ -218,6 +219,18 @@ def delete(session: Session, actor: Actor, *, row: ApiKey) -> None:
     )
 
 
+def require_room(session: Session, org: Organization) -> None:
+    """409 at the organization's bound of keys, however the key is made (the key API, the
+    dashboard, the operator's CLI). Its row is locked first, so that keys made at once are
+    counted one after another (PostgreSQL; SQLite writes one at a time anyway)."""
+    session.exec(select(Organization).where(Organization.id == org.id).with_for_update()).first()
+    count = session.exec(
+        select(func.count()).select_from(ApiKey).where(ApiKey.organization_id == org.id)
+    ).one()
+    if count >= MAX_KEYS_PER_ORG:
+        raise conflict(f"An organization has at most {MAX_KEYS_PER_ORG} keys; delete one first.")
+
+
 def rotate(
     session: Session,
     actor: Actor,
@@ -231,6 +244,8 @@ def rotate(
     the grace: (new row, its secret, the old row or None when it was deleted at once)."""
     if not 0 <= grace_seconds <= 604800:
         raise invalid("graceSeconds must be 0 to 604800.", field="graceSeconds")
+    if grace_seconds > 0:  # the old key stays for its grace: one key more meanwhile
+        require_room(session, org)
     lifetime: int | None = None
     if row.expires_at is not None:
         lifetime = max(1, int((as_utc(row.expires_at) - as_utc(row.created_at)).total_seconds()))

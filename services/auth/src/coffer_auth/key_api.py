@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header
-from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from coffer_auth import apikeys
@@ -25,14 +24,12 @@ from coffer_auth.models import ApiKey, KeyKind, Membership, Organization, Role
 from coffer_kit.contract import scopes
 from coffer_kit.contract.accounts import KeyCreatedOut, KeyOut, KeyRotatedOut, KeysOut, SuccessOut
 from coffer_kit.contract.errors import (
-    conflict,
     forbidden,
     insufficient_scope,
     invalid,
     not_found,
     unauthorized,
 )
-from coffer_kit.contract.limits import MAX_KEYS_PER_ORG
 from coffer_kit.contract.timeutil import as_utc, utcnow
 from coffer_kit.contract.wire import ACTOR_HEADER, KeyCreate, KeyRotate
 from coffer_kit.internal_token import require_internal_token
@@ -190,7 +187,6 @@ def create_key(body: KeyCreate, caller: CallerDep, session: SessionDep) -> KeyCr
             )
     if expires_in is not None and expires_in <= 0:
         raise invalid("The expiry must be in the future (expiresIn > 0).", field="expiresIn")
-    _require_room(session, caller.org)
     row, secret = apikeys.create(
         session,
         caller.actor,
@@ -215,23 +211,10 @@ def delete_key(key_id: str, caller: CallerDep, session: SessionDep) -> SuccessOu
     return SuccessOut()
 
 
-def _require_room(session: Session, org: Organization) -> None:
-    """409 at the organization's bound of keys. Its row is locked first, so that keys made at
-    once are counted one after another (PostgreSQL; SQLite writes one at a time anyway)."""
-    session.exec(select(Organization).where(Organization.id == org.id).with_for_update()).first()
-    count = session.exec(
-        select(func.count()).select_from(ApiKey).where(ApiKey.organization_id == org.id)
-    ).one()
-    if count >= MAX_KEYS_PER_ORG:
-        raise conflict(f"An organization has at most {MAX_KEYS_PER_ORG} keys; delete one first.")
-
-
 @router.post("/{key_id}/rotate", status_code=201, response_model=KeyRotatedOut)
 def rotate_key(key_id: str, body: KeyRotate, caller: CallerDep, session: SessionDep) -> KeyRotatedOut:
     row = _visible(session, caller, key_id)
     _manage(caller, row)
-    if body.grace_seconds > 0:  # the old key stays for its grace: one key more meanwhile
-        _require_room(session, caller.org)
     new, secret, previous = apikeys.rotate(
         session, caller.actor, org=caller.org, row=row, grace_seconds=body.grace_seconds, created_by=None
     )
