@@ -6,6 +6,11 @@ retries over real processes: tests/e2e/test_scan.py)."""
 
 from __future__ import annotations
 
+import io
+import socket
+import struct
+import threading
+import zipfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -92,6 +97,53 @@ async def test_a_stream_past_clamds_limit_is_never_passed(scanning_1m: httpx.Asy
     small = await upload(scanning_1m, b"a small clean file")
     scanned = await scanning_1m.post(f"/internal/v1/scan/{small.json()['key']}")
     assert scanned.json()["result"] == "clean"
+
+
+async def test_an_archive_clamd_could_not_read_whole_is_never_passed(scanning: httpx.AsyncClient) -> None:
+    """EICAR zipped 20 deep (past clamd's MaxRecursion, 17): clamd stops before it, and said
+    OK until AlertExceedsMax; it is 503 now, as a stream past the size limit, never clean."""
+    data, name = EICAR, "eicar.com"
+    for depth in range(20):
+        data, name = _zip_of(name, data), f"l{depth}.zip"
+    stored = await upload(scanning, data, filename="deep.zip")
+    scanned = await scanning.post(f"/internal/v1/scan/{stored.json()['key']}")
+    body = assert_error(scanned, 503, "scanner_unavailable")
+    assert "Heuristics.Limits.Exceeded" in body["message"]
+    # One level down it is read whole, and found.
+    shallow = await upload(scanning, _zip_of("eicar.com", EICAR), filename="one.zip")
+    assert (await scanning.post(f"/internal/v1/scan/{shallow.json()['key']}")).json()["result"] == "infected"
+
+
+def _zip_of(name: str, data: bytes) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(name, data)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("answer", [b"\xff\xfe\xfd\n", b"stream: nonsense\n"])
+async def test_a_clamd_answering_nonsense_is_unavailable(settings: Settings, answer: bytes) -> None:
+    """An answer that is not UTF-8 was a 500 (clamav-client's decode error escaped)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+
+        def answer_once() -> None:
+            conn, _ = listener.accept()
+            with conn, conn.makefile("rb") as stream:
+                stream.readline()  # zINSTREAM
+                while (size := struct.unpack("!L", stream.read(4))[0]) != 0:
+                    stream.read(size)
+                conn.sendall(answer)
+
+        answering = threading.Thread(target=answer_once, daemon=True)
+        answering.start()
+        port = listener.getsockname()[1]
+        app = create_app(settings.model_copy(update={"blob_clamd_url": f"tcp://127.0.0.1:{port}"}))
+        async with app_client(app, "http://blob.internal", {INTERNAL_TOKEN_HEADER: TOKEN}) as client:
+            key = (await upload(client, b"hello")).json()["key"]
+            assert_error(await client.post(f"/internal/v1/scan/{key}"), 503, "scanner_unavailable")
+        answering.join(10)
 
 
 async def test_a_clean_scan_of_an_object_in_the_trash_leaves_it_withheld(

@@ -52,6 +52,26 @@ def test_presets_and_free_parameters_give_the_right_type_and_size(
     assert image.get("vips-loader") == loader
 
 
+@pytest.mark.parametrize(
+    ("name", "source"),
+    [
+        ("grey JPEG", lambda: (pyvips.Image.black(300, 200) + 128).cast("uchar").jpegsave_buffer()),
+        ("16-bit grey PNG", lambda: (pyvips.Image.black(300, 200) + 40000).cast("ushort").pngsave_buffer()),
+        ("grey PNG with alpha", lambda: pyvips.Image.black(300, 200, bands=2).cast("uchar").pngsave_buffer()),
+        ("RGB JPEG", lambda: _rgb(300, 200).jpegsave_buffer()),
+    ],
+)
+@pytest.mark.parametrize("fmt", ["png", "webp", "jpeg", "avif"])
+def test_contain_pads_every_kind_of_image(name: str, source: Callable[[], bytes], fmt: str) -> None:
+    """``fit=contain`` pads with a transparent background (white in JPEG): a greyscale source
+    (one or two bands) was a 415, remembered for every other variant of it."""
+    out = _decode(render.render(source(), params.Transform(w=100, h=100, fit="contain", fmt=fmt), fmt))
+    assert (out.width, out.height) == (100, 100), name
+    if fmt in ("png", "webp"):
+        assert out.hasalpha() and out.extract_band(out.bands - 1)(50, 2)[0] == 0  # padding: transparent
+        assert out.extract_band(out.bands - 1)(50, 50)[0] == out.max()  # the image: opaque
+
+
 def test_exif_orientation_is_applied_then_every_metadata_block_is_dropped() -> None:
     source_image = _rgb(400, 200).copy()
     source_image.set_type(pyvips.GValue.gint_type, "orientation", 6)

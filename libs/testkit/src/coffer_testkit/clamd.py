@@ -105,6 +105,7 @@ def running_clamd(root: Path, *, stream_max_length: str = STREAM_MAX_LENGTH) -> 
                 f"StreamMaxLength {stream_max_length}",
                 f"MaxFileSize {stream_max_length}",
                 f"MaxScanSize {stream_max_length}",
+                "AlertExceedsMax yes",  # as the chart's: a file not scanned whole is no pass
                 "",
             ]
         )

@@ -91,6 +91,11 @@ class _ReaderFile:
         return data
 
 
+# What clamd names a file it could not scan whole under AlertExceedsMax (an archive past
+# MaxFiles, MaxScanSize, MaxFileSize or MaxRecursion): without that setting it says OK.
+LIMITS_EXCEEDED = "Heuristics.Limits.Exceeded"
+
+
 def _scan(storage: Storage, settings: Settings, key: str) -> tuple[dict[str, Any], int] | None:
     """In a worker thread: clamd's answer for the object, and its size; None if there is none."""
     reader = storage.open_reader(key)
@@ -100,7 +105,7 @@ def _scan(storage: Storage, settings: Settings, key: str) -> tuple[dict[str, Any
         source = _ReaderFile(reader)
         try:
             found = client(settings).instream(source)  # type: ignore[arg-type]
-        except (clamd.ClamdError, OSError) as exc:
+        except (clamd.ClamdError, OSError, ValueError) as exc:  # (ValueError: an answer not UTF-8)
             raise scanner_unavailable(f"The malware scanner failed: {exc}") from exc
         return dict(found), source.size
     finally:
@@ -122,6 +127,11 @@ async def scan(key: str, storage: StorageDep, settings: SettingsDep) -> ScanOutc
         raise not_found("No such object.")
     found, size = answer
     status, signature = found.get("stream", ("ERROR", None))
+    if status == "FOUND" and str(signature).startswith(LIMITS_EXCEEDED):
+        # clamd's AlertExceedsMax: it stopped before the end (files, size or depth of an
+        # archive), so what it did not read may hold anything. Not a pass, nor a finding.
+        SCANS.labels("unavailable").inc()
+        raise scanner_unavailable(f"The malware scanner could not scan the whole file: {signature}.")
     if status == "FOUND":
         result = "infected"
     elif status == "OK":

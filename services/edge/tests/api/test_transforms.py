@@ -43,6 +43,8 @@ def test_url_carries_the_transform_it_signs(tenant) -> None:
         ({"w": "4097"}, "w"),
         ({"h": "12.5"}, "h"),
         ({"w": "１００"}, "w"),  # fullwidth digits
+        ({"w": "0" * 4300 + "1"}, "w"),  # past what Python reads as an integer: was a 500
+        ({"q": "9" * 5000}, "q"),
         ({"q": "19"}, "q"),
         ({"q": "101"}, "q"),
         ({"fit": "fill"}, "fit"),

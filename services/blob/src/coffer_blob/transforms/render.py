@@ -111,8 +111,10 @@ def render(data: bytes, transform: Transform, out_fmt: str, *, limits: Limits | 
             box_w, box_h = min(transform.w, src_w), min(transform.h, src_h)
             if image.width < box_w or image.height < box_h:
                 if not image.hasalpha():
-                    image = image.bandjoin(255)
-                image = image.gravity("centre", box_w, box_h, extend="background", background=[0, 0, 0, 0])
+                    image = image.addalpha()  # opaque at the image's own depth (16-bit too)
+                # Transparent, in as many bands as the image has (a grey one has two).
+                background = [0] * image.bands
+                image = image.gravity("centre", box_w, box_h, extend="background", background=background)
         if out_fmt == "jpeg" and image.hasalpha():
             image = image.flatten(background=[255, 255, 255])
         saver = getattr(image, engine.OUTPUT_SAVERS[out_fmt])
