@@ -85,6 +85,15 @@ async def test_signup_closed(api: Api) -> None:
     assert_error(r, 403, "signup_closed")
 
 
+async def test_an_email_lengthened_by_lower_casing_is_a_wrong_login(api: Api) -> None:
+    """200 × "İ" is 205 characters, within the request's 320, and 405 once lower-cased: no
+    account can have it, and the throttle's row could not hold it (500 on PostgreSQL)."""
+    email = "\u0130" * 200 + "@example.com"
+    assert len(email) <= 320 < len(email.lower())
+    answer = await api.call("POST", "/sessions", json={"email": email, "password": strong_password()})
+    assert assert_error(answer, 401, "unauthorized")["message"] == "Wrong email or password."
+
+
 async def test_login_is_uniform_and_makes_a_new_session_each_time(api: Api) -> None:
     out = await api.register(email="a@example.com")
     wrong = await api.call(

@@ -16,7 +16,7 @@ from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.db import writer
 from coffer_testkit.testing import assert_error
 
-from .support import Api, age_session, strong_password
+from .support import Api, age_session, join, strong_password
 
 pytestmark = pytest.mark.anyio
 
@@ -241,3 +241,60 @@ async def test_an_owners_invitation_and_a_new_link_need_the_reauth_window(api: A
     assert r.status_code == 201, r.text
     listed = (await api.call("GET", base, token=owner["token"])).json()["invitations"]
     assert sorted(i["email"] for i in listed) == ["m@example.com", "n@example.com"]
+
+
+@pytest.mark.parametrize("loses", ["removed", "demoted"])
+async def test_an_owners_links_die_with_their_ownership(api: Api, loses: str) -> None:
+    """An owner who is removed or demoted can no longer bring anyone in: the links they made
+    are revoked (an owner invitation accepted after that made an owner)."""
+    first = await api.register()
+    org = (await api.org(first["token"]))["id"]
+    second = await api.register()
+    await join(api, first, org, second, role="owner")
+    made = await api.call(
+        "POST",
+        f"/orgs/{org}/invitations",
+        token=second["token"],
+        json={"email": "m@example.com", "role": "owner"},
+    )
+    assert made.status_code == 201, made.text
+    by_first = await api.call(
+        "POST",
+        f"/orgs/{org}/invitations",
+        token=first["token"],
+        json={"email": "k@example.com", "role": "member"},
+    )
+    target = f"/orgs/{org}/members/{second['user']['id']}"
+    if loses == "removed":
+        done = await api.call("DELETE", target, token=first["token"])
+    else:
+        done = await api.call("PATCH", target, token=first["token"], json={"role": "member"})
+    assert done.status_code == 200, done.text
+    invited = await api.register(email="m@example.com")
+    accepted = await api.call(
+        "POST", "/invitations/accept", token=invited["token"], json={"tokenHash": _h(made.json()["token"])}
+    )
+    assert_error(accepted, 410, "invitation_gone")
+    listed = (await api.call("GET", f"/orgs/{org}/invitations", token=first["token"])).json()["invitations"]
+    states = {i["email"]: i["status"] for i in listed}
+    assert (states["m@example.com"], states["k@example.com"]) == ("revoked", "pending")
+    assert by_first.status_code == 201  # (another owner's link lives on)
+
+
+async def test_a_new_link_never_makes_a_second_pending_invitation(api: Api) -> None:
+    owner = await api.register()
+    org = (await api.org(owner["token"]))["id"]
+    invitations = f"/orgs/{org}/invitations"
+    first = await api.call(
+        "POST", invitations, token=owner["token"], json={"email": "x@example.com", "role": "owner"}
+    )
+    old = first.json()["invitation"]["id"]
+    assert (await api.call("DELETE", f"{invitations}/{old}", token=owner["token"])).status_code == 200
+    again = await api.call(
+        "POST", invitations, token=owner["token"], json={"email": "x@example.com", "role": "member"}
+    )
+    assert again.status_code == 201, again.text
+    renewed = await api.call("POST", f"{invitations}/{old}/renew", token=owner["token"])
+    assert_error(renewed, 409, "invitation_pending")
+    listed = (await api.call("GET", invitations, token=owner["token"])).json()["invitations"]
+    assert [(i["role"], i["status"]) for i in listed if i["status"] == "pending"] == [("member", "pending")]

@@ -321,3 +321,39 @@ async def test_the_dashboard_and_the_operator_keep_the_bound_of_keys_too(api: Ap
         admin.create_key(s, org_id=org["id"], user_id=None, name="ops", expires_in=None)
     assert refused.value.status == 409
     assert len((await api.call("GET", keys, token=owner["token"])).json()["keys"]) == MAX_KEYS_PER_ORG
+
+
+async def test_keys_of_a_member_who_left_take_no_room(api: Api) -> None:
+    """A member's personal keys stay theirs when they leave (hidden here, acting nowhere here):
+    they filled the organization's 100 for good, and nobody in it could delete them."""
+    owner, member, org = await _team(api)
+    keys = f"/orgs/{org['id']}/keys"
+    for _ in range(MAX_KEYS_PER_ORG):
+        made = await api.call("POST", keys, token=member["token"], json={"kind": "user"})
+        assert made.status_code == 201, made.text
+    full = await api.call("POST", keys, token=owner["token"], json={"kind": "organization"})
+    assert_error(full, 409, "conflict")
+    gone = await api.call("DELETE", f"/orgs/{org['id']}/members/{member['user']['id']}", token=owner["token"])
+    assert gone.status_code == 200, gone.text
+    made = await api.call("POST", keys, token=owner["token"], json={"kind": "organization"})
+    assert made.status_code == 201, made.text
+
+
+async def test_a_graced_rotation_counts_in_the_keys_own_organization(api: Api) -> None:
+    """A personal key made in A is listed (and rotated) on B's page too: its graced rotation
+    adds a key to A, and is refused at A's bound wherever it is asked."""
+    owner, _, org = await _team(api)
+    other = (await api.org(owner["token"], "B"))["id"]
+    keys = f"/orgs/{org['id']}/keys"
+    made = [
+        (await api.call("POST", keys, token=owner["token"], json={"kind": "user"}))
+        for _ in range(MAX_KEYS_PER_ORG)
+    ]
+    assert {m.status_code for m in made} == {201}
+    key_id = made[0].json()["apiKey"]["id"]
+    for page in (org["id"], other):
+        rotated = await api.call(
+            "POST", f"/orgs/{page}/keys/{key_id}/rotate", token=owner["token"], json={"graceSeconds": 60}
+        )
+        assert_error(rotated, 409, "conflict")
+    assert len((await api.call("GET", keys, token=owner["token"])).json()["keys"]) == MAX_KEYS_PER_ORG

@@ -142,6 +142,10 @@ async def register(accounts: Accounts, body: RegisterIn, actor: Actor) -> LoginO
 async def login(accounts: Accounts, body: LoginIn, *, replaces: str | None) -> LoginOut:
     """Check a password and open a new session; ``replaces`` (a session hash) is ended."""
     client = sessions.client_of(body.ip)
+    if len(sessions.normalize_email(body.email)) > sessions.MAX_EMAIL_CHARS:
+        # No account has such an address (registration bounds it after lower-casing, which
+        # can lengthen it: "İ" is two characters then), and the throttle's column holds 320.
+        raise errors.wrong_credentials()
     await _throttle_check(accounts, email=body.email, client=client)
     user = await tx.read(accounts.engine, lambda s: sessions.user_by_email(s, body.email))
     ok, rehash = await passwords.run_verify(

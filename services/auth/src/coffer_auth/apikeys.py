@@ -224,8 +224,17 @@ def require_room(session: Session, org: Organization) -> None:
     dashboard, the operator's CLI). Its row is locked first, so that keys made at once are
     counted one after another (PostgreSQL; SQLite writes one at a time anyway)."""
     session.exec(select(Organization).where(Organization.id == org.id).with_for_update()).first()
+    # A personal key counts while its user is a member: one who left keeps keys nobody here
+    # can see or delete (they act nowhere here), which must not fill the organization's room.
+    member = (
+        select(Membership.user_id)
+        .where(Membership.organization_id == org.id, Membership.user_id == ApiKey.user_id)
+        .exists()
+    )
     count = session.exec(
-        select(func.count()).select_from(ApiKey).where(ApiKey.organization_id == org.id)
+        select(func.count())
+        .select_from(ApiKey)
+        .where(ApiKey.organization_id == org.id, or_(col(ApiKey.user_id).is_(None), member))
     ).one()
     if count >= MAX_KEYS_PER_ORG:
         raise conflict(f"An organization has at most {MAX_KEYS_PER_ORG} keys; delete one first.")
@@ -244,8 +253,10 @@ def rotate(
     the grace: (new row, its secret, the old row or None when it was deleted at once)."""
     if not 0 <= grace_seconds <= 604800:
         raise invalid("graceSeconds must be 0 to 604800.", field="graceSeconds")
-    if grace_seconds > 0:  # the old key stays for its grace: one key more meanwhile
-        require_room(session, org)
+    home = org if org.id == row.organization_id else session.get(Organization, row.organization_id)
+    assert home is not None  # (a key's organization is never deleted)
+    if grace_seconds > 0:  # the old key stays for its grace: one key more meanwhile, in its own
+        require_room(session, home)  # organization, whichever organization's page rotates it
     lifetime: int | None = None
     if row.expires_at is not None:
         lifetime = max(1, int((as_utc(row.expires_at) - as_utc(row.created_at)).total_seconds()))

@@ -13,7 +13,7 @@ from coffer_auth import audit, errors
 from coffer_auth.audit import Actor
 from coffer_auth.models import Invitation, Membership, Organization, Role, User
 from coffer_auth.schemas import InvitationOut, InvitationPreviewOut, InvitationStatus, RoleName, UserRef
-from coffer_auth.sessions import normalize_email
+from coffer_auth.sessions import MAX_EMAIL_CHARS, normalize_email
 from coffer_auth.tokens import INVITATION_ID, INVITATION_PREFIX, new_token
 from coffer_kit.contract.errors import invalid, not_found
 from coffer_kit.contract.ids import new_id
@@ -26,7 +26,7 @@ def valid_email(email: str) -> str:
     """The normalised address, or 400: something@something, no spaces, at most 320 characters."""
     email = normalize_email(email)
     local, at, domain = email.rpartition("@")
-    if not at or not local or not domain or len(email) > 320 or any(c.isspace() for c in email):
+    if not at or not local or not domain or len(email) > MAX_EMAIL_CHARS or any(c.isspace() for c in email):
         raise invalid("A valid email address is required.", field="email")
     return email
 
@@ -74,19 +74,25 @@ def create(
     ).first()
     if member is not None:
         raise errors.conflict("already_member", f"{email} is already a member of {org.name}.")
+    _require_none_pending(session, org.id, email)
+    return _issue(session, actor, org=org, email=email, role=role, invited_by=invited_by, ttl=ttl)
+
+
+def _require_none_pending(session: Session, org_id: str, email: str, *, but: str | None = None) -> None:
+    """409 ``invitation_pending`` when the email has a pending invitation (other than ``but``):
+    an email has at most one at a time."""
     now = utcnow()
     pending = [
         inv
         for inv in session.exec(
-            select(Invitation).where(Invitation.organization_id == org.id, Invitation.email == email)
+            select(Invitation).where(Invitation.organization_id == org_id, Invitation.email == email)
         )
-        if status(inv, now) == "pending"
+        if inv.id != but and status(inv, now) == "pending"
     ]
     if pending:
         raise errors.conflict(
             "invitation_pending", f"{email} already has a pending invitation: make a new link or revoke it."
         )
-    return _issue(session, actor, org=org, email=email, role=role, invited_by=invited_by, ttl=ttl)
 
 
 def _issue(
@@ -160,6 +166,31 @@ def revoke(session: Session, actor: Actor, *, org_id: str, invitation_id: str) -
     return inv
 
 
+def revoke_made_by(session: Session, actor: Actor, *, org_id: str, user_id: str) -> None:
+    """Revoke the pending invitations ``user_id`` made in the organization: called when they
+    stop being its owner (removed, left or demoted), so no link outlives its inviter's authority."""
+    now = utcnow()
+    made = session.exec(
+        select(Invitation).where(Invitation.organization_id == org_id, Invitation.invited_by == user_id)
+    )
+    for inv in made:
+        if status(inv, now) != "pending":
+            continue
+        inv.revoked_at = now
+        session.add(inv)
+        session.flush()
+        audit.record(
+            session,
+            actor,
+            "invitation.revoked",
+            organization_id=org_id,
+            target_type="invitation",
+            target_id=inv.id,
+            target_label=inv.email,
+            details={"role": inv.role, "was": "pending", "inviterNoLongerOwner": True},
+        )
+
+
 def renew(
     session: Session,
     actor: Actor,
@@ -180,6 +211,7 @@ def renew(
     ).first()
     if member is not None:
         raise errors.conflict("already_member", f"{old.email} is already a member of {org.name}.")
+    _require_none_pending(session, org.id, old.email, but=old.id)
     if old.revoked_at is None:
         old.revoked_at = utcnow()
         session.add(old)

@@ -8,7 +8,7 @@ from typing import Any, cast
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from coffer_auth import audit, errors
+from coffer_auth import audit, errors, invitations
 from coffer_auth.audit import Actor
 from coffer_auth.models import Membership, Organization, Role, User
 from coffer_auth.schemas import MemberOut, OrgOut, RoleName
@@ -344,13 +344,16 @@ def change_role(session: Session, actor: Actor, *, org_id: str, user_id: str, ro
         organization_id=org_id,
         details={"from": old, "to": role.value},
     )
+    if old == Role.owner:  # their invitations go with their authority
+        invitations.revoke_made_by(session, actor, org_id=org_id, user_id=user_id)
     return m
 
 
 def remove(session: Session, actor: Actor, *, org_id: str, user_id: str) -> None:
     """Remove a member (``member.left`` when they remove themselves); never the last owner.
 
-    Their personal keys stop working for this organization within edge's cache bound (5 s).
+    Their personal keys stop working for this organization within edge's cache bound (5 s);
+    an owner's pending invitations are revoked.
     """
     _locked_org(session, org_id)
     m, user = _target(session, org_id, user_id)
@@ -367,3 +370,5 @@ def remove(session: Session, actor: Actor, *, org_id: str, user_id: str) -> None
         organization_id=org_id,
         details={"role": m.role},
     )
+    if m.role == Role.owner:  # their invitations go with their authority
+        invitations.revoke_made_by(session, actor, org_id=org_id, user_id=user_id)

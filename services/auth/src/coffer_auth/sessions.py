@@ -47,6 +47,10 @@ class Lifetimes:
         )
 
 
+# An email address's bound, normalised (the columns that hold one are this wide).
+MAX_EMAIL_CHARS = 320
+
+
 def normalize_email(email: str) -> str:
     return email.strip().lower()
 
