@@ -491,6 +491,11 @@ class AsyncCoffer:
                 body = offload.iterate(tus.chunk_body(source, offset, length, total, progress))
                 headers = {**auth_headers(self._settings), **tus.patch_headers(offset, length)}
                 answer = check(await self._http.request("PATCH", upload_url, content=body, headers=headers))
+                if tus.offset_of(answer) <= offset and tus.asset_id_of(answer) is None:
+                    raise errors.CofferError(
+                        f"The service took a chunk without moving the upload's offset ({offset}).",
+                        code="bad_response",
+                    )
                 offset, failures = tus.offset_of(answer), 0
             except tus.RETRYABLE as exc:
                 failures += 1
@@ -643,6 +648,10 @@ class AsyncCoffer:
                         if written and r.status_code != 206:
                             raise errors.CofferError("The CDN did not resume the download.", code="no_range")
                         async for chunk in r.aiter_bytes(CHUNK):
+                            if written + len(chunk) > total:  # never more than the asset holds
+                                raise errors.CofferError(
+                                    f"The CDN sent more than the asset's {total} bytes.", code="bad_response"
+                                )
                             await offload.run_sync(out.write, chunk)
                             written += len(chunk)
                             if progress is not None:

@@ -24,6 +24,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -112,7 +113,14 @@ def asset_id_of(response: httpx.Response) -> str | None:
 
 
 def absolute(base_url: str, location: str) -> str:
-    return location if location.startswith(("http://", "https://")) else base_url + location
+    """The upload's URL from the creation's ``Location``, always on the origin this client
+    talks to: every later request carries the key, and a ``Location`` naming another host
+    (a hostile or intercepted answer) would have had it sent there. Its path and query are
+    kept (the service's own ``COFFER_BASE_URL`` may name the host otherwise)."""
+    if not location.startswith(("http://", "https://")):
+        return base_url + location
+    named, ours = urlsplit(location), urlsplit(base_url)
+    return urlunsplit((ours.scheme, ours.netloc, named.path, named.query, ""))
 
 
 class Resumes:

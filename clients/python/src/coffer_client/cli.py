@@ -601,9 +601,10 @@ def download(
             c.download(a.id, sys.stdout.buffer, progress=update)
             finish(True)
         return
-    target = Path(output) if output else Path(a.name)
+    name = _local_name(a.name)
+    target = Path(output) if output else Path(name)
     if target.is_dir():
-        target = target / a.name
+        target = target / name
     with transfers(err, enabled=not (quiet or as_json), total_bytes=a.size, files=1) as bars:
         update, finish = bars.file(a.name, a.size)
         n = c.download(a.id, target, progress=update)
@@ -612,6 +613,17 @@ def download(
         dump({"asset": a, "path": str(target), "bytes": n})
     elif not quiet:
         err().print(f"{escape(str(target))}\t{human(n)}")
+
+
+def _local_name(name: str) -> str:
+    """The asset's name as a file name here: its last part only, so that a name the server
+    sends (a hostile or intercepted one could send ``../../.bashrc`` or ``/etc/…``) never
+    writes outside the directory it is meant for."""
+    local = Path(name.replace("\\", "/")).name
+    if local in ("", ".", ".."):
+        message = f"The asset's name {name!r} is no file name; give --output."
+        raise errors.CofferError(message, code="bad_name")
+    return local
 
 
 DURATION = re.compile(r"(\d+)([smhdw]?)")

@@ -1,0 +1,152 @@
+"""The client against a service that answers what Coffer never would (a hostile server, or one
+in the middle of plain HTTP): a real HTTP server in this process, answering as each test says.
+The client must not write outside the place it was asked to, send its key to another host, fill
+a disk past the asset's size, or loop for ever on a chunk that never counts."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coffer_client import Coffer, errors
+from coffer_client._options import RetryPolicy
+
+Answer = tuple[int, dict[str, str], bytes]
+
+
+@dataclass
+class Hostile:
+    """A server on a free loopback port: ``routes[(method, path)]`` answers; ``seen`` records
+    (method, path, x-api-key) of every request."""
+
+    routes: dict[tuple[str, str], Callable[[], Answer]] = field(default_factory=dict)
+    seen: list[tuple[str, str, str | None]] = field(default_factory=list)
+    url: str = ""
+
+    def json(self, method: str, path: str, body: Any, status: int = 200, **headers: str) -> None:
+        self.routes[(method, path)] = lambda: (
+            status,
+            {"content-type": "application/json", **headers},
+            json.dumps(body).encode(),
+        )
+
+
+@pytest.fixture
+def hostile() -> Iterator[Callable[[], Hostile]]:
+    servers: list[ThreadingHTTPServer] = []
+
+    def start() -> Hostile:
+        state = Hostile()
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _answer(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                while length > 0:
+                    length -= len(self.rfile.read(min(length, 1 << 20)) or b"x" * length)
+                path = self.path.split("?")[0]
+                state.seen.append((self.command, path, self.headers.get("x-api-key")))
+                found = state.routes.get((self.command, path))
+                status, headers, body = (
+                    found() if found else (404, {}, b'{"error":{"code":"not_found","message":"no"}}')
+                )
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("content-length", headers.get("content-length", str(len(body))))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            do_GET = do_POST = do_PATCH = do_HEAD = _answer
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        servers.append(server)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        state.url = f"http://127.0.0.1:{server.server_address[1]}"
+        return state
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _asset(name: str, size: int) -> dict[str, Any]:
+    return {
+        **{"id": "ast_x", "organizationId": "org_x", "folderId": None, "key": "org_x/ast_x/f"},
+        **{"name": name, "mimeType": "application/octet-stream", "size": size, "publicUrl": None},
+        "createdAt": "2026-01-01T00:00:00Z",
+    }
+
+
+def _downloadable(server: Hostile, name: str, size: int, body: bytes) -> None:
+    server.json("GET", "/api/assets/ast_x", _asset(name, size))
+    signed = {"url": f"{server.url}/cdn/f?s=1", "expiresIn": 60, "asset": _asset(name, size)}
+    server.json("GET", "/api/assets/ast_x/url", signed)
+    server.routes[("GET", "/cdn/f")] = lambda: (200, {"content-type": "application/octet-stream"}, body)
+
+
+@pytest.mark.parametrize("name", ["../../escaped.txt", "/tmp/escaped-absolute.txt", "a\\..\\..\\b.txt"])
+def test_a_download_writes_only_where_it_was_asked(
+    hostile: Any, cli_for: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    server = hostile()
+    _downloadable(server, name, 5, b"hello")
+    here, into = tmp_path / "work" / "here", tmp_path / "work" / "into"
+    here.mkdir(parents=True)
+    into.mkdir()
+    monkeypatch.chdir(here)
+    cli = cli_for(server.url, "cof_org_" + "x" * 40)
+    for argv in (("download", "ast_x", "-q"), ("download", "ast_x", "-o", str(into), "-q")):
+        run = cli(*argv)
+        assert run.exit_code == 0, run.stderr
+    base = Path(name.replace("\\", "/")).name
+    assert (here / base).read_bytes() == b"hello" and (into / base).read_bytes() == b"hello"
+    assert sorted(p.name for p in (tmp_path / "work").rglob("*")) == sorted(["here", "into", base, base])
+    assert not Path("/tmp/escaped-absolute.txt").exists()
+
+
+def test_a_download_stops_at_the_assets_size(hostile: Any, tmp_path: Path) -> None:
+    server = hostile()
+    _downloadable(server, "f.bin", 5, b"A" * (3 * 1024 * 1024))  # 3 MiB for a 5-byte asset
+    out = tmp_path / "f.bin"
+    sdk = Coffer(server.url, "cof_org_" + "x" * 40, retry=RetryPolicy(attempts=1))
+    with sdk, pytest.raises(errors.CofferError) as refused:
+        sdk.download("ast_x", out)
+    assert refused.value.code == "bad_response"
+    assert out.stat().st_size <= 5 if out.exists() else True
+
+
+def test_the_key_never_follows_an_upload_url_to_another_host(hostile: Any, tmp_path: Path) -> None:
+    server, elsewhere = hostile(), hostile()
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"x" * 1024)
+    location = f"{elsewhere.url}/api/uploads/tus/tus_x"
+    server.routes[("POST", "/api/uploads/tus")] = lambda: (
+        201,
+        {"location": location, "upload-offset": "0"},
+        b"",
+    )
+    server.routes[("PATCH", "/api/uploads/tus/tus_x")] = lambda: (204, {"upload-offset": "0"}, b"")
+    sdk = Coffer(server.url, "cof_org_" + "x" * 40, retry=RetryPolicy(attempts=1))
+    with sdk, pytest.raises(errors.CofferError) as refused:
+        sdk.upload_resumable(big)
+    assert elsewhere.seen == []  # the chunk went to the service's own origin, not to elsewhere
+    assert ("PATCH", "/api/uploads/tus/tus_x", "cof_org_" + "x" * 40) in server.seen
+    # ...where a chunk that does not move the offset ends the upload, rather than send it again.
+    assert refused.value.code == "bad_response"
+    assert [s for s in server.seen if s[0] == "PATCH"] == [
+        ("PATCH", "/api/uploads/tus/tus_x", "cof_org_" + "x" * 40)
+    ]
