@@ -3,6 +3,7 @@ behind its back; the report names exactly what was done to the store, and nothin
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -52,10 +53,14 @@ def put(storage: Storage, key: str, data: bytes) -> Expected:
 
 
 def manifest_of(entries: list[Expected]) -> dict[str, Expected]:
-    return read_manifest(
-        [json.dumps({**e.__dict__}) for e in entries],
-        max_entries=1000,
-    )
+    return read_manifest(manifest_lines(entries), max_entries=1000)
+
+
+def manifest_lines(entries: list[Expected]) -> list[str]:
+    """The lines ``coffer-metadata manifest`` writes for these rows, its end line last."""
+    return [json.dumps(dataclasses.asdict(e)) for e in entries] + [
+        json.dumps({"end": True, "count": len(entries)})
+    ]
 
 
 def corrupt(storage: Storage, key: str) -> None:
@@ -151,7 +156,7 @@ def test_one_missing_one_corrupt_one_orphan_are_reported_exactly(storage: Storag
 
 def test_a_size_mismatch_is_corrupt_without_reading(storage: Storage) -> None:
     _, entries = a_store(storage)
-    shorter = Expected(**{**entries[1].__dict__, "size": entries[1].size - 1})
+    shorter = dataclasses.replace(entries[1], size=entries[1].size - 1)
     report = scrub(
         storage,
         manifest_of([entries[0], shorter, entries[2]]),
@@ -166,7 +171,7 @@ def test_a_size_mismatch_is_corrupt_without_reading(storage: Storage) -> None:
 def test_a_trashed_or_any_asset_row_owns_its_object(storage: Storage) -> None:
     """Whatever state a row carries (a trashed asset's, say), its object is not an orphan."""
     _, entries = a_store(storage)
-    trashed = Expected(**{**entries[0].__dict__, "state": "trashed"})
+    trashed = dataclasses.replace(entries[0], state="trashed")
     later = datetime.now(UTC) + 2 * HOUR
     report = scrub(
         storage,
@@ -224,6 +229,66 @@ def test_the_scrub_reads_within_its_bound(storage: Storage) -> None:
     assert limit.waited >= (total - biggest) / 2000
 
 
+def _command_env(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
+    """What ``coffer-blob scrub`` reads of its store from the environment."""
+    for name, value in {
+        "COFFER_MODE": "local",
+        "COFFER_DATA_DIR": str(settings.data_dir),
+        "COFFER_BLOB_DIR": str(settings.blob_dir),
+        "COFFER_INTERNAL_TOKEN": TOKEN,
+        "COFFER_SIGNING_SECRET": SECRET,
+    }.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_a_manifest_cut_short_is_refused_before_anything_is_deleted(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest without its end line (the dump crashed, the disk filled, the pipe broke) or
+    with fewer entries than its end line counts: every object it leaves out would be an
+    orphan, deleted under --delete-orphans (3 of 4 live assets' bytes, in the audit). Refused
+    (exit 2), and every object stays."""
+    storage = make_driver(settings)
+    _, entries = a_store(storage)
+    _command_env(monkeypatch, settings)
+    whole = manifest_lines(entries)
+    manifest = tmp_path / "manifest.jsonl"
+    for cut in (whole[:1], whole[:-1], [], [*whole[:1], whole[-1]], [*whole, whole[0]]):
+        with pytest.raises(ManifestError):
+            read_manifest(cut, max_entries=10)
+        manifest.write_text("".join(line + "\n" for line in cut))
+        assert cli.main(["scrub", "--manifest", str(manifest), "--delete-orphans", "--orphan-age", "0"]) == 2
+        assert all(storage.stat(e.key) is not None for e in entries)
+    manifest.write_text("".join(line + "\n" for line in whole))
+    assert cli.main(["scrub", "--manifest", str(manifest), "--delete-orphans", "--orphan-age", "0"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        ((), b'{"org": "o", "asset": "a", "key": "o/a/f", "size": 1e400}'),
+        ((), b"[" * 5000),
+        ((), b"\xff\xfe"),
+        (("--orphan-age", "nan"), None),
+        (("--orphan-age", "1e12"), None),
+    ],
+)
+def test_a_bad_manifest_or_argument_is_exit_2_not_a_finding(
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: tuple[str, ...],
+    line: bytes | None,
+) -> None:
+    """Exit 1 means "problems found" to an alert; a manifest or argument the scrub cannot use
+    was a traceback (exit 1): OverflowError, RecursionError, NaN."""
+    _command_env(monkeypatch, settings)
+    manifest = tmp_path / "manifest.jsonl"
+    end = b'{"end": true, "count": %d}\n' % (1 if line else 0)
+    manifest.write_bytes((line + b"\n" if line else b"") + end)
+    assert cli.main(["scrub", "--manifest", str(manifest), *argv]) == 2
+
+
 def test_a_malformed_manifest_is_refused() -> None:
     with pytest.raises(ManifestError, match="line 2"):
         read_manifest(['{"org": "o", "asset": "a", "key": "o/a/f"}', "not json"], max_entries=10)
@@ -242,15 +307,8 @@ def test_the_command_prints_json_exits_non_zero_and_writes_metrics(
     storage = make_driver(settings)
     _, entries = a_store(storage)
     manifest = tmp_path / "manifest.jsonl"
-    manifest.write_text("".join(json.dumps(e.__dict__) + "\n" for e in entries))
-    for name, value in {
-        "COFFER_MODE": "local",
-        "COFFER_DATA_DIR": str(settings.data_dir),
-        "COFFER_BLOB_DIR": str(settings.blob_dir),
-        "COFFER_INTERNAL_TOKEN": TOKEN,
-        "COFFER_SIGNING_SECRET": SECRET,
-    }.items():
-        monkeypatch.setenv(name, value)
+    manifest.write_text("".join(line + "\n" for line in manifest_lines(entries)))
+    _command_env(monkeypatch, settings)
     metrics = tmp_path / "scrub.prom"
     args = ["scrub", "--manifest", str(manifest), "--json", "--verify", "all", "--metrics-file", str(metrics)]
 
@@ -286,7 +344,7 @@ def test_the_command_reads_the_manifest_from_standard_input(
     """``coffer-metadata manifest | coffer-blob scrub --manifest -``: the pipe the docs show."""
     storage = make_driver(settings)
     _, entries = a_store(storage)
-    lines = "".join(json.dumps(e.__dict__) + "\n" for e in entries).encode()
+    lines = "".join(line + "\n" for line in manifest_lines(entries)).encode()
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines)))
     monkeypatch.setenv("COFFER_DATA_DIR", str(settings.data_dir))
     monkeypatch.setenv("COFFER_BLOB_DIR", str(settings.blob_dir))

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -51,9 +52,10 @@ class ManifestError(ValueError):
     """A manifest line that is not what ``coffer-metadata manifest`` writes."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Expected:
-    """One manifest line: an asset row, or a delete or upload in progress."""
+    """One manifest line: an asset row, or a delete or upload in progress. Held per asset for
+    the whole run: slots, and the organization and state shared (``sys.intern``)."""
 
     org: str
     asset: str
@@ -64,33 +66,48 @@ class Expected:
 
 
 def read_manifest(lines: Iterable[str | bytes], *, max_entries: int) -> dict[str, Expected]:
-    """The manifest's lines by ``{org}/{asset}`` prefix; a malformed line raises ManifestError."""
+    """The manifest's lines by ``{org}/{asset}`` prefix. A malformed line, or a manifest
+    without its end line (``{"end": true, "count": N}``, N the entries before it: one cut
+    short would make every object it leaves out an orphan), raises ManifestError."""
     found: dict[str, Expected] = {}
+    entries, end = 0, None
     for number, raw in enumerate(lines, 1):
         if len(raw) > MAX_LINE_BYTES:
             raise ManifestError(f"line {number}: longer than {MAX_LINE_BYTES} bytes")
-        text = raw.decode() if isinstance(raw, bytes) else raw
-        if not text.strip():
-            continue
-        if len(found) >= max_entries:
-            raise ManifestError(f"more than {max_entries} entries (COFFER_BLOB_SCRUB_MAX_ASSETS)")
         try:
+            text = raw.decode() if isinstance(raw, bytes) else raw
+            if not text.strip():
+                continue
+            if end is not None:
+                raise ManifestError(f"line {number}: after the end line")
             row = json.loads(text)
+            if isinstance(row, dict) and row.get("end") is True:
+                end = int(row["count"])
+                continue
+            if entries >= max_entries:
+                raise ManifestError(f"more than {max_entries} entries (COFFER_BLOB_SCRUB_MAX_ASSETS)")
             entry = Expected(
-                org=str(row["org"]),
+                org=sys.intern(str(row["org"])),
                 asset=str(row["asset"]),
                 key=str(row["key"]),
                 size=int(row.get("size") or 0),
                 sha256=str(row.get("sha256") or ""),
-                state=str(row.get("state") or "asset"),
+                state=sys.intern(str(row.get("state") or "asset")),
             )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ManifestError(f"line {number}: {exc}") from exc
+        except ManifestError:
+            raise
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
+            raise ManifestError(f"line {number}: {exc!r}"[:300]) from exc
+        entries += 1
         prefix = f"{entry.org}/{entry.asset}"
         previous = found.get(prefix)
         # An asset row wins over a delete or upload of the same id (it expects the object).
         if previous is None or previous.state in OWNS_ONLY:
             found[prefix] = entry
+    if end is None:
+        raise ManifestError(f"no end line after {entries} entries: the manifest was cut short")
+    if end != entries:
+        raise ManifestError(f"the end line counts {end} entries, the manifest holds {entries}")
     return found
 
 

@@ -18,6 +18,8 @@ from coffer_blob.scrub import ManifestError, RateLimit, Report, iter_lines, read
 from coffer_blob.storage import StorageUnavailable, make_driver
 
 CLEAN, PROBLEMS, REFUSED = 0, 1, 2
+# The largest --orphan-age: ten years (a larger one cannot be subtracted from today).
+MAX_ORPHAN_AGE_SECONDS = 10 * 366 * 86400
 
 
 def parse_verify(value: str | None, default: float) -> float:
@@ -61,8 +63,8 @@ def run_scrub(args: argparse.Namespace, settings: Settings) -> int:
         if rate <= 0:
             raise ValueError("--rate: a positive number of bytes a second")
         age = args.orphan_age if args.orphan_age is not None else settings.blob_scrub_orphan_age_seconds
-        if age < 0:
-            raise ValueError("--orphan-age: seconds, not negative")
+        if not 0 <= age <= MAX_ORPHAN_AGE_SECONDS:  # (NaN too)
+            raise ValueError(f"--orphan-age: seconds, from 0 to {MAX_ORPHAN_AGE_SECONDS}")
         with _open(args.manifest) as stream:
             manifest = read_manifest(iter_lines(stream), max_entries=settings.blob_scrub_max_assets)
     except (ValueError, OSError) as exc:  # ManifestError is a ValueError

@@ -9,7 +9,10 @@ list. One line per:
 - delete in progress (a tombstone: the row is gone, the bytes are being deleted): ``deleting``;
 - upload in flight (an upload intent, or a resumable upload not completed): ``uploading``.
 
-The last two own whatever is under their asset's prefix and expect nothing. Every line is
+The last two own whatever is under their asset's prefix and expect nothing. The last line is
+``{"end": true, "count": N}`` (N the lines before it): the scrub refuses a manifest without
+it, which a dump cut short (a crash, a full disk, a broken pipe) would be, since every object
+such a manifest leaves out would look like an orphan. Every line is
 read in one transaction (a snapshot: REPEATABLE READ on PostgreSQL, one read transaction in
 SQLite's WAL), streamed a page at a time.
 """
@@ -66,7 +69,8 @@ def lines(conn: Connection) -> Iterator[dict[str, Any]]:
 
 
 def write_manifest(engine: Engine, out: IO[str]) -> int:
-    """Write the manifest to ``out`` from one snapshot; answers the number of lines."""
+    """Write the manifest to ``out`` from one snapshot, then its end line; answers the number
+    of entries."""
     count = 0
     options: dict[str, Any] = {"stream_results": True}
     if engine.dialect.name == "postgresql":
@@ -75,4 +79,5 @@ def write_manifest(engine: Engine, out: IO[str]) -> int:
         for entry in lines(conn):
             out.write(json.dumps(entry, separators=(",", ":")) + "\n")
             count += 1
+    out.write(json.dumps({"end": True, "count": count}, separators=(",", ":")) + "\n")
     return count
