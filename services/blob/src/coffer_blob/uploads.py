@@ -428,7 +428,7 @@ class _Upload:
         """The detected media type; 415 if it is outside a list this upload must keep to."""
         self.detected_type = detected = detect.detect(self.file.head)
         for allowed in self.allow:
-            if not media.matches(detected, allowed):
+            if not media.admits(allowed, detected, self.mime_type):
                 raise media.type_mismatch(self.mime_type, detected, allowed)
 
     def _finish(self, data: list[bytes], content_type: str) -> tuple[ObjectInfo, str]:

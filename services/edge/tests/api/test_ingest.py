@@ -187,6 +187,26 @@ def test_enforce_with_the_organizations_allowed_list(admin, tenant) -> None:
     until_refused(lambda: upload(tenant.api, "cat.png", HTML, "image/png"), status=201)
 
 
+def test_enforce_refuses_active_content_declared_behind_an_images_bytes(admin, tenant) -> None:
+    """A GIF's first bytes, then HTML, declared text/html: the detected type (image/gif)
+    passes `image/*`, but the CDN serves the declared type, so a wildcard must not let it in
+    (as it does not let in a detected SVG). Stored before, and served as text/html inline."""
+    polyglot = GIF + b"<html><script>alert(document.domain)</script></html>"
+    set_ingest(admin, tenant.org_id, "--ingest", "enforce", "--allowed-types", "image/*")
+    refused = until_refused(lambda: upload(tenant.api, "page.html", polyglot, "text/html"))
+    error = assert_error(refused, 415, "unsupported_media_type")
+    assert error["details"] == {"declared": "text/html", "detected": "image/gif"}
+    created = create(tenant.api, len(polyglot), meta(filename="page.html", filetype="text/html"))
+    assert created.status_code == 201, created.text
+    refused = patch(tenant.api, created.headers["location"], polyglot, 0)
+    assert assert_error(refused, 415, "unsupported_media_type")["details"]["declared"] == "text/html"
+    assert tenant.api.get("/api/assets").json()["total"] == 0
+    # Named, it is let in; so is the same file declared as what its bytes are.
+    assert upload(tenant.api, "page.gif", polyglot, "image/gif").status_code == 201
+    set_ingest(admin, tenant.org_id, "--ingest", "enforce", "--allowed-types", "image/*,text/html")
+    until_refused(lambda: upload(tenant.api, "page.html", polyglot, "text/html"), status=201)
+
+
 def test_bad_settings_are_refused(admin, tenant) -> None:
     import pytest
 

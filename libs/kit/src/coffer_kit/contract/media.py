@@ -70,6 +70,16 @@ def matches(media_type: str, ranges: tuple[str, ...] | list[str]) -> bool:
     )
 
 
+def admits(ranges: tuple[str, ...] | list[str], detected: str, declared: str | None = None) -> bool:
+    """Whether an upload may be stored under ``enforce``: its detected type matches the ranges,
+    and a declared type that is active content (served as declared: CONTRACT §6) is named by
+    one of them too (``image/*`` does not let in HTML declared ``text/html`` behind a GIF's
+    first bytes)."""
+    if not matches(detected, ranges):
+        return False
+    return declared is None or not is_active(declared) or matches(declared, ranges)
+
+
 def valid_range(value: str) -> bool:
     return len(value) <= MAX_MEDIA_RANGE_CHARS and _RANGE.match(value.lower()) is not None
 

@@ -591,7 +591,7 @@ async def _admitted(state: EdgeState, upload: TusUpload, appended: TusAppended, 
             token_types = place.content_types
         detected = appended.detected_type or "application/octet-stream"
         for ranges in ingest.allow_lists(token_types):
-            if not media.matches(detected, ranges.split(",")):
+            if not media.admits(ranges.split(","), detected, upload.mime_type):
                 await _let_go(metadata, upload, rid)
                 await _terminate(upload.id, upload.organization_id, metadata, state.blob, rid)
                 if upload.token_id is not None:
