@@ -150,3 +150,35 @@ def test_the_key_never_follows_an_upload_url_to_another_host(hostile: Any, tmp_p
     assert [s for s in server.seen if s[0] == "PATCH"] == [
         ("PATCH", "/api/uploads/tus/tus_x", "cof_org_" + "x" * 40)
     ]
+
+
+def test_an_answer_that_is_not_coffers_is_one_line_not_a_traceback(hostile: Any, cli_for: Any) -> None:
+    """A captive portal's HTML page where JSON was due, a creation without Location: the
+    documented one-line error (exit 1), and with --json an error object on stdout."""
+    server = hostile()
+    server.routes[("GET", "/api/folders")] = lambda: (
+        200,
+        {"content-type": "text/html"},
+        b"<html>portal</html>",
+    )
+    cli = cli_for(server.url, "cof_org_" + "x" * 40)
+    run = cli("ls", "/")
+    assert run.exit_code == 1 and "Traceback" not in run.stderr
+    assert run.stderr.startswith("coffer: ") and "[bad_response]" in run.stderr
+    assert json.loads(cli("ls", "/", "--json").stdout)["error"]["code"] == "bad_response"
+
+
+def test_local_values_that_cannot_be_sent_are_usage_errors(
+    hostile: Any, cli_for: Any, tmp_path: Path
+) -> None:
+    server = hostile()
+    server.json("GET", "/api/assets/ast_x", _asset("a.txt", 1))
+    server.json("PATCH", "/api/assets/ast_x", {**_asset("a.txt", 1), "metadata": {"n": "NaN"}, "tags": []})
+    cli = cli_for(server.url, "cof_org_" + "x" * 40)
+    small = tmp_path / "small.txt"
+    small.write_text("a")
+    run = cli("upload", str(small), "--expires", "99999999999999d", "-q")
+    assert run.exit_code == 2 and "Traceback" not in run.stderr  # was OverflowError, exit 1
+    for value in ("NaN", "Infinity", "1e999"):  # kept as the text typed: JSON has no such number
+        run = cli("meta", "set", "ast_x", f"n={value}")
+        assert run.exit_code == 0, run.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 import sys
@@ -85,6 +86,11 @@ def handled(fn: F) -> F:
             fail(exc, bool(kwargs.get("as_json")))
         except BrokenPipeError:
             reader_gone()
+        except (ValueError, KeyError) as exc:  # an answer no Coffer gives (a portal's HTML page)
+            answer = errors.CofferError(
+                f"The service's answer is not Coffer's: {exc!r}"[:300], code="bad_response"
+            )
+            fail(answer, bool(kwargs.get("as_json")))
         except OSError as exc:  # a local file: unreadable, a directory in the way, a full disk
             local = errors.CofferError(
                 f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "), code="local"
@@ -628,6 +634,7 @@ def _local_name(name: str) -> str:
 
 DURATION = re.compile(r"(\d+)([smhdw]?)")
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+MAX_DURATION_SECONDS = 100 * 366 * 86400  # (beyond, a date cannot hold it)
 
 
 def parse_duration(text: str) -> int:
@@ -636,7 +643,10 @@ def parse_duration(text: str) -> int:
     parts = DURATION.findall(text)
     if not text or "".join(n + u for n, u in parts) != text:
         raise typer.BadParameter(f"{text!r} is not a duration (e.g. 3600, 10m, 2h, 7d)")
-    return sum(int(n) * UNITS[u] for n, u in parts)
+    seconds = sum(int(n) * UNITS[u] for n, u in parts)
+    if seconds > MAX_DURATION_SECONDS:
+        raise typer.BadParameter(f"{text!r} is longer than a hundred years")
+    return seconds
 
 
 @app.command()
@@ -1032,6 +1042,8 @@ def _meta_value(text: str) -> object:
         value = json.loads(text)
     except ValueError:
         return text
+    if isinstance(value, float) and not math.isfinite(value):
+        return text  # NaN, Infinity, 1e999: JSON has no such number
     return value if isinstance(value, bool | int | float) else text
 
 
