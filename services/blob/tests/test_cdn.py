@@ -230,6 +230,27 @@ async def test_if_modified_since(api: httpx.AsyncClient, cdn: httpx.AsyncClient)
     # If-None-Match wins over If-Modified-Since.
     headers = {"if-none-match": '"other"', "if-modified-since": format_datetime(modified, usegmt=True)}
     assert (await cdn.get(path, headers=headers)).status_code == 200
+    # RFC 9110 §5.6.7: the obsolete forms too (asctime's has no zone and means GMT; was 200).
+    for obsolete in (
+        modified.strftime("%A, %d-%b-%y %H:%M:%S GMT"),
+        modified.strftime("%a %b %e %H:%M:%S %Y"),
+    ):
+        assert (await cdn.get(path, headers={"if-modified-since": obsolete})).status_code == 304, obsolete
+
+
+@pytest.mark.parametrize("header", ["if-modified-since", "if-unmodified-since", "if-range"])
+async def test_a_date_that_cannot_be_read_is_ignored(
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient, header: str
+) -> None:
+    """RFC 9110 §13.1.3: a date past what Python's date parser holds was a 500."""
+    path = await public_path(api)
+    for date in (
+        "Mon, 01 Jan 2000 00:00:00 +9999999999999999999999",
+        "Mon, 01 Jan 99999999999999999999 00:00:00 GMT",
+    ):
+        headers = {header: date} | ({"range": "bytes=0-9"} if header == "if-range" else {})
+        answer = await cdn.get(path, headers=headers)
+        assert answer.status_code == 200, (date, answer.text)  # (an unread If-Range: the whole object)
 
 
 async def test_if_match(api: httpx.AsyncClient, cdn: httpx.AsyncClient) -> None:
@@ -313,6 +334,7 @@ async def test_tampered_signatures_are_403(api: httpx.AsyncClient, cdn: httpx.As
         dict(query, signature=query["signature"] + "="),
         dict(query, signature=""),
         dict(query, expires="soon"),
+        dict(query, expires=query["expires"] + "\n"),  # (a second URL for one expiry: was 200)
         {"expires": query["expires"]},
         {"signature": query["signature"]},
     ]

@@ -215,6 +215,30 @@ def test_a_failed_commit_cleans_up(storage: S3Storage, s3_server: S3Server, buck
     assert storage.stat(KEY) is None
 
 
+def test_a_temp_object_that_will_not_go_does_not_undo_the_commit(
+    storage: S3Storage, s3_server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The object is published (copied to its key) when deleting the temp object fails once:
+    the commit stands, rather than delete what it just stored and answer 503 (a resumable
+    upload's retry of its last chunk then found its multipart upload completed: never done)."""
+    writer = storage.open_writer(KEY)
+    for chunk in pattern_chunks(PART_SIZE + 1):
+        writer.write(chunk)
+    real = storage._call
+
+    def temp_delete_fails(what: str, method: str, **kwargs: Any) -> Any:
+        if method == "delete_object" and "%tmp." in kwargs.get("Key", ""):
+            raise StorageUnavailable("S3 delete_object failed: SlowDown (once)")
+        return real(what, method, **kwargs)
+
+    monkeypatch.setattr(storage, "_call", temp_delete_fails)
+    info = writer.commit(content_type="image/jpeg", sha256="0" * 64)
+    monkeypatch.undo()
+    assert storage.stat(KEY) == info and info.size == PART_SIZE + 1
+    storage.delete_prefix(KEY.rsplit("/", 1)[0] + "/")  # the temp object goes with the asset
+    assert leftovers(s3_server, bucket) == ([], [])
+
+
 def test_delete_and_delete_prefix(storage: S3Storage, s3_server: S3Server, bucket: str) -> None:
     put(storage, KEY, b"one")
     put(storage, "org_1/ast_2/keep.txt", b"two")

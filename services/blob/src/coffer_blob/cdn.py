@@ -19,7 +19,7 @@ import functools
 import re
 import time
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
 from urllib.parse import quote
 
@@ -363,11 +363,13 @@ def _http_date(value: datetime) -> str:
 
 
 def _parse_date(value: str) -> datetime | None:
+    """An HTTP-date, or None for one that cannot be read (RFC 9110 §13.1.3: ignored). Any of
+    its three forms: asctime's has no zone and means GMT (§5.6.7), as every HTTP-date does."""
     try:
         parsed = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):  # (a number past a C int: 500)
         return None
-    return parsed if parsed.tzinfo is not None else None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def _etags(value: str) -> list[tuple[bool, str]] | None:

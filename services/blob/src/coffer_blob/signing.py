@@ -13,7 +13,7 @@ _DOMAIN = b"coffer-cdn-url-v1"
 # A transformed URL (CONTRACT §10) signs the transform's canonical form too, under its own tag,
 # so an untransformed URL's signature is unchanged and never valid for any transform.
 _DOMAIN_TRANSFORM = b"coffer-cdn-url-transform-v1"
-_EXPIRES = re.compile(r"^(0|[1-9][0-9]{0,11})$")  # canonical: one URL per expiry
+_EXPIRES = re.compile(r"0|[1-9][0-9]{0,11}")  # canonical: one URL per expiry (fullmatch)
 
 
 def signature(secret: bytes, key: str, expires: int, transform: str = "") -> str:
@@ -34,7 +34,7 @@ def signature(secret: bytes, key: str, expires: int, transform: str = "") -> str
 
 def check(secret: bytes, key: str, expires: str, sent: str, *, now: float, transform: str = "") -> str | None:
     """Why a signed request must be refused, or None when it is valid and unexpired."""
-    if not _EXPIRES.match(expires):
+    if not _EXPIRES.fullmatch(expires):  # ($ of match took "123\n" too)
         return "The signed URL is malformed."
     expected = signature(secret, key, int(expires), transform)
     # Constant time over the whole value, whatever the sender put in it.

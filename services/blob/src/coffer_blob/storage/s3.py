@@ -478,8 +478,14 @@ class _S3Writer:
                     ContentType=content_type,
                     Metadata=metadata,
                 )
-                s3._call(self.key, "delete_object", Key=self.temp_key)
                 self._temp_exists = False
+                try:
+                    s3._call(self.key, "delete_object", Key=self.temp_key)
+                except StorageUnavailable as exc:
+                    # Published already: failing now would delete the object just stored (and
+                    # a resumable upload's retry could never finish). The temp object is under
+                    # the asset's prefix, which delete_prefix clears with the asset.
+                    log.warning("temp object left behind", extra={"key": self.temp_key, "error": str(exc)})
                 stored_at = copied.get("CopyObjectResult", {}).get("LastModified") or _answered_at(copied)
         except BaseException as exc:
             self.abort()
