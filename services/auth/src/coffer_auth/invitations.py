@@ -148,21 +148,8 @@ def revoke(session: Session, actor: Actor, *, org_id: str, invitation_id: str) -
     state = status(inv)
     if state == "accepted":
         raise errors.conflict("invitation_accepted", "This invitation was accepted already.")
-    if state == "revoked":
-        return inv
-    inv.revoked_at = utcnow()
-    session.add(inv)
-    session.flush()
-    audit.record(
-        session,
-        actor,
-        "invitation.revoked",
-        organization_id=org_id,
-        target_type="invitation",
-        target_id=inv.id,
-        target_label=inv.email,
-        details={"role": inv.role, "was": state},
-    )
+    if state != "revoked":
+        _revoked(session, actor, inv, {"role": inv.role, "was": state})
     return inv
 
 
@@ -174,21 +161,24 @@ def revoke_made_by(session: Session, actor: Actor, *, org_id: str, user_id: str)
         select(Invitation).where(Invitation.organization_id == org_id, Invitation.invited_by == user_id)
     )
     for inv in made:
-        if status(inv, now) != "pending":
-            continue
-        inv.revoked_at = now
-        session.add(inv)
-        session.flush()
-        audit.record(
-            session,
-            actor,
-            "invitation.revoked",
-            organization_id=org_id,
-            target_type="invitation",
-            target_id=inv.id,
-            target_label=inv.email,
-            details={"role": inv.role, "was": "pending", "inviterNoLongerOwner": True},
-        )
+        if status(inv, now) == "pending":
+            _revoked(session, actor, inv, {"role": inv.role, "was": "pending", "inviterNoLongerOwner": True})
+
+
+def _revoked(session: Session, actor: Actor, inv: Invitation, details: dict[str, object]) -> None:
+    inv.revoked_at = utcnow()
+    session.add(inv)
+    session.flush()
+    audit.record(
+        session,
+        actor,
+        "invitation.revoked",
+        organization_id=inv.organization_id,
+        target_type="invitation",
+        target_id=inv.id,
+        target_label=inv.email,
+        details=details,
+    )
 
 
 def renew(
