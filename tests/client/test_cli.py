@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+import unicodedata
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -295,6 +296,24 @@ def test_sync(cli: Any, sdk: Coffer, tmp_path: Path) -> None:
     assert r.stderr == "nothing to upload; 2 unchanged, 1 remote item deleted\n"
     sub = sdk.resolve_folder("/backup/sub")
     assert sub is not None and [a.name for a in sdk.list_assets(sub.id)] == ["two.txt"]
+
+
+def test_sync_meets_decomposed_names_as_the_service_keeps_them(cli: Any, sdk: Coffer, tmp_path: Path) -> None:
+    """macOS writes names decomposed (NFD); the service keeps them composed (NFC). A second
+    sync uploaded café.txt again beside the first (every run, each a copy against the quota),
+    and an NFD folder failed it ("a folder named 'été' already exists")."""
+    local = tmp_path / "local"
+    folder = local / unicodedata.normalize("NFD", "été")
+    folder.mkdir(parents=True)
+    (local / unicodedata.normalize("NFD", "café.txt")).write_text("c")
+    (folder / "a.txt").write_text("a")
+    for run in range(2):
+        r = cli("sync", str(local), "/site", "--json")
+        assert r.exit_code == 0, r.stderr
+        assert len(json.loads(r.stdout)["uploaded"]) == (2 if run == 0 else 0)
+    site = sdk.resolve_folder("/site")
+    assert site is not None and [a.name for a in sdk.list_assets(site.id)] == ["café.txt"]
+    assert [f.name for f in sdk.list_folders(site.id)] == ["été"]
 
 
 def test_wrong_key_is_exit_4_with_one_line(cli: Any) -> None:

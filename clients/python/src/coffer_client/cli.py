@@ -10,6 +10,7 @@ import os
 import re
 import sys
 import time
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -505,6 +506,12 @@ def report(
         raise typer.Exit(exit_code(first))
 
 
+def nfc(name: str) -> str:
+    """A local name as the service keeps names (NFC): macOS writes them decomposed (NFD), and
+    "café.txt" must meet its remote copy, not be uploaded again beside it on every sync."""
+    return unicodedata.normalize("NFC", name)
+
+
 def ensure_folders(
     c: Coffer, base: Folder | None, base_path: str, rel_dirs: set[str]
 ) -> dict[str, str | None]:
@@ -565,17 +572,17 @@ def upload(
         if p.is_dir():
             if not recursive:
                 usage_error(f"{p} is a directory (use -r)")
-            top = p.resolve().name
+            top = nfc(p.resolve().name)
             dirs.add(top)
             for f in sorted(p.rglob("*")):
                 rel = f.relative_to(p)
                 if f.is_dir():
-                    dirs.add(f"{top}/{rel.as_posix()}")
+                    dirs.add(f"{top}/{nfc(rel.as_posix())}")
                 elif f.is_file():
-                    folder = join_path(to, top, *rel.parts[:-1])
-                    todo.append(Job(f, folder, f.name, f.stat().st_size))
+                    folder = join_path(to, top, *map(nfc, rel.parts[:-1]))
+                    todo.append(Job(f, folder, nfc(f.name), f.stat().st_size))
         else:
-            todo.append(Job(p, join_path(to), p.name, p.stat().st_size))
+            todo.append(Job(p, join_path(to), nfc(p.name), p.stat().st_size))
     c = state(ctx).client(jobs)
     base = c.resolve_folder(to)
     ids = ensure_folders(c, base, to, dirs)
@@ -1193,7 +1200,7 @@ def plan_sync(
     local: dict[str, Path] = {}
     local_dirs: set[str] = set()
     for entry in sorted(local_dir.rglob("*")):
-        rel = entry.relative_to(local_dir).as_posix()
+        rel = nfc(entry.relative_to(local_dir).as_posix())
         if entry.is_dir():
             local_dirs.add(rel)
         elif entry.is_file():
