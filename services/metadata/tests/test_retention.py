@@ -5,19 +5,25 @@ the service runs passes on its own."""
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import httpx
 import pytest
 import sqlalchemy as sa
 from prometheus_client import REGISTRY
 from sqlalchemy.engine import Engine
 
+from coffer_kit.contract.ids import WEBHOOK_DELIVERY, new_id
 from coffer_kit.contract.timeutil import utcnow
+from coffer_kit.contract.wire import ACTOR_HEADER
 from coffer_metadata import retention
 from coffer_metadata.models import Event, TusUpload, WebhookAttempt, WebhookDelivery
 
@@ -196,3 +202,67 @@ async def test_the_service_prunes_on_its_schedule(
             assert time.monotonic() < deadline, "no retention pass within 30 s"
             await asyncio.sleep(0.05)
     assert ids(engine, WebhookDelivery.__table__) == {kept}  # type: ignore[attr-defined]
+
+
+AS_KEY = {ACTOR_HEADER: json.dumps({"type": "key", "id": "key_01JD0000000000000000000000"})}
+
+
+@pytest.mark.anyio
+async def test_a_delivery_redelivered_while_a_pass_prunes_is_kept(
+    api: httpx.AsyncClient, engine: Engine, database_url: str
+) -> None:
+    """The pass selects a finished delivery, then a redeliver makes it pending (202) before the
+    pass deletes: it was deleted and never sent. (PostgreSQL: SQLite has one writer at a time.)"""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("two writers at once: PostgreSQL only")
+    org = new_id("org")
+    hook = await api.post(
+        f"/internal/v1/orgs/{org}/webhooks",
+        json={"url": "https://93.184.215.7/h", "events": ["asset.created"]},
+        headers=AS_KEY,
+    )
+    assert hook.status_code == 201, hook.text
+    endpoint, delivery = hook.json()["id"], new_id(WEBHOOK_DELIVERY)
+    old = utcnow() - timedelta(days=31)
+    with engine.begin() as c:  # it gave up 31 days ago; its attempts are pruned already
+        c.execute(
+            sa.insert(WebhookDelivery.__table__),  # type: ignore[attr-defined]
+            {
+                **{
+                    "id": delivery,
+                    "endpoint_id": endpoint,
+                    "organization_id": org,
+                    "event_id": new_id("evt"),
+                },
+                **{"event_type": "asset.created", "body": "{}", "status": "failed", "attempts": 3},
+                **{"next_attempt_at": None, "retry_until": old + timedelta(days=3), "created_at": old},
+            },
+        )
+    selected, redelivered = threading.Event(), threading.Event()
+
+    def between(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.startswith("SELECT webhook_deliveries.id") and not selected.is_set():
+            selected.set()
+            redelivered.wait(10)
+
+    sa.event.listen(engine, "after_cursor_execute", between)
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(
+                anyio.to_thread.run_sync,
+                lambda: retention.prune_batch(
+                    engine, "webhook_delivery", utcnow(), batch=1000, event_days=7, log_days=30
+                ),
+            )
+            assert await anyio.to_thread.run_sync(lambda: selected.wait(10))
+            path = f"/internal/v1/orgs/{org}/webhooks/{endpoint}/deliveries/{delivery}/redeliver"
+            again = await api.post(path, headers=AS_KEY)
+            redelivered.set()
+            assert again.status_code == 202, again.text
+    finally:
+        sa.event.remove(engine, "after_cursor_execute", between)
+    with engine.connect() as c:
+        status = c.execute(
+            sa.text("SELECT status FROM webhook_deliveries WHERE id = :i"), {"i": delivery}
+        ).scalar()
+    assert status == "pending"  # kept, to be sent

@@ -4,17 +4,23 @@ metadata enforces (bounds, quota on restore, who may act, other organizations, e
 from __future__ import annotations
 
 import json
+import threading
 from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from sqlalchemy import text
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
 
 from coffer_kit.contract.ids import new_id
 from coffer_kit.contract.timeutil import isoformat, utcnow
-from coffer_kit.contract.wire import ACTOR_HEADER, SUBTREE_HEADER
+from coffer_kit.contract.wire import ACTOR_HEADER, SUBTREE_HEADER, SYSTEM
 from coffer_kit.db import make_engine
+from coffer_kit.db.engine import writer
+from coffer_metadata import trash as T
 from coffer_testkit.testing import commit_asset
 
 pytestmark = pytest.mark.anyio
@@ -278,3 +284,68 @@ async def test_a_subtree_keys_trash_reaches_only_its_subtree(api: httpx.AsyncCli
     assert refused.status_code == 404 and refused.json()["error"]["code"] == "not_found"
     assert (await api.get(f"/internal/v1/orgs/{org}/assets/{moved['id']}")).status_code == 200
     assert (await trash(api, org, kept["id"], **confined)).status_code == 200
+
+
+async def test_the_sweepers_purge_spares_an_asset_trashed_again_meanwhile(
+    api: httpx.AsyncClient, engine: Engine, database_url: str
+) -> None:
+    """The sweeper selects a trashed asset past its retention; the owner restores it and
+    deletes it again (purgeAt a week ahead) before the sweeper's purge: it was purged at once,
+    its bytes deleted. (PostgreSQL: SQLite has one writer at a time.)"""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("two writers at once: PostgreSQL only")
+    org = new_id("org")
+    asset = (await commit_asset(api, org, size=10)).json()["id"]
+    trashed = await api.post(
+        f"/internal/v1/orgs/{org}/assets/{asset}/trash", json={"retentionDays": 7, "limitBytes": 10**9}
+    )
+    assert trashed.status_code == 200, trashed.text
+    with engine.begin() as c:  # its retention has passed
+        past = utcnow() - timedelta(minutes=1)
+        c.execute(sa.text("UPDATE trashed_assets SET purge_at = :t WHERE id = :i"), {"t": past, "i": asset})
+
+    def restored_and_trashed_again() -> None:
+        with Session(writer(engine)) as s:
+            T.restore(
+                s,
+                org_id=org,
+                asset_id=asset,
+                quota_bytes=10**9,
+                only_user=None,
+                cdn_url="http://cdn",
+                actor=SYSTEM,
+            )
+            s.commit()
+        with Session(writer(engine)) as s:
+            T.trash(
+                s,
+                org_id=org,
+                asset_id=asset,
+                retention_days=7,
+                limit_bytes=10**9,
+                cdn_url="http://cdn",
+                actor=SYSTEM,
+            )
+            s.commit()
+
+    with Session(writer(engine)) as s:
+        done: list[int] = []
+
+        @sa.event.listens_for(s.connection(), "after_cursor_execute")
+        def between(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            if not done and statement.startswith("SELECT") and "trashed_assets.purge_at <=" in statement:
+                done.append(1)
+                other = threading.Thread(target=restored_and_trashed_again)
+                other.start()
+                other.join(10)
+
+        refs = T.purge_due(s, cdn_url="http://cdn", limit=100)
+        s.commit()
+    assert done and asset not in [r.asset_id for r in refs]
+    with engine.connect() as c:
+        purge_at = c.execute(
+            sa.text("SELECT purge_at FROM trashed_assets WHERE id = :i"), {"i": asset}
+        ).scalar()
+        stone = c.execute(sa.text("SELECT key FROM tombstones WHERE asset_id = :i"), {"i": asset}).scalar()
+    assert purge_at is not None and purge_at > utcnow() + timedelta(days=6)  # in the trash, a week ahead
+    assert stone is None  # no bytes to delete

@@ -93,15 +93,16 @@ def prune_batch(
 ) -> int:
     """Delete at most ``batch`` rows of ``kind`` past their retention, in one transaction."""
     table = _TABLES[kind]
+    stale = _stale(kind, now, event_days=event_days, log_days=log_days)
     with writer(engine).begin() as connection:
-        ids = list(
-            connection.execute(
-                _stale(kind, now, event_days=event_days, log_days=log_days).limit(batch)
-            ).scalars()
-        )
+        ids = list(connection.execute(stale.limit(batch)).scalars())
         if not ids:
             return 0
-        result = connection.execute(sa.delete(table).where(table.c.id.in_(ids)))
+        # The conditions again, on each row as the delete finds it: a delivery redelivered
+        # (pending again) since the select is not deleted (PostgreSQL re-reads a row changed
+        # meanwhile against them).
+        assert stale.whereclause is not None
+        result = connection.execute(sa.delete(table).where(table.c.id.in_(ids), stale.whereclause))
         return int(result.rowcount or 0)
 
 

@@ -186,7 +186,10 @@ def _purge_row(session: Session, row: Any, *, cdn_url: str, actor: Actor, now: d
     """A trashed row becomes a tombstone (edge deletes its object, then the tombstone), with
     its ``asset.purged`` event; None if another transaction took it first."""
     conn = session.connection()
-    if conn.execute(sa.delete(_trashed).where(_trashed.c.id == row.id)).rowcount != 1:
+    # This trashing of it only: one restored and trashed again since the row was read (a new
+    # trashed_at, a later purgeAt) is not purged.
+    taken = sa.delete(_trashed).where(_trashed.c.id == row.id, _trashed.c.trashed_at == row.trashed_at)
+    if conn.execute(taken).rowcount != 1:
         return None
     _move_usage(conn, row.organization_id, live=0, trashed=-1, size=row.size)
     conn.execute(
