@@ -208,13 +208,12 @@ AS_KEY = {ACTOR_HEADER: json.dumps({"type": "key", "id": "key_01JD00000000000000
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # two writers at once
 async def test_a_delivery_redelivered_while_a_pass_prunes_is_kept(
-    api: httpx.AsyncClient, engine: Engine, database_url: str
+    api: httpx.AsyncClient, engine: Engine
 ) -> None:
     """The pass selects a finished delivery, then a redeliver makes it pending (202) before the
     pass deletes: it was deleted and never sent. (PostgreSQL: SQLite has one writer at a time.)"""
-    if not database_url.startswith("postgresql"):
-        pytest.skip("two writers at once: PostgreSQL only")
     org = new_id("org")
     hook = await api.post(
         f"/internal/v1/orgs/{org}/webhooks",

@@ -286,14 +286,13 @@ async def test_a_subtree_keys_trash_reaches_only_its_subtree(api: httpx.AsyncCli
     assert (await trash(api, org, kept["id"], **confined)).status_code == 200
 
 
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # two writers at once
 async def test_the_sweepers_purge_spares_an_asset_trashed_again_meanwhile(
-    api: httpx.AsyncClient, engine: Engine, database_url: str
+    api: httpx.AsyncClient, engine: Engine
 ) -> None:
     """The sweeper selects a trashed asset past its retention; the owner restores it and
     deletes it again (purgeAt a week ahead) before the sweeper's purge: it was purged at once,
     its bytes deleted. (PostgreSQL: SQLite has one writer at a time.)"""
-    if not database_url.startswith("postgresql"):
-        pytest.skip("two writers at once: PostgreSQL only")
     org = new_id("org")
     asset = (await commit_asset(api, org, size=10)).json()["id"]
     trashed = await api.post(
