@@ -19,6 +19,7 @@ from coffer_client import Coffer, errors
 from coffer_client._options import RetryPolicy
 
 Answer = tuple[int, dict[str, str], bytes]
+KEY = "cof_org_" + "x" * 40  # (any key: the server here checks none)
 
 
 @dataclass
@@ -108,7 +109,7 @@ def test_a_download_writes_only_where_it_was_asked(
     here.mkdir(parents=True)
     into.mkdir()
     monkeypatch.chdir(here)
-    cli = cli_for(server.url, "cof_org_" + "x" * 40)
+    cli = cli_for(server.url, KEY)
     for argv in (("download", "ast_x", "-q"), ("download", "ast_x", "-o", str(into), "-q")):
         run = cli(*argv)
         assert run.exit_code == 0, run.stderr
@@ -122,7 +123,7 @@ def test_a_download_stops_at_the_assets_size(hostile: Any, tmp_path: Path) -> No
     server = hostile()
     _downloadable(server, "f.bin", 5, b"A" * (3 * 1024 * 1024))  # 3 MiB for a 5-byte asset
     out = tmp_path / "f.bin"
-    sdk = Coffer(server.url, "cof_org_" + "x" * 40, retry=RetryPolicy(attempts=1))
+    sdk = Coffer(server.url, KEY, retry=RetryPolicy(attempts=1))
     with sdk, pytest.raises(errors.CofferError) as refused:
         sdk.download("ast_x", out)
     assert refused.value.code == "bad_response"
@@ -140,16 +141,14 @@ def test_the_key_never_follows_an_upload_url_to_another_host(hostile: Any, tmp_p
         b"",
     )
     server.routes[("PATCH", "/api/uploads/tus/tus_x")] = lambda: (204, {"upload-offset": "0"}, b"")
-    sdk = Coffer(server.url, "cof_org_" + "x" * 40, retry=RetryPolicy(attempts=1))
+    sdk = Coffer(server.url, KEY, retry=RetryPolicy(attempts=1))
     with sdk, pytest.raises(errors.CofferError) as refused:
         sdk.upload_resumable(big)
     assert elsewhere.seen == []  # the chunk went to the service's own origin, not to elsewhere
-    assert ("PATCH", "/api/uploads/tus/tus_x", "cof_org_" + "x" * 40) in server.seen
+    assert ("PATCH", "/api/uploads/tus/tus_x", KEY) in server.seen
     # ...where a chunk that does not move the offset ends the upload, rather than send it again.
     assert refused.value.code == "bad_response"
-    assert [s for s in server.seen if s[0] == "PATCH"] == [
-        ("PATCH", "/api/uploads/tus/tus_x", "cof_org_" + "x" * 40)
-    ]
+    assert [s for s in server.seen if s[0] == "PATCH"] == [("PATCH", "/api/uploads/tus/tus_x", KEY)]
 
 
 def test_an_answer_that_is_not_coffers_is_one_line_not_a_traceback(hostile: Any, cli_for: Any) -> None:
@@ -161,7 +160,7 @@ def test_an_answer_that_is_not_coffers_is_one_line_not_a_traceback(hostile: Any,
         {"content-type": "text/html"},
         b"<html>portal</html>",
     )
-    cli = cli_for(server.url, "cof_org_" + "x" * 40)
+    cli = cli_for(server.url, KEY)
     run = cli("ls", "/")
     assert run.exit_code == 1 and "Traceback" not in run.stderr
     assert run.stderr.startswith("coffer: ") and "[bad_response]" in run.stderr
@@ -174,7 +173,7 @@ def test_local_values_that_cannot_be_sent_are_usage_errors(
     server = hostile()
     server.json("GET", "/api/assets/ast_x", _asset("a.txt", 1))
     server.json("PATCH", "/api/assets/ast_x", {**_asset("a.txt", 1), "metadata": {"n": "NaN"}, "tags": []})
-    cli = cli_for(server.url, "cof_org_" + "x" * 40)
+    cli = cli_for(server.url, KEY)
     small = tmp_path / "small.txt"
     small.write_text("a")
     run = cli("upload", str(small), "--expires", "99999999999999d", "-q")
