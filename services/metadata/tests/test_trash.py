@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -15,6 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from coffer_kit.contract.errors import CofferError
 from coffer_kit.contract.ids import new_id
 from coffer_kit.contract.timeutil import isoformat, utcnow
 from coffer_kit.contract.wire import ACTOR_HEADER, SUBTREE_HEADER, SYSTEM
@@ -348,3 +351,86 @@ async def test_the_sweepers_purge_spares_an_asset_trashed_again_meanwhile(
         stone = c.execute(sa.text("SELECT key FROM tombstones WHERE asset_id = :i"), {"i": asset}).scalar()
     assert purge_at is not None and purge_at > utcnow() + timedelta(days=6)  # in the trash, a week ahead
     assert stone is None  # no bytes to delete
+
+
+def _blocked_on_a_lock(engine: Engine) -> bool:
+    with engine.connect() as c:
+        waiting = c.execute(
+            sa.text(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        ).scalar()
+    return bool(waiting)
+
+
+_CDN: dict[str, Any] = {"cdn_url": "http://cdn", "actor": SYSTEM}
+_ON_THE_OLDEST: dict[str, Callable[[Session, str, str], object]] = {
+    "purge": lambda s, org, asset: T.purge(s, org_id=org, asset_id=asset, only_user=None, **_CDN),
+    "restore": lambda s, org, asset: T.restore(
+        s, org_id=org, asset_id=asset, quota_bytes=10**9, only_user=None, **_CDN
+    ),
+    "sweeper": lambda s, _org, _asset: T.purge_due(s, cdn_url="http://cdn", limit=100),
+    "empty the trash": lambda s, org, _asset: T.purge_batch(s, org_id=org, limit=100, **_CDN),
+}
+
+
+def _outcome(engine: Engine, work: Callable[[Session], object]) -> str:
+    """``work`` in a transaction of its own: "done", or the code of its error."""
+    with Session(writer(engine)) as s:
+        try:
+            work(s)
+            s.commit()
+        except CofferError as exc:
+            return exc.code
+        except sa.exc.DBAPIError as exc:
+            return type(exc.orig).__name__
+    return "done"
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # two writers at once
+@pytest.mark.parametrize("other", list(_ON_THE_OLDEST))
+async def test_trashing_past_the_bound_never_deadlocks_with_the_oldest_purged_or_restored(
+    api: httpx.AsyncClient, engine: Engine, other: str
+) -> None:
+    """A delete pushes the trash past its bound, and purges its oldest asset, while someone
+    purges or restores that one asset (by hand, the sweeper, "empty the trash"). Each locked
+    the usage row and the trashed row in the opposite order: PostgreSQL killed one of them as
+    a deadlock (a 503). Now both take the usage row first: one waits for the other."""
+    org = new_id("org")
+    oldest = (await upload(api, org, 10))["id"]
+    assert (await trash(api, org, oldest)).status_code == 200
+    newest = (await upload(api, org, 10))["id"]
+    with engine.begin() as c:  # (for the sweeper: the oldest's retention has passed)
+        past = utcnow() - timedelta(minutes=1)
+        c.execute(sa.text("UPDATE trashed_assets SET purge_at = :t WHERE id = :i"), {"t": past, "i": oldest})
+    outcomes: dict[str, str] = {}
+
+    def trash_the_newest(s: Session) -> object:
+        @sa.event.listens_for(s.connection(), "after_cursor_execute")
+        def between(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            if acting.ident is None and statement.startswith("UPDATE usage"):
+                acting.start()  # while this trashing holds the usage row, before it purges
+                deadline = time.monotonic() + 10
+                while not _blocked_on_a_lock(engine):  # (polled: until the other one waits for it)
+                    assert time.monotonic() < deadline, "the other transaction never waited"
+                    time.sleep(0.01)
+
+        return T.trash(s, org_id=org, asset_id=newest, retention_days=7, limit_bytes=10, **_CDN)
+
+    def act_on_the_oldest() -> None:
+        outcomes[other] = _outcome(engine, lambda s: _ON_THE_OLDEST[other](s, org, oldest))
+
+    acting = threading.Thread(target=act_on_the_oldest)
+    outcomes["trash"] = _outcome(engine, trash_the_newest)
+    acting.join(30)
+    # The trashing purged the oldest; a restore after it finds nothing to restore.
+    assert outcomes == {"trash": "done", other: "not_found" if other == "restore" else "done"}
+    with engine.connect() as c:
+        left = c.execute(sa.text("SELECT id FROM trashed_assets")).scalars().all()
+        stones = c.execute(sa.text("SELECT asset_id FROM tombstones")).scalars().all()
+        counted = c.execute(sa.text("SELECT trashed_bytes, trashed_count FROM usage")).one()
+    if other == "empty the trash":  # (after the trashing: the newest goes too)
+        assert (left, sorted(stones), tuple(counted)) == ([], sorted([oldest, newest]), (0, 0))
+    else:
+        assert (left, stones, tuple(counted)) == ([newest], [oldest], (10, 1))

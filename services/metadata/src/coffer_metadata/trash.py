@@ -184,7 +184,11 @@ def trash(
 
 def _purge_row(session: Session, row: Any, *, cdn_url: str, actor: Actor, now: datetime) -> PurgedRef | None:
     """A trashed row becomes a tombstone (edge deletes its object, then the tombstone), with
-    its ``asset.purged`` event; None if another transaction took it first."""
+    its ``asset.purged`` event; None if another transaction took it first.
+
+    The caller holds the organization's usage row already: every transaction that changes a
+    trashed row locks the usage row first (a trashing holds it when it purges the oldest to fit
+    the bound), or two of them wait on each other until PostgreSQL kills one as a deadlock."""
     conn = session.connection()
     # This trashing of it only: one restored and trashed again since the row was read (a new
     # trashed_at, a later purgeAt) is not purged.
@@ -272,6 +276,9 @@ def restore(
             return view(live, cdn_url)
         raise _missing(conn, org_id=org_id, asset_id=asset_id)
     _check_user(found, only_user)
+    # The usage row before the trashed one, as everywhere (see ``_purge_row``): the upload's
+    # rule too, holds are read under this lock.
+    repository.lock_usage(session, org_id=org_id)
     row = _take(conn, _trashed, org_id=org_id, asset_id=asset_id)
     if row is None:
         raise not_found(f"Asset {asset_id} is not in the trash.")
@@ -285,7 +292,6 @@ def restore(
     active_after = repository.active_after(now=now, idle=timedelta(seconds=idle_seconds))
     asset = {"organization_id": org_id, "id": asset_id, "folder_id": folder, "size": row.size}
     params = repository.commit_params(asset, quota_bytes=quota_bytes, active_after=active_after)
-    repository.lock_usage(session, org_id=org_id)  # (the upload's rule: holds read under the lock)
     checks = repository.commit_checks(session, params)
     if not checks.fits:
         raise quota_exceeded(
@@ -311,6 +317,7 @@ def purge(
     if not is_asset_id(asset_id):
         raise not_found(f"Asset {asset_id!r} is not in the trash.")
     conn = session.connection()
+    repository.lock_usage(session, org_id=org_id)
     row = conn.execute(
         sa.select(_trashed).where(_trashed.c.organization_id == org_id, _trashed.c.id == asset_id)
     ).first()
@@ -331,6 +338,7 @@ def purge_batch(session: Session, *, org_id: str, cdn_url: str, actor: Actor, li
     interrupted: their objects are still to delete), then up to ``limit`` of the oldest trashed
     assets turned into tombstones. The caller deletes every ref's object, then its tombstone."""
     conn = session.connection()
+    repository.lock_usage(session, org_id=org_id)
     pending = conn.execute(
         sa.select(_tombstones.c.asset_id, _tombstones.c.key)
         .where(_tombstones.c.organization_id == org_id)
@@ -354,10 +362,14 @@ def purge_batch(session: Session, *, org_id: str, cdn_url: str, actor: Actor, li
 def purge_due(session: Session, *, cdn_url: str, limit: int, now: datetime | None = None) -> list[PurgedRef]:
     """Purge trashed assets whose retention has passed (the sweeper), oldest first."""
     now = now or utcnow()
-    rows = session.connection().execute(
-        sa.select(_trashed).where(_trashed.c.purge_at <= now).order_by(_trashed.c.purge_at).limit(limit)
+    rows = list(
+        session.connection().execute(
+            sa.select(_trashed).where(_trashed.c.purge_at <= now).order_by(_trashed.c.purge_at).limit(limit)
+        )
     )
-    refs = [_purge_row(session, row, cdn_url=cdn_url, actor=SYSTEM, now=now) for row in list(rows)]
+    for org_id in sorted({row.organization_id for row in rows}):  # (one order: two sweepers never cross)
+        repository.lock_usage(session, org_id=org_id)
+    refs = [_purge_row(session, row, cdn_url=cdn_url, actor=SYSTEM, now=now) for row in rows]
     return [r for r in refs if r is not None]
 
 
