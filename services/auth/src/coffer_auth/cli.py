@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from sqlalchemy import Engine
 from sqlmodel import Session
 
 from coffer_auth import accounts, admin, audit, invitations, orgs, sessions
@@ -116,15 +117,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _admin(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
-    engine = make_engine(settings.auth_database_url, pool_size=1, pooler=settings.database_pooler)
+def _admin(settings: Settings, args: argparse.Namespace, engine: Engine | None) -> dict[str, Any]:
+    own = engine is None
+    if engine is None:
+        engine = make_engine(settings.auth_database_url, pool_size=1, pooler=settings.database_pooler)
     try:
         with Session(writer(engine), expire_on_commit=False) as session:
             result = _COMMANDS[args.command](session, settings, args)
             session.commit()
             return result
     finally:
-        engine.dispose()
+        if own:
+            engine.dispose()
 
 
 def _create_org(session: Session, settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
@@ -288,7 +292,11 @@ _COMMANDS: dict[str, Callable[[Session, Settings, argparse.Namespace], dict[str,
 }
 
 
-def main(argv: list[str] | None = None, settings: Settings | None = None) -> int:
+def main(
+    argv: list[str] | None = None, settings: Settings | None = None, engine: Engine | None = None
+) -> int:
+    """Runs one command. ``engine``, when given, is the auth database's, kept by the caller
+    across commands (the test harness runs thousands)."""
     args = _parser().parse_args(argv)
     settings = settings or Settings()
     if args.command == "serve":
@@ -306,7 +314,7 @@ def main(argv: list[str] | None = None, settings: Settings | None = None) -> int
         print(json.dumps({"migrated": True}))
         return 0
     try:
-        result = _admin(settings, args)
+        result = _admin(settings, args, engine)
     except CofferError as exc:
         print(json.dumps({"error": {"code": exc.code, "message": exc.message}}), file=sys.stderr)
         return 1

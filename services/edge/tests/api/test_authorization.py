@@ -366,16 +366,33 @@ def world(stack: Any, admin: Any) -> Any:
         client.close()
 
 
-class FreshResources(dict[str, str]):
-    """A's resources for one route, each made the first time the route asks for it (its call
-    reads ``r["folder"]`` and so on): a route pays only for what it touches, in the state it
-    always had (a folder always holds an asset). ``everything()`` makes them all, for a listing
+# Resources made together, and so replaced together: a folder always holds an asset.
+_TOGETHER = {
+    "folder": ("folder", "asset"),
+    "asset": ("folder", "asset"),
+    "tus": ("tus", "tus_id"),
+    "tus_id": ("tus", "tus_id"),
+    "webhook": ("webhook", "delivery"),
+    "delivery": ("webhook", "delivery"),
+}
+
+
+class Resources(dict[str, str]):
+    """A's resources, each made the first time a route asks for it (its call reads
+    ``r["folder"]`` and so on), in the state it always has (a folder holds an asset), and kept
+    for the next route until a call may have changed it: a call that is not a GET or HEAD and
+    succeeds spends what it read, and the next route that asks gets a new one. A caller refused
+    everywhere thus pays for each resource once. ``everything()`` makes them all, for a listing
     that must not show them to another organization."""
 
-    def __init__(self, a: httpx.Client, *, webhook: bool = False) -> None:
+    def __init__(self, a: httpx.Client) -> None:
         super().__init__()
         self._a = a
-        self._webhook = webhook
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> str:
+        self.read.add(key)
+        return super().__getitem__(key)
 
     def __missing__(self, key: str) -> str:
         a = self._a
@@ -396,31 +413,44 @@ class FreshResources(dict[str, str]):
         elif key == "trashed":  # an asset in A's trash (A keeps a trash: see ``world``)
             self["trashed"] = a.post("/api/assets", files={"file": ("t.txt", b"t")}).json()["id"]
             assert a.delete(f"/api/assets/{self['trashed']}").status_code == 200
-        elif key in ("webhook", "delivery") and self._webhook:
+        elif key in ("webhook", "delivery"):
             self["webhook"] = a.post("/api/webhooks", json=HOOK).json()["id"]
             self["delivery"] = a.post(f"/api/webhooks/{self['webhook']}/test").json()["id"]
         else:
             raise KeyError(key)
-        return self[key]
+        return super().__getitem__(key)
 
-    def everything(self) -> FreshResources:
-        for key in ("folder", "token", "tus", "preset", "trashed", *(("webhook",) if self._webhook else ())):
+    def everything(self) -> Resources:
+        for key in ("folder", "token", "tus", "preset", "trashed", "webhook"):
             self[key]
+        self.read.clear()
         return self
+
+    def spend(self, answer: httpx.Response) -> None:
+        """Forget what ``answer``'s call read when it may have changed it."""
+        if answer.request.method not in ("GET", "HEAD") and answer.status_code < 400:
+            for key in self.read:
+                for spent in _TOGETHER.get(key, (key,)):
+                    if spent == "webhook" and spent in self:
+                        self.drop_webhook()
+                    self.pop(spent, None)
+        self.read.clear()
+
+    def drop_webhook(self) -> None:
+        """An organization holds at most 10 webhooks: never keep one."""
+        if "webhook" in self:
+            self._a.delete(f"/api/webhooks/{super().__getitem__('webhook')}")
 
 
 @pytest.mark.parametrize("caller", list(CALLERS))
 def test_every_route_answers_every_caller_as_the_matrix_says(world: Any, caller: str) -> None:
-    owner_a = world["A's organization key"]
+    resources = Resources(world["A's organization key"])
+    kind = CALLERS[caller]
     wrong: list[str] = []
     for route in _routes():
-        resources = FreshResources(owner_a, webhook="/api/webhooks/{id}" in route.name)
         if route.listing:
             resources.everything()
         answer = route.call(world[caller], resources)
-        if "webhook" in resources:  # at most 10 per organization: never keep one
-            owner_a.delete(f"/api/webhooks/{resources['webhook']}")
-        kind = CALLERS[caller]
         expected = route.expected(kind)
         if answer.status_code != expected:
             wrong.append(f"{route.name}: {answer.status_code}, expected {expected} ({answer.text[:120]})")
@@ -432,4 +462,6 @@ def test_every_route_answers_every_caller_as_the_matrix_says(world: Any, caller:
             and any(v in answer.text for v in resources.values())
         ):
             wrong.append(f"{route.name}: lists A's resources to another organization")
+        resources.spend(answer)
+    resources.drop_webhook()
     assert not wrong, "\n".join(wrong)

@@ -33,13 +33,14 @@ class Admin:
     """Runs ``coffer-auth`` admin commands (the real CLI code) against the stack's database."""
 
     settings: Any
+    engine: Any = None  # kept across commands: a new engine per command compiles every statement anew
 
     def __call__(self, *argv: str) -> dict[str, Any]:
         from coffer_auth.cli import main as auth_cli
 
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = auth_cli(list(argv), settings=self.settings)
+            code = auth_cli(list(argv), settings=self.settings, engine=self.engine)
         if code != 0:
             raise AssertionError(f"coffer-auth {' '.join(argv)} failed: {err.getvalue()}")
         return json.loads(out.getvalue())  # type: ignore[no-any-return]
@@ -56,16 +57,25 @@ class Tenant:
 
 
 @pytest.fixture(scope="session")
-def admin_for() -> Any:
-    """An Admin for any stack."""
+def admin_for() -> Iterator[Any]:
+    """An Admin for any stack, with one engine per database for the whole session."""
     from coffer_auth.config import Settings as AuthSettings
+    from coffer_kit.db import make_engine
+
+    engines: dict[tuple[str, str], Any] = {}
 
     def make(s: StackLike) -> Admin:
         url = s.extra_env.get("COFFER_AUTH_DATABASE_URL", "")
         pooler = s.extra_env.get("COFFER_DATABASE_POOLER", "none")
-        return Admin(AuthSettings(data_dir=s.data_dir, auth_database_url=url, database_pooler=pooler))
+        settings = AuthSettings(data_dir=s.data_dir, auth_database_url=url, database_pooler=pooler)
+        key = (settings.auth_database_url, pooler)
+        if key not in engines:
+            engines[key] = make_engine(settings.auth_database_url, pool_size=1, pooler=pooler)
+        return Admin(settings, engines[key])
 
-    return make
+    yield make
+    for engine in engines.values():
+        engine.dispose()
 
 
 # Per test, not per session: several directories define their own ``stack`` (in process,
