@@ -16,6 +16,8 @@ import httpx
 import pytest
 
 from coffer_blob.config import Settings
+from coffer_blob.storage import StorageUnavailable
+from coffer_blob.storage.s3 import S3Storage
 from coffer_kit.contract.ids import TUS_UPLOAD, new_id
 from coffer_testkit.testing import assert_error
 
@@ -159,3 +161,35 @@ async def test_bad_requests(api: httpx.AsyncClient) -> None:
     assert_error(await upload.put(b"x"), 400, "invalid_request")
     named = await api.post(f"/internal/v1/tus/{ORG}/key", json={"assetId": "nope", "filename": "a"})
     assert named.status_code == 422 or named.status_code == 400
+
+
+@pytest.mark.parametrize("settings", ["s3"], indirect=True)
+async def test_a_last_chunk_whose_publish_failed_is_taken_again(
+    api: httpx.AsyncClient,
+    cdn: httpx.AsyncClient,
+    settings: Settings,
+    s3_server: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On S3, the last chunk completes the multipart upload into the temp object, then copies
+    that to the asset's key. When the copy fails (503), the parts are gone: the client's retry
+    of the same chunk found no upload to add to, and every retry failed after it. Now it
+    starts the upload again from the bytes the temp object holds."""
+    upload = await new_upload(api, len(DATA))
+    await upload.append(DATA[: 9 * MiB + 1])  # one part and a tail
+    calls = S3Storage._call
+
+    def copy_fails_once(self: S3Storage, what: str, method: str, **kwargs: Any) -> Any:
+        if method == "copy_object" and not failed:
+            failed.append(method)
+            raise StorageUnavailable("S3 copy_object failed: InternalError (once)")
+        return calls(self, what, method, **kwargs)
+
+    failed: list[str] = []
+    monkeypatch.setattr(S3Storage, "_call", copy_fails_once)
+    assert_error(await upload.put(DATA[9 * MiB + 1 :]), 503, "unavailable")
+    assert failed == ["copy_object"]
+    answer = await upload.append(DATA[9 * MiB + 1 :])
+    assert answer["offset"] == len(DATA) and answer["sha256"] == hashlib.sha256(DATA).hexdigest()
+    assert (await cdn.get(key_path(upload.key))).content == DATA
+    assert leftovers(settings, s3_server) == []

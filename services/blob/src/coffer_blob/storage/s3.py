@@ -458,15 +458,7 @@ class _S3Writer:
                 )
                 stored_at = _answered_at(put)
             else:
-                if self._buffer:
-                    self._upload_part(self._take())
-                s3._call(
-                    self.key,
-                    "complete_multipart_upload",
-                    Key=self.temp_key,
-                    UploadId=self._upload_id,
-                    MultipartUpload={"Parts": self._parts},
-                )
+                self._assemble()
                 self._upload_id = None
                 self._published = True  # from here on, a failure must delete the real key too
                 copied = s3._call(
@@ -503,6 +495,18 @@ class _S3Writer:
             last_modified=stored_at.astimezone(UTC).replace(microsecond=0),
             private=private,
             held=held,
+        )
+
+    def _assemble(self) -> None:
+        """The last part sent, and the multipart upload completed into the temp key."""
+        if self._buffer:
+            self._upload_part(self._take())
+        self.storage._call(
+            self.key,
+            "complete_multipart_upload",
+            Key=self.temp_key,
+            UploadId=self._upload_id,
+            MultipartUpload={"Parts": self._parts},
         )
 
     def abort(self) -> None:
@@ -562,7 +566,9 @@ class _S3Resumable(_S3Writer):
     back by the next request. A failed request's parts are overwritten by the next one (same
     part numbers: only checkpointed parts count) and its tail object is never read. ``commit``
     completes the upload and publishes it like any object, then deletes the tails and aborts
-    any other multipart upload of this one (left by a request that died)."""
+    any other multipart upload of this one (left by a request that died). A commit whose
+    publish failed leaves the upload completed into the temp key; the retry starts a new one
+    from it (``_reassemble``)."""
 
     def __init__(
         self, storage: S3Storage, key: str, upload_id: str, offset: int, state: dict[str, Any]
@@ -575,6 +581,8 @@ class _S3Resumable(_S3Writer):
         self._upload_id = state.get("uploadId")
         self._parts = [dict(p) for p in state.get("parts", [])]
         self._temp_exists = self._upload_id is not None
+        self._in_parts = offset - int(state.get("tail") or 0)  # the bytes the parts hold
+        self._inherited = self._upload_id is not None  # (not yet seen to take a part)
         if state.get("tail"):
             tail = storage._call(key, "get_object", Key=self._tail_key(offset))
             self._buffer += tail["Body"].read()
@@ -602,6 +610,52 @@ class _S3Resumable(_S3Writer):
             if page:
                 s3._call(self.key, "delete_objects", Delete={"Objects": [{"Key": o["Key"]} for o in page]})
         return info
+
+    def _upload_part(self, body: bytearray) -> None:
+        try:
+            super()._upload_part(body)
+        except (ClientError, StorageUnavailable):
+            if not self._reassemble():
+                raise
+            super()._upload_part(body)
+        self._inherited = False
+
+    def _assemble(self) -> None:
+        try:
+            super()._assemble()
+        except (ClientError, StorageUnavailable):
+            if not self._reassemble():
+                raise
+            super()._assemble()
+
+    def _reassemble(self) -> bool:
+        """Start the multipart upload again when a commit before this one completed it (its
+        parts are gone) and then failed to publish it: the temp object holds the parts' bytes,
+        copied into part 1 of a new upload. False when the upload is not the one inherited or
+        there is no such temp object: the failure was another."""
+        if not self._inherited:
+            return False
+        self._inherited = False
+        s3 = self.storage
+        try:
+            held = int(s3._call(self.key, "head_object", Key=self.temp_key)["ContentLength"])
+        except (ClientError, StorageUnavailable):
+            return False
+        if held < self._in_parts:
+            return False
+        self._upload_id = s3._call(self.key, "create_multipart_upload", Key=self.temp_key)["UploadId"]
+        copied = s3._call(
+            self.key,
+            "upload_part_copy",
+            Key=self.temp_key,
+            UploadId=self._upload_id,
+            PartNumber=1,
+            CopySource={"Bucket": s3.bucket, "Key": self.temp_key},
+            CopySourceRange=f"bytes=0-{self._in_parts - 1}",
+        )
+        self._parts = [{"PartNumber": 1, "ETag": copied["CopyPartResult"]["ETag"]}]
+        log.info("resumable upload started again from its temp object", extra={"key": self.temp_key})
+        return True
 
     def abort(self) -> None:
         """Keep the parts and tails (an unfinished upload goes with its prefix); only a half
