@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import httpx
@@ -174,3 +175,41 @@ def test_coffer_upload_killed_mid_way_resumes_where_it_stopped(
     with Coffer(stack.edge_url, key) as client:
         (asset,) = client.list_assets()
     assert asset.sha256 == sha256(source) and asset.name == "fifty.bin"
+
+
+def test_an_upload_run_again_elsewhere_is_not_resumed_where_it_was_going(
+    stack: Any, tenant: Any, cli_for: Any, file_20: Path
+) -> None:
+    """``coffer upload big.bin --to /a --private`` is killed mid-way; ``coffer upload big.bin
+    --to /b --public`` continued the upload to /a, private (and printed /b). The remembered
+    upload is for the same file to the same place only: this one starts anew."""
+    for name in ("a", "b"):
+        assert tenant.api.post("/api/folders", json={"name": name}).status_code == 201
+    edge = urlsplit(stack.edge_url)
+    # A slow link for the first run, so that it is killed with the upload begun.
+    proxy = TcpProxy("127.0.0.1", edge.port or 80, upload_rate=4 * MIB).start()
+    cli = cli_for(urlunsplit((edge.scheme, f"127.0.0.1:{proxy.port}", "", "", "")), tenant.key)
+    remembered = Path(cli.env["XDG_CACHE_HOME"]) / "coffer" / "uploads.json"
+    first = subprocess.Popen(
+        [str(Path(sys.executable).parent / "coffer"), "upload", str(file_20), "--to", "/a", "--private"],
+        env={**os.environ, **cli.env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (remembered.exists() and json.loads(remembered.read_text())):  # (polled)
+            assert first.poll() is None and time.monotonic() < deadline, "no upload was remembered"
+            time.sleep(0.05)
+    finally:
+        first.kill()
+        first.wait()
+    proxy.upload_rate = None  # (the next connections at full speed)
+    try:
+        again = cli("upload", str(file_20), "--to", "/b", "--public")
+    finally:
+        proxy.cut()
+    assert again.exit_code == 0, again.stderr
+    (asset,) = tenant.api.get("/api/assets").json()["assets"]
+    folder = tenant.api.get(f"/api/folders/{asset['folderId']}").json()
+    assert (folder["name"], asset["visibility"], asset["sha256"]) == ("b", "public", sha256(file_20))

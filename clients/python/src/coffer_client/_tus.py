@@ -135,10 +135,14 @@ class Resumes:
         self._lock = threading.Lock()
 
     @staticmethod
-    def key(base_url: str, organization_id: str | None, file: Path) -> str:
-        """The file (path, size, modification time) uploaded to one service and organization."""
+    def key(base_url: str, organization_id: str | None, file: Path, target: object = None) -> str:
+        """The file (path, size, modification time) uploaded to one service and organization,
+        and to one ``target`` (its name, folder and visibility: JSON): the same command with
+        another ``--to`` starts anew rather than continue the upload to the first folder."""
         st = file.stat()
         identity = [base_url, organization_id or "", str(file.resolve()), st.st_size, st.st_mtime_ns]
+        if target is not None:
+            identity.append(target)
         return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
 
     def _load(self) -> dict[str, str]:

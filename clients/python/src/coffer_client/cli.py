@@ -450,7 +450,8 @@ def upload_resumably(c: Coffer, path: Path, options: dict[str, Any]) -> Asset:
     from coffer_client._tus import Resumes
 
     resumes = Resumes()
-    key = Resumes.key(c.base_url, c.organization_id, path)
+    target = {name: options.get(name) for name in ("name", "folder_id", "visibility")}
+    key = Resumes.key(c.base_url, c.organization_id, path, target)
     asset = c.upload_resumable(
         path, upload_url=resumes.get(key), on_created=lambda url: resumes.put(key, url), **options
     )
