@@ -339,6 +339,25 @@ async def test_keys_of_a_member_who_left_take_no_room(api: Api) -> None:
     assert made.status_code == 201, made.text
 
 
+async def test_a_key_rotated_from_another_organizations_page_is_audited_in_its_own(api: Api) -> None:
+    """A personal key made in A, rotated from B's page: A's log holds the rotation (as it holds
+    the key's creation and would hold its deletion), and B's log nothing of A's key."""
+    owner, _, org = await _team(api)
+    other = (await api.org(owner["token"], "B"))["id"]
+    made = await api.call("POST", f"/orgs/{org['id']}/keys", token=owner["token"], json={"kind": "user"})
+    key_id = made.json()["apiKey"]["id"]
+    rotated = await api.call(
+        "POST", f"/orgs/{other}/keys/{key_id}/rotate", token=owner["token"], json={"graceSeconds": 0}
+    )
+    assert rotated.status_code == 201, rotated.text
+
+    async def rotations(org_id: str) -> list[str]:
+        log = (await api.call("GET", f"/orgs/{org_id}/audit", token=owner["token"])).json()
+        return [e["targetId"] for e in log["events"] if e["action"] == "key.rotated"]
+
+    assert (await rotations(org["id"]), await rotations(other)) == ([key_id], [])
+
+
 async def test_a_graced_rotation_counts_in_the_keys_own_organization(api: Api) -> None:
     """A personal key made in A is listed (and rotated) on B's page too: its graced rotation
     adds a key to A, and is refused at A's bound wherever it is asked."""

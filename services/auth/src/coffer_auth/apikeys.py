@@ -278,7 +278,7 @@ def rotate(
         session,
         actor,
         "key.rotated",
-        organization_id=org.id,
+        organization_id=row.organization_id,  # (the key's, as its creation and deletion are)
         target_type="key",
         target_id=row.id,
         target_label=row.name or row.prefix,
