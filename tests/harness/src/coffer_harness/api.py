@@ -40,7 +40,13 @@ class Admin:
 
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = auth_cli(list(argv), settings=self.settings, engine=self.engine)
+            try:
+                code = auth_cli(list(argv), settings=self.settings, engine=self.engine)
+            finally:
+                if self.engine is not None:
+                    # No connection kept between commands (the session's stacks would hold one
+                    # each, past PostgreSQL's 100); the engine keeps its compiled statements.
+                    self.engine.dispose()
         if code != 0:
             raise AssertionError(f"coffer-auth {' '.join(argv)} failed: {err.getvalue()}")
         return json.loads(out.getvalue())  # type: ignore[no-any-return]
