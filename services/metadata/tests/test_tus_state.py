@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -345,3 +345,30 @@ async def test_an_idle_upload_frees_its_place_in_flight(
     want = {"organizationId": org, "offset": 0, "quotaBytes": 1000, **LEASE}
     refused = await capped_tus.post(f"/internal/v1/tus/{uploads[0]['id']}/lock", json=want)
     assert_error(refused, 429, "rate_limited")
+
+
+async def test_a_chunk_begun_just_before_the_expiry_keeps_the_upload_as_long_as_its_bytes(
+    api: httpx.AsyncClient, database_url: str
+) -> None:
+    """A PATCH that takes the lock a moment before the upload's expiry, and then writes
+    nothing: its bytes were held (the intent pushed a day ahead) while the upload expired
+    (404 to its client, Upload-Expires passed), so they stayed a day for nobody. Now the lock
+    pushes both: the upload lives as long as its bytes are kept."""
+    org = new_id("org")
+    upload = await create(api, org, 100)
+    soon = utcnow() + timedelta(seconds=5)
+    set_column(database_url, upload["id"], "expires_at", soon)
+    set_intent_expiry(database_url, upload["assetId"], soon)
+    assert (await lock(api, upload["id"], 0, org)).status_code == 200
+    shown = await api.get(f"/internal/v1/tus/{upload['id']}")
+    assert shown.status_code == 200
+    engine = create_engine(database_url)
+    with engine.connect() as conn:
+        held = conn.execute(
+            text("SELECT expires_at FROM upload_intents WHERE asset_id = :id"), {"id": upload["assetId"]}
+        ).scalar()
+    engine.dispose()
+    expires = datetime.fromisoformat(shown.json()["expiresAt"])
+    assert expires > utcnow() + timedelta(hours=23)  # (what HEAD answers as Upload-Expires)
+    held = datetime.fromisoformat(held) if isinstance(held, str) else held  # (SQLite: text)
+    assert expires >= held.replace(tzinfo=held.tzinfo or UTC, microsecond=0)

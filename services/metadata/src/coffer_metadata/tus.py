@@ -12,7 +12,8 @@ lock and SQLite runs under its single writer; the holder renews it while it writ
 ``advance`` or ``complete`` counts only if it still holds it. The offset moves only there,
 after blob has made the bytes durable, so ``offset`` never counts a byte the store lacks.
 
-Expiry (24 h after the last write) makes the intent stale: the sweeper claims it like any
+Expiry (24 h after the last write: a lock or renewal pushes it, the upload's and its
+intent's alike, ``_push_expiry``) makes the intent stale: the sweeper claims it like any
 stale intent, deletes its bytes (S3: aborts the multipart upload) and ``finish_intent``
 drops both rows.
 
@@ -262,9 +263,16 @@ def _stay_active(
             session, org_id=row.organization_id, active_after=active_after
         )
         again.admitted(used=used, uploads=uploads, reserved=reserved)
-    connection.execute(
-        sa.update(_intents).where(_intents.c.asset_id == row.asset_id).values(expires_at=now + EXPIRY)
-    )
+    _push_expiry(connection, row.id, now + EXPIRY)
+
+
+def _push_expiry(connection: sa.Connection, upload_id: str, expires: datetime) -> None:
+    """The upload, and its intent (its hold on its bytes), both live until ``expires``: an
+    intent pushed alone kept the bytes of an upload that had expired for its client, a day for
+    nobody (a lock taken a moment before the expiry, by a request that then wrote nothing)."""
+    connection.execute(sa.update(_uploads).where(_uploads.c.id == upload_id).values(expires_at=expires))
+    asset = sa.select(_uploads.c.asset_id).where(_uploads.c.id == upload_id).scalar_subquery()
+    connection.execute(sa.update(_intents).where(_intents.c.asset_id == asset).values(expires_at=expires))
 
 
 def _locked(row: Any, now: datetime, *, ahead: bool = False) -> CofferError:
@@ -301,10 +309,7 @@ def renew(session: Session, *, upload_id: str, lease: TusLease) -> None:
     )
     if result.rowcount != 1:
         raise _lost()
-    asset = sa.select(_uploads.c.asset_id).where(_uploads.c.id == upload_id).scalar_subquery()
-    connection.execute(
-        sa.update(_intents).where(_intents.c.asset_id == asset).values(expires_at=now + EXPIRY)
-    )
+    _push_expiry(connection, upload_id, now + EXPIRY)
 
 
 def unlock(session: Session, *, upload_id: str, lease: TusLease) -> None:
