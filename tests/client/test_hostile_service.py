@@ -5,8 +5,15 @@ a disk past the asset's size, or loop for ever on a chunk that never counts."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -181,3 +188,42 @@ def test_local_values_that_cannot_be_sent_are_usage_errors(
     for value in ("NaN", "Infinity", "1e999"):  # kept as the text typed: JSON has no such number
         run = cli("meta", "set", "ast_x", f"n={value}")
         assert run.exit_code == 0, run.stderr
+
+
+def test_ctrl_c_stops_at_once_with_a_request_in_flight(cli_for: Any, tmp_path: Path) -> None:
+    """A server that takes the upload and never answers: Ctrl-C (SIGINT) ends ``coffer upload``
+    at once, exit 130, where it waited for the request's 60 s timeout (and its retries)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(listener.accept()[0])  # (read nothing, answer nothing)
+
+    threading.Thread(target=accept, daemon=True).start()
+    source = tmp_path / "a.txt"
+    source.write_bytes(b"hello")
+    cli = cli_for(f"http://127.0.0.1:{listener.getsockname()[1]}", KEY)
+    program = subprocess.Popen(
+        [str(Path(sys.executable).parent / "coffer"), "upload", str(source)],
+        env={**os.environ, **cli.env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        # As a terminal's foreground program has it (a test run in the background ignores it).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not held:  # (polled: until its request is on the way)
+            assert program.poll() is None and time.monotonic() < deadline, "no request came"
+            time.sleep(0.05)
+        program.send_signal(signal.SIGINT)
+        _, stderr = program.communicate(timeout=10)
+    finally:
+        program.kill()
+        listener.close()
+        for conn in held:
+            conn.close()
+    assert (program.returncode, stderr.strip()) == (130, "coffer: interrupted")

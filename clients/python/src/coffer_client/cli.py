@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -87,6 +88,8 @@ def handled(fn: F) -> F:
             fail(exc, bool(kwargs.get("as_json")))
         except BrokenPipeError:
             reader_gone()
+        except KeyboardInterrupt:
+            interrupted()
         except (ValueError, KeyError) as exc:  # an answer no Coffer gives (a portal's HTML page)
             answer = errors.CofferError(
                 f"The service's answer is not Coffer's: {exc!r}"[:300], code="bad_response"
@@ -99,6 +102,18 @@ def handled(fn: F) -> F:
             fail(local, bool(kwargs.get("as_json")))
 
     return run  # type: ignore[return-value]
+
+
+def interrupted() -> NoReturn:
+    """Ctrl-C: stop now, exit 130 (128 + SIGINT), as a shell's own commands do. Threads still
+    in a request (an upload's files, side by side) are not waited for: one could wait out its
+    timeout and retries against a silent server. What is kept across runs (the resumable
+    uploads' URLs, the profiles) is written whole or not at all, so nothing is left half done;
+    a resumed upload continues where the service stopped."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    print("coffer: interrupted", file=sys.stderr, flush=True)
+    os._exit(130)
 
 
 def reader_gone() -> NoReturn:
@@ -434,8 +449,11 @@ def run_uploads(
 
         from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max_workers=parallel) as pool:
+        pool = ThreadPoolExecutor(max_workers=parallel)
+        try:
             return list(pool.map(one, jobs))
+        finally:  # (Ctrl-C: the files not begun are dropped, and nothing waits for those that were)
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def resumable_above() -> int:
