@@ -149,15 +149,26 @@ def _nul_safe(
 
 
 def without_nul(parameters: Any) -> Any:
-    """``parameters`` (a dict or a sequence) with any NUL in a string value as U+FFFD."""
+    """``parameters`` (a dict or a sequence, or a statement's many rows of them: an insert of
+    several rows at once) with any NUL in a string value as U+FFFD; as they are when none has
+    one (no copy)."""
+    if not _has_nul(parameters):
+        return parameters
     if isinstance(parameters, dict):
-        if any(isinstance(v, str) and "\x00" in v for v in parameters.values()):
-            parameters = {k: _no_nul(v) for k, v in parameters.items()}
-    elif isinstance(parameters, (list, tuple)) and any(
-        isinstance(v, str) and "\x00" in v for v in parameters
-    ):
-        parameters = type(parameters)(_no_nul(v) for v in parameters)
-    return parameters
+        return {k: without_nul(v) for k, v in parameters.items()}
+    if isinstance(parameters, (list, tuple)):
+        return type(parameters)(without_nul(v) for v in parameters)
+    return _no_nul(parameters)
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 @functools.cache

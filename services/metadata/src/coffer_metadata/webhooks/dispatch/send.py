@@ -82,7 +82,9 @@ async def post(http: aiohttp.ClientSession, job: Job, *, policy: AddressPolicy, 
             timeout=aiohttp.ClientTimeout(total=timeout),
         ) as answer:
             status = answer.status
-            response = (await _read_some(answer.content, RESPONSE_KEEP_BYTES)).decode("utf-8", "replace")
+            kept = await _read_some(answer.content, RESPONSE_KEEP_BYTES)
+            # As text, on both databases alike: a NUL reads U+FFFD (PostgreSQL's text holds none).
+            response = kept.decode("utf-8", "replace").replace("\x00", "\ufffd")
     except TimeoutError:
         error = f"no answer within {timeout:g} s"
     except OSError as exc:  # a refused address (RefusedAddress), and aiohttp's connection errors
