@@ -667,3 +667,24 @@ async def test_a_receiver_answering_a_nul_byte_stops_no_delivery(
             server.server_close()
     assert len(received) == 1
     assert [(d["result"], d["response"]) for d in log["deliveries"]] == [("succeeded", "ok\ufffd")] * 2
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # writers at once
+async def test_creations_at_once_keep_to_ten_endpoints(api: httpx.AsyncClient) -> None:
+    """Twelve creations at once beside eight endpoints: each counted eight (READ COMMITTED)
+    and the organization ended with up to 20, each event sent to all of them. Now they take
+    turns: two more, ten 409s."""
+    org = new_id("org")
+    for n in range(8):
+        made = await api.post(
+            base(org), json={"url": f"https://93.184.216.{n}/h", "events": EVENTS}, headers=AS_KEY
+        )
+        assert made.status_code == 201, made.text
+
+    async def create(n: int) -> int:
+        url = f"https://93.184.217.{n}/h"
+        return (await api.post(base(org), json={"url": url, "events": EVENTS}, headers=AS_KEY)).status_code
+
+    codes = await asyncio.gather(*(create(n) for n in range(12)))
+    listed = (await api.get(base(org))).json()["webhooks"]
+    assert (sorted(codes), len(listed)) == ([201] * 2 + [409] * 10, 10)

@@ -20,6 +20,7 @@ from coffer_kit.db.engine import (
     DatabaseBudget,
     database_check,
     make_engine,
+    take_turns,
     writer,
 )
 from coffer_kit.db.postgres import (
@@ -59,5 +60,6 @@ __all__ = [
     "get_session",
     "make_engine",
     "run_read",
+    "take_turns",
     "writer",
 ]

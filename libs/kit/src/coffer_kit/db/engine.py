@@ -4,12 +4,13 @@ and the readiness check."""
 from __future__ import annotations
 
 import functools
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import event, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.pool import QueuePool
 from sqlmodel import create_engine
@@ -169,6 +170,15 @@ def _has_nul(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(_has_nul(v) for v in value)
     return False
+
+
+def take_turns(connection: Connection, name: str) -> None:
+    """Until this transaction ends, other transactions that take turns on ``name`` wait: a
+    check then a write ("fewer than 10", "not inside me") stays true for the write. PostgreSQL:
+    a transaction-scoped advisory lock (also behind PgBouncer in transaction mode); SQLite:
+    nothing, its write transactions hold the one write lock from BEGIN IMMEDIATE already."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": zlib.crc32(name.encode())})
 
 
 @functools.cache

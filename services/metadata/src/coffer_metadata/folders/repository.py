@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import zlib
-
 import sqlalchemy as sa
 from sqlalchemy import select as sa_select
 from sqlalchemy import update
 from sqlmodel import Session, col, delete, select
 
+from coffer_kit.db import take_turns
 from coffer_metadata.models import Asset, Folder
 
 # Deeper than any real tree; bounds the walks up and down the parent links.
@@ -111,9 +110,7 @@ def lock_tree(session: Session, *, org_id: str) -> None:
     write transaction holds the database's single write lock from BEGIN IMMEDIATE already.
     Without it, the 200-move race of tests/test_folder_moves.py leaves cycles on PostgreSQL.
     """
-    if session.get_bind().dialect.name == "postgresql":
-        key = zlib.crc32(f"coffer-folders-{org_id}".encode())
-        session.connection().execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+    take_turns(session.connection(), f"coffer-folders-{org_id}")
 
 
 def tree_ids(org_id: str, folder_id: str) -> sa.Select[tuple[str]]:

@@ -31,6 +31,7 @@ from coffer_kit.contract.webhooks import (
     WebhookEndpointWithSecret,
 )
 from coffer_kit.contract.wire import Actor
+from coffer_kit.db import take_turns
 from coffer_metadata import events
 from coffer_metadata.config import Settings
 from coffer_metadata.folders.service import check_folder
@@ -109,6 +110,7 @@ def create(
     check_url(body.url, settings)
     if body.folderId is not None:
         check_folder(session, org_id=org_id, folder_id=body.folderId)
+    take_turns(session.connection(), f"coffer-webhooks-{org_id}")  # (counted, then inserted)
     count = session.exec(
         select(func.count()).select_from(EndpointRow).where(EndpointRow.organization_id == org_id)
     ).one()
