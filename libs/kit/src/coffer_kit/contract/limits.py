@@ -30,6 +30,11 @@ EXPIRES_IN_MAX = 7 * 24 * 3600
 # Folder and asset names, in characters after NFC normalisation.
 MAX_NAME_CHARS = 255
 
+# How deep folders nest (a folder at the root is 1 deep): creating or moving a folder past it
+# is 409. Without a bound a chain past metadata's walk up the parent links (10,000) let a move
+# make a cycle, and the dashboard's folder picker failed at about 960.
+MAX_FOLDER_DEPTH = 100
+
 # The furthest expiry an API key may have: 10 years (a date past it, such as 9999-12-31, was
 # a 500 when the day after was computed).
 MAX_KEY_LIFETIME_DAYS = 3650

@@ -7,6 +7,7 @@ from sqlalchemy import select as sa_select
 from sqlalchemy import update
 from sqlmodel import Session, col, delete, select
 
+from coffer_kit.contract.limits import MAX_FOLDER_DEPTH
 from coffer_kit.db import take_turns
 from coffer_metadata.models import Asset, Folder
 
@@ -49,6 +50,25 @@ def children(session: Session, *, org_id: str, parent_id: str | None) -> list[Fo
             .order_by(col(Folder.name), col(Folder.id))
         )
     )
+
+
+def height(session: Session, *, org_id: str, folder_id: str) -> int:
+    """Levels from the folder down to its deepest descendant, the folder's own counted (1: it
+    has no subfolder); at most ``MAX_FOLDER_DEPTH`` + 1, where the walk stops."""
+    down = (
+        sa_select(col(Folder.id), sa.literal(1).label("level"))
+        .where(col(Folder.organization_id) == org_id, col(Folder.id) == folder_id)
+        .cte("down", recursive=True)
+    )
+    down = down.union_all(
+        sa_select(col(Folder.id), (down.c.level + 1).label("level")).where(
+            col(Folder.organization_id) == org_id,
+            col(Folder.parent_id) == down.c.id,
+            down.c.level <= MAX_FOLDER_DEPTH,
+        )
+    )
+    found = session.connection().execute(sa_select(sa.func.max(down.c.level))).scalar()
+    return int(found or 0)
 
 
 def ancestry(session: Session, *, org_id: str, folder_id: str) -> list[tuple[str, str]]:
@@ -114,13 +134,15 @@ def lock_tree(session: Session, *, org_id: str) -> None:
 
 
 def tree_ids(org_id: str, folder_id: str) -> sa.Select[tuple[str]]:
-    """The ids of a folder and all its descendants (one recursive query)."""
+    """The ids of a folder and all its descendants (one recursive query). UNION, not UNION ALL:
+    a folder met again (a cycle, which moves refuse but nothing else could undo) ends the walk
+    rather than loop for ever holding the write lock."""
     tree = (
         sa_select(col(Folder.id))
         .where(col(Folder.organization_id) == org_id, col(Folder.id) == folder_id)
         .cte("tree", recursive=True)
     )
-    tree = tree.union_all(
+    tree = tree.union(
         sa_select(col(Folder.id)).where(
             col(Folder.organization_id) == org_id, col(Folder.parent_id) == tree.c.id
         )

@@ -9,6 +9,7 @@ from sqlmodel import Session
 
 from coffer_kit.contract.errors import CofferError, conflict, folder_cycle, forbidden, not_found
 from coffer_kit.contract.ids import FOLDER, is_folder_id, new_id
+from coffer_kit.contract.limits import MAX_FOLDER_DEPTH
 from coffer_kit.contract.names import normalize_name
 from coffer_kit.contract.timeutil import isoformat, utcnow
 from coffer_kit.contract.wire import Actor
@@ -87,6 +88,7 @@ def create(
     name = normalize_name(name)
     if parent_id is not None:
         check_folder(session, org_id=org_id, folder_id=parent_id)
+        _fits(len(repository.ancestry(session, org_id=org_id, folder_id=parent_id)) + 1)
 
     def duplicate() -> CofferError:
         return conflict(f"A folder named '{name}' already exists here.")
@@ -115,6 +117,12 @@ def create(
     return folder
 
 
+def _fits(depth: int) -> None:
+    """409 for a folder, or a folder's deepest subfolder, that would be past the bound."""
+    if depth > MAX_FOLDER_DEPTH:
+        raise conflict(f"Folders nest at most {MAX_FOLDER_DEPTH} deep; this would make {depth}.")
+
+
 def _conflict(name: str) -> CofferError:
     return conflict(f"A folder named '{name}' already exists here.")
 
@@ -139,9 +147,11 @@ def update(
     new_parent = parent_id if not isinstance(parent_id, Unset) else folder.parent_id
     if moving and new_parent is not None:
         check_folder(session, org_id=org_id, folder_id=new_parent)
-        above = {i for i, _ in repository.ancestry(session, org_id=org_id, folder_id=new_parent)}
-        if folder.id in above:
+        path = repository.ancestry(session, org_id=org_id, folder_id=new_parent)
+        if folder.id in {i for i, _ in path}:
             raise folder_cycle(f"Folder {folder.id} cannot move into itself or one of its subfolders.")
+        if new_parent != folder.parent_id:  # (the walk up is whole only within the bound)
+            _fits(len(path) + repository.height(session, org_id=org_id, folder_id=folder.id))
     new_days = folder.expiry_days if isinstance(expiry_days, Unset) else expiry_days
     changes = {
         field: old

@@ -226,15 +226,13 @@ async def _tree(
             seen += len(below)
         level = next_level
     ordered: list[TreeEntry] = []
-
-    def walk(parent: str | None, depth: int) -> None:
-        for f in kids.get(parent, []):
-            if len(ordered) >= limit:
-                return
-            ordered.append(TreeEntry(f, depth))
-            walk(f.id, depth + 1)
-
-    walk(root, 0)
+    # Tree order, with a stack of its own (a call per level reached Python's recursion limit at
+    # about 960 deep: a 500 on every move page of the organization).
+    stack = [(f, 0) for f in reversed(kids.get(root, []))]
+    while stack and len(ordered) < limit:
+        f, depth = stack.pop()
+        ordered.append(TreeEntry(f, depth))
+        stack.extend((child, depth + 1) for child in reversed(kids.get(f.id, [])))
     return ordered, truncated or seen > limit
 
 
