@@ -24,6 +24,8 @@ from coffer_kit.contract.wire import ACTOR_HEADER, SUBTREE_HEADER, SYSTEM
 from coffer_kit.db import make_engine
 from coffer_kit.db.engine import writer
 from coffer_metadata import trash as T
+from coffer_metadata.assets import service as asset_service
+from coffer_metadata.folders import service as folder_service
 from coffer_testkit.testing import commit_asset
 
 pytestmark = pytest.mark.anyio
@@ -434,3 +436,40 @@ async def test_trashing_past_the_bound_never_deadlocks_with_the_oldest_purged_or
         assert (left, sorted(stones), tuple(counted)) == ([], sorted([oldest, newest]), (0, 0))
     else:
         assert (left, stones, tuple(counted)) == ([newest], [oldest], (10, 1))
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # two writers at once
+async def test_an_asset_moved_into_a_folder_being_deleted_is_never_a_500(
+    api: httpx.AsyncClient, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PATCH moves an asset into a folder while the folder is deleted: the delete committed
+    between the PATCH's check of the folder and its write, and the write failed on the foreign
+    key (500). The move now takes turns with folder deletes: the asset goes in, then the delete
+    takes it to the root with the folder's other assets."""
+    org = new_id("org")
+    folder = (await api.post(f"/internal/v1/orgs/{org}/folders", json={"name": "doomed"})).json()["id"]
+    asset = (await upload(api, org, 1))["id"]
+    checked = asset_service.check_folder
+
+    def delete_the_folder() -> None:
+        with Session(writer(engine)) as s:
+            folder_service.delete_tree(s, org_id=org, folder_id=folder, actor=SYSTEM)
+            s.commit()
+
+    deleting = threading.Thread(target=delete_the_folder)
+
+    def check_then_delete(session: Session, *, org_id: str, folder_id: str) -> None:
+        checked(session, org_id=org_id, folder_id=folder_id)
+        deleting.start()
+        deadline = time.monotonic() + 10
+        while deleting.is_alive() and not _blocked_on_a_lock(engine):  # (polled: done, or waiting)
+            assert time.monotonic() < deadline, "the delete neither ended nor waited"
+            time.sleep(0.01)
+
+    monkeypatch.setattr(asset_service, "check_folder", check_then_delete)
+    moved = await api.patch(f"/internal/v1/orgs/{org}/assets/{asset}", json={"folderId": folder})
+    deleting.join(30)
+    assert moved.status_code == 200, moved.text
+    after = await api.get(f"/internal/v1/orgs/{org}/assets/{asset}")
+    assert (after.status_code, after.json()["folderId"]) == (200, None)
+    assert (await api.get(f"/internal/v1/orgs/{org}/folders/{folder}")).status_code == 404

@@ -725,6 +725,9 @@ def update(
     new_name = normalize_name(name) if name is not None else asset.name
     new_folder = folder_id if not isinstance(folder_id, Unset) else asset.folder_id
     if new_folder is not None and new_folder != asset.folder_id:
+        # In turns with folder deletes: one committed between this check and the write made
+        # the write fail on the foreign key (a 500); after it, the check answers 404.
+        folder_repository.lock_tree(session, org_id=org_id)
         check_folder(session, org_id=org_id, folder_id=new_folder)
     new_visibility = visibility or asset.visibility
     # Issue 47: None (the default) keeps the expiry, an Unset clears it (the router).
