@@ -32,6 +32,7 @@ from coffer_metadata.webhooks.dispatch.claim import Job, _fair_pick
 from coffer_metadata.webhooks.dispatch.dispatcher import Dispatcher
 from coffer_metadata.webhooks.safety import AddressPolicy
 from coffer_metadata.webhooks.secrets import SecretBox
+from coffer_testkit.webhooks import webhook_receiver
 
 pytestmark = pytest.mark.anyio
 
@@ -604,26 +605,6 @@ def _pings(engine: Any, org: str, endpoints: list[str], now: Any) -> None:
         session.commit()
 
 
-def _answering(body: bytes) -> tuple[ThreadingHTTPServer, list[bytes]]:
-    """A receiver on loopback answering 200 with ``body``; what it received."""
-    got: list[bytes] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            got.append(self.rfile.read(int(self.headers.get("content-length", "0"))))
-            self.send_response(200)
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, got
-
-
 async def test_a_receiver_answering_a_nul_byte_stops_no_delivery(
     metadata_app: Any, database_url: str, tmp_path: Any
 ) -> None:
@@ -631,41 +612,33 @@ async def test_a_receiver_answering_a_nul_byte_stops_no_delivery(
     attempts in one insert, which PostgreSQL refused (no NUL in text), every cycle, so no
     delivery of any organization went out again. Now the answer is kept with U+FFFD."""
     loopback = {"metadata_webhook_allow_http": True, "metadata_webhook_allowed_networks": "127.0.0.0/8"}
-    evil, _ = _answering(b"ok\x00")
-    good, received = _answering(b"fine")
-    orgs = {new_id("org"): evil, new_id("org"): good}
     engine = make_engine(database_url)
-    dispatcher = Dispatcher(
-        Settings(metadata_database_url=database_url, data_dir=tmp_path, **loopback), Database(engine)
-    )
+    settings = Settings(metadata_database_url=database_url, data_dir=tmp_path, **loopback)
+    dispatcher = Dispatcher(settings, Database(engine))
+    evil_org, good_org = new_id("org"), new_id("org")
     try:
-        async with metadata_app(**loopback) as api:
-            made = {}
-            for org, server in orgs.items():
-                url = f"http://127.0.0.1:{server.server_address[1]}/h"
-                created = await api.post(base(org), json={"url": url, "events": EVENTS}, headers=AS_KEY)
-                made[org] = created.json()["id"]
-            evil_org, good_org = list(orgs)
-            for _ in range(2):
-                assert (
-                    await api.post(f"{base(evil_org)}/{made[evil_org]}/test", headers=AS_KEY)
-                ).status_code == 202
-            for _ in range(3):  # the evil answers recorded, then the other organization's ping sent
-                await dispatcher.step()
-                if dispatcher.tasks:
-                    await asyncio.wait(set(dispatcher.tasks))
-                if not received:
-                    assert (
-                        await api.post(f"{base(good_org)}/{made[good_org]}/test", headers=AS_KEY)
-                    ).status_code == 202
-            log = (await api.get(f"{base(evil_org)}/{made[evil_org]}/deliveries")).json()
+        with webhook_receiver() as receiver:
+            receiver.answers["/evil"] = lambda _got: (200, b"ok\x00")
+            async with metadata_app(**loopback) as api:
+                made = {}
+                for org, path in ((evil_org, "/evil"), (good_org, "/good")):
+                    body = {"url": receiver.url + path, "events": EVENTS}
+                    made[org] = (await api.post(base(org), json=body, headers=AS_KEY)).json()["id"]
+                for _ in range(2):
+                    ping = await api.post(f"{base(evil_org)}/{made[evil_org]}/test", headers=AS_KEY)
+                    assert ping.status_code == 202
+                for _ in range(3):  # the evil answers recorded, then the other organization's ping sent
+                    await dispatcher.step()
+                    if dispatcher.tasks:
+                        await asyncio.wait(set(dispatcher.tasks))
+                    if not receiver.on("/good"):
+                        ping = await api.post(f"{base(good_org)}/{made[good_org]}/test", headers=AS_KEY)
+                        assert ping.status_code == 202
+                log = (await api.get(f"{base(evil_org)}/{made[evil_org]}/deliveries")).json()
+            assert len(receiver.on("/good")) == 1
     finally:
         await dispatcher.close()
         engine.dispose()
-        for server in orgs.values():
-            server.shutdown()
-            server.server_close()
-    assert len(received) == 1
     assert [(d["result"], d["response"]) for d in log["deliveries"]] == [("succeeded", "ok\ufffd")] * 2
 
 
