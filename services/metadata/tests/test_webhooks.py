@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from pydantic import SecretStr, ValidationError
 from sqlalchemy import text
 
@@ -28,6 +29,7 @@ from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.contract.wire import ACTOR_HEADER
 from coffer_kit.db import Database, make_engine
 from coffer_metadata.config import Settings
+from coffer_metadata.webhooks.dispatch import dispatcher as dispatch_module
 from coffer_metadata.webhooks.dispatch.claim import Job, _fair_pick
 from coffer_metadata.webhooks.dispatch.dispatcher import Dispatcher
 from coffer_metadata.webhooks.safety import AddressPolicy
@@ -661,3 +663,48 @@ async def test_creations_at_once_keep_to_ten_endpoints(api: httpx.AsyncClient) -
     codes = await asyncio.gather(*(create(n) for n in range(12)))
     listed = (await api.get(base(org))).json()["webhooks"]
     assert (sorted(codes), len(listed)) == ([201] * 2 + [409] * 10, 10)
+
+
+async def test_an_attempt_the_database_refuses_holds_back_no_other_organization(
+    metadata_app: Any, database_url: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever the database refuses in one organization's attempt (a NUL was one), the cycle
+    that recorded it with everyone's failed again and again: no fan-out, no lease, no other
+    delivery. The sends are recorded one by one then, and only the refused one waits for its
+    lease to end."""
+    loopback = {"metadata_webhook_allow_http": True, "metadata_webhook_allowed_networks": "127.0.0.0/8"}
+    engine = make_engine(database_url)
+    settings = Settings(metadata_database_url=database_url, data_dir=tmp_path, **loopback)
+    dispatcher = Dispatcher(settings, Database(engine))
+    poisoned, other = new_id("org"), new_id("org")
+    writes = dispatch_module.write_records
+
+    def refusing(connection: Any, records: list[Any]) -> None:
+        if any(r.job.org_id == poisoned for r in records):
+            raise sa.exc.DataError("INSERT INTO webhook_attempts", {}, ValueError("refused"))
+        writes(connection, records)
+
+    monkeypatch.setattr(dispatch_module, "write_records", refusing)
+    try:
+        with webhook_receiver() as receiver:
+            async with metadata_app(**loopback) as api:
+                made = {}
+                for org in (poisoned, other):
+                    body = {"url": f"{receiver.url}/{org}", "events": EVENTS}
+                    made[org] = (await api.post(base(org), json=body, headers=AS_KEY)).json()["id"]
+                assert (
+                    await api.post(f"{base(poisoned)}/{made[poisoned]}/test", headers=AS_KEY)
+                ).status_code == 202
+                for _ in range(4):  # the refused record, then the other organization's ping sent
+                    await dispatcher.step()
+                    if dispatcher.tasks:
+                        await asyncio.wait(set(dispatcher.tasks))
+                    if not receiver.on(f"/{other}"):
+                        ping = await api.post(f"{base(other)}/{made[other]}/test", headers=AS_KEY)
+                        assert ping.status_code == 202
+                log = (await api.get(f"{base(other)}/{made[other]}/deliveries")).json()
+            assert len(receiver.on(f"/{other}")) == 1
+    finally:
+        await dispatcher.close()
+        engine.dispose()
+    assert [d["result"] for d in log["deliveries"]] == ["succeeded"]

@@ -16,10 +16,12 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
 from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.db import Database, writer
+from coffer_kit.db.engine import database_down
 from coffer_kit.tracing import tracing_enabled
 from coffer_metadata.config import Settings
 from coffer_metadata.webhooks.dispatch import statements as sql
@@ -27,6 +29,7 @@ from coffer_metadata.webhooks.dispatch.claim import PREFETCH, Job, lease, leased
 from coffer_metadata.webhooks.dispatch.fanout import FanOut, plan_fan_out, write_fan_out
 from coffer_metadata.webhooks.dispatch.record import (
     Outcome,
+    Record,
     expire_deliveries,
     plan_health,
     plan_record,
@@ -213,6 +216,43 @@ class Dispatcher:
         health = plan_health(self.engine, records)
         if not (records or released or fan.event_ids or picked):
             return []
+        try:
+            token = self._write(records, health, released, fan, picked, now)
+        except DBAPIError as exc:
+            if database_down(exc) or not records:
+                raise
+            # The database refuses something of one send's record (a NUL in an answer was
+            # one): recorded with everyone's, it failed every cycle, and no organization's
+            # deliveries moved. Each is recorded alone; one still refused is left to its
+            # lease's end (then sent again), and the cycle goes on without them.
+            log.exception("webhook dispatcher could not record its sends together; one by one")
+            for done in ended:
+                try:
+                    self.record([done])
+                except DBAPIError as one:
+                    if database_down(one):
+                        raise
+                    log.exception("webhook attempt not recorded", extra={"delivery": done[0].delivery_id})
+            token = self._write([], {}, released, fan, picked, now)
+        self._more = len(fan.event_ids) >= sql.FAN_OUT_BATCH  # (set in a worker thread: read by step)
+        if token is None:
+            return []
+        try:
+            return self._leased(picked, token, now)
+        except Exception:  # committed: raising would have step record the same sends again
+            log.exception("webhook dispatcher could not read what it leased; sent once the lease ends")
+            return []
+
+    def _write(
+        self,
+        records: list[Record],
+        health: dict[str, list[Record]],
+        released: list[Job],
+        fan: FanOut,
+        picked: list[str],
+        now: datetime,
+    ) -> str | None:
+        """The cycle's one write transaction; the new leases' token, if any were taken."""
         with Session(writer(self.engine)) as session:
             connection = session.connection()
             if records:
@@ -229,14 +269,7 @@ class Dispatcher:
                 write_fan_out(connection, fan, postgresql=self.postgresql)
             token = self._lease(connection, picked, now) if picked else None
             session.commit()
-        self._more = len(fan.event_ids) >= sql.FAN_OUT_BATCH  # (set in a worker thread: read by step)
-        if token is None:
-            return []
-        try:
-            return self._leased(picked, token, now)
-        except Exception:  # committed: raising would have step record the same sends again
-            log.exception("webhook dispatcher could not read what it leased; sent once the lease ends")
-            return []
+        return token
 
     def claim(self, free: int) -> list[Job]:
         """Lease up to ``free`` due deliveries, in a transaction of its own."""
