@@ -283,7 +283,7 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
         " route's action (`insufficient_scope`, `details.required`).",
         404: "Unknown id (`not_found`).",
         409: "A sibling folder has the same name (`conflict`); a folder cannot move into its own"
-        " subtree (`folder_cycle`).",
+        " subtree (`folder_cycle`); folders nest at most 100 deep (`conflict`).",
         413: "File over 100 MiB (`file_too_large`) or over quota (`quota_exceeded`).",
         415: "Wrong Content-Type (`unsupported_media_type`).",
         429: "Rate limit hit (`rate_limited`); see Retry-After.",
