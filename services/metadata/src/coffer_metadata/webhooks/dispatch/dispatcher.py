@@ -287,13 +287,7 @@ class Dispatcher:
         transaction of its own (the loop records in its cycle)."""
         now = utcnow()
         records = [plan_record(job, outcome, now=now, schedule=self.schedule) for job, outcome in done]
-        health = plan_health(self.engine, records)
-        with Session(writer(self.engine)) as session:
-            write_records(session.connection(), records)
-            write_health(
-                session, health, now=now, disable_after=self.settings.metadata_webhook_disable_after_seconds
-            )
-            session.commit()
+        self._write(records, plan_health(self.engine, records), [], FanOut([], []), [], now)
 
     def expire(self) -> int:
         """Give up pending deliveries past their retry window that no dispatcher holds."""
