@@ -7,12 +7,14 @@ endpoint 404, like one that does not exist.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.routing import APIRoute
 from pydantic.json_schema import SkipJsonSchema
+from starlette.routing import BaseRoute
 
 from coffer_edge.clients.auth import Principal
 from coffer_edge.deps import MetadataDep, PrincipalDep, RequestIdDep, needs
@@ -206,6 +208,14 @@ async def redeliver_webhook(
 
 def document_events(app: FastAPI) -> None:
     """The requests Coffer sends to endpoints, in the OpenAPI document's ``webhooks`` section."""
+    app.webhooks.routes.extend(_event_routes())
+
+
+@functools.cache
+def _event_routes() -> list[BaseRoute]:
+    """Built once per process: the routes only feed the OpenAPI document, and building them
+    (a dependant per event) costs more than the rest of the app."""
+    events = APIRouter()
     for name in (*EVENT_TYPES, PING):
 
         async def event(
@@ -228,9 +238,10 @@ def document_events(app: FastAPI) -> None:
         ) -> None:
             """Answer 2xx within 10 s; anything else is retried (410 disables the endpoint)."""
 
-        app.webhooks.post(
+        events.post(
             name,
             summary=f"{name} (sent to endpoints)",
             status_code=204,
             operation_id=f"webhook_{name.replace('.', '_')}",
         )(event)
+    return events.routes
