@@ -218,6 +218,27 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(cli: Any, sdk: Coff
         assert (r.exit_code, r.stderr) == (1, ""), argv
 
 
+def test_a_usage_error_with_json_is_a_json_document_too(cli_for: Any) -> None:
+    """docs/client.md: with --json every error is one JSON document on stdout; a mistyped
+    option, a missing argument and a refused value are too, while stderr and exit 2 stay
+    click's. Nothing here reaches a service: the URL is a closed port."""
+    cli = cli_for("http://127.0.0.1:9", "unused")
+    for argv, message in (
+        (["ls", "--bogus", "--json"], "No such option: --bogus"),
+        (["info", "--json"], "Missing argument 'ASSET'."),
+        (["url", "/f.bin", "--fit", "sideways", "--json"], "--fit must be one of cover, contain, inside"),
+    ):
+        r = cli.proc(*argv)
+        assert r.exit_code == 2, (argv, r)
+        error = json.loads(r.stdout)["error"]
+        assert (error["code"], error["status"]) == ("usage", None), argv
+        assert error["message"].endswith(message), (argv, error)
+        assert f"Error: {error['message']}" in r.stderr, (argv, r.stderr)
+    r = cli("ls", "--bogus")  # without --json: click's lines on stderr alone
+    assert (r.exit_code, r.stdout) == (2, "")
+    assert "No such option: --bogus" in r.stderr
+
+
 def test_usage(cli: Any, tmp_path: Path, tenant: Any) -> None:
     f = tmp_path / "f.bin"
     f.write_bytes(b"x" * 2048)

@@ -12,13 +12,14 @@ import re
 import sys
 import time
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, cast, get_args
 
 import typer
+from typer.core import TyperGroup
 
 from coffer_client import errors, profiles
 from coffer_client._options import CHUNK, RetryPolicy
@@ -137,7 +138,47 @@ def fail(exc: errors.CofferError, as_json: bool) -> NoReturn:
     raise typer.Exit(exit_code(exc))
 
 
+# click's exceptions, wherever this typer keeps them (its own copy of click from 0.26, click before).
+ClickException: Any = sys.modules[typer.BadParameter.__module__].ClickException
+
+
+class CommandLine(TyperGroup):
+    """The root command: with ``--json``, a usage error (an unknown option, a missing argument, a
+    value out of range) is a JSON document on stdout too, as every other error is; stderr and
+    the exit code (2) stay click's."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        run = functools.partial(
+            super().main, argv, prog_name, complete_var, False, windows_expand_args, **extra
+        )
+        if not standalone_mode:
+            return run()
+        try:
+            code = run()
+        except ClickException as exc:
+            options = argv[: argv.index("--")] if "--" in argv else argv
+            if "--json" in options:
+                usage = {"status": None, "code": "usage", "message": exc.format_message(), "requestId": None}
+                print(json.dumps({"error": usage}))
+            exc.show()
+            code = exc.exit_code
+        except typer.Abort:
+            print("Aborted!", file=sys.stderr)
+            code = FAILURE
+        sys.exit(code if isinstance(code, int) else OK)
+
+
 app = typer.Typer(
+    cls=CommandLine,
     help="Coffer from the command line: folders by path (/photos/2024), assets by id or /folder/path/name.",
     no_args_is_help=True,
     rich_markup_mode=None,
