@@ -88,11 +88,22 @@ def org_keys(session: Session, *, org_id: str, viewer_id: str, viewer_role: str)
         .outerjoin(KeyUse, (col(KeyUse.key_id) == ApiKey.id) & (col(KeyUse.organization_id) == org_id))
         .where(or_(org_key, personal))
     )
+    here = session.get(Organization, org_id)
     # lastUsedAt on an organization's page is the use made in it.
     return [
-        view(row, org, owner, creator).model_copy(update={"last_used_at": used_here})
+        as_seen_in(view(row, org, owner, creator), row, here, viewer_id).model_copy(
+            update={"last_used_at": used_here}
+        )
         for row, org, owner, creator, used_here in session.exec(query)
     ]
+
+
+def as_seen_in(out: KeyOut, row: ApiKey, here: Organization | None, viewer_id: str) -> KeyOut:
+    """Another member's personal key made in another of their organizations shows as made in
+    ``here``: which other organizations a member belongs to is not this one's owners' to learn."""
+    if here is None or row.organization_id == here.id or row.user_id == viewer_id:
+        return out
+    return out.model_copy(update={"organization_id": here.id, "organization_name": here.name})
 
 
 def user_keys(session: Session, *, user_id: str) -> list[KeyOut]:
@@ -323,9 +334,11 @@ def _replacement(
     return new, secret
 
 
-def view_of(session: Session, row: ApiKey) -> KeyOut:
+def view_of(
+    session: Session, row: ApiKey, *, here: Organization | None = None, viewer_id: str = ""
+) -> KeyOut:
     org = session.get(Organization, row.organization_id)
     assert org is not None
     owner = session.get(User, row.user_id) if row.user_id else None
     creator = session.get(User, row.created_by_user_id) if row.created_by_user_id else None
-    return view(row, org, owner, creator)
+    return as_seen_in(view(row, org, owner, creator), row, here, viewer_id)

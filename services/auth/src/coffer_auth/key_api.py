@@ -149,7 +149,8 @@ def list_keys(caller: CallerDep, session: SessionDep) -> KeysOut:
 
 @router.get("/{key_id}", response_model=KeyOut)
 def get_key(key_id: str, caller: CallerDep, session: SessionDep) -> KeyOut:
-    return apikeys.view_of(session, _visible(session, caller, key_id))
+    row = _visible(session, caller, key_id)
+    return apikeys.view_of(session, row, here=caller.org, viewer_id=caller.row.user_id or "")
 
 
 @router.post("", status_code=201, response_model=KeyCreatedOut)

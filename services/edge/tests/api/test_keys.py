@@ -153,6 +153,34 @@ def test_personal_keys_follow_the_owners_rules(stack: Any, tenant: Any, admin: A
         assert m.delete(f"/api/keys/{mine['id']}").json() == {"success": True}
 
 
+def test_an_owner_does_not_learn_a_members_other_organizations_from_their_keys(
+    stack: Any, new_tenant: Any, admin: Any
+) -> None:
+    """A member's personal key made in their other organization acts here too, so this
+    organization's owners see it listed; it shows as this organization's, not as made in one
+    its owners may not know of. Its own user still sees where it was made."""
+    home, away = new_tenant(f"Secret-{new_id('o')[-6:]}"), new_tenant("Away")
+    email = f"{new_id('u')[-8:].lower()}@example.com"
+    user = admin("create-user", "--email", email, "--password", "pw-" + secrets.token_urlsafe(18))
+    owner = admin("create-user", "--email", "o" + email, "--password", "pw-" + secrets.token_urlsafe(18))
+    admin("add-member", "--org", home.org_id, "--user", user["id"], "--role", "owner")
+    admin("add-member", "--org", away.org_id, "--user", user["id"], "--role", "member")
+    admin("add-member", "--org", away.org_id, "--user", owner["id"], "--role", "owner")
+    made_home = admin("create-key", "--org", home.org_id, "--user", user["id"])
+    theirs = str(admin("create-key", "--org", away.org_id, "--user", owner["id"])["key"])
+    with client(stack, theirs) as o, client(stack, made_home["key"]) as mine:
+        listed = o.get("/api/keys")
+        assert listed.status_code == 200, listed.text
+        [seen] = [k for k in listed.json()["keys"] if k["id"] == made_home["id"]]
+        got = o.get(f"/api/keys/{made_home['id']}")
+        assert got.status_code == 200, got.text
+        for shown, text in ((seen, listed.text), (got.json(), got.text)):
+            assert (shown["organizationId"], shown["organizationName"]) == (away.org_id, "Away")
+            assert home.org_id not in text and "Secret-" not in text
+        own = mine.get(f"/api/keys/{made_home['id']}", headers={"x-organization-id": away.org_id}).json()
+        assert own["organizationId"] == home.org_id and own["organizationName"].startswith("Secret-")
+
+
 def test_a_personal_key_confined_to_a_folder_acts_only_in_its_organization(
     stack: Any, new_tenant: Any, admin: Any
 ) -> None:
