@@ -92,10 +92,11 @@ def test_one_trace_per_request_across_the_services(traced_stack, admin_for) -> N
         admin("create-invite", "--org", org, "--email", "guest@example.com")["url"],
         admin("reset-password", "--email", "reset@example.com")["url"],
     ]
-    for link in links:
-        secret = link.rsplit("/", 1)[1]
+    # The invitation page's "Create account" link takes the token to the sign-up form's query.
+    invite = links[0].rsplit("/", 1)[1]
+    pages = [(link.rsplit("/", 1)[1], link.split("/dashboard", 1)[1]) for link in links]
+    for secret, path in [*pages, (invite, f"/register?invite={invite}")]:
         digest = hashlib.sha256(secret.encode()).hexdigest()
-        path = link.split("/dashboard", 1)[1]
         parent = traceparent()
         page = httpx.get(f"{stack.edge_url}/dashboard{path}", headers={"traceparent": parent})
         assert page.status_code == 200, page.text
