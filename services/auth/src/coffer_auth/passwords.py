@@ -13,13 +13,14 @@ from argon2.exceptions import InvalidHashError, VerificationError
 
 from coffer_auth.errors import weak_password
 from coffer_kit.contract.errors import invalid
+from coffer_kit.contract.limits import PASSWORD_MAX_CHARS
 
 # argon2-cffi's defaults (argon2id, m = 64 MiB, t = 3, p = 4): one hash takes about 140 ms and
 # 64 MiB here, so at most HASH_CONCURRENCY run at once per process (256 MiB, two cores busy).
 HASHER = PasswordHasher()
 HASH_CONCURRENCY = 4
 MIN_LENGTH = 8
-MAX_LENGTH = 1024
+MAX_LENGTH = PASSWORD_MAX_CHARS
 # zxcvbn refuses longer input (and its matching grows with the length); the first 72
 # characters decide the score.
 _ZXCVBN_MAX = 72

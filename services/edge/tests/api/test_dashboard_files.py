@@ -371,6 +371,21 @@ def test_a_line_break_in_a_dashboard_path_is_a_404_not_a_500(browser: Browser, s
     http.close()
 
 
+def test_a_password_past_the_bound_is_refused_never_cut_short(stack: Any) -> None:
+    """The sign-up form cut passwords at 1,024 characters: auth's bound never refused one, and
+    whatever followed character 1,024 signed in too."""
+    http = httpx.Client(base_url=stack.edge_url, headers=SAME_ORIGIN, timeout=60)
+    email, base = f"long-{secrets.token_hex(4)}@example.com", secrets.token_urlsafe(1024)[:1024]
+    refused = http.post("/dashboard/register", data={"email": email, "password": base + "TAIL-ONE"})
+    assert refused.status_code == 400, refused.status_code
+    assert "at most 1024 characters" in refused.text
+    assert http.post("/dashboard/register", data={"email": email, "password": base}).status_code == 303
+    other = http.post("/dashboard/login", data={"email": email, "password": base + "another-tail"})
+    assert other.status_code != 303 and "__Host-coffer_session" not in other.headers.get("set-cookie", "")
+    assert http.post("/dashboard/login", data={"email": email, "password": base}).status_code == 303
+    http.close()
+
+
 def _metadata_folder_calls() -> float:
     """Calls metadata has answered on its folder routes, in this process (the in-process stack)."""
     return sum(

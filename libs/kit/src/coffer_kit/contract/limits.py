@@ -43,6 +43,10 @@ MAX_KEY_LIFETIME_DAYS = 3650
 # POST /api/keys beyond it is 409 (issue 46).
 MAX_KEYS_PER_ORG = 100
 
+# A password's length, in characters (auth refuses a longer one; the dashboard's forms pass one
+# character more, never a password cut short).
+PASSWORD_MAX_CHARS = 1024
+
 # Issue 47: the trash and expiry.
 # Days a deleted asset may stay in the trash (an organization's ``trashRetentionDays``, 0-90).
 TRASH_RETENTION_DAYS_MAX = 90

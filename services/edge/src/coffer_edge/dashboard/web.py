@@ -26,6 +26,7 @@ from coffer_edge.deps import edge_state
 from coffer_kit.contract.accounts import CurrentOut, LoginOut, OrgOut
 from coffer_kit.contract.errors import CofferError, not_found
 from coffer_kit.contract.ids import is_org_id
+from coffer_kit.contract.limits import PASSWORD_MAX_CHARS
 
 log = logging.getLogger("coffer.edge.dashboard")
 
@@ -150,6 +151,12 @@ def field(form: FormData, name: str, *, limit: int = 1024) -> str:
     if not isinstance(value, str):
         return ""
     return value[:limit]
+
+
+def password_field(form: FormData, name: str) -> str:
+    """A password as typed, up to one character past auth's bound: a longer one is refused
+    there, never cut short here (a cut one would sign in whatever followed the cut)."""
+    return field(form, name, limit=PASSWORD_MAX_CHARS + 1)
 
 
 def redirect(url: str) -> RedirectResponse:

@@ -16,6 +16,7 @@ from coffer_edge.dashboard.web import (
     VisitDep,
     accounts_of,
     field,
+    password_field,
     posted,
     redirect,
     with_sudo,
@@ -59,8 +60,8 @@ async def change_password(request: Request, visit: VisitDep) -> Response:
     try:
         await accounts.change_password(
             visit.caller,
-            current=field(form, "current"),
-            new=field(form, "new"),
+            current=password_field(form, "current"),
+            new=password_field(form, "new"),
             revoke_others=bool(field(form, "revoke_others")),
         )
     except CofferError as exc:

@@ -19,6 +19,7 @@ from coffer_edge.dashboard.web import (
     error_page,
     field,
     form_of,
+    password_field,
     posted,
     redirect,
     safe_next,
@@ -92,7 +93,7 @@ async def login_page(request: Request, next: str | None = None, reset: str | Non
 @router.post("/login")
 async def login(request: Request) -> Response:
     form = await form_of(request)
-    email, password = field(form, "email", limit=320).strip(), field(form, "password")
+    email, password = field(form, "email", limit=320).strip(), password_field(form, "password")
     target = safe_next(field(form, "next"))
     context = {"title": "Sign in", "next": target, "email": email}
     retry = await throttle_ip(request)
@@ -156,7 +157,7 @@ async def register_page(request: Request, invite: str | None = None) -> Response
 @router.post("/register")
 async def register(request: Request) -> Response:
     form = await form_of(request)
-    email, password = field(form, "email", limit=320).strip(), field(form, "password")
+    email, password = field(form, "email", limit=320).strip(), password_field(form, "password")
     invite = field(form, "invite", limit=128) or None
     invitation = await _preview(request, invite) if invite else None
     context: dict[str, Any] = {
@@ -235,7 +236,7 @@ async def reset(request: Request, token: str) -> Response:
         return _too_many(request, "reset.html", retry, **context)
     try:
         await accounts.reset_consume(
-            caller, token_hash=token_hash(token[:128]), password=field(form, "password")
+            caller, token_hash=token_hash(token[:128]), password=password_field(form, "password")
         )
     except CofferError as exc:
         if exc.code == "weak_password":
