@@ -431,7 +431,7 @@ def _parse_range(value: str, size: int) -> tuple[int, int] | None:
     ranges = [spec.strip() for spec in specs.split(",") if spec.strip()]
     if len(ranges) != 1:
         return None
-    match = _RANGE_SPEC.match(ranges[0])
+    match = _RANGE_SPEC.fullmatch(ranges[0])
     if match is None or match.group(0) == "-":
         return None
     first, last = match.group(1), match.group(2)

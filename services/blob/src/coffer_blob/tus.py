@@ -169,7 +169,7 @@ async def append(
         or not key.startswith(f"{org_id}/{asset_id}/")
     ):
         raise invalid("Not an organization id, asset id and key of that asset.", field="path")
-    if not _UPLOAD_ID.match(upload_id) or offset > length:
+    if not _UPLOAD_ID.fullmatch(upload_id) or offset > length:
         raise invalid("Not an upload id, or an offset past the length.", field="path")
     resume: dict[str, Any] = json.loads(state) if state else {}
     store: dict[str, Any] = resume.get("store", {})

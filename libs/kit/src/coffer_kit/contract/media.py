@@ -81,7 +81,7 @@ def admits(ranges: tuple[str, ...] | list[str], detected: str, declared: str | N
 
 
 def valid_range(value: str) -> bool:
-    return len(value) <= MAX_MEDIA_RANGE_CHARS and _RANGE.match(value.lower()) is not None
+    return len(value) <= MAX_MEDIA_RANGE_CHARS and _RANGE.fullmatch(value.lower()) is not None
 
 
 def type_mismatch(declared: str, detected: str, allowed: tuple[str, ...] | list[str]) -> CofferError:

@@ -155,7 +155,7 @@ def signed_spec(query: Mapping[str, str]) -> str:
 
 def check_preset_name(name: str) -> str:
     """An organization preset's name: ``PRESET_NAME_PATTERN`` and not a built-in's (400 otherwise)."""
-    if not _PRESET_NAME.match(name):
+    if not _PRESET_NAME.fullmatch(name):
         raise errors.invalid_transform(
             "A preset name is 1 to 32 characters: lower-case letters, digits, '-' and '_', "
             "starting with a letter or digit.",

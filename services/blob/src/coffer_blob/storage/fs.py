@@ -219,7 +219,7 @@ class FsStorage:
     def _split(self, key: str, segments: int = 3) -> list[str]:
         """``org/asset/filename`` (or, for a prefix, ``org/asset``) in its parts."""
         parts = key.split("/")
-        if len(parts) != segments or not _ASSET.match(parts[1]):
+        if len(parts) != segments or not _ASSET.fullmatch(parts[1]):
             raise ValueError(f"not a storage key: {key!r}")
         for part in parts:
             if part in ("", ".", "..") or part.startswith(_RESERVED) or "\x00" in part:
@@ -809,7 +809,7 @@ class _FsResumable(_FsWriter):
     there read back and written again); a smaller one writes buffered."""
 
     def __init__(self, storage: FsStorage, place: _Place, key: str, upload_id: str, offset: int) -> None:
-        if not _UPLOAD_ID.match(upload_id):
+        if not _UPLOAD_ID.fullmatch(upload_id):
             raise ValueError(f"not an upload id: {upload_id!r}")
         self.storage, self.place, self.key = storage, place, key
         self._tmp = f"{place.temp_prefix}tus.{upload_id}"

@@ -102,12 +102,12 @@ def parse(params: QueryParams) -> AssetFilters:
         raise invalid("'tagMatch' is 'all' or 'any'.", field="tagMatch")
     meta: list[tuple[str, tuple[Any, ...]]] = []
     for name, value in params.multi_items():
-        if (found := _META.match(name)) is not None:
+        if (found := _META.fullmatch(name)) is not None:
             meta.append((found.group(1), tuple(describe.meta_filter_value(found.group(1), value))))
     if len(meta) > describe.MAX_META_FILTERS:
         raise invalid(f"At most {describe.MAX_META_FILTERS} 'meta[KEY]' parameters.", field="meta")
     media_type = params.get("mediaType")
-    if media_type is not None and not _MEDIA_RANGE.match(media_type):
+    if media_type is not None and not _MEDIA_RANGE.fullmatch(media_type):
         raise invalid("'mediaType' is a media type (image/png) or a range (image/*).", field="mediaType")
     return AssetFilters(
         tags=tuple(dict.fromkeys(tags)),

@@ -93,7 +93,7 @@ def check_url(url: str, settings: Settings) -> None:
 
 def _get(session: Session, *, org_id: str, webhook_id: str) -> EndpointRow:
     """The organization's endpoint; 404 for an unknown one and for another organization's."""
-    row = session.get(EndpointRow, webhook_id) if _ID.match(webhook_id) else None
+    row = session.get(EndpointRow, webhook_id) if _ID.fullmatch(webhook_id) else None
     if row is None or row.organization_id != org_id:
         raise not_found(f"Webhook {webhook_id} does not exist.")
     return row
@@ -299,7 +299,7 @@ def redeliver(
 ) -> WebhookDelivery:
     """Send a delivery again now, same event and body; 409 while an attempt is in flight."""
     endpoint = _get(session, org_id=org_id, webhook_id=webhook_id)
-    row = session.get(DeliveryRow, delivery_id) if _DELIVERY_ID.match(delivery_id) else None
+    row = session.get(DeliveryRow, delivery_id) if _DELIVERY_ID.fullmatch(delivery_id) else None
     if row is None or row.endpoint_id != endpoint.id:
         raise not_found(f"Delivery {delivery_id} does not exist.")
     if not endpoint.enabled:

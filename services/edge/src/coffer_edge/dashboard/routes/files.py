@@ -113,7 +113,7 @@ FORMAT_NAMES = dict(FORMAT_CHOICES[1:])
 
 def _check_id(value: str, prefix: str) -> str:
     """An id from the URL, refused as 404 unless it has the shape of one."""
-    if not _ID.match(value) or not value.startswith(prefix):
+    if not _ID.fullmatch(value) or not value.startswith(prefix):
         raise not_found("No such folder or file.")
     return value
 

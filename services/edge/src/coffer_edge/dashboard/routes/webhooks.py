@@ -167,7 +167,7 @@ async def create(request: Request, visit: OrgVisitDep) -> Response:
         )
     if not chosen or any(e not in EVENT_TYPES for e in chosen):
         return await _list_page(visit, status=400, error="Choose at least one event.", form=values)
-    if values["folder"] and not _FOLDER_ID.match(values["folder"]):
+    if values["folder"] and not _FOLDER_ID.fullmatch(values["folder"]):
         return await _list_page(visit, status=400, error="Choose a folder from the list.", form=values)
     if len(values["description"]) > MAX_DESCRIPTION_CHARS:
         return await _list_page(
