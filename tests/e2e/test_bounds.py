@@ -3,6 +3,7 @@ bound costs the process almost nothing, whoever sends it, with or without a key.
 
 from __future__ import annotations
 
+import base64
 import secrets
 import threading
 import time
@@ -138,3 +139,17 @@ def test_a_thousand_made_up_keys_from_one_address_meet_429s(own_stack_with, admi
     error = assert_error(refused, 429, "rate_limited")
     assert error["message"].startswith("Too many failed authentications from this address")
     assert 1 <= int(refused.headers["retry-after"]) <= 60
+
+    # Made-up upload tokens cost auth a lookup too, and count with keys: a one-shot upload's
+    # and a tus creation's, from their own addresses.
+    named = "filename " + base64.b64encode(b"a.txt").decode()
+    tus = {"tus-resumable": "1.0.0", "upload-length": "4", "upload-metadata": named}
+    for address, send in (
+        ("127.0.0.3", lambda c, t: c.post(f"/api/uploads?token={t}", files={"file": ("a.txt", b"abcd")})),
+        ("127.0.0.4", lambda c, t: c.post(f"/api/uploads/tus?token={t}", headers=tus)),
+    ):
+        transport = httpx.HTTPTransport(local_address=address)
+        with httpx.Client(base_url=stack.edge_url, transport=transport, timeout=30) as client:
+            statuses = [send(client, "cof_upl_" + secrets.token_urlsafe(32)).status_code for _ in range(40)]
+            assert statuses[:30] == [401] * 30 and set(statuses[30:]) == {429}, (address, statuses)
+            assert client.get("/api/folders", headers={"x-api-key": good}).status_code == 429

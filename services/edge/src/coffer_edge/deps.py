@@ -3,7 +3,9 @@ dependencies of its routes: the authenticated principal, and the clients."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -78,6 +80,22 @@ def edge_state(request: Request) -> EdgeState:
     return request_state(request, EdgeState)
 
 
+@contextlib.asynccontextmanager
+async def failures_counted(request: Request) -> AsyncIterator[None]:
+    """Around the lookup of a credential (an API key, an upload token): a client that keeps
+    sending ones auth refuses (401) is stopped before any lookup, whichever kind it sends; its
+    address is the one uvicorn took from X-Forwarded-For of COFFER_TRUSTED_PROXIES."""
+    failures = edge_state(request).auth_failures
+    client = "auth-failures:" + (request.client.host if request.client else "unknown")
+    await failures.refuse_if_spent(client, "Too many failed authentications from this address")
+    try:
+        yield
+    except CofferError as exc:
+        if exc.status == 401:
+            await failures.count(client)
+        raise
+
+
 async def authenticate(
     request: Request,
     api_key: Annotated[str | None, Depends(_api_key)],
@@ -87,19 +105,11 @@ async def authenticate(
     if not api_key or not api_key.strip():
         raise unauthorized("Missing API key: send it in the x-api-key header.")
     state = edge_state(request)
-    # A client that keeps sending keys auth refuses is stopped here, before any lookup; its
-    # address is the one uvicorn took from X-Forwarded-For of COFFER_TRUSTED_PROXIES.
-    client = "auth-failures:" + (request.client.host if request.client else "unknown")
-    await state.auth_failures.refuse_if_spent(client, "Too many failed authentications from this address")
     key_hash = hashlib.sha256(api_key.strip().encode("utf-8")).hexdigest()
-    try:
+    async with failures_counted(request):
         principal = await state.auth.principal(
             key_hash, (organization_id or "").strip() or None, request_id=request_id_of(request)
         )
-    except CofferError as exc:
-        if exc.status == 401:
-            await state.auth_failures.count(client)
-        raise
     # For the access log line (coffer_kit.middleware).
     request.state.organization_id = principal.organization_id
     await state.rate_limiter.check(principal.key_id)

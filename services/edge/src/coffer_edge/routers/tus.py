@@ -51,6 +51,7 @@ from coffer_edge.deps import (
     RequestIdDep,
     authenticate,
     edge_state,
+    failures_counted,
     needs,
 )
 from coffer_edge.metrics import UPLOAD_BYTES, UPLOADS
@@ -768,7 +769,8 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
         return _Target(org, caller.quota_bytes, meta.filename, meta.folder_id, visibility, mime_type, key)
     if not token.startswith(TOKEN_PREFIX):
         raise unauthorized("Missing or malformed upload token: send ?token=cof_upl_….")
-    grant = await state.upload_tokens.grant(token_hash(token), request_id=rid)
+    async with failures_counted(request):
+        grant = await state.upload_tokens.grant(token_hash(token), request_id=rid)
     request.state.organization_id = org = grant.organization_id
     await state.rate_limiter.check(grant.token_id)
     act_as(request, "token", grant.token_id)

@@ -29,6 +29,7 @@ from coffer_edge.deps import (
     SettingsDep,
     UploadTokensDep,
     edge_state,
+    failures_counted,
     needs,
 )
 from coffer_edge.routers.assets import UploadScope, token_asset_scope, upload_response
@@ -167,7 +168,8 @@ async def upload_with_token(
     """Upload one file with an upload token instead of a key (multipart: `file`, optional `name`)."""
     if not token or not token.startswith(TOKEN_PREFIX):
         raise CofferError(401, "unauthorized", "Missing or malformed upload token: send ?token=cof_upl_….")
-    grant = await tokens.grant(token_hash(token), request_id=rid)
+    async with failures_counted(request):
+        grant = await tokens.grant(token_hash(token), request_id=rid)
     request.state.organization_id = grant.organization_id  # for the access log line
     await edge_state(request).rate_limiter.check(grant.token_id)
     act_as(request, "token", grant.token_id)
