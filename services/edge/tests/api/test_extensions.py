@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import hashlib
 import random
+import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from secrets import token_urlsafe
 from typing import Any
 
 import httpx
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine
 
 from coffer_kit.contract.ids import new_id
-from coffer_testkit.testing import TLS, assert_error
+from coffer_testkit.testing import TLS, assert_error, multipart_stream
 
 KIB = 1024
 
@@ -304,6 +308,58 @@ def test_ten_concurrent_uploads_with_one_token_make_one_asset(new_tenant) -> Non
     assert statuses == [201] + [401] * 9, [a.text for a in answers if a.status_code not in (201, 401)]
     assert len(live(tenant.api)) == 1
     assert usage(tenant.api)["assetCount"] == 1
+
+
+def test_a_token_holds_one_upload_at_a_time_and_no_more_of_the_quota(new_tenant, stack) -> None:
+    """One token opened 11 uploads at once, each reserving its maxBytes (a chunked body has no
+    length), and held the organization's quota until they ended. The token is now taken as its
+    upload starts: the others are 401 before they reserve a byte, and the organization's own
+    uploads fit beside the one reservation."""
+    tenant = new_tenant("Squat", quota_bytes=1024 * KIB)
+    token = mint(tenant.api, maxBytes=600 * KIB)
+    go_on = threading.Event()
+    content_type, rest = multipart_stream(size=10)
+    head = next(rest)
+
+    def held_open() -> Iterator[bytes]:
+        yield head
+        go_on.wait(30)
+        yield from rest
+
+    engine = create_engine(stack.auth_database_url)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(
+                httpx.post,
+                token["url"],
+                content=held_open(),
+                headers={"content-type": content_type},
+                timeout=60,
+                verify=TLS,
+            )
+            deadline = time.monotonic() + 10
+            while not _claimed(engine, token["id"]):
+                assert time.monotonic() < deadline and not first.done(), (
+                    "the held upload never took the token"
+                )
+                time.sleep(0.02)
+            for _ in range(11):
+                assert_error(post_with_token(token["url"], b"s" * 10), 401, "unauthorized")
+            # Beside the one upload's 600 KiB: 400 KiB of the organization's own.
+            assert upload(tenant.api, b"k" * 400 * KIB).status_code == 201
+            go_on.set()
+            assert first.result().status_code == 201, first.result().text
+    finally:
+        go_on.set()
+        engine.dispose()
+    assert_error(post_with_token(token["url"], b"s" * 10), 401, "unauthorized")  # spent
+    assert usage(tenant.api)["assetCount"] == 2
+
+
+def _claimed(engine: Engine, token_id: str) -> bool:
+    with engine.connect() as db:
+        query = text("SELECT used_at FROM upload_tokens WHERE id = :id")
+        return db.execute(query, {"id": token_id}).scalar_one() is not None
 
 
 def test_a_token_upload_counts_against_the_quota_like_a_keyed_one(new_tenant) -> None:

@@ -180,8 +180,8 @@ class UploadScope:
     name: str | None = None
     folder_id: str | None = None
     fixed_folder: bool = False
-    # Called with the asset id just before the commit (a token's single use); ``release`` after
-    # a commit that was definitely refused.
+    # Called with the asset id before anything is reserved (a token's single use); ``release``
+    # when the upload definitely failed (refused, cut short, its commit refused).
     claim: Callable[[str], Awaitable[None]] | None = None
     release: Callable[[str], Awaitable[None]] | None = None
     # CONTRACT §12: what the asset becomes unless the form's ``visibility`` field says; with
@@ -377,15 +377,34 @@ async def _upload(
     size = _file_size_bounds(request, content_type, scope.max_bytes)
     org = scope.organization_id
     asset_id = new_id(ASSET)
-    await metadata.register_intent(org, asset_id, size=size, quota_bytes=scope.quota_bytes, request_id=rid)
+
+    async def give_back() -> None:
+        if scope.release is not None:
+            await scope.release(asset_id)
+
+    if scope.claim is not None:
+        # A token's single use is taken before the upload holds anything: a second upload with
+        # it is refused before it reserves any of the quota or takes one of the slots (one
+        # token held 11 uploads open, reserving 1.1 GB of a 1 GiB quota, until it was taken at
+        # the commit).
+        await scope.claim(asset_id)
+    try:
+        await metadata.register_intent(
+            org, asset_id, size=size, quota_bytes=scope.quota_bytes, request_id=rid
+        )
+    except CofferError:
+        await give_back()
+        raise
 
     async def discard() -> None:
-        """Delete what blob may hold, then the intent; whatever fails is left to the sweeper."""
+        """Delete what blob may hold, then the intent (whatever fails is left to the sweeper);
+        give the token back."""
         try:
             await blob.delete_prefix(org, asset_id, request_id=rid)
             await metadata.abandon_intent(org, asset_id, request_id=rid)
         except CofferError:
             log.warning("cleanup deferred to the sweeper", extra={"asset_id": asset_id, "request_id": rid})
+        await give_back()
 
     body = _CappedBody(
         request, edge_state(request).settings.edge_tuning.blob_write_timeout_seconds, scope.max_bytes
@@ -425,12 +444,6 @@ async def _upload(
         metadata=own_metadata,
         tags=own_tags,
     )
-    if scope.claim is not None:
-        try:
-            await scope.claim(asset_id)
-        except CofferError:
-            await discard()
-            raise
     try:
         answer = await metadata.commit_upload(org, asset, request_id=rid)
         return answer, stored.size, describe.facts_due(stored.mime_type, stored.detected_type)
@@ -438,8 +451,6 @@ async def _upload(
         if 400 <= exc.status < 500:
             # A definite refusal: the transaction rolled back, so the bytes must go.
             await discard()
-            if scope.release is not None:
-                await scope.release(asset_id)
         # Otherwise the outcome is unknown (metadata may have committed): the sweeper decides
         # safely later, because a committed upload no longer has an intent.
         raise
