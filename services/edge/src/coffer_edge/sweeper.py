@@ -23,7 +23,7 @@ from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.clients.upload_tokens import UploadTokenClient
 from coffer_edge.metrics import EXPIRY_SWEEPS, SWEPT
-from coffer_edge.trash import delete_refs
+from coffer_edge.trash import delete_refs, settle_hold
 from coffer_kit.contract.errors import CofferError
 from coffer_kit.contract.wire import ExpiredRef, ExpireIn, MinterRef, PurgedRef
 
@@ -145,7 +145,8 @@ async def _expire(
 ) -> None:
     """Expire one asset. With a trash the store holds the object back first; if metadata then
     refuses (4xx: a PATCH moved the expiry, or another edge expired it first), the hold is
-    given back while the asset is still live (one gone since stays held)."""
+    given back while the asset is still live (one gone since stays held); either way the hold
+    is settled against metadata (coffer_edge.trash.settle_hold)."""
     org_id, asset_id = ref.organization_id, ref.asset_id
     held = None
     if days > 0:
@@ -154,21 +155,13 @@ async def _expire(
     try:
         done = await metadata.expire(org_id, asset_id, ExpireIn(retention_days=days, limit_bytes=limit))
     except CofferError as exc:
-        if held is not None and 400 <= exc.status < 500 and await _live(metadata, org_id, asset_id):
-            await blob.set_held(held, False, request_id="", reason="trash")
+        if held is not None and 400 <= exc.status < 500:  # given back while it is still live
+            await settle_hold(org_id, held, asset_id, metadata, blob, "", written=True)
         raise
+    if held is not None:
+        await settle_hold(org_id, held, asset_id, metadata, blob, "", written=None)
     refs = done.purged + ([PurgedRef(asset_id=asset_id, key=done.key)] if done.deleted else [])
     await delete_refs(refs, metadata, blob, None)
-
-
-async def _live(metadata: MetadataClient, org_id: str, asset_id: str) -> bool:
-    try:
-        await metadata.get_asset(org_id, asset_id, request_id="")
-    except CofferError as exc:
-        if 400 <= exc.status < 500:
-            return False
-        raise
-    return True
 
 
 async def expire_once(metadata: MetadataClient, blob: BlobClient, auth: AuthClient) -> ExpiryResult:

@@ -4,13 +4,16 @@ metadata's steps.
 - Trash: the store holds the object back first (the CDN answers 404 at once, signed or not:
   the trash's hold, a flag apart from the scan's of issue 48, so a scan that ends meanwhile
   releases only its own), then metadata moves the row to the trash. A definite refusal from
-  metadata gives the hold back; an unknown outcome leaves it held (never more reachable than
-  metadata says).
+  metadata gives the hold back if the asset is still live; an unknown outcome leaves it held
+  (never more reachable than metadata says).
 - Restore: metadata first (the row back, its size reserved), then the store releases the
   trash's hold, and the scan's too unless the asset's scan keeps it (infected; pending or
   unscanned under ``block``; an object trashed before the two holds were apart carries the
   trash's as the scan's). A failure in between is finished by restoring again (metadata
   answers a live asset).
+- Both end by settling the trash's hold (``settle_hold``): a restore and a delete of one asset
+  at once can reach the store in the other order than metadata (a late release undid the
+  delete's hold: a trashed asset served).
 - Purge (one, a batch, the sweeper's, the trash's bound): metadata turns rows into tombstones,
   then the objects are deleted, then the tombstones: the delete protocol's last two steps, so
   the sweeper finishes whatever a crash interrupted.
@@ -70,6 +73,47 @@ async def delete_refs(
     return done
 
 
+# Rounds of ``settle_hold`` before it leaves the store to the change that moved metadata last.
+SETTLE_ROUNDS = 4
+
+
+async def live(metadata: MetadataClient, org_id: str, asset_id: str, rid: str) -> bool:
+    """Whether metadata has the asset live now (not trashed, not deleted)."""
+    try:
+        await metadata.get_asset(org_id, asset_id, request_id=rid)
+    except CofferError as exc:
+        if 400 <= exc.status < 500:
+            return False
+        raise
+    return True
+
+
+async def settle_hold(
+    org_id: str,
+    key: str,
+    asset_id: str,
+    metadata: MetadataClient,
+    blob: BlobClient,
+    rid: str,
+    *,
+    written: bool | None,
+) -> None:
+    """Make the store's trash hold say what metadata says, again while metadata moves.
+
+    ``written``: the hold this change last wrote to the store after its own metadata write
+    (None: none yet). Every change that writes metadata ends here, with a store write after its
+    metadata write and then a read of metadata that agrees with it: so the last write to the
+    store is followed by a read that agrees with it, and a change of metadata after that read
+    settles again itself. Whatever order two requests (or two edge replicas) interleave in,
+    the store ends as metadata does."""
+    for _ in range(SETTLE_ROUNDS):
+        held = not await live(metadata, org_id, asset_id, rid)
+        if held == written:
+            return
+        await blob.set_held(key, held, request_id=rid, reason="trash")
+        written = held
+
+
 async def trash_asset(
     org_id: str,
     asset_id: str,
@@ -88,10 +132,11 @@ async def trash_asset(
             org_id, asset_id, TrashIn(retention_days=retention_days, limit_bytes=limit_bytes), request_id=rid
         )
     except CofferError as exc:
-        if 400 <= exc.status < 500:
+        if 400 <= exc.status < 500:  # given back if still live (another request may have trashed it)
             with contextlib.suppress(CofferError):
-                await blob.set_held(before.key, False, request_id=rid, reason="trash")
+                await settle_hold(org_id, before.key, asset_id, metadata, blob, rid, written=True)
         raise
+    await settle_hold(org_id, before.key, asset_id, metadata, blob, rid, written=None)
     await delete_refs(trashed.purged, metadata, blob, rid)
 
 
@@ -113,6 +158,7 @@ async def restore_asset(
     await blob.set_held(asset.key, False, request_id=rid, reason="trash")
     if not keeps_held(asset.scanStatus, scan_mode):
         await blob.set_held(asset.key, False, request_id=rid)
+    await settle_hold(org_id, asset.key, asset_id, metadata, blob, rid, written=False)
     return answer
 
 

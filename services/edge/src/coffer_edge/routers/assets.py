@@ -367,6 +367,27 @@ def _expires_at(stored: Stored, scope: UploadScope) -> datetime | None:
     return expiry.parse_expires_at(stored.fields.expires_at) if stored.fields.expires_at else None
 
 
+async def _reserve(
+    scope: UploadScope, metadata: MetadataClient, asset_id: str, size: tuple[int, int], rid: str
+) -> None:
+    """A token's single use, then the upload's intent and its share of the quota.
+
+    The token is taken before the upload holds anything: a second upload with it is refused
+    before it reserves any of the quota or takes one of the slots (one token held 11 uploads
+    open, reserving 1.1 GB of a 1 GiB quota, when it was taken at the commit)."""
+    if scope.claim is not None:
+        await scope.claim(asset_id)
+    try:
+        org = scope.organization_id
+        await metadata.register_intent(
+            org, asset_id, size=size, quota_bytes=scope.quota_bytes, request_id=rid
+        )
+    except CofferError:
+        if scope.release is not None:
+            await scope.release(asset_id)
+        raise
+
+
 async def _upload(
     request: Request, scope: UploadScope, metadata: MetadataClient, blob: BlobClient, rid: str
 ) -> tuple[bytes, int, bool]:
@@ -377,24 +398,7 @@ async def _upload(
     size = _file_size_bounds(request, content_type, scope.max_bytes)
     org = scope.organization_id
     asset_id = new_id(ASSET)
-
-    async def give_back() -> None:
-        if scope.release is not None:
-            await scope.release(asset_id)
-
-    if scope.claim is not None:
-        # A token's single use is taken before the upload holds anything: a second upload with
-        # it is refused before it reserves any of the quota or takes one of the slots (one
-        # token held 11 uploads open, reserving 1.1 GB of a 1 GiB quota, until it was taken at
-        # the commit).
-        await scope.claim(asset_id)
-    try:
-        await metadata.register_intent(
-            org, asset_id, size=size, quota_bytes=scope.quota_bytes, request_id=rid
-        )
-    except CofferError:
-        await give_back()
-        raise
+    await _reserve(scope, metadata, asset_id, size, rid)
 
     async def discard() -> None:
         """Delete what blob may hold, then the intent (whatever fails is left to the sweeper);
@@ -404,7 +408,8 @@ async def _upload(
             await metadata.abandon_intent(org, asset_id, request_id=rid)
         except CofferError:
             log.warning("cleanup deferred to the sweeper", extra={"asset_id": asset_id, "request_id": rid})
-        await give_back()
+        if scope.release is not None:
+            await scope.release(asset_id)
 
     body = _CappedBody(
         request, edge_state(request).settings.edge_tuning.blob_write_timeout_seconds, scope.max_bytes
@@ -661,7 +666,8 @@ async def update_stored_asset(
     whatever fails or crashes in between: to private, the store first (the CDN refuses the
     key at once), then metadata; to public, metadata first, then the store. A failure in
     between leaves the asset less reachable than metadata says, never more, and sending the
-    same change again finishes it.
+    same change again finishes it. Then the store is settled against metadata
+    (``settle_visibility``), for changes of one asset made at once.
     """
     visibility = changes.get("visibility")
     if visibility is None:
@@ -670,16 +676,53 @@ async def update_stored_asset(
         before = await metadata.get_asset(org_id, asset_id, request_id=rid)  # 404 / 403 first
         await blob.set_visibility(before.key, "private", request_id=rid)
         try:
-            return await metadata.update_asset(org_id, asset_id, changes, request_id=rid)
+            body = await metadata.update_asset(org_id, asset_id, changes, request_id=rid)
         except CofferError as exc:
             if 400 <= exc.status < 500 and before.visibility == "public":
-                # Definitely refused (a bad name, a missing folder): as it was.
+                # Definitely refused (a bad name, a missing folder): as metadata has it.
                 with contextlib.suppress(CofferError):
-                    await blob.set_visibility(before.key, "public", request_id=rid)
+                    await settle_visibility(
+                        org_id, asset_id, before.key, metadata, blob, rid, written="private"
+                    )
             raise
+        await settle_visibility(org_id, asset_id, before.key, metadata, blob, rid, written=None)
+        return body
     body = await metadata.update_asset(org_id, asset_id, changes, request_id=rid)
-    await blob.set_visibility(AssetOut.model_validate_json(body).key, "public", request_id=rid)
+    key = AssetOut.model_validate_json(body).key
+    await blob.set_visibility(key, "public", request_id=rid)
+    await settle_visibility(org_id, asset_id, key, metadata, blob, rid, written="public")
     return body
+
+
+async def settle_visibility(
+    org_id: str,
+    asset_id: str,
+    key: str,
+    metadata: MetadataClient,
+    blob: BlobClient,
+    rid: str,
+    *,
+    written: str | None,
+) -> None:
+    """Make the store's visibility say what metadata says, again while metadata moves.
+
+    Two changes of one asset at once (two requests, two edge replicas) can reach the store in
+    the other order than metadata: a "public" written last left a private asset served. So each
+    change ends as ``trash.settle_hold`` does: ``written`` is what it last wrote to the store
+    after its own metadata write (None: nothing yet), and it writes and reads again until a read
+    of metadata agrees with its last write (at most ``SETTLE_ROUNDS`` times; a change of
+    metadata after that read settles itself)."""
+    for _ in range(trash.SETTLE_ROUNDS):
+        try:
+            now = (await metadata.get_asset(org_id, asset_id, request_id=rid)).visibility
+        except CofferError as exc:
+            if 400 <= exc.status < 500:
+                return  # trashed or deleted meanwhile: the trash's hold or the delete decides
+            raise
+        if now == written:
+            return
+        await blob.set_visibility(key, now, request_id=rid)
+        written = now
 
 
 @router.delete(
