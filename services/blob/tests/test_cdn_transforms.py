@@ -30,6 +30,7 @@ from coffer_blob.deps import BlobState
 from coffer_blob.main import create_app, create_cdn_app
 from coffer_blob.storage import make_storage
 from coffer_blob.transforms import presets
+from coffer_blob.transforms.worker import MAX_VARIANTS_PER_ASSET
 from coffer_kit.contract import transforms
 from coffer_kit.contract.errors import CofferError
 from coffer_kit.contract.transforms import Transform
@@ -119,6 +120,13 @@ def stored_names(settings: Settings, key: str) -> list[str]:
     )
     listed = client.list_objects_v2(Bucket=settings.s3_bucket, Prefix=f"{org}/{asset}/")
     return sorted(item["Key"] for item in listed.get("Contents", []))
+
+
+def kept_variants(settings: Settings, key: str) -> int:
+    """How many variants the store keeps for the asset of ``key`` (its objects but the original;
+    the file system driver's sidecars and temp files aside)."""
+    objects = [n for n in stored_names(settings, key) if "%meta" not in n and "%tmp" not in n]
+    return len(objects) - 1
 
 
 async def test_a_preset_renders_once_then_is_found_again(
@@ -307,6 +315,25 @@ async def test_deleting_the_asset_removes_every_variant(
     assert stored_names(settings, key) == []
     for path in paths:
         assert_error(await cdn.get(path), 404, "not_found")
+
+
+async def test_an_asset_keeps_a_bounded_number_of_variants(
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient, settings: Settings
+) -> None:
+    """Variants are outside the quota: signed URLs with ever new widths stored one each without
+    bound. Past 32, a new one takes the place of one kept, and every URL still answers."""
+    key = (await store(api, jpeg(400, 300)))["key"]
+    evicted = sample("coffer_transform_variants_evicted_total")
+    paths = [await signed(api, key, w=width, fmt="png") for width in range(10, 50)]  # 40 variants
+    for path in paths:
+        answer = await cdn.get(path)
+        assert answer.status_code == 200, answer.text
+        assert kept_variants(settings, key) <= MAX_VARIANTS_PER_ASSET
+    assert kept_variants(settings, key) == MAX_VARIANTS_PER_ASSET
+    assert sample("coffer_transform_variants_evicted_total") == evicted + 40 - MAX_VARIANTS_PER_ASSET
+    # One made room for is rendered again when asked, and answers as it did.
+    first = await cdn.get(paths[0])
+    assert first.status_code == 200 and decode(first.content).width == 10
 
 
 async def test_concurrent_requests_for_one_new_variant_compute_it_once(

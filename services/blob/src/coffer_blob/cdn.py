@@ -44,6 +44,7 @@ from coffer_kit.contract.errors import (
     not_found,
     precondition_failed,
     range_not_satisfiable,
+    unavailable,
 )
 from coffer_kit.contract.transforms import Transform
 from coffer_kit.routes import LeanRoute
@@ -203,8 +204,8 @@ async def _transformed(request: Request, key: str, state: BlobState) -> Response
             await run_in_threadpool(storage.delete, name)
             raise not_found("No such object.")
         found = await _read_variant(storage, name)
-        if found is None:  # deleted since
-            raise not_found("No such object.")
+        if found is None:  # deleted since with its original, or made room for another render
+            raise unavailable("The variant was replaced as it was made; ask again.", retry_after=1)
     else:
         CACHE_HITS.inc()
     variant, body = found

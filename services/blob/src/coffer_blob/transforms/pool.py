@@ -59,6 +59,10 @@ log = logging.getLogger("coffer.blob.transforms")
 tracer = trace.get_tracer("coffer.blob")
 
 COMPUTED = Counter("coffer_transform_variants_computed_total", "Variants rendered and stored.")
+EVICTED = Counter(
+    "coffer_transform_variants_evicted_total",
+    "Kept variants deleted to make room for a new one of the same asset (at most 32 kept each).",
+)
 CACHE_HITS = Counter(
     "coffer_transform_cache_hits_total", "Transformed requests served from a stored variant."
 )
@@ -288,6 +292,7 @@ class TransformPool:
         outcome = str(result[0])
         if result[0] == "ok":
             COMPUTED.inc()
+            EVICTED.inc(result[4])
         elif result[0] == "refused":
             REFUSED.labels(result[2]).inc()
             if len(self._refused) >= REFUSALS_KEPT:

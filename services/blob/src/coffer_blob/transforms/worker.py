@@ -5,7 +5,8 @@ the worker reads the source from the store and writes the variant there itself, 
 crosses the process boundary and the CDN process never holds one. It answers a small tuple
 (never an exception object, which may not survive pickling):
 
-- ``("ok", content_type, size, sha256)``: the variant is committed under its key;
+- ``("ok", content_type, size, sha256, evicted)``: the variant is committed under its key,
+  ``evicted`` kept variants of the asset deleted to make room (``MAX_VARIANTS_PER_ASSET``);
 - ``("found",)``: it was there already (a request that missed it a moment before its render
   finished asks again: the render is not repeated);
 - ``("gone",)``: the original is not there (deleted meanwhile);
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import resource
 from typing import Any
 
@@ -29,6 +31,12 @@ from coffer_kit.contract.limits import MAX_FILE_BYTES
 from coffer_kit.contract.transforms import Transform
 
 Outcome = tuple[Any, ...]
+
+# Variants kept per asset (CONTRACT §10: stored beside the original, outside the quota). Past
+# it a new variant takes the place of one kept, chosen at random, whose URLs render it again
+# when next asked: signed URLs with ever new parameters cannot store without bound.
+MAX_VARIANTS_PER_ASSET = 32
+VARIANT_PREFIX = "v%"
 
 _storage: Storage | None = None
 _limits: Limits | None = None
@@ -95,6 +103,7 @@ def run(key: str, variant_key: str, transform: Transform, private: bool) -> Outc
     except CofferError as exc:
         return ("refused", exc.status, exc.code, exc.message, exc.details)
     del data
+    evicted = _make_room(_storage, variant_key)
     digest = hashlib.sha256(output).hexdigest()
     writer = _storage.open_writer(variant_key)
     try:
@@ -103,7 +112,19 @@ def run(key: str, variant_key: str, transform: Transform, private: bool) -> Outc
     except BaseException:
         writer.abort()
         raise
-    return ("ok", info.content_type, info.size, info.sha256)
+    return ("ok", info.content_type, info.size, info.sha256, evicted)
+
+
+def _make_room(storage: Storage, variant_key: str) -> int:
+    """Delete kept variants of the asset until a new one leaves ``MAX_VARIANTS_PER_ASSET``;
+    answers how many went."""
+    prefix = variant_key.rsplit("/", 1)[0] + "/"
+    listed = storage.filenames(prefix, MAX_VARIANTS_PER_ASSET + 16)
+    kept = [name for name in listed if name.startswith(VARIANT_PREFIX)]
+    evicted = random.sample(kept, max(0, len(kept) + 1 - MAX_VARIANTS_PER_ASSET))
+    for name in evicted:
+        storage.delete(prefix + name)
+    return len(evicted)
 
 
 # A BlurHash of 4×3 components (issue 50), computed from a thumbnail this wide at most: the
