@@ -46,7 +46,7 @@ class Upload:
         self.offset, self.state = 0, None
 
     async def put(
-        self, data: bytes, *, checksum: str | None = None, offset: int | None = None
+        self, data: bytes, *, checksum: str | None = None, offset: int | None = None, **extra: str
     ) -> httpx.Response:
         headers = {"content-type": "application/offset+octet-stream"}
         if self.state is not None:
@@ -58,6 +58,7 @@ class Upload:
             "offset": self.offset if offset is None else offset,
             "length": self.length,
             "mediaType": self.media_type,
+            **extra,
         }
         return await self.api.put(
             f"/internal/v1/tus/{ORG}/{self.asset_id}/{self.id}", params=params, content=data, headers=headers
@@ -149,6 +150,23 @@ async def test_an_empty_file_and_a_one_chunk_file(api: httpx.AsyncClient, cdn: h
     assert appended["offset"] == 5 and appended["detectedType"] == "text/plain"
     served = await cdn.get(key_path(small.key))
     assert served.content == b"hello" and served.headers["content-type"].startswith("text/plain")
+
+
+async def test_a_last_byte_asked_held_publishes_the_object_held(
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient
+) -> None:
+    """Issue 48's scan=block: the object is never served before its scan, not even between its
+    publication and edge's hold."""
+    upload = await new_upload(api, 10, "held.txt")
+    first = await upload.put(b"01234", held="true")  # not the last byte: nothing published
+    assert first.status_code == 200, first.text
+    upload.offset, upload.state = first.json()["offset"], first.json()["state"]
+    published = await upload.put(b"56789", held="true")
+    assert published.status_code == 200 and published.json()["offset"] == 10
+    assert_error(await cdn.get(key_path(upload.key)), 404, "not_found")
+    released = await api.put(f"/internal/v1/held/{upload.key}", json={"held": False})
+    assert released.status_code == 200, released.text
+    assert (await cdn.get(key_path(upload.key))).content == b"0123456789"
 
 
 async def test_bad_requests(api: httpx.AsyncClient) -> None:

@@ -157,6 +157,9 @@ async def append(
     length: Annotated[int, Query(ge=0, le=MAX_FILE_BYTES)],
     media_type: Annotated[str, Query(alias="mediaType", max_length=255)],
     private: Annotated[bool, Query()] = False,
+    # Issue 48: under scan=block the last byte publishes the object held, never served until
+    # its scan passes (edge holds it again after, in case the organization's mode changed).
+    held: Annotated[bool, Query()] = False,
     state: Annotated[str | None, Header(alias="coffer-tus-state", max_length=16384)] = None,
     checksum: Annotated[str | None, Header(alias="coffer-tus-checksum", max_length=256)] = None,
 ) -> TusAppended:
@@ -178,7 +181,7 @@ async def append(
     )
 
     def commit(writer: Resumable, sha256: str) -> object:
-        return writer.commit(content_type=media_type, sha256=sha256, private=private)
+        return writer.commit(content_type=media_type, sha256=sha256, private=private, held=held)
 
     try:
         # A ClientDisconnect is edge gone (it ends the body cleanly when its client goes):

@@ -84,8 +84,10 @@ class BlobClient(ServiceClient):
         resume: dict[str, Any] | None,
         checksum: str | None,
         request_id: str,
+        held: bool = False,
     ) -> TusAppended:
-        """Stream a chunk of a resumable upload to blob, to be written at ``offset``."""
+        """Stream a chunk of a resumable upload to blob, to be written at ``offset``; ``held``:
+        a last byte publishes the object held back (issue 48's scan=block)."""
         headers = {"content-type": "application/offset+octet-stream"}
         if resume is not None:
             headers["coffer-tus-state"] = json.dumps(resume, separators=(",", ":"))
@@ -97,6 +99,7 @@ class BlobClient(ServiceClient):
             "length": length,
             "mediaType": media_type,
             "private": "true" if private else "false",
+            "held": "true" if held else "false",
         }
         return await self.call(
             TusAppended,

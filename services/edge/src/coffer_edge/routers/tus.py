@@ -632,6 +632,11 @@ async def _append(
     async def append() -> TusAppended:
         if size is not None and size > room:
             raise file_too_large(room)
+        # A chunk that may end the upload publishes it held under scan=block: never served,
+        # not even before _admitted holds it (nor ever, were that call to fail).
+        held = False
+        if size is None or size >= room:
+            held = (await state.auth.ingest(upload.organization_id, request_id=rid)).scan == "block"
         return await state.blob.tus_append(
             upload.id,
             chunk.__aiter__(),
@@ -645,6 +650,7 @@ async def _append(
             resume=upload.resume,
             checksum=checksum,
             request_id=rid,
+            held=held,
         )
 
     try:
