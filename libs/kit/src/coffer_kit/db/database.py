@@ -59,6 +59,7 @@ class Database:
         "_pg_write_pool",
         "budget",
         "engine",
+        "sessions",
         "write_lock",
     )
 
@@ -72,6 +73,13 @@ class Database:
         self._pg_pool: AsyncConnectionPool | None = None
         self._pg_write_pool: AsyncConnectionPool | None = None
         self._pg_reads: PgReads | None = None
+        # The requests in a transaction at once (the session dependency): no more than the pool
+        # has connections, the others waiting on the event loop. A request that waited for a
+        # connection in a worker thread held the thread, and with more such requests than the
+        # pool has connections (a pool smaller than the thread pool: the chart's, per replica)
+        # the requests that held the connections found no thread to finish in; every waiter
+        # failed at the pool's timeout (64 writes at once on a pool of 2: 40 failed after 10 s).
+        self.sessions = asyncio.Semaphore(self.budget.pool)
         self.write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
         self._group = GroupCommit(engine, self.write_lock) if self.write_lock is not None else None
 

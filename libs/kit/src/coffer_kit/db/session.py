@@ -9,6 +9,7 @@ from typing import Annotated, TypeVar
 from fastapi import Depends, Request
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -46,7 +47,7 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
     write = request.method not in _READ_METHODS
     lock = database.write_lock if write else None
     bind = writer(database.engine) if write else database.engine
-    async with lock or contextlib.nullcontext(), _transaction(bind) as session:
+    async with database.sessions, lock or contextlib.nullcontext(), _transaction(bind) as session:
         yield session
 
 
@@ -60,6 +61,9 @@ async def _transaction(bind: Engine) -> AsyncIterator[Session]:
         if database_down(exc):
             raise unavailable("The database is unavailable.") from exc
         raise
+    except PoolTimeout as exc:
+        await run_in_threadpool(_rollback, session)
+        raise unavailable("Every database connection is busy; try again.", retry_after=1) from exc
     except BaseException:
         await run_in_threadpool(_rollback, session)
         raise
