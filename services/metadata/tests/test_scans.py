@@ -92,3 +92,33 @@ async def test_unscanned_and_clean_end_the_scan_without_an_infected_event(api: h
     assert types.count("asset.scanned") == 2 and "asset.infected" not in types
     bad = await report(api, org, ids[0], status="maybe")
     assert bad.status_code == 400
+
+
+async def test_a_result_for_an_asset_trashed_meanwhile_is_kept_for_its_restore(
+    api: httpx.AsyncClient,
+) -> None:
+    """blob holds an infected object before it reports; a result for an asset trashed while it
+    was scanned was a 404 and lost, and its restore then said pending (and released the hold)."""
+    org = new_id("org")
+    asset = (await commit_asset(api, org, name="eicar.com", scanStatus="pending")).json()
+    assert (await claim(api))["jobs"][0]["assetId"] == asset["id"]
+    trashed = await api.post(
+        f"/internal/v1/orgs/{org}/assets/{asset['id']}/trash", json={"retentionDays": 7, "limitBytes": 10**9}
+    )
+    assert trashed.status_code == 200, trashed.text
+    found = await report(api, org, asset["id"], status="infected", signature="Eicar-Signature")
+    assert found.status_code == 200, found.text
+    assert (found.json()["scanStatus"], found.json()["scanSignature"]) == ("infected", "Eicar-Signature")
+    assert (await report(api, org, asset["id"], status="clean")).json()["scanStatus"] == "infected"  # once
+    restored = await api.post(
+        f"/internal/v1/orgs/{org}/trash/{asset['id']}/restore", json={"quotaBytes": 10**9}
+    )
+    assert restored.status_code == 200, restored.text
+    assert (restored.json()["scanStatus"], restored.json()["scanSignature"]) == (
+        "infected",
+        "Eicar-Signature",
+    )
+    types = [e["type"] for e in await pending(api) if e["data"]["id"] == asset["id"]]
+    assert types.count("asset.infected") == 1
+    elsewhere = await report(api, new_id("org"), asset["id"], status="clean")
+    assert elsewhere.status_code == 404  # another organization's id: as for no asset

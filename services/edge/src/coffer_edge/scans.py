@@ -85,7 +85,10 @@ class ScanRelay(Relay):
                 return
             report = self._failed(job, exc)
         else:
-            report = ScanReport(status=outcome.result, signature=outcome.signature)
+            # The column's bound: a signature name past it is cut, never a report refused
+            # (the asset would stay pending, claimed again and again).
+            signature = outcome.signature[:255] if outcome.signature else outcome.signature
+            report = ScanReport(status=outcome.result, signature=signature)
         try:
             await self.metadata.report_scan(job.organization_id, job.asset_id, report)
         except CofferError as exc:

@@ -51,8 +51,10 @@ def acting_user(principal: Principal) -> str | None:
 
 
 def keeps_held(scan_status: str | None, scan_mode: str) -> bool:
-    """Whether a restored asset's object stays held back for its scan (issue 48)."""
-    return scan_status == "infected" or (scan_mode == "block" and scan_status in ("pending", "unscanned"))
+    """Whether a restored asset's object stays held back for its scan (issue 48): infected; under
+    ``block`` not passed yet; and under any mode still pending, since blob holds an infected
+    object before metadata has the result (its scan's next round releases a clean one)."""
+    return scan_status in ("infected", "pending") or (scan_mode == "block" and scan_status == "unscanned")
 
 
 async def delete_refs(

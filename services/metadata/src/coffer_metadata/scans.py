@@ -26,7 +26,7 @@ from coffer_metadata import events
 from coffer_metadata.assets.service import view
 from coffer_metadata.deps import DatabaseDep, SettingsDep
 from coffer_metadata.due import DueQueue
-from coffer_metadata.models import Asset
+from coffer_metadata.models import Asset, TrashedAsset
 
 router = APIRouter(prefix="/internal/v1")
 _QUEUE = DueQueue("scan_due_at")
@@ -48,18 +48,24 @@ def report(
     session: Session, *, org_id: str, asset_id: str, result: ScanReport, cdn_url: str
 ) -> dict[str, Any]:
     """Record a scan's result or its retry; the asset as the contract writes it. A result for a
-    scan that ended already changes nothing (a relay that resent it)."""
-    asset = session.get(Asset, asset_id)
+    scan that ended already changes nothing (a relay that resent it).
+
+    An asset trashed while it was scanned keeps the result in the trash, for its restore: blob
+    has acted on it already (an infected object is held), and a restore that found it still
+    pending released that hold (issue 48)."""
+    asset: Asset | TrashedAsset | None = session.get(Asset, asset_id)
+    if asset is None:
+        asset = session.get(TrashedAsset, asset_id)
     if asset is None or asset.organization_id != org_id:
         raise not_found(f"Asset {asset_id} does not exist.")
     if asset.scan_status != "pending":
-        return view(asset, cdn_url)
+        return view(SimpleNamespace(**asset.model_dump()), cdn_url)
     asset.scan_attempts += 1
     if result.status == "retry":
         asset.scan_due_at = utcnow() + timedelta(seconds=result.retry_seconds)
         session.add(asset)
         session.flush()
-        return view(asset, cdn_url)
+        return view(SimpleNamespace(**asset.model_dump()), cdn_url)
     asset.scan_status = result.status
     asset.scan_signature = result.signature if result.status == "infected" else None
     asset.scan_due_at = None
