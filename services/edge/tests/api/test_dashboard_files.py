@@ -22,7 +22,7 @@ from typing import Any
 import blurhash
 import httpx
 import pytest
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 
 from coffer_edge.dashboard import placeholders
 from coffer_edge.dashboard.routes.files import _expires_in, _first_part_token, form_value, preview_kind
@@ -234,6 +234,28 @@ def test_the_audit_export_never_hands_a_spreadsheet_a_formula(browser: Browser) 
     lines = browser.http.get(f"/dashboard/o/{browser.org_id}/audit/export.jsonl").text.splitlines()
     events = [json.loads(line) for line in lines]
     assert sorted(e["targetLabel"] for e in events if e["targetType"] == "asset") == sorted(names)
+
+
+def test_the_dashboard_signs_no_url_of_a_quarantined_file(browser: Browser, stack: Any) -> None:
+    """Issue 48: GET /api/assets/:id/url refused a quarantined file (409), but the dashboard's
+    signed URL and download signed it (its resized URL checks the same, for images)."""
+    asset = browser.upload_xhr(b"X5O!P%@AP[4\\PZX54(P^)7CC)7}$EICAR", "e.com").json()["asset"]
+    engine = create_engine(stack.metadata_database_url)
+    try:
+        with engine.begin() as db:  # what the scan relay records for an infected file
+            db.execute(
+                text(
+                    "UPDATE assets SET scan_status = 'infected', scan_signature = 'Eicar-Test' WHERE id = :id"
+                ),
+                {"id": asset["id"]},
+            )
+    finally:
+        engine.dispose()
+    page = f"{browser.files}/{asset['id']}"
+    signed = browser.post(f"{page}/signed-url", {"expiry": "3600"})
+    assert signed.status_code == 409 and "quarantined" in signed.text and 'id="signed-url"' not in signed.text
+    download = browser.http.get(f"{page}/download")
+    assert download.status_code == 409 and "location" not in download.headers
 
 
 def test_signed_urls_and_another_orgs_asset(browser: Browser, stack: Any) -> None:

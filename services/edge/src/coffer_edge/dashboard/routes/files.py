@@ -41,7 +41,13 @@ from coffer_edge.dashboard.web import (
     state_of,
 )
 from coffer_edge.deps import edge_state
-from coffer_edge.routers.assets import UploadScope, counted_upload, delete_stored_asset, update_stored_asset
+from coffer_edge.routers.assets import (
+    UploadScope,
+    counted_upload,
+    delete_stored_asset,
+    refuse_unscanned,
+    update_stored_asset,
+)
 from coffer_edge.routers.tus import TUS_PATH
 from coffer_edge.routers.uploads import new_token, token_hash
 from coffer_edge.trash import trash_asset
@@ -858,10 +864,17 @@ async def signed_url(request: Request, visit: OrgVisitDep, asset_id: str) -> Res
     choice = field(form, "expiry", limit=16)
     custom = field(form, "custom", limit=32)
     try:
+        refuse_unscanned(asset, visit.org.scan_mode)  # as GET /api/assets/:id/url (issue 48)
         seconds = _expires_in(choice, custom)
     except CofferError as exc:
         return await _asset_page(
-            visit, asset, status=400, signed_error=exc.message, block="signed", expiry=choice, custom=custom
+            visit,
+            asset,
+            status=exc.status,
+            signed_error=exc.message,
+            block="signed",
+            expiry=choice,
+            custom=custom,
         )
     url = await state_of(request).blob.sign(asset.key, seconds, request_id=_rid(visit))
     await _audit(visit, "signed_url.created", "asset", asset.id, asset.name, expiresIn=seconds)
@@ -900,6 +913,7 @@ async def transformed_url(request: Request, visit: OrgVisitDep, asset_id: str) -
         message = f"{asset.mimeType} cannot be resized: only JPEG, PNG, WebP, AVIF, GIF and TIFF images."
         return await _asset_page(visit, asset, status=400, error=message)
     try:
+        refuse_unscanned(asset, visit.org.scan_mode)
         seconds = _expires_in(tx["expiry"], "")
         query = {k: v for k in transforms.FREE_PARAMS if (v := tx[k])}
         if not (query.get("w") or query.get("h") or query.get("fmt")):
@@ -907,7 +921,7 @@ async def transformed_url(request: Request, visit: OrgVisitDep, asset_id: str) -
         transform = transforms.parse_free(query)
     except CofferError as exc:
         return await _asset_page(
-            visit, asset, status=400, transformed_error=exc.message, block="transformed", tx=tx
+            visit, asset, status=exc.status, transformed_error=exc.message, block="transformed", tx=tx
         )
     state = state_of(request)
     fields = TransformFields.model_validate(transform.fields())
@@ -929,6 +943,7 @@ async def transformed_url(request: Request, visit: OrgVisitDep, asset_id: str) -
 async def download(visit: OrgVisitDep, asset_id: str) -> Response:
     """A fresh 5-minute signed URL, so the link on a page left open still works."""
     asset = await _asset(visit, asset_id)
+    refuse_unscanned(asset, visit.org.scan_mode)
     url = await state_of(visit.request).blob.sign(asset.key, PREVIEW_SECONDS, request_id=_rid(visit))
     return redirect(url)
 
