@@ -231,6 +231,21 @@ def test_an_upload_token_fixes_or_forbids_the_assets_expiry_metadata_and_tags(
     assert (plain.json()["metadata"], plain.json()["tags"], plain.json()["expiresAt"]) == ({}, [], None)
 
 
+def test_a_tus_header_that_the_tokens_metadata_takes_past_its_bound_is_400_token_kept(
+    tenant: Tenant, anon: httpx.Client
+) -> None:
+    """The client's Upload-Metadata was bounded alone; with the token's fixed metadata added it
+    passed the bound: a 500, and the token spent."""
+    fixed = {"metadata": {f"k{i:02}": "v" * 50 for i in range(32)}}
+    token = tenant.api.post("/api/upload-tokens", json=fixed).json()
+    header = f"filename {b64('a.txt')},pad {b64('x' * 5600)}"
+    assert len(header) <= 8192
+    refused = token_tus_upload(anon, token, header)
+    assert assert_error(refused, 400, "invalid_request")["details"] == {"field": "Upload-Metadata"}
+    kept = token_tus_upload(anon, token, f"filename {b64('a.txt')}")  # not spent
+    assert kept.status_code == 204, kept.text
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

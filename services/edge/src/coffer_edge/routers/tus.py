@@ -839,7 +839,13 @@ def _with_token_asset(raw: str, asset: TokenAsset | None) -> str:
     dropped = set(fixed) | ({"metadata", "tags"} if asset.fixes_description else set())
     kept = [item for item in items if item.partition(" ")[0] not in dropped]
     added = [f"{key} {base64.b64encode(value.encode()).decode()}" for key, value in fixed.items()]
-    return ",".join(kept + added)
+    joined = ",".join(kept + added)
+    if len(joined) > MAX_METADATA_CHARS:  # refused before the token is taken
+        raise invalid(
+            f"Upload-Metadata, with what the upload token fixes, is over {MAX_METADATA_CHARS} characters.",
+            field="Upload-Metadata",
+        )
+    return joined
 
 
 @router.post(
