@@ -347,3 +347,6 @@ def test_meta_filter_values_follow_what_metadata_can_hold(tenant: Tenant) -> Non
     for value in ("a\x00b", "a\x1bb"):
         refused = api.get("/api/assets", params={"meta[k]": value})
         assert assert_error(refused, 400, "invalid_request")["details"] == {"field": "meta.k"}
+    for name in ("meta[k", "meta[k]x", "meta[x"):  # were ignored: every asset, unfiltered
+        refused = api.get("/api/assets", params={name: "v"})
+        assert assert_error(refused, 400, "invalid_request")["details"] == {"field": "meta"}, name

@@ -104,6 +104,8 @@ def parse(params: QueryParams) -> AssetFilters:
     for name, value in params.multi_items():
         if (found := _META.fullmatch(name)) is not None:
             meta.append((found.group(1), tuple(describe.meta_filter_value(found.group(1), value))))
+        elif name.startswith("meta["):  # meta[k=v, meta[k]x: never silently unfiltered
+            raise invalid("A metadata filter is 'meta[KEY]=VALUE'.", field="meta")
     if len(meta) > describe.MAX_META_FILTERS:
         raise invalid(f"At most {describe.MAX_META_FILTERS} 'meta[KEY]' parameters.", field="meta")
     media_type = params.get("mediaType")
