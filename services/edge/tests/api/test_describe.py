@@ -110,6 +110,23 @@ def test_patch_refuses_out_of_bounds_with_the_field_named(tenant: Tenant) -> Non
         assert error["details"]["field"] == field, body
 
 
+def test_a_number_postgresql_would_write_out_past_the_bounds_is_refused(tenant: Tenant) -> None:
+    """PostgreSQL writes a JSON number back without an exponent: 1e20 was stored and came back
+    as a 21-digit integer, and the asset's next metadata PATCH was then refused over that key.
+    Such numbers are refused on the way in, on both databases; the ones kept read back equal."""
+    asset = form_upload(tenant.api).json()
+    url = f"/api/assets/{asset['id']}"
+    for number in ("1e20", "-9.3e18", "1e300", "1e-300"):
+        body = b'{"metadata": {"big": ' + number.encode() + b"}}"
+        refused = tenant.api.patch(url, content=body, headers={"content-type": "application/json"})
+        assert assert_error(refused, 400, "invalid_request")["details"] == {"field": "metadata.big"}, number
+    kept = {"small": 1.2345678901234567e-20, "half": 0.5, "near": 4.6e18}
+    assert tenant.api.patch(url, json={"metadata": kept}).json()["metadata"] == kept
+    again = tenant.api.patch(url, json={"metadata": {"other": "x"}})
+    assert again.status_code == 200, again.text
+    assert tenant.api.get(url).json()["metadata"] == {**kept, "other": "x"}
+
+
 def jpeg(width: int = 60, height: int = 30) -> bytes:
     import pyvips
 

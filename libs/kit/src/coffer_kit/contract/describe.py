@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import decimal
 import json
 import math
 import re
@@ -99,7 +100,11 @@ def check_value(key: str, value: object) -> str | int | float | bool:
         return value
     if isinstance(value, float):
         if not _fits(value):
-            raise invalid("A metadata number must be finite.", field=f"metadata.{key}")
+            raise invalid(
+                "A metadata number must be finite, below 2^63 in size, and at most "
+                f"{MAX_PLAIN_NUMBER_CHARS} characters written out without an exponent.",
+                field=f"metadata.{key}",
+            )
         return value
     if isinstance(value, str):
         if len(value) > MAX_VALUE_CHARS:
@@ -112,9 +117,21 @@ def check_value(key: str, value: object) -> str | int | float | bool:
     raise invalid("A metadata value is a string, a number or a boolean.", field=f"metadata.{key}")
 
 
+# PostgreSQL keeps a JSON number as ``numeric`` and writes it back without an exponent: 1e20 came
+# back as a 21-digit integer (past 64 bits, so the asset's next metadata PATCH was refused over
+# a key it did not send), and 1e300 as 301 digits (past the byte bound). A fractional number is
+# therefore bounded as PostgreSQL writes it, and by 2^63 as an integer is, on both databases.
+MAX_PLAIN_NUMBER_CHARS = 40
+
+
 def _fits(number: int | float) -> bool:
-    """Whether a metadata value may be this number: an integer within 64 bits, or finite."""
-    return abs(number) < 2**63 if isinstance(number, int) else math.isfinite(number)
+    """Whether a metadata value may be this number: an integer within 64 bits, or a finite one
+    below 2^63 that PostgreSQL writes out in at most ``MAX_PLAIN_NUMBER_CHARS`` characters."""
+    if isinstance(number, int):
+        return abs(number) < 2**63
+    if not math.isfinite(number) or abs(number) >= 2**63:
+        return False
+    return len(format(decimal.Decimal(repr(number)), "f")) <= MAX_PLAIN_NUMBER_CHARS
 
 
 def check_metadata(value: object) -> Metadata:
