@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from coffer_edge.clients.auth import Principal
 from coffer_edge.clients.blob import BlobClient
@@ -32,6 +34,7 @@ from coffer_kit.contract.resources import Asset
 from coffer_kit.contract.wire import PurgedRef, TrashActIn, TrashIn
 
 log = logging.getLogger("coffer.edge.trash")
+T = TypeVar("T")
 
 
 def may_administer(principal: Principal) -> bool:
@@ -90,6 +93,26 @@ async def live(metadata: MetadataClient, org_id: str, asset_id: str, rid: str) -
     return True
 
 
+async def settle(
+    read: Callable[[], Awaitable[T | None]], write: Callable[[T], Awaitable[None]], written: T | None
+) -> None:
+    """Make the store say what metadata says (``read``; None: nothing to settle), again while
+    metadata moves.
+
+    ``written``: what this change last wrote to the store after its own metadata write (None:
+    nothing yet). Every change that writes metadata ends here, with a store write after its
+    metadata write and then a read of metadata that agrees with it: so the last write to the
+    store is followed by a read that agrees with it, and a change of metadata after that read
+    settles again itself. Whatever order two requests (or two edge replicas) interleave in,
+    the store ends as metadata does (at most ``SETTLE_ROUNDS`` writes each)."""
+    for _ in range(SETTLE_ROUNDS):
+        now = await read()
+        if now is None or now == written:
+            return
+        await write(now)
+        written = now
+
+
 async def settle_hold(
     org_id: str,
     key: str,
@@ -100,20 +123,15 @@ async def settle_hold(
     *,
     written: bool | None,
 ) -> None:
-    """Make the store's trash hold say what metadata says, again while metadata moves.
+    """Settle the store's trash hold: held while the asset is not live in metadata."""
 
-    ``written``: the hold this change last wrote to the store after its own metadata write
-    (None: none yet). Every change that writes metadata ends here, with a store write after its
-    metadata write and then a read of metadata that agrees with it: so the last write to the
-    store is followed by a read that agrees with it, and a change of metadata after that read
-    settles again itself. Whatever order two requests (or two edge replicas) interleave in,
-    the store ends as metadata does."""
-    for _ in range(SETTLE_ROUNDS):
-        held = not await live(metadata, org_id, asset_id, rid)
-        if held == written:
-            return
-        await blob.set_held(key, held, request_id=rid, reason="trash")
-        written = held
+    async def held() -> bool:
+        return not await live(metadata, org_id, asset_id, rid)
+
+    async def hold(value: bool) -> None:
+        await blob.set_held(key, value, request_id=rid, reason="trash")
+
+    await settle(held, hold, written)
 
 
 async def trash_asset(

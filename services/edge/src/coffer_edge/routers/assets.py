@@ -704,25 +704,23 @@ async def settle_visibility(
     *,
     written: str | None,
 ) -> None:
-    """Make the store's visibility say what metadata says, again while metadata moves.
+    """Settle the store's visibility against metadata (``trash.settle``): two changes of one
+    asset at once could reach the store in the other order than metadata, and a "public"
+    written last left a private asset served. An asset trashed or deleted meanwhile is left to
+    the trash's hold or the delete."""
 
-    Two changes of one asset at once (two requests, two edge replicas) can reach the store in
-    the other order than metadata: a "public" written last left a private asset served. So each
-    change ends as ``trash.settle_hold`` does: ``written`` is what it last wrote to the store
-    after its own metadata write (None: nothing yet), and it writes and reads again until a read
-    of metadata agrees with its last write (at most ``SETTLE_ROUNDS`` times; a change of
-    metadata after that read settles itself)."""
-    for _ in range(trash.SETTLE_ROUNDS):
+    async def visibility() -> str | None:
         try:
-            now = (await metadata.get_asset(org_id, asset_id, request_id=rid)).visibility
+            return (await metadata.get_asset(org_id, asset_id, request_id=rid)).visibility
         except CofferError as exc:
             if 400 <= exc.status < 500:
-                return  # trashed or deleted meanwhile: the trash's hold or the delete decides
+                return None
             raise
-        if now == written:
-            return
-        await blob.set_visibility(key, now, request_id=rid)
-        written = now
+
+    async def store(value: str) -> None:
+        await blob.set_visibility(key, value, request_id=rid)
+
+    await trash.settle(visibility, store, written)
 
 
 @router.delete(
