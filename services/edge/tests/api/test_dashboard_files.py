@@ -252,6 +252,8 @@ def test_the_dashboard_signs_no_url_of_a_quarantined_file(browser: Browser, stac
     finally:
         engine.dispose()
     page = f"{browser.files}/{asset['id']}"
+    shown = browser.http.get(page).text
+    assert "quarantined" in shown and 'id="download"' not in shown  # no button that would fail
     signed = browser.post(f"{page}/signed-url", {"expiry": "3600"})
     assert signed.status_code == 409 and "quarantined" in signed.text and 'id="signed-url"' not in signed.text
     download = browser.http.get(f"{page}/download")
