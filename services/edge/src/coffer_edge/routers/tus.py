@@ -999,6 +999,10 @@ async def upload_chunk(upload_id: UploadIdPath, request: Request, token: Token =
     if upload is None:
         if caller.capability is not None:
             await _authorized(request, caller, await metadata.tus_get(upload_id, None, request_id=rid))
+        recorded = edge_state(request).tus_records.get(upload_id)
+        if recorded is not None:  # this edge's last chunk, not kept for this one (a subtree key's):
+            with contextlib.suppress(CofferError):  # its record first, or its lease is a writer's
+                await asyncio.shield(recorded)
         upload = await _lock(metadata, upload_id, caller, offset, rid)
     if upload.lock_token is not None:
         upload = await _write(request, upload, rid, previous)
