@@ -46,11 +46,17 @@ METADATA_SCHEMA: dict[str, Any] = {
     "maxProperties": MAX_KEYS,
     "propertyNames": {"pattern": KEY_PATTERN},
     "additionalProperties": {
-        "anyOf": [{"type": "string", "maxLength": MAX_VALUE_CHARS}, {"type": "number"}, {"type": "boolean"}]
+        "anyOf": [
+            {"type": "string", "maxLength": MAX_VALUE_CHARS},
+            {"type": "number", "exclusiveMinimum": -(2**63), "exclusiveMaximum": 2**63},
+            {"type": "boolean"},
+        ]
     },
     "description": f"The application's own: at most {MAX_KEYS} keys of 1–{MAX_KEY_CHARS} characters "
-    f"(`A–Z a–z 0–9 _ - . :`), values a string (≤ {MAX_VALUE_CHARS} characters), a number or a "
-    f"boolean; at most {MAX_METADATA_BYTES} bytes as compact JSON.",
+    f"(`A–Z a–z 0–9 _ - . :`), values a string (≤ {MAX_VALUE_CHARS} characters), a number (an "
+    "integer within 64 bits; a fraction below 2^63 in size and at most "
+    "40 characters written out without an exponent) or a boolean; at most "
+    f"{MAX_METADATA_BYTES} bytes as compact JSON.",
 }
 TAGS_SCHEMA: dict[str, Any] = {
     "type": "array",
