@@ -7,9 +7,9 @@ metadata's steps.
   metadata gives the hold back if the asset is still live; an unknown outcome leaves it held
   (never more reachable than metadata says).
 - Restore: metadata first (the row back, its size reserved), then the store releases the
-  trash's hold, and the scan's too unless the asset's scan keeps it (infected; pending or
-  unscanned under ``block``; an object trashed before the two holds were apart carries the
-  trash's as the scan's). A failure in between is finished by restoring again (metadata
+  trash's hold, and the scan's too unless the asset's scan keeps it (``keeps_held``: infected,
+  pending, or unscanned under ``block``; an object trashed before the two holds were apart
+  carries the trash's as the scan's). A failure in between is finished by restoring again (metadata
   answers a live asset).
 - Both end by settling the trash's hold (``settle_hold``): a restore and a delete of one asset
   at once can reach the store in the other order than metadata (a late release undid the
@@ -78,7 +78,7 @@ async def delete_refs(
     return done
 
 
-# Rounds of ``settle_hold`` before it leaves the store to the change that moved metadata last.
+# Store writes of one ``settle`` before it leaves the store to the change that moved metadata last.
 SETTLE_ROUNDS = 4
 
 
