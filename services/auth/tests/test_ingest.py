@@ -4,6 +4,8 @@ organization (a resumable upload's completion)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from coffer_testkit.testing import assert_error
@@ -60,3 +62,65 @@ async def test_owners_change_the_ingest_rules_members_and_outsiders_cannot(api: 
 
     cleared = await api.call("PUT", path, token=owner["token"], json={**body, "allowedTypes": ""})
     assert cleared.json()["allowedTypes"] is None
+
+
+async def test_a_scan_mode_change_is_a_sync_job_ended_only_by_a_sync_of_the_current_mode(api: Api) -> None:
+    """Issue 48: a change of the scan mode (not of the other rules) is due for edge's scan relay
+    once it is ``settleSeconds`` old; a claim leases it; a sync of an older mode than the
+    current one does not end it, whichever ends first."""
+    owner = await api.register()
+    org = await api.org(owner["token"], "Acme")
+    other = await api.org(owner["token"], "Other")
+    path = f"/orgs/{org['id']}/ingest"
+
+    async def claim(settle: float = 0, lease: float = 600) -> list[dict[str, object]]:
+        answer = await api.call(
+            "POST", "/scan-syncs/claim", json={"settleSeconds": settle, "leaseSeconds": lease}
+        )
+        assert answer.status_code == 200, answer.text
+        return answer.json()["syncs"]  # type: ignore[no-any-return]
+
+    async def end(generation: object) -> bool:
+        answer = await api.call("POST", f"/orgs/{org['id']}/scan-sync/ended", json={"generation": generation})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["ended"]  # type: ignore[no-any-return]
+
+    async def set_rules(**rules: str) -> None:
+        assert (await api.call("PUT", path, token=owner["token"], json=rules)).status_code == 200
+
+    assert await claim() == []
+    await set_rules(ingestMode="enforce", scanMode="off")  # the scan mode unchanged: nothing due
+    assert await claim() == []
+
+    await set_rules(ingestMode="enforce", scanMode="block")
+    assert await claim(settle=60) == []  # edge's cached rules have not caught up yet
+    [first] = await claim()
+    assert first["organizationId"] == org["id"] and first["scan"] == "block"
+    assert await claim() == []  # leased
+
+    # The mode changes while the first sync runs; a second one runs with it; the first, late,
+    # ends after the second: the job is due again (the first may have written after it).
+    await set_rules(ingestMode="enforce", scanMode="async")
+    [second] = await claim()
+    assert second["scan"] == "async" and second["generation"] != first["generation"]
+    assert await end(second["generation"]) is True
+    assert await end(first["generation"]) is False
+    [third] = await claim()
+    assert third["scan"] == "async"
+    assert await end(third["generation"]) is True
+    assert await claim() == []
+
+    # A lease that runs out gives the job back; the other organization never had one.
+    await set_rules(ingestMode="enforce", scanMode="off")
+    [leased] = await claim(lease=0.01)
+    deadline = time.monotonic() + 5
+    while not (claimed := await claim()):
+        assert time.monotonic() < deadline, "the lease did not run out"
+    [again] = claimed
+    assert again["generation"] == leased["generation"] and again["organizationId"] != other["id"]
+    assert await end(again["generation"]) is True
+    assert_error(
+        await api.call("POST", "/scan-syncs/claim", json={"settleSeconds": -1, "leaseSeconds": 1}),
+        400,
+        "invalid_request",
+    )

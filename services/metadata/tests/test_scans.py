@@ -122,3 +122,47 @@ async def test_a_result_for_an_asset_trashed_meanwhile_is_kept_for_its_restore(
     assert types.count("asset.infected") == 1
     elsewhere = await report(api, new_id("org"), asset["id"], status="clean")
     assert elsewhere.status_code == 404  # another organization's id: as for no asset
+
+
+async def test_the_assets_a_scan_mode_change_holds_or_releases(api: httpx.AsyncClient) -> None:
+    """An organization's live assets still pending or unscanned, by id, page after page: not
+    another organization's, not those whose scan ended otherwise, not the trashed."""
+    org, other = new_id("org"), new_id("org")
+
+    async def holds(org_id: str, after: str = "", limit: int = 500) -> list[tuple[str, str, str]]:
+        answer = await api.get(
+            f"/internal/v1/orgs/{org_id}/scan-holds", params={"after": after, "limit": limit}
+        )
+        assert answer.status_code == 200, answer.text
+        return [(a["assetId"], a["key"], a["scanStatus"]) for a in answer.json()["assets"]]
+
+    made = {
+        name: (await commit_asset(api, org, name=f"{name}.txt", scanStatus=status)).json()
+        for name, status in (
+            ("a", "pending"),
+            ("b", "pending"),
+            ("c", "pending"),
+            ("d", None),
+            ("e", "pending"),
+        )
+    }
+    await commit_asset(api, other, name="theirs.txt", scanStatus="pending")
+    await claim(api)
+    for name, status in (("b", "unscanned"), ("c", "clean"), ("e", "infected")):
+        assert (await report(api, org, made[name]["id"], status=status)).status_code == 200
+    trashed = (await commit_asset(api, org, name="trashed.txt", scanStatus="pending")).json()
+    assert (
+        await api.post(
+            f"/internal/v1/orgs/{org}/assets/{trashed['id']}/trash",
+            json={"retentionDays": 7, "limitBytes": 10**9},
+        )
+    ).status_code == 200
+
+    expected = sorted((made[n]["id"], made[n]["key"], s) for n, s in (("a", "pending"), ("b", "unscanned")))
+    assert await holds(org) == expected
+    first = await holds(org, limit=1)
+    assert first == expected[:1]
+    assert await holds(org, after=first[0][0]) == expected[1:]
+    assert await holds(org, after=expected[-1][0]) == []
+    assert len(await holds(other)) == 1
+    assert (await api.get(f"/internal/v1/orgs/{org}/scan-holds", params={"limit": 0})).status_code == 400

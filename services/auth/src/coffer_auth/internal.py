@@ -11,7 +11,7 @@ from pydantic import Field
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 
-from coffer_auth import admin, audit
+from coffer_auth import admin, audit, orgs
 from coffer_auth.deps import DatabaseDep, SessionDep
 from coffer_auth.models import Organization
 from coffer_kit.contract.errors import not_found
@@ -20,6 +20,10 @@ from coffer_kit.contract.wire import (
     Done,
     Ingest,
     Principal,
+    ScanSyncClaim,
+    ScanSyncDone,
+    ScanSyncEnded,
+    ScanSyncs,
     TrashRetentionIn,
     TrashRetentions,
     WireModel,
@@ -66,6 +70,22 @@ def ingest(org_id: str, session: SessionDep) -> Ingest:
     if org is None:
         raise not_found(f"Organization {org_id} does not exist.")
     return org.ingest()
+
+
+@router.post("/scan-syncs/claim")
+def claim_scan_syncs(body: ScanSyncClaim, session: SessionDep) -> ScanSyncs:
+    """Issue 48: organizations whose scan mode changed, for edge's scan relay to hold or release
+    the files stored before the change (coffer_edge.scans)."""
+    return ScanSyncs(
+        syncs=orgs.claim_scan_syncs(
+            session, limit=body.limit, settle_seconds=body.settle_seconds, lease_seconds=body.lease_seconds
+        )
+    )
+
+
+@router.post("/orgs/{org_id}/scan-sync/ended")
+def end_scan_sync(org_id: str, body: ScanSyncDone, session: SessionDep) -> ScanSyncEnded:
+    return ScanSyncEnded(ended=orgs.end_scan_sync(session, org_id=org_id, generation=body.generation))
 
 
 @router.put("/orgs/{org_id}/trash/retention")

@@ -80,6 +80,14 @@ class Organization(SQLModel, table=True):
     )
     allowed_types: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     scan_mode: str = Field(default="off", sa_column=Column(String(16), nullable=False, server_default="off"))
+    # A change of ``scan_mode`` holds or releases the files stored before it (edge's scan
+    # relay, coffer_edge.scans): due from the change on (a claim moves it past a lease); each
+    # change, and each sync that ended on an older one, counts a generation, and only a sync of
+    # the current generation ends the job. Indexed: the claim reads the few that are due.
+    scan_sync_due_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True, index=True))
+    scan_sync_generation: int = Field(
+        default=0, sa_column=Column(Integer, nullable=False, server_default="0")
+    )
     # Issue 47: days a deleted asset stays in the trash (0-90; 0: no trash, deletes are final).
     trash_retention_days: int = Field(
         default=0, sa_column=Column(Integer, nullable=False, server_default="0")

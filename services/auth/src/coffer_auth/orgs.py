@@ -3,6 +3,7 @@ last-owner guard, and an audit event for every change."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, cast
 
 from sqlalchemy import func
@@ -18,6 +19,7 @@ from coffer_kit.contract.ids import ORG, new_id
 from coffer_kit.contract.limits import TRASH_RETENTION_DAYS_MAX
 from coffer_kit.contract.resources import VISIBILITIES, Visibility
 from coffer_kit.contract.timeutil import utcnow
+from coffer_kit.contract.wire import ScanSync
 
 
 def _name(name: str) -> str:
@@ -258,12 +260,64 @@ def set_ingest(
         stored = ",".join(allowed_types) if allowed_types is not None else None
     before = _ingest_fields(org)
     org.ingest_mode = mode or org.ingest_mode
+    if scan is not None and scan != org.scan_mode:
+        _scan_sync_due(org)
     org.scan_mode = scan or org.scan_mode
     org.allowed_types = stored
     after = _ingest_fields(org)
     if after != before:
         _changed(session, actor, org, "org.ingest_changed", before, after)
     return org
+
+
+def _scan_sync_due(org: Organization) -> None:
+    org.scan_sync_due_at = utcnow()
+    org.scan_sync_generation += 1
+
+
+def claim_scan_syncs(
+    session: Session, *, limit: int, settle_seconds: float, lease_seconds: float
+) -> list[ScanSync]:
+    """Lease up to ``limit`` scan-mode syncs due (issue 48), oldest first: those whose change is
+    at least ``settle_seconds`` old (edge's cached rules, which its uploads follow, have caught
+    up with it)."""
+    now = utcnow()
+    due = (
+        select(Organization)
+        .where(col(Organization.scan_sync_due_at).is_not(None))
+        .where(col(Organization.scan_sync_due_at) <= now - timedelta(seconds=settle_seconds))
+        .order_by(col(Organization.scan_sync_due_at))
+        .limit(limit)
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        due = due.with_for_update(skip_locked=True)  # (SQLite has one writer)
+    orgs = list(session.exec(due))
+    for org in orgs:
+        org.scan_sync_due_at = now + timedelta(seconds=lease_seconds)
+        session.add(org)
+    return [
+        ScanSync(
+            organization_id=o.id, scan=cast(media.ScanMode, o.scan_mode), generation=o.scan_sync_generation
+        )
+        for o in orgs
+    ]
+
+
+def end_scan_sync(session: Session, *, org_id: str, generation: int) -> bool:
+    """A sync of ``generation`` ended: the job ends if that is still the current one. Otherwise the
+    mode changed meanwhile, or this sync ran late for an older mode and may have written after a
+    newer one: the job is due again, a generation on, so the sync that ends it starts after this
+    one's last write."""
+    org = session.get(Organization, org_id, with_for_update=True)
+    if org is None:
+        return True
+    if org.scan_sync_generation == generation:
+        org.scan_sync_due_at = None
+        session.add(org)
+        return True
+    _scan_sync_due(org)
+    session.add(org)
+    return False
 
 
 def set_quota(session: Session, actor: Actor, *, org_id: str, quota_bytes: int) -> Organization:

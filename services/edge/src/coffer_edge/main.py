@@ -25,7 +25,7 @@ from coffer_edge.facts import FactsRelay
 from coffer_edge.ratelimit import RateLimiter
 from coffer_edge.routers import assets, folders, keys, transform_presets, tus, uploads, usage, webhooks
 from coffer_edge.routers import trash as trash_routes
-from coffer_edge.scans import SCAN_TIMEOUT_SECONDS, ScanRelay
+from coffer_edge.scans import SCAN_TIMEOUT_SECONDS, ScanModeRelay, ScanRelay
 from coffer_edge.sweeper import expire_forever, sweep_forever
 from coffer_kit.app import base_app
 from coffer_kit.contract.limits import MAX_FILE_BYTES, MAX_UPLOAD_BODY_BYTES
@@ -148,6 +148,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             scans = ScanRelay(
                 state.metadata,
                 state.blob,
+                state.auth,
                 interval=every,
                 retries=settings.edge_tuning.scan_retries,
                 backoff=settings.edge_tuning.scan_backoff_seconds,
@@ -155,7 +156,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 timeout=SCAN_TIMEOUT_SECONDS,
             )
             state.scans = scans
-            tasks.append(asyncio.create_task(scans.run()))
+            modes = ScanModeRelay(
+                state.metadata,
+                state.blob,
+                state.auth,
+                interval=every,
+                settle_seconds=settings.edge_auth_cache_seconds + 1,
+            )
+            tasks += [asyncio.create_task(scans.run()), asyncio.create_task(modes.run())]
         if (every := settings.edge_facts_interval_seconds) > 0:
             facts = FactsRelay(state.metadata, state.blob, interval=every)
             state.facts = facts

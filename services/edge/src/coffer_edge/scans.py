@@ -10,6 +10,17 @@ before it answers), and reports the result to metadata, which records it with it
 (clamd down, unset, too slow) is retried after ``backoff × 2^attempt`` seconds, at most
 ``retries`` times, then reported ``unscanned``: never silently passed. Several edges only
 share the queue (claims are leases).
+
+Whether an object is held for its scan follows the asset's scan status and its organization's
+scan mode (``scan_held``). An upload sets it by the mode at its start, and a scan's end by its
+result; a change of the mode is a job auth keeps, which ``ScanModeRelay`` runs: once edge's
+cached rules have caught up with the change (uploads follow them), every live asset of the
+organization still ``pending`` or ``unscanned`` is held or released as the new mode says. A
+scan's end and a sync each end on ``settle`` (coffer_edge.trash): the store is written, then
+metadata and auth are read again until they agree with the last write. So a scan that ends
+while a sync runs (a clean object released by blob, then held by the sync that read
+``pending``) is set right by whichever of the two writes last (docs/architecture.md, "Who runs
+the scan job").
 """
 
 from __future__ import annotations
@@ -20,11 +31,13 @@ from contextlib import suppress
 
 from prometheus_client import Counter, Gauge
 
+from coffer_edge.clients.auth import AuthClient
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.relay import Relay
+from coffer_edge.trash import settle
 from coffer_kit.contract.errors import CofferError
-from coffer_kit.contract.wire import ScanJob, ScanReport
+from coffer_kit.contract.wire import ScanJob, ScanReport, ScanSync
 
 log = logging.getLogger("coffer.edge.scans")
 
@@ -37,6 +50,106 @@ SCAN_RESULTS = Counter(
 # (COFFER_BLOB_SCAN_TIMEOUT_SECONDS, default 120 s) and a margin.
 SCAN_TIMEOUT_SECONDS = 150.0
 SCAN_QUEUE = Gauge("coffer_scan_queue_depth", "Pending malware scans, as the last claim counted them.")
+SCAN_SYNCED = Counter(
+    "coffer_scan_mode_synced_total",
+    "Objects held or released again after their organization's scan mode changed.",
+)
+# A sync's page of assets, and how long a claimed sync is kept from other edges.
+SYNC_PAGE = 500
+SYNC_LEASE_SECONDS = 600.0
+
+
+def scan_held(scan_status: str | None, scan_mode: str) -> bool:
+    """Whether an object is held back for its scan: infected under any mode; not passed yet
+    (``pending``, ``unscanned``) under ``block``."""
+    return scan_status == "infected" or (scan_mode == "block" and scan_status in ("pending", "unscanned"))
+
+
+async def settle_held(
+    metadata: MetadataClient,
+    blob: BlobClient,
+    auth: AuthClient,
+    org_id: str,
+    asset_id: str,
+    key: str,
+    *,
+    mode: str | None,
+) -> None:
+    """Make the object's scan hold say what metadata's status and the mode say (``mode``: a
+    sync's, which a change of it claims again; None: auth's, asked each round). An asset no
+    longer live is left to the trash and the delete."""
+
+    async def held() -> bool | None:
+        try:
+            asset = await metadata.get_asset(org_id, asset_id, request_id="")
+        except CofferError as exc:
+            if 400 <= exc.status < 500:
+                return None
+            raise
+        scan = mode or (await auth.ingest(org_id, request_id="", fresh=True)).scan
+        return scan_held(asset.scanStatus, scan)
+
+    async def hold(value: bool) -> None:
+        await blob.set_held(key, value, request_id="")
+
+    await settle(held, hold, None)
+
+
+class ScanModeRelay(Relay):
+    """Runs the syncs auth keeps for changes of a scan mode, apart from the scans (a scan may
+    take minutes, a sync of a large organization too)."""
+
+    name = "scan mode relay"
+
+    def __init__(
+        self,
+        metadata: MetadataClient,
+        blob: BlobClient,
+        auth: AuthClient,
+        *,
+        interval: float,
+        settle_seconds: float,
+    ) -> None:
+        super().__init__(interval=interval, log=log)
+        self.metadata = metadata
+        self.blob = blob
+        self.auth = auth
+        # Only changes this old: edge's cached rules, which its uploads follow, have caught up.
+        self.settle_seconds = settle_seconds
+
+    async def once(self) -> int:
+        """Run the due syncs; answers how many ran. One that fails stays leased, and is claimed
+        again when its lease runs out."""
+        jobs = await self.auth.claim_scan_syncs(
+            settle_seconds=self.settle_seconds, lease_seconds=SYNC_LEASE_SECONDS
+        )
+        for job in jobs:
+            await self.sync(job)
+        return len(jobs)
+
+    async def sync(self, job: ScanSync) -> None:
+        """Hold or release, as ``job.scan`` says, every live asset of the organization still
+        pending or unscanned; then end the job (auth keeps it due if the mode changed since)."""
+        after, synced = "", 0
+        while page := await self.metadata.scan_holds(job.organization_id, after=after, limit=SYNC_PAGE):
+            for asset in page:
+                await settle_held(
+                    self.metadata,
+                    self.blob,
+                    self.auth,
+                    job.organization_id,
+                    asset.asset_id,
+                    asset.key,
+                    mode=job.scan,
+                )
+            synced += len(page)
+            SCAN_SYNCED.inc(len(page))
+            after = page[-1].asset_id
+        ended = await self.auth.end_scan_sync(job.organization_id, job.generation)
+        log.info(
+            "scan mode synced",
+            extra={"org_id": job.organization_id, "scan": job.scan, "assets": synced, "ended": ended},
+        )
 
 
 class ScanRelay(Relay):
@@ -46,6 +159,7 @@ class ScanRelay(Relay):
         self,
         metadata: MetadataClient,
         blob: BlobClient,
+        auth: AuthClient,
         *,
         interval: float,
         retries: int,
@@ -56,6 +170,7 @@ class ScanRelay(Relay):
         super().__init__(interval=interval, log=log)
         self.metadata = metadata
         self.blob = blob
+        self.auth = auth
         self.retries = retries
         self.backoff = backoff
         self.concurrency = concurrency
@@ -96,6 +211,15 @@ class ScanRelay(Relay):
             log.warning("could not record a scan", extra={"asset_id": job.asset_id, "error": exc.message})
             return
         SCAN_RESULTS.labels(report.status).inc()
+        if report.status != "retry":
+            try:
+                await settle_held(
+                    self.metadata, self.blob, self.auth, job.organization_id, job.asset_id, job.key, mode=None
+                )
+            except CofferError as exc:
+                log.warning(
+                    "could not settle a scan's hold", extra={"asset_id": job.asset_id, "error": exc.message}
+                )
 
     def _failed(self, job: ScanJob, exc: CofferError) -> ScanReport:
         if job.attempts >= self.retries:

@@ -72,6 +72,10 @@ class Folder(SQLModel, table=True):
     expiry_days: int | None = Field(default=None, nullable=True)
 
 
+# The scan states whose hold follows the organization's scan mode (coffer_edge.scans.scan_held).
+SCAN_HOLD_WHERE = "scan_status IN ('pending', 'unscanned')"
+
+
 class Asset(SQLModel, table=True):
     __tablename__ = "assets"
     __table_args__ = (
@@ -100,6 +104,15 @@ class Asset(SQLModel, table=True):
             "scan_due_at",
             postgresql_where=text("scan_due_at IS NOT NULL"),
             sqlite_where=text("scan_due_at IS NOT NULL"),
+        ),
+        # A scan mode's change (issue 48): an organization's assets whose hold depends on the
+        # mode (pending, unscanned), alone (migration 0018_scan_holds).
+        Index(
+            "ix_assets_scan_hold",
+            "organization_id",
+            "id",
+            postgresql_where=text(SCAN_HOLD_WHERE),
+            sqlite_where=text(SCAN_HOLD_WHERE),
         ),
         # Issue 47: assets with an expiry, by when it falls (the expiry sweeper, expiresBefore).
         Index(

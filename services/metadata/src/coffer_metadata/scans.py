@@ -14,19 +14,27 @@ from __future__ import annotations
 import functools
 from datetime import timedelta
 from types import SimpleNamespace
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
-from sqlmodel import Session
+from fastapi import APIRouter, Query
+from sqlmodel import Session, col, select, text
 
 from coffer_kit.contract.errors import not_found
 from coffer_kit.contract.timeutil import utcnow
-from coffer_kit.contract.wire import SYSTEM, ScanClaim, ScanJob, ScanJobs, ScanReport
+from coffer_kit.contract.wire import (
+    SYSTEM,
+    ScanClaim,
+    ScanHoldAsset,
+    ScanHoldAssets,
+    ScanJob,
+    ScanJobs,
+    ScanReport,
+)
 from coffer_metadata import events
 from coffer_metadata.assets.service import view
-from coffer_metadata.deps import DatabaseDep, SettingsDep
+from coffer_metadata.deps import DatabaseDep, SessionDep, SettingsDep
 from coffer_metadata.due import DueQueue
-from coffer_metadata.models import Asset, TrashedAsset
+from coffer_metadata.models import SCAN_HOLD_WHERE, Asset, TrashedAsset
 
 router = APIRouter(prefix="/internal/v1")
 _QUEUE = DueQueue("scan_due_at")
@@ -93,3 +101,22 @@ async def report_scan(
     return await database.write(
         functools.partial(report, org_id=org_id, asset_id=asset_id, result=body, cdn_url=settings.cdn_url)
     )
+
+
+@router.get("/orgs/{org_id}/scan-holds")
+def scan_holds(
+    org_id: str,
+    session: SessionDep,
+    after: Annotated[str, Query(max_length=40)] = "",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+) -> ScanHoldAssets:
+    """An organization's live assets whose hold follows its scan mode (``pending``, ``unscanned``),
+    by id after ``after``: what a change of the mode holds or releases (coffer_edge.scans).
+    The partial index ``ix_assets_scan_hold`` holds them alone."""
+    rows = session.exec(
+        select(Asset.id, Asset.key, Asset.scan_status)
+        .where(col(Asset.organization_id) == org_id, col(Asset.id) > after, text(SCAN_HOLD_WHERE))
+        .order_by(col(Asset.organization_id), col(Asset.id))
+        .limit(limit)
+    )
+    return ScanHoldAssets(assets=[ScanHoldAsset(asset_id=i, key=k, scan_status=str(s)) for i, k, s in rows])

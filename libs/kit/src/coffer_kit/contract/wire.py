@@ -599,6 +599,50 @@ class ScanReport(WireModel):
     retry_seconds: float = Field(default=0, ge=0, le=86_400)
 
 
+# A scan mode's change (issue 48): auth keeps the job, edge holds or releases the files stored
+# before it that metadata lists.
+
+
+class ScanSyncClaim(WireModel):
+    limit: int = Field(default=8, ge=1, le=100)
+    # Only changes older than this: edge's cached rules, which uploads still follow, have caught up.
+    settle_seconds: float = Field(ge=0, le=3600)
+    lease_seconds: float = Field(gt=0, le=3600)
+
+
+class ScanSync(WireModel):
+    organization_id: str
+    scan: ScanMode
+    generation: int
+
+
+class ScanSyncs(WireModel):
+    syncs: list[ScanSync]
+
+
+class ScanSyncDone(WireModel):
+    generation: int
+
+
+class ScanSyncEnded(WireModel):
+    # False: the mode changed meanwhile (or another sync of an older mode ended), so the job is
+    # due again.
+    ended: bool
+
+
+class ScanHoldAsset(WireModel):
+    asset_id: str
+    key: str
+    scan_status: str
+
+
+class ScanHoldAssets(WireModel):
+    """metadata: an organization's live assets whose scan has not passed or failed for good
+    (``pending``, ``unscanned``), by id after ``after``."""
+
+    assets: list[ScanHoldAsset]
+
+
 # Image facts (issue 50): queued with an image's upload, computed by blob, recorded by metadata.
 
 

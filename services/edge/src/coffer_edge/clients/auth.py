@@ -83,9 +83,10 @@ class AuthClient(ServiceClient):
         if cache_seconds > 0:
             self._ingest = TTLCache(maxsize=cache_size, ttl=cache_seconds, timer=time.monotonic)
 
-    async def ingest(self, org_id: str, *, request_id: str) -> Ingest:
-        """An organization's ingest rules (issue 48), asked at a resumable upload's completion."""
-        if self._ingest is not None and (known := self._ingest.get(org_id)) is not None:
+    async def ingest(self, org_id: str, *, request_id: str, fresh: bool = False) -> Ingest:
+        """An organization's ingest rules (issue 48), asked at a resumable upload's completion;
+        ``fresh``: asked of auth whatever the cache holds (the scan relay's holds)."""
+        if not fresh and self._ingest is not None and (known := self._ingest.get(org_id)) is not None:
             return known
         rules = await self.call(Ingest, "GET", f"/internal/v1/orgs/{org_id}/ingest", request_id=request_id)
         if self._ingest is not None:
@@ -107,6 +108,18 @@ class AuthClient(ServiceClient):
         """Issue 47: organizations' trash retentions and quotas (the expiry sweeper asks)."""
         body = wire.TrashRetentions(organization_ids=org_ids).model_dump(by_alias=True)
         return await self.call(wire.TrashRetentions, "POST", "/internal/v1/orgs/trash-retentions", json=body)
+
+    async def claim_scan_syncs(self, *, settle_seconds: float, lease_seconds: float) -> list[wire.ScanSync]:
+        """Issue 48: organizations whose scan mode changed at least ``settle_seconds`` ago."""
+        body = wire.ScanSyncClaim(settle_seconds=settle_seconds, lease_seconds=lease_seconds)
+        path = "/internal/v1/scan-syncs/claim"
+        return (await self.call(wire.ScanSyncs, "POST", path, json=body.model_dump(by_alias=True))).syncs
+
+    async def end_scan_sync(self, org_id: str, generation: int) -> bool:
+        """False: the mode changed meanwhile, and the sync is due again."""
+        body = wire.ScanSyncDone(generation=generation).model_dump(by_alias=True)
+        path = f"/internal/v1/orgs/{_seg(org_id)}/scan-sync/ended"
+        return (await self.call(wire.ScanSyncEnded, "POST", path, json=body)).ended
 
     async def record_changes(self, events: list[dict[str, Any]]) -> None:
         """Record metadata's change events in the audit log (each once, however often sent)."""

@@ -18,7 +18,16 @@ from coffer_kit.contract.webhooks import (
     WebhookEndpointWithSecret,
     WebhookUpdate,
 )
-from coffer_kit.contract.wire import FactsClaim, FactsJobs, ImageFactsOut, ScanClaim, ScanJobs, ScanReport
+from coffer_kit.contract.wire import (
+    FactsClaim,
+    FactsJobs,
+    ImageFactsOut,
+    ScanClaim,
+    ScanHoldAsset,
+    ScanHoldAssets,
+    ScanJobs,
+    ScanReport,
+)
 
 # A folder delete's bound (every other call has the client's 30 s): see ``delete_folder``.
 SUBTREE_TIMEOUT_SECONDS = 300
@@ -64,6 +73,12 @@ class MetadataClient(ServiceClient):
         await self.request(
             "POST", f"/internal/v1/orgs/{org_id}/scans/{asset_id}", json=report.model_dump(by_alias=True)
         )
+
+    async def scan_holds(self, org_id: str, *, after: str, limit: int) -> list[ScanHoldAsset]:
+        """Issue 48: the organization's live assets whose hold follows its scan mode, by id."""
+        params = {"after": after, "limit": str(limit)}
+        path = f"/internal/v1/orgs/{org_id}/scan-holds"
+        return (await self.call(ScanHoldAssets, "GET", path, params=params)).assets
 
     async def claim_facts(self, *, limit: int, lease_seconds: float) -> FactsJobs:
         body = FactsClaim(limit=limit, lease_seconds=lease_seconds).model_dump(by_alias=True)
