@@ -114,10 +114,30 @@ async def test_an_archive_clamd_could_not_read_whole_is_never_passed(scanning: h
     assert (await scanning.post(f"/internal/v1/scan/{shallow.json()['key']}")).json()["result"] == "infected"
 
 
-def _zip_of(name: str, data: bytes) -> bytes:
+async def test_eicar_in_a_zip64_archive_is_never_passed(scanning: httpx.AsyncClient) -> None:
+    """clamd answers OK for EICAR in a zip64 entry, at the top or nested in an ordinary ZIP
+    (coffer_blob.archives): blob does not pass what clamd did not read. An ordinary ZIP of the
+    same is found, and a clean one passes."""
+    zip64 = _zip_of("eicar.com", EICAR, zip64=True)
+    for data in (zip64, _zip_of("inner.zip", zip64)):
+        stored = await upload(scanning, data, filename="archive.zip")
+        body = assert_error(
+            await scanning.post(f"/internal/v1/scan/{stored.json()['key']}"), 503, "scanner_unavailable"
+        )
+        assert "a zip64 archive" in body["message"]
+    ordinary = await upload(scanning, _zip_of("inner.zip", _zip_of("eicar.com", EICAR)), filename="a.zip")
+    assert (await scanning.post(f"/internal/v1/scan/{ordinary.json()['key']}")).json()["result"] == "infected"
+    clean = await upload(scanning, _zip_of("inner.zip", _zip_of("notes.txt", b"fine")), filename="b.zip")
+    assert (await scanning.post(f"/internal/v1/scan/{clean.json()['key']}")).json()["result"] == "clean"
+
+
+def _zip_of(name: str, data: bytes, *, zip64: bool = False) -> bytes:
     out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr(name, data)
+    with (
+        zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive,
+        archive.open(name, "w", force_zip64=zip64) as entry,
+    ):
+        entry.write(data)
     return out.getvalue()
 
 

@@ -22,6 +22,7 @@ from fastapi import APIRouter
 from prometheus_client import Counter, Histogram
 from starlette.concurrency import run_in_threadpool
 
+from coffer_blob import archives
 from coffer_blob.config import Settings
 from coffer_blob.deps import SettingsDep, StorageDep
 from coffer_blob.storage import Reader, Storage
@@ -97,19 +98,23 @@ LIMITS_EXCEEDED = "Heuristics.Limits.Exceeded"
 
 
 def _scan(storage: Storage, settings: Settings, key: str) -> tuple[dict[str, Any], int] | None:
-    """In a worker thread: clamd's answer for the object, and its size; None if there is none."""
+    """In a worker thread: clamd's answer for the object, and its size; None if there is none.
+    A ZIP clamd called clean but could not have read (coffer_blob.archives) is answered as
+    clamd answers a file it could not scan whole."""
     reader = storage.open_reader(key)
     if reader is None:
         return None
     try:
         source = _ReaderFile(reader)
         try:
-            found = client(settings).instream(source)  # type: ignore[arg-type]
+            found = dict(client(settings).instream(source))  # type: ignore[arg-type]
         except (clamd.ClamdError, OSError, ValueError) as exc:  # (ValueError: an answer not UTF-8)
             raise scanner_unavailable(f"The malware scanner failed: {exc}") from exc
-        return dict(found), source.size
     finally:
         reader.close()
+    if found.get("stream", ("ERROR", None))[0] == "OK" and (why := archives.zip64(storage, key, source.size)):
+        found["stream"] = ("FOUND", f"{LIMITS_EXCEEDED}.Coffer: {why}")
+    return found, source.size
 
 
 @router.post("/scan/{key:path}")

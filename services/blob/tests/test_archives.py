@@ -1,0 +1,97 @@
+"""The ZIPs blob does not pass when clamd calls them clean (coffer_blob.archives, issue 48): any
+entry in zip64 form, at the top or nested, compressed or stored, or appended to another file;
+a ZIP that cannot be read; past the walk's bounds. Ordinary archives, nested or not, and files
+that are no ZIP pass. The answers of a real clamd to the same files: test_scan.py."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from coffer_blob import archives
+from coffer_blob.storage.fs import FsStorage
+
+from .support import ORG, new_asset_id
+
+
+def zipped(*entries: tuple[str, bytes], zip64: bool = False, method: int = zipfile.ZIP_DEFLATED) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", method) as archive:
+        for name, data in entries:
+            with archive.open(name, "w", force_zip64=zip64) as entry:
+                entry.write(data)
+    return out.getvalue()
+
+
+@pytest.fixture
+def check(tmp_path: Path):  # type: ignore[no-untyped-def]
+    storage = FsStorage(tmp_path / "blobs")
+
+    def stored(data: bytes) -> str | None:
+        key = f"{ORG}/{new_asset_id()}/file"
+        writer = storage.open_writer(key)
+        writer.write(data)
+        writer.commit(content_type="application/octet-stream", sha256="0" * 64)
+        return archives.zip64(storage, key, len(data))
+
+    return stored
+
+
+TEXT = b"nothing to see here\n" * 50
+
+
+def test_files_and_archives_clamd_reads_pass(check) -> None:  # type: ignore[no-untyped-def]
+    assert check(b"") is None
+    assert check(TEXT) is None
+    assert check(b"PK") is None  # too short to be a ZIP: clamd's to judge
+    assert check(zipped(("a.txt", TEXT), ("b/c.txt", TEXT))) is None
+    assert check(zipped(("[Content_Types].xml", b"<Types/>"), ("word/document.xml", TEXT))) is None
+    inner = zipped(("a.txt", TEXT))
+    assert check(zipped(("inner.zip", inner), ("x.txt", TEXT))) is None
+    assert check(zipped(("inner.zip", zipped(("deeper.zip", inner))), method=zipfile.ZIP_STORED)) is None
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED])
+def test_a_zip64_entry_anywhere_is_not_passed(check, method: int) -> None:  # type: ignore[no-untyped-def]
+    top = zipped(("a.txt", TEXT), zip64=True, method=method)
+    assert check(top) == "a zip64 archive"
+    assert check(zipped(("ok.txt", TEXT), ("inner.zip", top), method=method)) == "a zip64 archive"
+    assert check(zipped(("l1.zip", zipped(("l2.zip", top))))) == "a zip64 archive"
+    assert check(b"\x89PNG not really\n" + top) == "a zip64 archive"  # appended to another file
+
+
+def test_a_zip64_local_header_behind_an_ordinary_central_directory(check) -> None:  # type: ignore[no-untyped-def]
+    """clamd reads the entries' local headers: one in zip64 form is caught even when the
+    central directory says nothing of it."""
+    data = bytearray(zipped(("a.txt", TEXT)))
+    # The local header's sizes to 0xFFFFFFFF (compressed at 18, uncompressed at 22).
+    data[18:26] = b"\xff" * 8
+    assert check(bytes(data)) == "a zip64 archive"
+
+
+def test_a_zip_that_cannot_be_read_is_not_passed(check) -> None:  # type: ignore[no-untyped-def]
+    whole = zipped(("a.txt", TEXT))
+    assert (why := check(whole[: len(whole) // 2])) is not None and why.startswith(
+        "a ZIP that cannot be read"
+    )
+    inner = bytearray(zipped(("a.txt", TEXT), method=zipfile.ZIP_STORED))
+    inner[40] ^= 0xFF  # a byte of the stored entry: its CRC no longer matches
+    why = check(zipped(("inner.zip", bytes(inner))))
+    assert why is not None and why.startswith("a ZIP")
+
+
+def test_the_walk_is_bounded(check, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    data = zipped(("a.txt", TEXT))
+    for depth in range(archives.MAX_DEPTH + 1):
+        data = zipped((f"l{depth}.zip", data))
+    assert check(data) == f"archives nested more than {archives.MAX_DEPTH} deep"
+
+    many = zipped(*((f"{n}.txt", b"") for n in range(archives.MAX_ENTRIES + 1)), method=zipfile.ZIP_STORED)
+    assert check(many) == f"an archive of more than {archives.MAX_ENTRIES} entries"
+
+    monkeypatch.setattr(archives, "MAX_EXTRACTED", 10_000)
+    big_inner = zipped(("noise.bin", bytes(range(256)) * 100), method=zipfile.ZIP_STORED)
+    assert check(zipped(("inner.zip", big_inner))) == "nested archives of more than 10000 bytes"
