@@ -18,6 +18,10 @@ class EdgeTuning(BaseModel):
     # How long an upload relay waits for blob to take one chunk (1 MiB at most) before it gives
     # up with 503: blob stalled, not the client (waiting for the client is not counted).
     blob_write_timeout_seconds: float = 30.0
+    # How long an upload's body may send nothing before edge stops reading it: 408 for a
+    # one-shot upload (nothing kept, the reservation released), and for a tus PATCH the end of
+    # the chunk (what arrived is kept, as when the client goes away).
+    client_idle_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
     # How long edge remembers that auth refused a key (401), asking auth nothing meanwhile.
     auth_negative_cache_seconds: float = Field(default=2.0, ge=0, le=5)
     # A scan that blob cannot run (clamd down or unset) is retried after

@@ -282,6 +282,7 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
         403: "No access to the organization or resource (`forbidden`), or the key's scopes lack the"
         " route's action (`insufficient_scope`, `details.required`).",
         404: "Unknown id (`not_found`).",
+        408: "The client sent none of the upload's body for a minute (`request_timeout`).",
         409: "A sibling folder has the same name (`conflict`); a folder cannot move into its own"
         " subtree (`folder_cycle`); folders nest at most 100 deep (`conflict`).",
         413: "File over 100 MiB (`file_too_large`) or over quota (`quota_exceeded`).",

@@ -1,5 +1,5 @@
-"""Quotas: 413 quota_exceeded with its details, space released by deletes, and uploads in flight
-holding their size (in process)."""
+"""Quotas: 413 quota_exceeded with its details, space released by deletes, uploads in flight
+holding their size, and an idle upload stopped (in process)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from coffer_harness.api import upload_zeros, used_bytes
+from coffer_harness.inprocess import IDLE_SECONDS
 from coffer_testkit.testing import assert_error
+
+from .test_tus import create, head, path_of
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -101,3 +104,40 @@ def test_uploads_in_flight_hold_their_size_against_the_quota(stack, new_tenant) 
     # Once stored, only the stored size counts: exactly the rest of the quota fits.
     assert upload_zeros(tenant.api, 1 * MIB).status_code == 201
     assert used_bytes(tenant.api) == 3 * MIB
+
+
+def test_an_upload_that_sends_nothing_is_stopped_and_holds_nothing(stack, new_tenant) -> None:
+    """A client that sends none of its body for the idle bound (5 s here, 60 s by default): a
+    one-shot upload is 408 ``request_timeout``, nothing kept, its reservation released at once
+    (it held 3 MiB of a 5 MiB quota until the sweeper's hour); a tus PATCH ends with what
+    arrived kept, as when the client goes away."""
+    tenant = new_tenant(quota_bytes=5 * MIB)
+    started = time.monotonic()
+    held = _HeldUpload(stack, tenant.key, 3 * MIB)
+    created = create(tenant.api, MIB)
+    assert created.status_code == 201, created.text
+    location = created.headers["location"]
+    patching = socket.create_connection(("127.0.0.1", urlsplit(stack.edge_url).port))
+    patching.settimeout(30)
+    patching.sendall(
+        f"PATCH {path_of(location)} HTTP/1.1\r\nHost: edge\r\nx-api-key: {tenant.key}\r\n"
+        "Tus-Resumable: 1.0.0\r\nUpload-Offset: 0\r\nContent-Type: application/offset+octet-stream\r\n"
+        f"Content-Length: {MIB}\r\n\r\n".encode()
+        + b"a" * (100 * KIB)
+    )
+
+    status, body = held.answer()
+    assert (status, body["error"]["code"]) == (408, "request_timeout")
+    assert time.monotonic() - started >= IDLE_SECONDS
+    in_flight = "SELECT count(*) FROM upload_intents WHERE organization_id = :o"
+    assert stack.metadata_scalar(in_flight, o=tenant.org_id) == 1  # the tus upload's alone
+    assert upload_zeros(tenant.api, 3 * MIB).status_code == 201  # the quota is free again
+
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        chunk = patching.recv(65536)
+        assert chunk, answer
+        answer += chunk
+    patching.close()
+    assert answer.split(b" ", 2)[1] == b"204" and b"upload-offset: 102400" in answer.lower()
+    assert head(tenant.api, location).headers["upload-offset"] == str(100 * KIB)

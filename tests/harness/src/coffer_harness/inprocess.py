@@ -31,14 +31,17 @@ from coffer_kit.serve import Listener, Server, server_config
 from coffer_testkit.testing import TEST_DATABASE_BUDGET, free_port
 
 SERVICES = ("edge", "cdn", "auth", "metadata", "blob")
+IDLE_SECONDS = 5.0
 # The settings of the API tests' stacks (services/edge/tests/api). No sweeper: a test's half-done
 # uploads are its own to look at. A 0.25 s auth cache: tests of revoked access wait for it (the
 # default 5 s bound is tested end to end, tests/e2e/test_flow.py). Every request comes from
 # 127.0.0.1: failed authentications are not limited here (tested end to end,
 # tests/e2e/test_bounds.py), nor are the dashboard's sign-ups (tests sign up a user per caller;
-# the per-IP throttle is tested end to end, tests/e2e/test_dashboard_security.py).
+# the per-IP throttle is tested end to end, tests/e2e/test_dashboard_security.py). An upload body
+# that sends nothing for 5 s is stopped (60 s by default), which test_quota.py waits for.
 API_TEST_SETTINGS: dict[str, Any] = {
     "sweep_interval_seconds": 0,
+    "edge_tuning": {"client_idle_timeout_seconds": IDLE_SECONDS},
     "edge_rate_limit": "10000/second",
     "edge_auth_cache_seconds": 0.25,
     "edge_auth_failure_limit": "1000000/minute",

@@ -204,6 +204,13 @@ def range_not_satisfiable(size: int) -> CofferError:
     )
 
 
+def request_timeout(seconds: float) -> CofferError:
+    """408 ``request_timeout``: the client sent none of the body for ``seconds``."""
+    return CofferError(
+        408, "request_timeout", f"The client sent nothing for {seconds:g} s; the upload was stopped."
+    )
+
+
 def rate_limited(message: str, *, retry_after: int) -> CofferError:
     """429 ``rate_limited``, with Retry-After."""
     return CofferError(429, "rate_limited", message, headers={"Retry-After": str(retry_after)})

@@ -60,6 +60,7 @@ from coffer_kit.contract.errors import (
     invalid,
     invalid_transform,
     request_id_of,
+    request_timeout,
     unavailable,
     unsupported_media_type,
 )
@@ -95,23 +96,33 @@ class _CappedBody:
     Each chunk handed on must be taken within ``write_timeout`` seconds: the HTTP client asks
     for the next chunk only once the last one is written, so the time spent at ``yield`` is
     the time blob takes to read it. ``deadline`` (the relay's ``asyncio.timeout``) is armed
-    for that time only, never while waiting for the client.
+    for that time only, never while waiting for the client; waiting for the client is bounded
+    by ``idle_timeout`` (``client_idle``: a client that sends nothing holds no reservation
+    until the sweeper's hour).
     """
 
-    def __init__(self, request: Request, write_timeout: float, max_file_bytes: int = MAX_FILE_BYTES) -> None:
+    def __init__(
+        self,
+        request: Request,
+        write_timeout: float,
+        idle_timeout: float,
+        max_file_bytes: int = MAX_FILE_BYTES,
+    ) -> None:
         self.request = request
         self.write_timeout = write_timeout
+        self.idle_timeout = idle_timeout
         self.deadline: asyncio.Timeout | None = None
         self.max_file_bytes = max_file_bytes
         self.max_body_bytes = max_file_bytes + MULTIPART_OVERHEAD
         self.too_large = False
         self.client_gone = False
+        self.client_idle = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         seen = 0
         loop = asyncio.get_running_loop()
         try:
-            async for chunk in self.request.stream():
+            async for chunk in arriving(self.request, self.idle_timeout):
                 seen += len(chunk)
                 if seen > self.max_body_bytes:
                     self.too_large = True
@@ -123,12 +134,28 @@ class _CappedBody:
         except ClientDisconnect:
             self.client_gone = True
             raise
+        except TimeoutError:
+            self.client_idle = True
+            raise request_timeout(self.idle_timeout) from None
         finally:
             self._arm(None)
 
     def _arm(self, when: float | None) -> None:
         if self.deadline is not None and not self.deadline.expired():
             self.deadline.reschedule(when)
+
+
+async def arriving(request: Request, idle_timeout: float) -> AsyncIterator[bytes]:
+    """The request's body as it arrives; TimeoutError when the client sends nothing for
+    ``idle_timeout`` seconds."""
+    chunks = request.stream().__aiter__()
+    while True:
+        try:
+            async with asyncio.timeout(idle_timeout):
+                chunk = await anext(chunks)
+        except StopAsyncIteration:
+            return
+        yield chunk
 
 
 def _require_multipart(request: Request) -> str:
@@ -227,7 +254,7 @@ def media_type_allowed(mime_type: str, allowed: tuple[str, ...]) -> bool:
     "",
     status_code=201,
     response_model=AssetOut,
-    responses=errors(404, 413, 415),
+    responses=errors(404, 408, 413, 415),
     openapi_extra=needs("assets:write", **UPLOAD_BODY, **KEYED),
 )
 async def upload_asset(request: Request) -> Response:
@@ -411,8 +438,9 @@ async def _upload(
         if scope.release is not None:
             await scope.release(asset_id)
 
+    tuning = edge_state(request).settings.edge_tuning
     body = _CappedBody(
-        request, edge_state(request).settings.edge_tuning.blob_write_timeout_seconds, scope.max_bytes
+        request, tuning.blob_write_timeout_seconds, tuning.client_idle_timeout_seconds, scope.max_bytes
     )
     try:
         # blob stores the object with its visibility, before metadata has a row: a private
@@ -424,6 +452,8 @@ async def _upload(
             raise file_too_large(scope.max_bytes) from None
         if body.client_gone:
             raise invalid("The client went away before the upload finished.") from None
+        if body.client_idle:
+            raise request_timeout(body.idle_timeout) from None
         raise
 
     try:

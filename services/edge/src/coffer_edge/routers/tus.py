@@ -55,7 +55,7 @@ from coffer_edge.deps import (
     needs,
 )
 from coffer_edge.metrics import UPLOAD_BYTES, UPLOADS
-from coffer_edge.routers.assets import media_type_allowed
+from coffer_edge.routers.assets import arriving, media_type_allowed
 from coffer_edge.routers.uploads import TOKEN_PREFIX, UPLOADS_PATH, token_hash
 from coffer_edge.schemas import ErrorEnvelope, OpenUploadList, PageLimit, PageOffset, Success, errors
 from coffer_kit.contract import describe, expiry, keys, media
@@ -337,23 +337,24 @@ def _upload_headers(upload: TusUpload) -> dict[str, str]:
 
 class _Chunk:
     """A PATCH's body on its way to blob: at most ``room`` bytes (413 past it). A client that
-    goes away ends it cleanly, so blob keeps what arrived."""
+    goes away, or sends nothing for ``idle_timeout`` seconds, ends it cleanly, so blob keeps
+    what arrived."""
 
-    def __init__(self, request: Request, room: int) -> None:
-        self.request, self.room = request, room
+    def __init__(self, request: Request, room: int, idle_timeout: float) -> None:
+        self.request, self.room, self.idle_timeout = request, room, idle_timeout
         self.received = 0
         self.too_large = self.client_gone = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
-            async for data in self.request.stream():
+            async for data in arriving(self.request, self.idle_timeout):
                 self.received += len(data)
                 if self.received > self.room:
                     self.too_large = True
                     raise file_too_large(self.room)
                 if data:
                     yield data
-        except ClientDisconnect:
+        except (ClientDisconnect, TimeoutError):
             self.client_gone = True
 
 
@@ -627,7 +628,7 @@ async def _append(
     state = edge_state(request)
     checksum = _checksum(request.headers.get("upload-checksum"))
     room = upload.length - upload.offset
-    chunk = _Chunk(request, room)
+    chunk = _Chunk(request, room, state.settings.edge_tuning.client_idle_timeout_seconds)
 
     async def append() -> TusAppended:
         if size is not None and size > room:

@@ -151,7 +151,7 @@ async def revoke_upload_token(
     UPLOADS_PATH,
     status_code=201,
     response_model=AssetOut,
-    responses=errors(404, 413, 415),
+    responses=errors(404, 408, 413, 415),
     openapi_extra=needs(TOKEN, **TOKEN_UPLOAD_BODY),
 )
 async def upload_with_token(
