@@ -956,16 +956,23 @@ async def upload_state(upload_id: UploadIdPath, request: Request, token: Token =
     _known(upload_id)
     rid = request_id_of(request) or ""
     state = edge_state(request)
-    recorded = state.tus_records.get(upload_id)
-    if recorded is not None:  # this edge's last chunk: its record first
-        with contextlib.suppress(CofferError):
-            await asyncio.shield(recorded)  # (a HEAD that goes away leaves the record be)
+    await _recorded(state, upload_id)
     upload = await state.metadata.tus_get(upload_id, caller.organization_id, request_id=rid)
     await _authorized(request, caller, upload)
     headers = _upload_headers(upload)
     if upload.upload_metadata:
         headers["Upload-Metadata"] = upload.upload_metadata
     return Response(status_code=200, headers=headers)
+
+
+async def _recorded(state: EdgeState, upload_id: str) -> None:
+    """Wait for metadata's record of this edge's last chunk of the upload, if one is on its way
+    (a request that goes away leaves the record be; a record that failed is the next call's
+    to find)."""
+    recorded = state.tus_records.get(upload_id)
+    if recorded is not None:
+        with contextlib.suppress(CofferError):
+            await asyncio.shield(recorded)
 
 
 @router.patch(
@@ -1000,10 +1007,9 @@ async def upload_chunk(upload_id: UploadIdPath, request: Request, token: Token =
     if upload is None:
         if caller.capability is not None:
             await _authorized(request, caller, await metadata.tus_get(upload_id, None, request_id=rid))
-        recorded = edge_state(request).tus_records.get(upload_id)
-        if recorded is not None:  # this edge's last chunk, not kept for this one (a subtree key's):
-            with contextlib.suppress(CofferError):  # its record first, or its lease is a writer's
-                await asyncio.shield(recorded)
+        # Not kept for this chunk (a subtree key's, a confined token's): the last chunk's
+        # record first, or its lease is a writer's.
+        await _recorded(edge_state(request), upload_id)
         upload = await _lock(metadata, upload_id, caller, offset, rid)
     if upload.lock_token is not None:
         upload = await _write(request, upload, rid, previous)
