@@ -227,3 +227,61 @@ def test_ctrl_c_stops_at_once_with_a_request_in_flight(cli_for: Any, tmp_path: P
         for conn in held:
             conn.close()
     assert (program.returncode, stderr.strip()) == (130, "coffer: interrupted")
+
+
+@pytest.mark.parametrize(
+    "location",
+    ["@{host}/api/uploads/tus/tus_x", "//{host}/api/uploads/tus/tus_x", ".{host}/api/uploads/tus/tus_x"],
+)
+def test_a_location_that_names_a_host_by_a_trick_stays_on_the_services_origin(
+    hostile: Any, tmp_path: Path, location: str
+) -> None:
+    """``base_url + Location`` made ``http://service@elsewhere/…`` of ``@elsewhere/…``: the key
+    and the file went to elsewhere, and so did the next run's HEAD from the kept URL."""
+    server, elsewhere = hostile(), hostile()
+    small = tmp_path / "small.bin"
+    small.write_bytes(b"x" * 1024)
+    named = location.format(host=elsewhere.url.removeprefix("http://"))
+    server.routes[("POST", "/api/uploads/tus")] = lambda: (
+        201,
+        {"location": named, "upload-offset": "0"},
+        b"",
+    )
+    kept: list[str] = []
+    with Coffer(server.url, KEY, retry=RetryPolicy(attempts=1)) as sdk:
+        with pytest.raises(errors.CofferError):
+            sdk.upload_resumable(small, on_created=kept.append)
+        with pytest.raises(errors.CofferError):
+            sdk.upload_resumable(small, upload_url=named)  # a kept URL is pinned the same way
+    assert elsewhere.seen == []
+    assert kept and kept[0].startswith(server.url + "/")
+
+
+def test_a_retry_after_past_the_clients_patience_is_answered_at_once(hostile: Any, cli_for: Any) -> None:
+    server = hostile()
+    for wait in ("999999", "inf"):
+        server.routes[("GET", "/api/folders")] = lambda wait=wait: (
+            429,
+            {"content-type": "application/json", "retry-after": wait},
+            b'{"error":{"code":"rate_limited","message":"later"}}',
+        )
+        server.seen.clear()
+        started = time.monotonic()
+        run = cli_for(server.url, KEY)("ls", "/", "--json")
+        assert time.monotonic() - started < 30
+        assert json.loads(run.stdout)["error"]["code"] == "rate_limited", run.stderr
+        if wait == "999999":  # asked for 11 days: not waited for, not sent again
+            assert len(server.seen) == 1
+
+
+def test_a_key_with_a_character_no_key_has_is_refused_without_being_shown(hostile: Any, cli_for: Any) -> None:
+    server = hostile()
+    server.json("GET", "/api/folders", {"folders": []})
+    with pytest.raises(errors.ConfigurationError) as refused:
+        Coffer(server.url, KEY + "\u2019")  # a pasted quote
+    assert KEY not in str(refused.value)
+    run = cli_for(server.url, KEY[:10] + "\r" + KEY[10:])("ls", "/", "--json")
+    assert run.exit_code != 0 and KEY not in run.stdout + run.stderr
+    with Coffer(server.url, KEY + "\r\n") as sdk:  # a key file's line break (or a pasted space): trimmed
+        sdk.list_folders()
+    assert server.seen[-1][2] == KEY

@@ -471,6 +471,7 @@ class AsyncCoffer:
             )
         answer: httpx.Response | None = None
         if upload_url is not None:
+            upload_url = tus.absolute(self.base_url, upload_url)  # the key goes to this origin only
             with contextlib.suppress(errors.NotFound):
                 answer = await self._request("HEAD", upload_url, headers=tus.TUS)
         if answer is None:
@@ -499,7 +500,7 @@ class AsyncCoffer:
                 offset, failures = tus.offset_of(answer), 0
             except tus.RETRYABLE as exc:
                 failures += 1
-                if failures >= self.retry.attempts:
+                if failures >= self.retry.attempts or errors.waits_too_long(exc):
                     if isinstance(exc, httpx.TransportError):
                         raise transport_error(exc, "PATCH", upload_url.split("?")[0]) from exc
                     raise

@@ -47,6 +47,13 @@ def settings_from(base_url: str | None, api_key: str | None, organization_id: st
         raise errors.ConfigurationError("No Coffer URL: pass base_url or set COFFER_URL.")
     if not key:
         raise errors.ConfigurationError("No API key: pass api_key or set COFFER_API_KEY.")
+    key = key.strip()  # (a key file written with a line break at its end)
+    if not key.isascii() or not key.isprintable() or " " in key:
+        # Never repeated here: the message reaches terminals, logs and --json output.
+        raise errors.ConfigurationError(
+            "The API key holds a character no API key has (a space, a line break or a character"
+            " outside ASCII): copy it again."
+        )
     return Settings(base_url=url.rstrip("/"), api_key=key, organization_id=org)
 
 
@@ -71,7 +78,7 @@ def is_retryable(exc: BaseException, *, method: str, replayable: bool, delivered
     have made (services/edge ``_upload``). So a POST the service may have received in full is
     never sent again; one it answered, or that broke, before the body was out is.
     """
-    if not replayable:
+    if not replayable or errors.waits_too_long(exc):
         return False
     if isinstance(exc, errors.RateLimited):
         return True  # edge's rate limit refuses a request before its handler runs (edge deps.py)

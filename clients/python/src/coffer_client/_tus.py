@@ -24,7 +24,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 
@@ -113,13 +113,13 @@ def asset_id_of(response: httpx.Response) -> str | None:
 
 
 def absolute(base_url: str, location: str) -> str:
-    """The upload's URL from the creation's ``Location``, always on the origin this client
-    talks to: every later request carries the key, and a ``Location`` naming another host
-    (a hostile or intercepted answer) would have had it sent there. Its path and query are
-    kept (the service's own ``COFFER_BASE_URL`` may name the host otherwise)."""
-    if not location.startswith(("http://", "https://")):
-        return base_url + location
-    named, ours = urlsplit(location), urlsplit(base_url)
+    """The upload's URL from the creation's ``Location`` (or a kept upload URL), always on the
+    origin this client talks to: every later request carries the key, and a ``Location``
+    naming another host (a hostile or intercepted answer) would have had it sent there. The
+    location is resolved against ``base_url`` as a browser would (so ``@host/…``,
+    ``.host/…`` and ``//host/…`` are paths or pinned, never a host of their own); its path and
+    query are kept (the service's own ``COFFER_BASE_URL`` may name the host otherwise)."""
+    named, ours = urlsplit(urljoin(base_url + "/", location)), urlsplit(base_url)
     return urlunsplit((ours.scheme, ours.netloc, named.path, named.query, ""))
 
 

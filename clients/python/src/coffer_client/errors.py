@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the command line names these errors without loading httpx
@@ -182,15 +183,27 @@ _BY_STATUS: dict[int, type[APIError]] = {
 }
 
 
+# The longest ``Retry-After`` the client waits for; a service asking for more is answered with
+# its error at once (a hostile or broken one asked for 11 days, or for ``inf``).
+MAX_RETRY_AFTER = 300.0
+
+
 def retry_after(response: httpx.Response) -> float | None:
     """The ``Retry-After`` header in seconds (the contract sends delta-seconds), if any."""
     value = response.headers.get("retry-after")
     if value is None:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         return None
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def waits_too_long(exc: BaseException) -> bool:
+    """Whether the service asked to be called again later than the client waits."""
+    asked = getattr(exc, "retry_after", None)
+    return asked is not None and asked > MAX_RETRY_AFTER
 
 
 def from_response(response: httpx.Response) -> APIError:
