@@ -269,10 +269,19 @@ def test_recursive_upload_of_200_files_eight_at_once(cli: Any, sdk: Coffer, tmp_
         d = root / f"d{i % 4}" / ("deep" if i % 8 == 0 else "")
         d.mkdir(parents=True, exist_ok=True)
         (d / f"f{i:03}.txt").write_text(f"file {i}\n")
+    # Left out: links out of the tree (a file, a directory) and a FIFO (it would block).
+    secret = tmp_path / "outside" / "id_rsa"
+    secret.parent.mkdir()
+    secret.write_text("PRIVATE KEY\n")
+    (root / "d0" / "innocent.txt").symlink_to(secret)
+    (root / "linked").symlink_to(secret.parent, target_is_directory=True)
+    os.mkfifo(root / "d1" / "pipe")
     r = cli("upload", "-r", str(root), "-j", "8", "--json")
     assert r.exit_code == 0, r.stderr
+    plan = json.loads(cli("sync", str(root), "/elsewhere", "--dry-run", "--json").stdout)
+    assert len(plan["upload"]) == 200
     out = json.loads(r.stdout)
-    assert len(out["uploaded"]) == 200 and not out["failed"]
+    assert len(out["uploaded"]) == 200 and not out["failed"]  # (the links and the FIFO left out)
     assert sdk.resolve_folder("/site/d0/deep") is not None
     assert sum(1 for _ in sdk.list_assets()) == 200
     assert {a.name for a in sdk.list_assets(sdk.resolve_folder("/site/d1").id)} == {  # type: ignore[union-attr]

@@ -285,3 +285,31 @@ def test_a_key_with_a_character_no_key_has_is_refused_without_being_shown(hostil
     with Coffer(server.url, KEY + "\r\n") as sdk:  # a key file's line break (or a pasted space): trimmed
         sdk.list_folders()
     assert server.seen[-1][2] == KEY
+
+
+def test_a_name_from_the_service_neither_replaces_a_file_nor_acts_on_the_terminal(
+    hostile: Any, cli_for: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = hostile()
+    _downloadable(server, ".bashrc", 5, b"PWNED")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".bashrc").write_text("original rc")
+    cli = cli_for(server.url, KEY)
+    run = cli("download", "ast_x", "-q")
+    assert run.exit_code != 0 and "exists" in run.stderr
+    assert (tmp_path / ".bashrc").read_text() == "original rc"
+    assert cli("download", "ast_x", "-q", "--force").exit_code == 0
+    assert (tmp_path / ".bashrc").read_bytes() == b"PWNED"
+
+    title = "\x1b]0;PWNED\x07\x1b[2Jevil.txt"
+    _downloadable(server, title, 5, b"hello")
+    shown = cli("info", "ast_x")
+    assert "\x1b" not in shown.stdout and "\\x1b]0;PWNED\\x07" in shown.stdout
+    refused = cli("download", "ast_x", "-q")  # no file named with escape sequences either
+    assert refused.exit_code != 0 and "\x1b" not in refused.stderr
+    server.routes[("GET", "/api/assets/ast_x")] = lambda: (
+        400,
+        {"content-type": "application/json"},
+        json.dumps({"error": {"code": "invalid_request", "message": title}}).encode(),
+    )
+    assert "\x1b" not in cli("info", "ast_x").stderr

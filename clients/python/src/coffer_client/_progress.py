@@ -3,6 +3,7 @@ rate and the time left. Shown only on a terminal (stderr), never with ``--quiet`
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from types import TracebackType
@@ -59,6 +60,17 @@ def _speed_column() -> ProgressColumn:
 
 def _ignore(*_: object) -> None:
     return None
+
+
+# Control characters a terminal acts on (escape sequences, carriage returns, bells) in what a
+# service sends (names, messages): shown as \xNN instead. Tabs and line breaks are kept: the
+# command line's own output is made of them.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character a terminal would act on written out."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 class Bars:
@@ -123,6 +135,7 @@ class Transfers(Bars):
         return f"[bold]total[/] {self.finished}/{self.files} files"
 
     def file(self, name: str, size: int | None) -> tuple[Update, Finish]:
+        name = visible(name)
         short = name if len(name) <= 40 else "…" + name[-39:]
         task = self._progress.add_task(short, total=size)
         seen = 0

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import functools
 import json
@@ -23,7 +24,7 @@ from typer.core import TyperGroup
 
 from coffer_client import errors, profiles
 from coffer_client._options import CHUNK, RetryPolicy
-from coffer_client._progress import counted, human, transfers
+from coffer_client._progress import counted, human, transfers, visible
 from coffer_client.paths import join_path, split_path
 from coffer_client.transforms import MAX_QUALITY, MAX_SIDE, MIN_QUALITY, Fit, Format, Transform
 
@@ -67,10 +68,17 @@ def exit_code(exc: BaseException) -> int:
 
 
 def escape(text: str) -> str:
-    """``text`` shown as it is by rich, whatever brackets it holds."""
+    """``text`` shown as it is by rich, whatever brackets or control characters it holds."""
     from rich.markup import escape as rich_escape
 
-    return rich_escape(text)
+    return rich_escape(visible(text))
+
+
+def print(*values: object, **kwargs: Any) -> None:
+    """``builtins.print``, with the control characters of every text written out (``visible``):
+    names and messages come from the service, and an escape sequence in one would act on the
+    terminal (retitle it, clear it, hide the lines before). JSON escapes them itself."""
+    builtins.print(*(visible(v) if isinstance(v, str) else v for v in values), **kwargs)
 
 
 def error_json(exc: errors.CofferError) -> dict[str, Any]:
@@ -634,13 +642,15 @@ def upload(
                 usage_error(f"{p} is a directory (use -r)")
             top = nfc(p.resolve().name)
             dirs.add(top)
-            for f in sorted(p.rglob("*")):
+            found, skipped = tree(p)
+            for f in found:
                 rel = f.relative_to(p)
                 if f.is_dir():
                     dirs.add(f"{top}/{nfc(rel.as_posix())}")
-                elif f.is_file():
+                else:
                     folder = join_path(to, top, *map(nfc, rel.parts[:-1]))
                     todo.append(Job(f, folder, nfc(f.name), f.stat().st_size))
+            warn_skipped(skipped, quiet=quiet or as_json)
         else:
             todo.append(Job(p, join_path(to), nfc(p.name), p.stat().st_size))
     c = state(ctx).client(jobs)
@@ -662,6 +672,9 @@ def download(
         str | None,
         typer.Option("--output", "-o", metavar="PATH", help="File or directory to write; - for stdout."),
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace a file of the asset's name that exists already.")
+    ] = False,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -678,6 +691,9 @@ def download(
     target = Path(output) if output else Path(name)
     if target.is_dir():
         target = target / name
+    if (output is None or Path(output).is_dir()) and target.exists() and not force:
+        # The name came from the service: never write over a file that was not named here.
+        raise errors.CofferError(f"{target} exists; give --force to replace it, or --output.", code="exists")
     with transfers(err, enabled=not (quiet or as_json), total_bytes=a.size, files=1) as bars:
         update, finish = bars.file(a.name, a.size)
         n = c.download(a.id, target, progress=update)
@@ -688,12 +704,36 @@ def download(
         err().print(f"{escape(str(target))}\t{human(n)}")
 
 
+def tree(top: Path) -> tuple[list[Path], list[Path]]:
+    """The directories and regular files under ``top``, sorted, and what was left out: symbolic
+    links (a link to ``~/.ssh/id_rsa`` in the tree would have uploaded the key) and special files
+    (a FIFO would block the upload). Symbolic links to directories are not followed either."""
+    found: list[Path] = []
+    skipped: list[Path] = []
+    for root, dirnames, filenames in os.walk(top):  # (followlinks=False: never into a linked directory)
+        here = Path(root)
+        for d in dirnames:
+            (skipped if (here / d).is_symlink() else found).append(here / d)
+        for f in filenames:
+            path = here / f
+            (found if path.is_file() and not path.is_symlink() else skipped).append(path)
+    return sorted(found), sorted(skipped)
+
+
+def warn_skipped(skipped: list[Path], *, quiet: bool) -> None:
+    if skipped and not quiet:
+        listed = ", ".join(str(p) for p in skipped[:5]) + (" …" if len(skipped) > 5 else "")
+        print(
+            f"coffer: left out {len(skipped)} symbolic link(s) or special file(s): {listed}", file=sys.stderr
+        )
+
+
 def _local_name(name: str) -> str:
     """The asset's name as a file name here: its last part only, so that a name the server
     sends (a hostile or intercepted one could send ``../../.bashrc`` or ``/etc/…``) never
     writes outside the directory it is meant for."""
     local = Path(name.replace("\\", "/")).name
-    if local in ("", ".", ".."):
+    if local in ("", ".", "..") or visible(local) != local:
         message = f"The asset's name {name!r} is no file name; give --output."
         raise errors.CofferError(message, code="bad_name")
     return local
@@ -1259,11 +1299,11 @@ def plan_sync(
     what to delete (remote assets without a local file, topmost remote folders without a local one)."""
     local: dict[str, Path] = {}
     local_dirs: set[str] = set()
-    for entry in sorted(local_dir.rglob("*")):
+    for entry in tree(local_dir)[0]:
         rel = nfc(entry.relative_to(local_dir).as_posix())
         if entry.is_dir():
             local_dirs.add(rel)
-        elif entry.is_file():
+        else:
             local[rel] = entry
     todo: list[Job] = []
     unchanged = 0
