@@ -313,3 +313,19 @@ def test_a_name_from_the_service_neither_replaces_a_file_nor_acts_on_the_termina
         json.dumps({"error": {"code": "invalid_request", "message": title}}).encode(),
     )
     assert "\x1b" not in cli("info", "ast_x").stderr
+
+
+def test_a_listing_that_never_moves_on_or_has_no_shape_is_a_bad_response(hostile: Any, cli_for: Any) -> None:
+    server = hostile()
+    server.json(
+        "GET",
+        "/api/assets",
+        {"assets": [_asset("a.txt", 1)], "limit": 100, "offset": 0, "nextCursor": "same"},
+    )
+    with Coffer(server.url, KEY) as sdk, pytest.raises(errors.CofferError) as looped:
+        list(sdk.list_assets())
+    assert looped.value.code == "bad_response"
+    assert len([s for s in server.seen if s[1] == "/api/assets"]) == 2
+    server.json("GET", "/api/folders", [])  # not the object Coffer answers
+    run = cli_for(server.url, KEY)("ls", "/", "--json")
+    assert json.loads(run.stdout)["error"]["code"] == "bad_response" and "Traceback" not in run.stderr

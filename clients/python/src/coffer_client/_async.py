@@ -259,6 +259,10 @@ class AsyncCoffer:
             for a in page.assets:
                 yield a
             if page.next_cursor is not None:
+                if page.next_cursor == cursor:  # the same page again: it would be listed for ever
+                    raise errors.CofferError(
+                        "The service's listing does not move on (a cursor repeated).", code="bad_response"
+                    )
                 cursor = page.next_cursor
                 continue
             if page.total is None or not page.assets:

@@ -99,7 +99,7 @@ def handled(fn: F) -> F:
             reader_gone()
         except KeyboardInterrupt:
             interrupted()
-        except (ValueError, KeyError) as exc:  # an answer no Coffer gives (a portal's HTML page)
+        except (ValueError, KeyError, TypeError) as exc:  # an answer no Coffer gives (a portal's HTML page)
             answer = errors.CofferError(
                 f"The service's answer is not Coffer's: {exc!r}"[:300], code="bad_response"
             )
