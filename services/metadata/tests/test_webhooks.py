@@ -72,6 +72,10 @@ REFUSED = [
     "not a url",
     "https://exa\x00mple.com/hook",
     "https://" + "a" * 300 + ".com/hook",  # not a host name
+    # Names the idna codec takes and the sender's parser (yarl) does not: every send failed.
+    "https://xn--a.com/hook",
+    "https://xn--.com/hook",
+    "https://a\u200db.com/hook",
 ]
 
 
@@ -293,6 +297,22 @@ async def test_the_dispatcher_refuses_an_internal_address_when_it_connects(
         await dispatcher.close()
         engine.dispose()
     assert len(got) == (3 if allowlist else 0)
+
+
+async def test_a_url_the_sender_cannot_read_is_a_failed_attempt_not_a_crash(
+    database_url: str, tmp_path: Any
+) -> None:
+    """One saved before the check above (or past it): a crashed send was given back at once,
+    due again at once, without an attempt recorded, for the retry window's three days."""
+    settings = Settings(metadata_database_url=database_url, data_dir=tmp_path)
+    engine = make_engine(database_url)
+    dispatcher = Dispatcher(settings, Database(engine))
+    try:
+        outcome = await dispatcher.send(_job("https://xn--a.com/hook"))
+    finally:
+        await dispatcher.close()
+        engine.dispose()
+    assert outcome.status is None and "cannot be sent to" in (outcome.error or ""), outcome
 
 
 def test_claims_take_organizations_in_turn_within_the_endpoint_bound() -> None:
@@ -708,3 +728,63 @@ async def test_an_attempt_the_database_refuses_holds_back_no_other_organization(
         await dispatcher.close()
         engine.dispose()
     assert [d["result"] for d in log["deliveries"]] == ["succeeded"]
+
+
+async def test_a_subtree_key_redelivers_only_its_subtrees_events(api: httpx.AsyncClient, engine: Any) -> None:
+    """An endpoint that heard the whole organization, then narrowed (by an owner) to a subtree:
+    a key of that subtree, which may set the endpoint's URL, could redeliver the organization's
+    other events there. Each redelivery is now checked as fan-out checks an event."""
+    from coffer_kit.contract.ids import WEBHOOK_DELIVERY
+    from coffer_kit.contract.wire import SUBTREE_HEADER
+    from coffer_metadata.models import Event, WebhookDelivery
+
+    org = new_id("org")
+
+    async def folder(name: str, parent: str | None = None) -> str:
+        made = await api.post(
+            f"/internal/v1/orgs/{org}/folders", json={"name": name, "parentId": parent}, headers=AS_KEY
+        )
+        assert made.status_code == 201, made.text
+        return made.json()["id"]  # type: ignore[no-any-return]
+
+    public, private = await folder("public"), await folder("private")
+    plans, docs = await folder("acquisition-plans", private), await folder("docs", public)
+    hook = await api.post(
+        base(org), json={"url": "https://93.184.215.7/h", "events": ["folder.created"]}, headers=AS_KEY
+    )
+    endpoint = hook.json()["id"]
+    assert (
+        await api.patch(f"{base(org)}/{endpoint}", json={"folderId": public}, headers=AS_KEY)
+    ).status_code == 200
+    deliveries = {}
+    with engine.begin() as c:
+        for made in (plans, docs):
+            event = c.execute(
+                sa.select(Event.__table__.c.id).where(  # type: ignore[attr-defined]
+                    Event.__table__.c.type == "folder.created",  # type: ignore[attr-defined]
+                    Event.__table__.c.data.contains(made),  # type: ignore[attr-defined]
+                )
+            ).scalar_one()
+            deliveries[made] = new_id(WEBHOOK_DELIVERY)
+            c.execute(
+                sa.insert(WebhookDelivery.__table__),  # type: ignore[attr-defined]
+                {
+                    **{"id": deliveries[made], "endpoint_id": endpoint, "organization_id": org},
+                    **{
+                        "event_id": event,
+                        "event_type": "folder.created",
+                        "body": "{}",
+                        "status": "succeeded",
+                    },
+                    **{"attempts": 1, "next_attempt_at": None, "retry_until": utcnow() + timedelta(days=3)},
+                    "created_at": utcnow(),
+                },
+            )
+    confined = {**AS_KEY, SUBTREE_HEADER: public}
+
+    def redeliver(made: str, headers: dict[str, str]) -> Any:
+        return api.post(f"{base(org)}/{endpoint}/deliveries/{deliveries[made]}/redeliver", headers=headers)
+
+    assert (await redeliver(plans, confined)).status_code == 404
+    assert (await redeliver(docs, confined)).status_code == 202
+    assert (await redeliver(plans, AS_KEY)).status_code == 202  # the organization's own key: all

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query
@@ -151,8 +152,34 @@ def list_deliveries(
 
 @router.post("/{webhook_id}/deliveries/{delivery_id}/redeliver", status_code=202, dependencies=Confined)
 def redeliver(
-    org_id: str, webhook_id: str, delivery_id: str, session: SessionDep, settings: SettingsDep
+    org_id: str,
+    webhook_id: str,
+    delivery_id: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    root: SubtreeDep,
 ) -> WebhookDelivery:
+    if root is not None and not _event_inside(session, delivery_id, root):
+        # A subtree key redelivers only what its subtree made: the endpoint may have been
+        # narrowed to it after sending the organization's other events, and redelivery goes
+        # to the endpoint's URL as it is now (which the subtree key may have set).
+        raise not_found(f"Delivery {delivery_id} does not exist.")
     return service.redeliver(
         session, org_id=org_id, webhook_id=webhook_id, delivery_id=delivery_id, settings=settings
     )
+
+
+def _event_inside(session: SessionDep, delivery_id: str, root: str) -> bool:
+    """Whether the delivery's event happened inside ``root``'s subtree (before or after a move),
+    as fan-out decides for an endpoint limited to it; False once the event is pruned."""
+    from coffer_metadata.models import Event
+    from coffer_metadata.models import WebhookDelivery as DeliveryRow
+    from coffer_metadata.webhooks.dispatch.fanout import Tree
+
+    delivery = session.get(DeliveryRow, delivery_id) if len(delivery_id) <= 40 else None
+    event = session.get(Event, delivery.event_id) if delivery is not None else None
+    if event is None:
+        return False
+    changes = json.loads(event.changes) if event.changes else {}
+    tree = Tree(session.connection(), [event])
+    return tree.touches(event.type.partition(".")[0], json.loads(event.data), changes, root)

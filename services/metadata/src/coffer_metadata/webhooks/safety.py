@@ -125,6 +125,11 @@ def url_problem(url: str, *, allow_http: bool) -> str | None:
     if literal_address(parts.hostname) is None:
         try:
             parts.hostname.encode("idna")
-        except UnicodeError:
+            # ... and as the sender reads it (aiohttp's yarl, stricter: ``xn--a.com`` or a
+            # zero-width joiner passed the line above, then failed every send).
+            import yarl
+
+            yarl.URL(url).host  # noqa: B018
+        except ValueError:  # (UnicodeError is one)
             return "The URL's host is not a valid name."
     return None

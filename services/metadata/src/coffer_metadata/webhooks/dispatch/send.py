@@ -91,6 +91,8 @@ async def post(http: aiohttp.ClientSession, job: Job, *, policy: AddressPolicy, 
         error = _why(exc)
     except aiohttp.ClientError as exc:
         error = f"{type(exc).__name__}: {exc}"
+    except ValueError as exc:  # (UnicodeError too) a URL the sender cannot read, though saved
+        error = f"the URL cannot be sent to: {type(exc).__name__}: {exc}"[:500]
     latency = time.monotonic() - start
     LATENCY.observe(latency)
     if status is None:
