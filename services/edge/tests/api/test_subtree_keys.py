@@ -294,3 +294,45 @@ def test_a_subtree_keys_upload_tokens_stay_in_what_it_may_reach(tree: Any) -> No
     assert api.patch(f"/api/folders/{ids['avatars']}", json={"parentId": ids["public"]}).status_code == 200
     stored = httpx.post(form, files={"file": ("late.txt", b"late")})
     assert stored.status_code == 201 and stored.json()["folderId"] == ids["avatars"]
+
+
+def _at_once(*calls: Any) -> list[httpx.Response]:
+    """The calls started together (a barrier), from threads of their own."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    barrier = threading.Barrier(len(calls))
+
+    def run(call: Any) -> httpx.Response:
+        barrier.wait()
+        return call()  # type: ignore[no-any-return]
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return [f.result() for f in [pool.submit(run, c) for c in calls]]
+
+
+def test_what_the_organization_moves_out_is_out_of_reach_at_once(tree: Any) -> None:
+    """The organization moves a folder or an asset out of the key's subtree while the key acts
+    on it: the key's change and the move take turns, so never both succeed (on PostgreSQL the
+    key deleted the folder, or pulled it or the asset back in, in about 20 rounds of 25 when
+    its check ran before the organization's tree lock)."""
+    api, sub, ids = tree
+    for i in range(8):
+        a = api.post("/api/folders", json={"name": f"a{i}", "parentId": ids["public"]}).json()["id"]
+        deleted, moved = _at_once(
+            lambda a=a: sub.delete(f"/api/folders/{a}"),
+            lambda a=a: api.patch(f"/api/folders/{a}", json={"parentId": ids["private"]}),
+        )
+        # One of the two, never both: a folder moved out is not the key's to delete.
+        assert sorted((deleted.status_code, moved.status_code)) == [200, 404], (deleted.text, moved.text)
+
+        x = api.post("/api/assets", files={"file": (f"x{i}.txt", b"x")}, data={"folderId": ids["public"]})
+        x = x.json()["id"]
+        mine, theirs = _at_once(
+            lambda x=x: sub.patch(f"/api/assets/{x}", json={"folderId": ids["avatars"]}),
+            lambda x=x: api.patch(f"/api/assets/{x}", json={"folderId": ids["private"]}),
+        )
+        assert theirs.status_code == 200 and mine.status_code in (200, 404), (mine.text, theirs.text)
+        # Moved out, whichever came first: the key never pulls it back in.
+        assert api.get(f"/api/assets/{x}").json()["folderId"] == ids["private"]
+    assert api.get(f"/api/assets/{ids['in_private']}").status_code == 200

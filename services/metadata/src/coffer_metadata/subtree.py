@@ -35,6 +35,16 @@ def inside(session: Session, *, org_id: str, root: str, folder_id: str) -> bool:
     return any(i == root for i, _ in repository.ancestry(session, org_id=org_id, folder_id=folder_id))
 
 
+def in_turn(session: Session, *, org_id: str, root: str | None) -> None:
+    """Before a subtree key's change is checked against its subtree: take the organization's
+    tree lock (``repository.lock_tree``), which every move takes, so that the check and the
+    change see the tree as it is when they write. Checked before the lock, on PostgreSQL a
+    move out of the subtree that committed in between went unseen: the key deleted, or
+    pulled back in, a folder or an asset the organization had just taken away from it."""
+    if root is not None:
+        repository.lock_tree(session, org_id=org_id)
+
+
 def require_inside(session: Session, *, org_id: str, root: str | None, folder_id: str) -> None:
     """404 for a folder outside the subtree (nothing outside exists for the key)."""
     if root is not None and not inside(session, org_id=org_id, root=root, folder_id=folder_id):

@@ -505,6 +505,7 @@ def trash_asset(
 ) -> Trashed:
     # In the transaction that trashes it: an asset moved out of a subtree key's subtree since
     # edge read it is 404 to that key.
+    subtree.in_turn(session, org_id=org_id, root=root)
     subtree.require_asset_inside(session, org_id=org_id, root=root, asset_id=asset_id)
     return trash(
         session,

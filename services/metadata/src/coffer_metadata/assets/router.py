@@ -266,6 +266,7 @@ def update_asset(
     expires: datetime | Unset | None = None
     if "expires_at" in sent:
         expires = expiry.parse_expires_at(body.expires_at) if body.expires_at is not None else Unset()
+    subtree.in_turn(session, org_id=org_id, root=root)
     subtree.require_asset_inside(session, org_id=org_id, root=root, asset_id=asset_id)
     folder: str | object | None = UNSET
     if "folder_id" in sent:
@@ -290,6 +291,7 @@ def update_asset(
 def hide_asset(
     org_id: str, asset_id: str, session: SessionDep, settings: SettingsDep, actor: ActorDep, root: SubtreeDep
 ) -> Hidden:
+    subtree.in_turn(session, org_id=org_id, root=root)
     subtree.require_asset_inside(session, org_id=org_id, root=root, asset_id=asset_id)
     return Hidden(
         key=service.hide(session, org_id=org_id, asset_id=asset_id, cdn_url=settings.cdn_url, actor=actor)

@@ -73,6 +73,7 @@ async def subtree_counts(
 def create_folder(
     org_id: str, body: FolderCreate, session: SessionDep, actor: ActorDep, root: SubtreeDep
 ) -> Folder:
+    subtree.in_turn(session, org_id=org_id, root=root)
     parent = subtree.folder_or_root(session, org_id=org_id, root=root, folder_id=body.parentId or None)
     folder = service.create(
         session, org_id=org_id, name=body.name, parent_id=parent, actor=actor, expiry_days=body.expiryDays
@@ -97,6 +98,7 @@ def update_folder(
         raise invalid("'name' must be a string.", field="name")
     if not sent & {"name", "parent_id", "expiry_days"}:
         raise invalid("Send 'name', 'parentId' or 'expiryDays'.", field="body")
+    subtree.in_turn(session, org_id=org_id, root=root)
     subtree.require_inside(session, org_id=org_id, root=root, folder_id=folder_id)
     subtree.require_not_root(root, folder_id)
     parent: str | service.Unset | None = service.UNSET
@@ -118,6 +120,7 @@ def update_folder(
 def delete_folder(
     org_id: str, folder_id: str, session: SessionDep, actor: ActorDep, root: SubtreeDep
 ) -> Done:
+    subtree.in_turn(session, org_id=org_id, root=root)
     subtree.require_inside(session, org_id=org_id, root=root, folder_id=folder_id)
     subtree.require_not_root(root, folder_id)
     # A subtree key's deleted folders leave their assets in its root, not where it cannot see.

@@ -87,6 +87,9 @@ def create(
     """Create a folder (with its event); 409 if a sibling has the same name."""
     name = normalize_name(name)
     if parent_id is not None:
+        # In turns with moves: a move measures the moved subtree's height under this lock, and
+        # a create beside it that measured its parent's depth outside it made a folder 101 deep.
+        repository.lock_tree(session, org_id=org_id)
         check_folder(session, org_id=org_id, folder_id=parent_id)
         _fits(len(repository.ancestry(session, org_id=org_id, folder_id=parent_id)) + 1)
 
