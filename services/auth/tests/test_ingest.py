@@ -80,8 +80,9 @@ async def test_a_scan_mode_change_is_a_sync_job_ended_only_by_a_sync_of_the_curr
         assert answer.status_code == 200, answer.text
         return answer.json()["syncs"]  # type: ignore[no-any-return]
 
-    async def end(generation: object) -> bool:
-        answer = await api.call("POST", f"/orgs/{org['id']}/scan-sync/ended", json={"generation": generation})
+    async def end(job: dict[str, object]) -> bool:
+        body = {"generation": job["generation"], "leasedUntil": job["leasedUntil"]}
+        answer = await api.call("POST", f"/orgs/{org['id']}/scan-sync/ended", json=body)
         assert answer.status_code == 200, answer.text
         return answer.json()["ended"]  # type: ignore[no-any-return]
 
@@ -103,11 +104,24 @@ async def test_a_scan_mode_change_is_a_sync_job_ended_only_by_a_sync_of_the_curr
     await set_rules(ingestMode="enforce", scanMode="async")
     [second] = await claim()
     assert second["scan"] == "async" and second["generation"] != first["generation"]
-    assert await end(second["generation"]) is True
-    assert await end(first["generation"]) is False
+    assert await end(second) is True
+    assert await end(first) is False
     [third] = await claim()
     assert third["scan"] == "async"
-    assert await end(third["generation"]) is True
+    assert await end(third) is True
+    assert await claim() == []
+
+    # A late end while a sync of the newer mode runs leaves that one alone (no second edge
+    # joins it); that sync then ends stale, and one more runs, alone, and ends it.
+    await set_rules(ingestMode="enforce", scanMode="block")
+    [older] = await claim()
+    await set_rules(ingestMode="enforce", scanMode="async")
+    [newer] = await claim()
+    assert await end(older) is False
+    assert await claim() == []  # the newer sync's lease holds
+    assert await end(newer) is False
+    [last] = await claim()
+    assert last["scan"] == "async" and await end(last) is True
     assert await claim() == []
 
     # A lease that runs out gives the job back; the other organization never had one.
@@ -118,7 +132,7 @@ async def test_a_scan_mode_change_is_a_sync_job_ended_only_by_a_sync_of_the_curr
         assert time.monotonic() < deadline, "the lease did not run out"
     [again] = claimed
     assert again["generation"] == leased["generation"] and again["organizationId"] != other["id"]
-    assert await end(again["generation"]) is True
+    assert await end(again) is True
     assert_error(
         await api.call("POST", "/scan-syncs/claim", json={"settleSeconds": -1, "leaseSeconds": 1}),
         400,

@@ -95,3 +95,36 @@ def test_the_walk_is_bounded(check, monkeypatch: pytest.MonkeyPatch) -> None:  #
     monkeypatch.setattr(archives, "MAX_EXTRACTED", 10_000)
     big_inner = zipped(("noise.bin", bytes(range(256)) * 100), method=zipfile.ZIP_STORED)
     assert check(zipped(("inner.zip", big_inner))) == "nested archives of more than 10000 bytes"
+
+
+def test_a_zip64_zip_behind_other_bytes_or_in_a_form_zipfile_cannot_read_is_not_passed(check) -> None:  # type: ignore[no-untyped-def]
+    """clamd finds EICAR in an ordinary ZIP behind other bytes in an entry, and in an entry
+    labelled Deflate64: a zip64 ZIP there passed it unread, and passed this walk too."""
+    top = zipped(("a.txt", TEXT), zip64=True)
+    assert check(zipped(("setup.exe", b"MZjunk" * 100 + top))) == "a zip64 archive"
+    deflate64 = bytearray(zipped(("inner.zip", zipped(("a.txt", TEXT))), method=zipfile.ZIP_STORED))
+    deflate64[8:10] = (9).to_bytes(2, "little")  # the local header's method: Deflate64
+    central = deflate64.rindex(b"PK\x01\x02")
+    deflate64[central + 10 : central + 12] = (9).to_bytes(2, "little")
+    why = check(bytes(deflate64))
+    assert why is not None and why.startswith("a ZIP entry in a form blob cannot read")
+
+
+def test_a_streamed_entry_clamd_reads_by_its_descriptor_passes(check) -> None:  # type: ignore[no-untyped-def]
+    """An entry written to a stream (flag bit 3, sizes in the data descriptor, as ``zip - -``
+    writes): zipfile's own streaming writer makes that form, and clamd reads it."""
+    out = io.BytesIO()
+
+    class Unseekable(io.RawIOBase):
+        def writable(self) -> bool:
+            return True
+
+        def write(self, data) -> int:  # type: ignore[no-untyped-def,override]
+            return out.write(data)
+
+    with (
+        zipfile.ZipFile(Unseekable(), "w", zipfile.ZIP_DEFLATED) as archive,
+        archive.open("a.txt", "w") as entry,
+    ):
+        entry.write(TEXT)
+    assert check(out.getvalue()) is None

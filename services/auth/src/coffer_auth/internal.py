@@ -85,7 +85,10 @@ def claim_scan_syncs(body: ScanSyncClaim, session: SessionDep) -> ScanSyncs:
 
 @router.post("/orgs/{org_id}/scan-sync/ended")
 def end_scan_sync(org_id: str, body: ScanSyncDone, session: SessionDep) -> ScanSyncEnded:
-    return ScanSyncEnded(ended=orgs.end_scan_sync(session, org_id=org_id, generation=body.generation))
+    ended = orgs.end_scan_sync(
+        session, org_id=org_id, generation=body.generation, leased_until=body.leased_until
+    )
+    return ScanSyncEnded(ended=ended)
 
 
 @router.put("/orgs/{org_id}/trash/retention")

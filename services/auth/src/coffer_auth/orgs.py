@@ -3,7 +3,7 @@ last-owner guard, and an audit event for every change."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import func
@@ -18,7 +18,7 @@ from coffer_kit.contract.errors import invalid, not_found
 from coffer_kit.contract.ids import ORG, new_id
 from coffer_kit.contract.limits import TRASH_RETENTION_DAYS_MAX
 from coffer_kit.contract.resources import VISIBILITIES, Visibility
-from coffer_kit.contract.timeutil import utcnow
+from coffer_kit.contract.timeutil import as_utc, utcnow
 from coffer_kit.contract.wire import ScanSync
 
 
@@ -292,18 +292,24 @@ def claim_scan_syncs(
     if session.get_bind().dialect.name == "postgresql":
         due = due.with_for_update(skip_locked=True)  # (SQLite has one writer)
     orgs = list(session.exec(due))
+    until = now + timedelta(seconds=lease_seconds)
     for org in orgs:
-        org.scan_sync_due_at = now + timedelta(seconds=lease_seconds)
+        org.scan_sync_due_at = until
         session.add(org)
     return [
         ScanSync(
-            organization_id=o.id, scan=cast(media.ScanMode, o.scan_mode), generation=o.scan_sync_generation
+            organization_id=o.id,
+            scan=cast(media.ScanMode, o.scan_mode),
+            generation=o.scan_sync_generation,
+            leased_until=until,
         )
         for o in orgs
     ]
 
 
-def end_scan_sync(session: Session, *, org_id: str, generation: int) -> bool:
+def end_scan_sync(
+    session: Session, *, org_id: str, generation: int, leased_until: datetime | None = None
+) -> bool:
     """A sync of ``generation`` ended: the job ends if that is still the current one. Otherwise the
     mode changed meanwhile, or this sync ran late for an older mode and may have written after a
     newer one: the job is due again, a generation on, so the sync that ends it starts after this
@@ -315,7 +321,14 @@ def end_scan_sync(session: Session, *, org_id: str, generation: int) -> bool:
         org.scan_sync_due_at = None
         session.add(org)
         return True
-    _scan_sync_due(org)
+    org.scan_sync_generation += 1
+    # Due now, unless a sync of the newer mode holds the lease: that one then ends on a stale
+    # generation and the job runs once more, alone (made due at once, two edges overlapped
+    # each other's syncs without end).
+    now = utcnow()
+    due = as_utc(org.scan_sync_due_at) if org.scan_sync_due_at is not None else None
+    if due is None or due <= now or (leased_until is not None and due == as_utc(leased_until)):
+        org.scan_sync_due_at = now  # (the lease was this sync's own: it is over)
     session.add(org)
     return False
 

@@ -8,12 +8,14 @@ calls such a file not scanned whole, as it does a file clamd stopped reading
 (``Heuristics.Limits.Exceeded``): ``unscanned``, held under ``block``.
 
 ``zip64`` walks what clamd called clean when it is a ZIP (by its end record, as ``zipfile``
-finds one, or a file that starts as one): every entry's central and local header, and each
-entry that is itself a ZIP, extracted (bounded) and walked the same way. The walk is bounded
-as clamd's own reading is: ``MAX_DEPTH`` nested archives, ``MAX_ENTRIES`` entries in all,
-``MAX_EXTRACTED`` bytes of nested archives extracted; past a bound, or a ZIP ``zipfile``
-cannot read, it answers a reason too (never a pass blob cannot vouch for). Encrypted entries
-and compression methods ``zipfile`` lacks are left to clamd, as they are read by no one here.
+finds one, or a file that starts as one): every entry's local header, and every entry read
+whole and walked the same way when it is itself a ZIP (at its start, or behind other bytes).
+The walk is bounded as clamd's own reading is: ``MAX_DEPTH`` nested archives, ``MAX_ENTRIES``
+entries in all, ``MAX_EXTRACTED`` bytes decompressed (clamd's MaxScanSize); past a bound, or
+an entry ``zipfile`` cannot read (a compression method it lacks, such as Deflate64, which
+clamd reads), it answers a reason too (never a pass blob cannot vouch for). Encrypted entries
+are read by no one here. Other containers (gzip, tar) are left to clamd: a zip64 ZIP inside
+one still passes (docs/security.md).
 """
 
 from __future__ import annotations
@@ -22,22 +24,19 @@ import io
 import struct
 import tempfile
 import zipfile
-import zlib
 from typing import IO
 
 from coffer_blob.storage import Storage
 from coffer_blob.storage.base import read_range
 
 ZIP_MAGIC = b"PK\x03\x04"
-# The zip64 extended information extra field's id (APPNOTE 4.5.3), and the sizes that send a
-# reader to it.
-ZIP64_EXTRA = 0x0001
+# The sizes that send a reader to the zip64 extra field (APPNOTE 4.5.3).
 ZIP64_SIZE = 0xFFFFFFFF
 # clamd's MaxRecursion is 17 and MaxFiles 10,000 by default; its MaxScanSize is the chart's
 # 101 MiB (charts/coffer/values.yaml, clamav.streamMaxLength).
 MAX_DEPTH = 16
 MAX_ENTRIES = 10_000
-MAX_EXTRACTED = 101 * 1024 * 1024
+MAX_EXTRACTED = 101 * 1024 * 1024  # every entry's bytes, decompressed
 # Reads of the stored object: a block at a time (one ranged GET on S3).
 BLOCK = 256 * 1024
 # A nested archive is extracted into memory up to this, then into a temporary file.
@@ -109,39 +108,29 @@ def zip64(storage: Storage, key: str, size: int) -> str | None:
     return None
 
 
-def _zip64_extra(extra: bytes) -> bool:
-    at = 0
-    while at + 4 <= len(extra):
-        kind, length = struct.unpack_from("<HH", extra, at)
-        if kind == ZIP64_EXTRA:
-            return True
-        at += 4 + length
-    return False
-
-
 def _local_zip64(file: IO[bytes], info: zipfile.ZipInfo) -> bool:
+    """The form clamd passes unread: the local header's sizes say "see the zip64 extra field"
+    with no data descriptor after the data (flag bit 3 clear). A streamed entry (bit 3, as
+    ``zip - -`` writes) clamd reads by its descriptor, and finds EICAR in."""
     file.seek(info.header_offset)
     head = file.read(_LOCAL_HEADER.size)
     if len(head) < _LOCAL_HEADER.size:
         raise Unreadable("a ZIP entry past the end of the file")
     fields = _LOCAL_HEADER.unpack(head)
-    compressed, uncompressed, name_length, extra_length = fields[8], fields[9], fields[10], fields[11]
-    file.seek(name_length, io.SEEK_CUR)
-    extra = file.read(extra_length)
-    return ZIP64_SIZE in (compressed, uncompressed) or _zip64_extra(extra)
+    flags, compressed, uncompressed = fields[3], fields[8], fields[9]
+    return not flags & 0x8 and ZIP64_SIZE in (compressed, uncompressed)
 
 
 def _walk(file: IO[bytes], budget: _Budget, *, depth: int) -> None:
     try:
         archive = zipfile.ZipFile(file)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError) as exc:
+    except Exception as exc:  # whatever zipfile cannot read is not read whole
         raise Unreadable(f"a ZIP that cannot be read ({exc})") from exc
     with archive:
         entries = archive.infolist()
         budget.count(len(entries))
-        for info in entries:
-            if ZIP64_SIZE in (info.compress_size, info.file_size) or _zip64_extra(info.extra):
-                raise Unreadable("a zip64 archive")
+        # In the order they lie in the file: one read of the store per block, not per entry.
+        for info in sorted(entries, key=lambda i: i.header_offset):
             if _local_zip64(file, info):
                 raise Unreadable("a zip64 archive")
             if info.flag_bits & 0x1 or info.is_dir():  # encrypted: read by no one here
@@ -150,23 +139,23 @@ def _walk(file: IO[bytes], budget: _Budget, *, depth: int) -> None:
 
 
 def _nested(archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget: _Budget, *, depth: int) -> None:
-    """Walk the entry if it is itself a ZIP."""
+    """Read the entry whole (within the budget) and walk it if it is itself a ZIP: one that
+    starts as one, or one behind other bytes (``zipfile`` finds its end record)."""
     try:
-        with archive.open(info) as member:
-            head = member.read(len(ZIP_MAGIC))
-            if head != ZIP_MAGIC:
+        with archive.open(info) as member, tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
+            while chunk := member.read(BLOCK):
+                budget.extract(len(chunk))
+                spool.write(chunk)
+            spool.seek(0)
+            if not zipfile.is_zipfile(spool):
                 return
             if depth + 1 > MAX_DEPTH:
                 raise Unreadable(f"archives nested more than {MAX_DEPTH} deep")
-            with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
-                spool.write(head)
-                budget.extract(len(head))
-                while chunk := member.read(BLOCK):
-                    budget.extract(len(chunk))
-                    spool.write(chunk)
-                spool.seek(0)
-                _walk(spool, budget, depth=depth + 1)
-    except NotImplementedError:  # a compression method zipfile lacks: left to clamd
-        return
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+            spool.seek(0)
+            _walk(spool, budget, depth=depth + 1)
+    except Unreadable:
+        raise
+    except NotImplementedError as exc:  # a compression method zipfile lacks (Deflate64): clamd reads it
+        raise Unreadable(f"a ZIP entry in a form blob cannot read ({exc})") from exc
+    except Exception as exc:  # a broken entry (zlib, lzma, CRC) is not read whole
         raise Unreadable(f"a ZIP entry that cannot be read ({exc})") from exc

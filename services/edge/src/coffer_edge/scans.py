@@ -130,22 +130,35 @@ class ScanModeRelay(Relay):
     async def sync(self, job: ScanSync) -> None:
         """Hold or release, as ``job.scan`` says, every live asset of the organization still
         pending or unscanned; then end the job (auth keeps it due if the mode changed since)."""
-        after, synced = "", 0
+        after, synced, failed = "", 0, 0
         while page := await self.metadata.scan_holds(job.organization_id, after=after, limit=SYNC_PAGE):
             for asset in page:
-                await settle_held(
-                    self.metadata,
-                    self.blob,
-                    self.auth,
-                    job.organization_id,
-                    asset.asset_id,
-                    asset.key,
-                    mode=job.scan,
-                )
+                try:
+                    await settle_held(
+                        self.metadata,
+                        self.blob,
+                        self.auth,
+                        job.organization_id,
+                        asset.asset_id,
+                        asset.key,
+                        mode=job.scan,
+                    )
+                except CofferError as exc:
+                    # One object cannot stop the others: gone (deleted meanwhile, or lost, which
+                    # the scrub reports) is skipped; a failure leaves the job due for a retry.
+                    if exc.status != 404:
+                        failed += 1
+                        log.warning(
+                            "could not settle a scan hold",
+                            extra={"asset_id": asset.asset_id, "error": exc.message},
+                        )
             synced += len(page)
             SCAN_SYNCED.inc(len(page))
             after = page[-1].asset_id
-        ended = await self.auth.end_scan_sync(job.organization_id, job.generation)
+        if failed:  # leased still: claimed again when the lease runs out
+            log.warning("scan mode sync incomplete", extra={"org_id": job.organization_id, "failed": failed})
+            return
+        ended = await self.auth.end_scan_sync(job)
         log.info(
             "scan mode synced",
             extra={"org_id": job.organization_id, "scan": job.scan, "assets": synced, "ended": ended},

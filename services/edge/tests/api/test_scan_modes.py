@@ -152,3 +152,24 @@ def test_a_scan_that_ends_while_a_sync_holds_its_file_leaves_it_as_its_result_sa
     delivered.set()
     within("clean", lambda: status(tenant, fine) == "clean")
     within("released once clean", lambda: served(fine))
+
+
+def test_an_object_that_is_gone_stops_no_other_files_sync(
+    monkeypatch: pytest.MonkeyPatch, admin: Any, tenant: Any
+) -> None:
+    """The store answers 404 for one file's hold (its object lost, or deleted meanwhile): the
+    sync skips it and settles the others (the whole sync failed on it, again every lease)."""
+    Scanner(monkeypatch)
+    scan_mode(admin, tenant, "block")
+    gone, later = upload(tenant.api, "a-gone.txt"), upload(tenant.api, "b-later.txt")
+    within("unscanned", lambda: status(tenant, gone) == status(tenant, later) == "unscanned")
+    set_held = BlobClient.set_held
+
+    async def lost(client: BlobClient, key: str, held: bool, **kwargs: Any) -> None:
+        if key == gone["key"]:
+            raise CofferError(404, "not_found", "No such object.")
+        await set_held(client, key, held, **kwargs)
+
+    monkeypatch.setattr(BlobClient, "set_held", lost)
+    scan_mode(admin, tenant, "async")
+    within("the other file served", lambda: served(later))

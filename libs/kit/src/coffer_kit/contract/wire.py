@@ -614,6 +614,8 @@ class ScanSync(WireModel):
     organization_id: str
     scan: ScanMode
     generation: int
+    # The claim's lease: the sync's own, which its end names.
+    leased_until: datetime
 
 
 class ScanSyncs(WireModel):
@@ -622,6 +624,7 @@ class ScanSyncs(WireModel):
 
 class ScanSyncDone(WireModel):
     generation: int
+    leased_until: datetime | None = None
 
 
 class ScanSyncEnded(WireModel):

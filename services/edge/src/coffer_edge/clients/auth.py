@@ -115,10 +115,11 @@ class AuthClient(ServiceClient):
         path = "/internal/v1/scan-syncs/claim"
         return (await self.call(wire.ScanSyncs, "POST", path, json=body.model_dump(by_alias=True))).syncs
 
-    async def end_scan_sync(self, org_id: str, generation: int) -> bool:
+    async def end_scan_sync(self, job: wire.ScanSync) -> bool:
         """False: the mode changed meanwhile, and the sync is due again."""
-        body = wire.ScanSyncDone(generation=generation).model_dump(by_alias=True)
-        path = f"/internal/v1/orgs/{_seg(org_id)}/scan-sync/ended"
+        done = wire.ScanSyncDone(generation=job.generation, leased_until=job.leased_until)
+        path = f"/internal/v1/orgs/{_seg(job.organization_id)}/scan-sync/ended"
+        body = done.model_dump(by_alias=True, mode="json")
         return (await self.call(wire.ScanSyncEnded, "POST", path, json=body)).ended
 
     async def record_changes(self, events: list[dict[str, Any]]) -> None:
