@@ -95,7 +95,22 @@ async def settle_held(
     await settle(held, hold, None)
 
 
-class ScanModeRelay(Relay):
+class _ScanJobs(Relay):
+    """A relay that holds and releases objects for their scans: the three services it calls."""
+
+    def __init__(
+        self, metadata: MetadataClient, blob: BlobClient, auth: AuthClient, *, interval: float
+    ) -> None:
+        super().__init__(interval=interval, log=log)
+        self.metadata = metadata
+        self.blob = blob
+        self.auth = auth
+
+    async def settle_held(self, org_id: str, asset_id: str, key: str, *, mode: str | None) -> None:
+        await settle_held(self.metadata, self.blob, self.auth, org_id, asset_id, key, mode=mode)
+
+
+class ScanModeRelay(_ScanJobs):
     """Runs the syncs auth keeps for changes of a scan mode, apart from the scans (a scan may
     take minutes, a sync of a large organization too)."""
 
@@ -110,10 +125,7 @@ class ScanModeRelay(Relay):
         interval: float,
         settle_seconds: float,
     ) -> None:
-        super().__init__(interval=interval, log=log)
-        self.metadata = metadata
-        self.blob = blob
-        self.auth = auth
+        super().__init__(metadata, blob, auth, interval=interval)
         # Only changes this old: edge's cached rules, which its uploads follow, have caught up.
         self.settle_seconds = settle_seconds
 
@@ -134,15 +146,7 @@ class ScanModeRelay(Relay):
         while page := await self.metadata.scan_holds(job.organization_id, after=after, limit=SYNC_PAGE):
             for asset in page:
                 try:
-                    await settle_held(
-                        self.metadata,
-                        self.blob,
-                        self.auth,
-                        job.organization_id,
-                        asset.asset_id,
-                        asset.key,
-                        mode=job.scan,
-                    )
+                    await self.settle_held(job.organization_id, asset.asset_id, asset.key, mode=job.scan)
                 except CofferError as exc:
                     # One object cannot stop the others: gone (deleted meanwhile, or lost, which
                     # the scrub reports) is skipped; a failure leaves the job due for a retry.
@@ -165,7 +169,7 @@ class ScanModeRelay(Relay):
         )
 
 
-class ScanRelay(Relay):
+class ScanRelay(_ScanJobs):
     name = "scan relay"
 
     def __init__(
@@ -180,10 +184,7 @@ class ScanRelay(Relay):
         concurrency: int,
         timeout: float,
     ) -> None:
-        super().__init__(interval=interval, log=log)
-        self.metadata = metadata
-        self.blob = blob
-        self.auth = auth
+        super().__init__(metadata, blob, auth, interval=interval)
         self.retries = retries
         self.backoff = backoff
         self.concurrency = concurrency
@@ -226,9 +227,7 @@ class ScanRelay(Relay):
         SCAN_RESULTS.labels(report.status).inc()
         if report.status != "retry":
             try:
-                await settle_held(
-                    self.metadata, self.blob, self.auth, job.organization_id, job.asset_id, job.key, mode=None
-                )
+                await self.settle_held(job.organization_id, job.asset_id, job.key, mode=None)
             except CofferError as exc:
                 log.warning(
                     "could not settle a scan's hold", extra={"asset_id": job.asset_id, "error": exc.message}
