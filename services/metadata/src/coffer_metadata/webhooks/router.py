@@ -171,13 +171,18 @@ def redeliver(
 
 def _event_inside(session: SessionDep, delivery_id: str, root: str) -> bool:
     """Whether the delivery's event happened inside ``root``'s subtree (before or after a move),
-    as fan-out decides for an endpoint limited to it; False once the event is pruned."""
+    as fan-out decides for an endpoint limited to it; False once the event is pruned. A ping
+    is the endpoint's own."""
     from coffer_metadata.models import Event
     from coffer_metadata.models import WebhookDelivery as DeliveryRow
     from coffer_metadata.webhooks.dispatch.fanout import Tree
 
     delivery = session.get(DeliveryRow, delivery_id) if len(delivery_id) <= 40 else None
-    event = session.get(Event, delivery.event_id) if delivery is not None else None
+    if delivery is None:
+        return True  # (service.redeliver answers 404 for it)
+    if not delivery.event_type.startswith(("asset.", "folder.")):
+        return True  # the endpoint's own (a test ping): about nothing of the organization's
+    event = session.get(Event, delivery.event_id)
     if event is None:
         return False
     changes = json.loads(event.changes) if event.changes else {}
