@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from coffer_kit.contract.ids import ASSET, ORG, new_id
+from coffer_kit.contract.wire import ACTOR_HEADER
 from coffer_kit.db import make_engine
 from coffer_metadata import cli
 from coffer_metadata.manifest import write_manifest
@@ -24,6 +25,13 @@ async def test_the_manifest_lists_assets_deletes_and_uploads_in_flight(
     kept = (await commit_asset(api, org, size=5, sha256="c" * 64, key_name="kept.txt")).json()
     hidden = (await commit_asset(api, org, size=7, key_name="gone.txt")).json()
     assert (await api.post(f"/internal/v1/orgs/{org}/assets/{hidden['id']}/tombstone")).status_code == 200
+    trashed = (await commit_asset(api, org, size=9, sha256="d" * 64, key_name="binned.txt")).json()
+    binned = await api.post(
+        f"/internal/v1/orgs/{org}/assets/{trashed['id']}/trash",
+        json={"retentionDays": 7, "limitBytes": 10**9},
+        headers={ACTOR_HEADER: json.dumps({"type": "key", "id": "key_a"})},
+    )
+    assert binned.status_code == 200, binned.text
     in_flight = new_id(ASSET)
     intent = await api.post(f"/internal/v1/orgs/{org}/intents", json={"assetId": in_flight})
     assert intent.status_code == 201
@@ -35,8 +43,8 @@ async def test_the_manifest_lists_assets_deletes_and_uploads_in_flight(
     finally:
         engine.dispose()
     *rows, end = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert count == len(rows) == 3
-    assert end == {"end": True, "count": 3}  # (the scrub refuses a manifest cut short)
+    assert count == len(rows) == 4
+    assert end == {"end": True, "count": 4}  # (the scrub refuses a manifest cut short)
     by_asset = {row["asset"]: row for row in rows}
     assert by_asset[kept["id"]] == {
         "org": org,
@@ -48,6 +56,14 @@ async def test_the_manifest_lists_assets_deletes_and_uploads_in_flight(
         "state": "asset",
     }
     assert by_asset[kept["id"]]["created"].startswith("20")
+    # A trashed asset still owns its object (a restore gives it back): the scrub must neither
+    # miss its bytes nor call them an orphan.
+    assert {k: by_asset[trashed["id"]][k] for k in ("key", "size", "sha256", "state")} == {
+        "key": f"{org}/{trashed['id']}/binned.txt",
+        "size": 9,
+        "sha256": "d" * 64,
+        "state": "asset",
+    }
     assert by_asset[hidden["id"]]["state"] == "deleting"
     assert by_asset[hidden["id"]]["key"] == f"{org}/{hidden['id']}/gone.txt"
     assert by_asset[in_flight]["state"] == "uploading"

@@ -4,8 +4,9 @@ metadata owns the rows and blob the bytes, and neither reads the other's store (
 architecture.md), so the scrub (``coffer-blob scrub --manifest``, issue 47) is handed this
 list. One line per:
 
-- asset row, whatever its state (a trashed asset still owns its object until it is purged):
-  ``state`` ``asset``, with the key, size and SHA-256 its object must have;
+- asset, live or in the trash (a trashed asset's row is in ``trashed_assets``, and it still
+  owns its object until it is purged): ``state`` ``asset``, with the key, size and SHA-256
+  its object must have;
 - delete in progress (a tombstone: the row is gone, the bytes are being deleted): ``deleting``;
 - upload in flight (an upload intent, or a resumable upload not completed): ``uploading``.
 
@@ -27,7 +28,7 @@ from sqlalchemy import Table, select
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import SQLModel
 
-from coffer_metadata.models import Asset, Tombstone, TusUpload, UploadIntent
+from coffer_metadata.models import Asset, Tombstone, TrashedAsset, TusUpload, UploadIntent
 
 # Rows fetched from the database at a time.
 PAGE_ROWS = 1000
@@ -44,18 +45,21 @@ def _table(model: type[SQLModel]) -> Table:
 
 def lines(conn: Connection) -> Iterator[dict[str, Any]]:
     """The manifest's entries (module docstring), assets first."""
-    a = _table(Asset).c
-    assets = select(a.organization_id, a.id, a.key, a.size, a.sha256, a.created_at)
-    for org, asset, key, size, sha256, created in conn.execute(assets.execution_options(yield_per=PAGE_ROWS)):
-        yield {
-            "org": org,
-            "asset": asset,
-            "key": key,
-            "size": size,
-            "sha256": sha256,
-            "created": _stamp(created),
-            "state": "asset",
-        }
+    for model in (Asset, TrashedAsset):
+        a = _table(model).c
+        assets = select(a.organization_id, a.id, a.key, a.size, a.sha256, a.created_at)
+        for org, asset, key, size, sha256, created in conn.execute(
+            assets.execution_options(yield_per=PAGE_ROWS)
+        ):
+            yield {
+                "org": org,
+                "asset": asset,
+                "key": key,
+                "size": size,
+                "sha256": sha256,
+                "created": _stamp(created),
+                "state": "asset",
+            }
     tus = _table(TusUpload)
     owners = [
         (select(t.c.organization_id, t.c.asset_id, t.c.key, t.c.created_at), state)
