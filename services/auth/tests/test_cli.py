@@ -75,6 +75,13 @@ async def test_operator_commands_are_audited_and_guarded(admin: Admin, engine: E
     assert admin("set-role", "--org", org["id"], "--user", b["id"], "--role", "owner")["role"] == "owner"
     admin("remove-member", "--org", org["id"], "--user", "a@example.com")
     admin("set-quota", "--org", org["id"], "--quota-bytes", "5")
+    # Past the column's 64 bits: an error in the envelope, not the driver's OverflowError.
+    for too_big in (str(2**63), "9" * 30):
+        assert (
+            admin.fails("set-quota", "--org", org["id"], "--quota-bytes", too_big)["code"]
+            == "invalid_request"
+        )
+        assert "quotaBytes" in admin.fails("create-org", "--name", "Big", "--quota-bytes", too_big)["message"]
     key = admin("create-key", "--org", org["id"], "--name", "ci")
     admin("delete-key", key["id"])
 

@@ -184,6 +184,65 @@ def test_a_trashed_or_any_asset_row_owns_its_object(storage: Storage) -> None:
     assert report.clean, report.human()
 
 
+def test_an_object_that_cannot_be_read_is_corrupt_and_the_walk_goes_on(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk's EIO on one object was a traceback that lost every finding of the run."""
+    _, entries = a_store(storage)
+    failing, removed, kept = entries
+    storage.delete(removed.key)
+    opened = storage.open_reader
+
+    def open_reader(key: str, *args: Any) -> Any:
+        if key == failing.key:
+            raise OSError(5, "Input/output error")  # what a failing disk's read raises
+        return opened(key, *args)
+
+    monkeypatch.setattr(storage, "open_reader", open_reader)
+    report = scrub(storage, manifest_of(entries), verify=1.0, limit=RateLimit(10**9), orphan_age=HOUR)
+    found = sorted((f.kind, f.asset, f.detail) for f in report.findings)
+    assert found == [
+        ("corrupt", failing.asset, "unreadable: [Errno 5] Input/output error"),
+        ("missing", removed.asset, ""),
+    ], report.human()
+    assert report.verified == 1  # the one it could read
+
+
+def test_a_damaged_sidecar_is_a_finding_never_an_orphan(settings: Settings) -> None:
+    """fs only (the sidecar names the object): one emptied sidecar stopped every run with
+    exit 2 and no report, the missing object beside it unreported."""
+    storage = make_driver(settings)
+    assert isinstance(storage, FsStorage)
+    _, entries = a_store(storage)
+    damaged, removed, kept = entries
+    storage.delete(removed.key)
+    Path(storage._place(damaged.key).sidecar).write_bytes(b"")
+    later = datetime.now(UTC) + 2 * HOUR
+
+    report = scrub(
+        storage,
+        manifest_of(entries),
+        verify=1.0,
+        limit=RateLimit(10**9),
+        orphan_age=HOUR,
+        now=later,
+        delete_orphans=True,
+    )
+    found = sorted((f.kind, f.asset, f.key) for f in report.findings)
+    # The damaged object cannot be served (its name is unknown): its asset is missing too.
+    assert found == sorted(
+        [
+            ("corrupt", damaged.asset, f"{damaged.org}/{damaged.asset}/"),
+            ("missing", damaged.asset, damaged.key),
+            ("missing", removed.asset, removed.key),
+        ]
+    ), report.human()
+    assert "is unreadable" in report.of("corrupt")[0].detail
+    assert report.deleted_orphans == 0
+    assert Path(storage._place(damaged.key).data).exists()  # left for an operator
+    assert storage.stat(kept.key) is not None
+
+
 class FakeTime:
     def __init__(self) -> None:
         self.now = 100.0
@@ -332,6 +391,15 @@ def test_the_command_prints_json_exits_non_zero_and_writes_metrics(
     assert "coffer_scrub_corrupt_objects 0.0" in text
 
     assert cli.main(["scrub", "--manifest", str(manifest), "--verify", "lots"]) == 2
+    # A metrics file that cannot be written is refused before the run; a push that fails
+    # after it leaves the exit code the store's (1: the missing object), with a warning.
+    capsys.readouterr()
+    assert (
+        cli.main(["scrub", "--manifest", str(manifest), "--metrics-file", str(tmp_path / "no/x.prom")]) == 2
+    )
+    assert "--metrics-file" in capsys.readouterr().err
+    assert cli.main(["scrub", "--manifest", str(manifest), "--pushgateway", "127.0.0.1:1"]) == 1
+    assert "the metrics were not exported" in capsys.readouterr().err
     assert cli.main(["scrub", "--manifest", str(tmp_path / "absent")]) == 2
     human = cli.main(["scrub", "--manifest", str(manifest), "--verify", "none"])
     assert human == 1

@@ -21,6 +21,8 @@ from coffer_kit.contract.resources import VISIBILITIES, Visibility
 from coffer_kit.contract.timeutil import as_utc, utcnow
 from coffer_kit.contract.wire import ScanSync
 
+MAX_QUOTA_BYTES = 2**63 - 1
+
 
 def _name(name: str) -> str:
     name = name.strip()
@@ -146,8 +148,7 @@ def create(
     session: Session, actor: Actor, *, name: str, quota_bytes: int, owner_id: str | None
 ) -> Organization:
     """Create an organization; ``owner_id`` (the dashboard's caller) becomes its owner."""
-    if quota_bytes < 0:
-        raise invalid("quotaBytes must be zero or more.", field="quotaBytes")
+    _check_quota(quota_bytes)
     org = Organization(id=new_id(ORG), name=_name(name), quota_bytes=quota_bytes, created_at=utcnow())
     session.add(org)
     session.flush()
@@ -333,12 +334,17 @@ def end_scan_sync(
     return False
 
 
+def _check_quota(quota_bytes: int) -> None:
+    # The column is a 64-bit integer: a larger number was the database driver's OverflowError.
+    if not 0 <= quota_bytes <= MAX_QUOTA_BYTES:
+        raise invalid(f"quotaBytes must be from 0 to {MAX_QUOTA_BYTES}.", field="quotaBytes")
+
+
 def set_quota(session: Session, actor: Actor, *, org_id: str, quota_bytes: int) -> Organization:
     org = session.get(Organization, org_id)
     if org is None:
         raise not_found(f"Organization {org_id} does not exist.")
-    if quota_bytes < 0:
-        raise invalid("quotaBytes must be zero or more.", field="quotaBytes")
+    _check_quota(quota_bytes)
     old = org.quota_bytes
     org.quota_bytes = quota_bytes
     _changed(session, actor, org, "org.quota_changed", old, quota_bytes)

@@ -9,7 +9,8 @@ per resumable upload. It then walks the store (``Storage.inventory``) and report
 - **missing**: an asset row whose object is not in the store;
 - **corrupt**: an asset's object whose size differs from the row's, or whose bytes no longer
   hash to the row's SHA-256 (read for a sample of the assets, or all: ``verify``, at most
-  ``rate`` bytes a second);
+  ``rate`` bytes a second), or cannot be read (an I/O error, a damaged sidecar: reported
+  with the reason, and the walk goes on);
 - **orphans**: an object that no row owns, older than the in-flight window (``orphan_age``):
   the bytes of an upload are published before its row is written, and the manifest was read
   before the walk, so a young object without a row is most likely an upload finishing.
@@ -258,6 +259,9 @@ def scrub(
         if len(parts) != 3 or not is_asset_id(parts[1]):
             continue  # presets and the like: not an asset's object
         org, asset, filename = parts
+        if obj.damage:  # never an orphan: what it is, and whose, is unknown
+            report.findings.append(Finding("corrupt", org, asset, obj.key, obj.damage, obj.size))
+            continue
         entry = manifest.get(f"{org}/{asset}")
         if entry is None or not _owned_by(entry, filename):
             if obj.last_modified > cutoff:
@@ -286,7 +290,12 @@ def scrub(
 def _verify(storage: Storage, entries: list[Expected], limit: RateLimit, report: Report) -> None:
     """Hash each entry's object at the limit's rate; report the ones that differ."""
     for entry in entries:
-        digest = _hash(storage, entry.key, limit)
+        try:
+            digest = _hash(storage, entry.key, limit)
+        except OSError as exc:  # (a disk's EIO: the damage a scrub is for)
+            detail = f"unreadable: {exc}"
+            report.findings.append(Finding("corrupt", entry.org, entry.asset, entry.key, detail))
+            continue
         report.verified += 1
         report.verified_bytes += entry.size
         if digest is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -65,6 +66,9 @@ def run_scrub(args: argparse.Namespace, settings: Settings) -> int:
         age = args.orphan_age if args.orphan_age is not None else settings.blob_scrub_orphan_age_seconds
         if not 0 <= age <= MAX_ORPHAN_AGE_SECONDS:  # (NaN too)
             raise ValueError(f"--orphan-age: seconds, from 0 to {MAX_ORPHAN_AGE_SECONDS}")
+        if args.metrics_file and not os.path.isdir(os.path.dirname(args.metrics_file) or "."):
+            # Known now, not after a run of hours.
+            raise ValueError(f"--metrics-file: {os.path.dirname(args.metrics_file)} is not a directory")
         with _open(args.manifest) as stream:
             manifest = read_manifest(iter_lines(stream), max_entries=settings.blob_scrub_max_assets)
     except (ValueError, OSError) as exc:  # ManifestError is a ValueError
@@ -88,10 +92,13 @@ def run_scrub(args: argparse.Namespace, settings: Settings) -> int:
         storage.close()
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.human())
     registry = metrics(report, rate)
-    if args.metrics_file:
-        write_to_textfile(args.metrics_file, registry)
-    if args.pushgateway:
-        push_to_gateway(args.pushgateway, job="coffer_scrub", registry=registry)
+    try:
+        if args.metrics_file:
+            write_to_textfile(args.metrics_file, registry)
+        if args.pushgateway:
+            push_to_gateway(args.pushgateway, job="coffer_scrub", registry=registry)
+    except OSError as exc:  # (URLError is one) the exit code stays the store's: 0 or 1
+        print(f"coffer-blob scrub: the metrics were not exported: {exc}", file=sys.stderr)
     return CLEAN if report.clean else PROBLEMS
 
 

@@ -57,6 +57,9 @@ class StoredObject:
     key: str  # ``{org}/{asset}/{filename}``, or a driver-reserved key such as a preset's
     size: int
     last_modified: datetime  # timezone-aware UTC
+    # Why the driver could not read what the object is (the fs driver's sidecar, which names
+    # it, is damaged): ``key`` is then ``{org}/{asset}/`` and the object cannot be served.
+    damage: str = ""
 
 
 class Writer(Protocol):

@@ -455,16 +455,24 @@ class FsStorage:
             if not dot or _RESERVED in asset or f"{asset}{_RESERVED}meta.{h}" not in names:
                 continue
             try:
-                meta = _read_sidecar(f"{bucket}/{asset}{_RESERVED}meta.{h}")
                 st = os.stat(f"{bucket}/{name}")
             except FileNotFoundError:
                 continue  # deleted meanwhile
-            except (OSError, ValueError) as exc:
+            except OSError as exc:
                 raise StorageUnavailable(f"cannot read {bucket}/{name}: {exc}") from exc
+            sidecar, key, damage = f"{bucket}/{asset}{_RESERVED}meta.{h}", f"{org}/{asset}/", ""
+            try:
+                key += _read_sidecar(sidecar)["name"]
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                # One damaged object is a finding (the scrub's), not the end of the walk.
+                damage = f"{sidecar} is unreadable: {exc!r}"
             yield StoredObject(
-                key=f"{org}/{asset}/{meta['name']}",
+                key=key,
                 size=st.st_size,
                 last_modified=datetime.fromtimestamp(int(st.st_mtime), UTC),
+                damage=damage,
             )
 
     def check(self) -> None:
