@@ -189,7 +189,7 @@ def test_an_object_that_cannot_be_read_is_corrupt_and_the_walk_goes_on(
 ) -> None:
     """A disk's EIO on one object was a traceback that lost every finding of the run."""
     _, entries = a_store(storage)
-    failing, removed, kept = entries
+    failing, removed, _ = entries
     storage.delete(removed.key)
     opened = storage.open_reader
 

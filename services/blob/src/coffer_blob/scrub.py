@@ -275,9 +275,11 @@ def scrub(
                 report.findings.append(Finding("corrupt", org, asset, obj.key, detail, obj.size))
             elif verify >= 1 or (verify > 0 and pick() < verify):
                 to_hash.append(entry)
-    for entry in manifest.values():
-        if entry.state not in OWNS_ONLY and entry.key not in seen:
-            report.findings.append(Finding("missing", entry.org, entry.asset, entry.key))
+    report.findings += [
+        Finding("missing", entry.org, entry.asset, entry.key)
+        for entry in manifest.values()
+        if entry.state not in OWNS_ONLY and entry.key not in seen
+    ]
     _verify(storage, to_hash, limit, report)
     if delete_orphans:
         for finding in report.of("orphan"):
