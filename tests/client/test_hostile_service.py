@@ -72,7 +72,8 @@ def hostile() -> Iterator[Callable[[], Hostile]]:
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
-                self.send_header("content-length", headers.get("content-length", str(len(body))))
+                if headers.get("connection") != "close":  # (else: the body ends with the connection)
+                    self.send_header("content-length", headers.get("content-length", str(len(body))))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(body)
@@ -329,3 +330,49 @@ def test_a_listing_that_never_moves_on_or_has_no_shape_is_a_bad_response(hostile
     server.json("GET", "/api/folders", [])  # not the object Coffer answers
     run = cli_for(server.url, KEY)("ls", "/", "--json")
     assert json.loads(run.stdout)["error"]["code"] == "bad_response" and "Traceback" not in run.stderr
+
+
+def test_an_answer_past_the_clients_bound_is_refused_without_being_held(hostile: Any) -> None:
+    """A 200 MB JSON answer took 1 GB of the client's memory. Now one declared too large is
+    refused unread, one of no declared length at the bound, and a gzip bomb (a quarter of a
+    GiB of zeros in 256 KiB: the client asks for no content coding) before it is decoded."""
+    import tracemalloc
+    import zlib
+
+    server = hostile()
+    server.routes[("GET", "/api/assets/ast_big")] = lambda: (
+        200,
+        {"content-type": "application/json", "content-length": str(10 * 1024**3)},
+        b"",
+    )
+    endless = b"[" + b"0," * (40 * 1024 * 1024)  # 80 MiB, made before memory is traced
+    server.routes[("GET", "/api/assets/ast_long")] = lambda: (
+        200,
+        {"content-type": "application/json", "connection": "close"},
+        endless,
+    )
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # gzip framing
+    zeros = bytes(1 << 20)
+    bomb = b"".join(packer.compress(zeros) for _ in range(256)) + packer.flush()
+    assert len(bomb) < 1 << 20
+    server.routes[("GET", "/api/assets/ast_bomb")] = lambda: (
+        200,
+        {"content-type": "application/json", "content-encoding": "gzip"},
+        bomb,
+    )
+    with Coffer(server.url, KEY, retry=RetryPolicy(attempts=1)) as sdk:
+        for asset, said in (
+            ("ast_big", "larger than"),
+            ("ast_long", "larger than"),
+            ("ast_bomb", "gzip-encoded"),
+        ):
+            tracemalloc.start()
+            try:
+                with pytest.raises(errors.CofferError) as refused:
+                    sdk.get_asset(asset)
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            assert refused.value.code == "bad_response", asset
+            assert said in str(refused.value), asset
+            assert peak < 80 * 1024**2, (asset, peak)  # the bound, 64 MiB, and a chunk

@@ -23,6 +23,7 @@ from coffer_client._base import (
     CHUNK,
     DEFAULT_TIMEOUT,
     MAX_FILE_BYTES,
+    MAX_RESPONSE_BYTES,
     UNSET,
     USER_AGENT,
     AsyncLazyTLSTransport,
@@ -34,12 +35,14 @@ from coffer_client._base import (
     check,
     clean_params,
     describe_fields,
+    encoded,
     filter_params,
     parse,
     patch_body,
     retrying_kwargs,
     settings_from,
     source_for,
+    too_large,
     transport_error,
 )
 from coffer_client.models import (
@@ -86,7 +89,7 @@ class AsyncCoffer:
             http_client = httpx.AsyncClient(
                 timeout=timeout,
                 limits=limits,
-                headers={"user-agent": USER_AGENT},
+                headers={"user-agent": USER_AGENT, "accept-encoding": "identity"},
                 transport=AsyncLazyTLSTransport(limits),
             )
         self._http = http_client
@@ -136,7 +139,7 @@ class AsyncCoffer:
             ):
                 with attempt:
                     content = delivery.atrack(body()) if body is not None else None
-                    r = await self._http.request(
+                    request = self._http.build_request(
                         method,
                         url,
                         params=clean_params(params) if params else None,
@@ -144,7 +147,7 @@ class AsyncCoffer:
                         content=content,
                         headers=hdrs,
                     )
-                    return check(r)
+                    return check(await _read_within(await self._http.send(request, stream=True)))
         except httpx.TransportError as exc:
             raise transport_error(exc, method, url.split("?")[0]) from exc
         raise AssertionError("unreachable")  # pragma: no cover
@@ -495,7 +498,8 @@ class AsyncCoffer:
             try:
                 body = offload.iterate(tus.chunk_body(source, offset, length, total, progress))
                 headers = {**auth_headers(self._settings), **tus.patch_headers(offset, length)}
-                answer = check(await self._http.request("PATCH", upload_url, content=body, headers=headers))
+                patch = self._http.build_request("PATCH", upload_url, content=body, headers=headers)
+                answer = check(await _read_within(await self._http.send(patch, stream=True)))
                 if tus.offset_of(answer) <= offset and tus.asset_id_of(answer) is None:
                     raise errors.CofferError(
                         f"The service took a chunk without moving the upload's offset ({offset}).",
@@ -648,8 +652,9 @@ class AsyncCoffer:
                     headers = {"range": f"bytes={written}-"} if written else {}
                     async with self._http.stream("GET", signed.url, headers=headers) as r:
                         if r.is_error:
-                            await r.aread()
-                            check(r)
+                            check(await _read_within(r))
+                        if refusal := encoded(r):
+                            raise refusal
                         if written and r.status_code != 206:
                             raise errors.CofferError("The CDN did not resume the download.", code="no_range")
                         async for chunk in r.aiter_bytes(CHUNK):
@@ -725,3 +730,25 @@ class AsyncCoffer:
             ids = ", ".join(a.id for a in found)
             raise errors.Conflict(f"Several assets are named {spec}: {ids}; give an id.", status=409)
         return found[0]
+
+
+async def _read_within(response: httpx.Response) -> httpx.Response:
+    """``response`` read whole and closed, unless it is larger than MAX_RESPONSE_BYTES (declared
+    or as read) or in a content coding: then ``bad_response``, without holding more than the
+    bound."""
+    try:
+        if refusal := encoded(response):
+            raise refusal
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_RESPONSE_BYTES:
+            raise too_large(int(declared))
+        chunks, read = [], 0
+        async for chunk in response.aiter_bytes():
+            read += len(chunk)
+            if read > MAX_RESPONSE_BYTES:
+                raise too_large(read)
+            chunks.append(chunk)
+        response._content = b"".join(chunks)  # what httpx's own read() keeps
+    finally:
+        await response.aclose()
+    return response

@@ -24,6 +24,10 @@ __all__ = ["CHUNK", "MAX_FILE_BYTES", "UNSET", "ProgressCallback", "RetryPolicy"
 
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 USER_AGENT = "coffer-client-python/0.1"
+# The most of an API answer (JSON, decoded) the client holds: the largest the service gives,
+# a page of 1,000 assets with their metadata, is a few MiB; a larger answer is not Coffer's
+# (a 200 MB one took 1 GB of memory before this bound).
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -189,6 +193,23 @@ class AsyncLazyTLSTransport(httpx.AsyncBaseTransport):
 def transport_error(exc: httpx.TransportError, method: str, url: str) -> errors.TransportError:
     what = type(exc).__name__
     return errors.TransportError(f"{method} {url} failed: {what}: {exc}".rstrip(": "), code="transport")
+
+
+def encoded(response: httpx.Response) -> errors.CofferError | None:
+    """An answer in a content coding, which the client never asks for (``accept-encoding:
+    identity``): a small gzip body can decode to gigabytes, and a download's length would not
+    be the asset's."""
+    coding = response.headers.get("content-encoding", "identity").strip().lower()
+    if coding in ("", "identity"):
+        return None
+    return errors.CofferError(f"The service's answer is {coding}-encoded: not Coffer's.", code="bad_response")
+
+
+def too_large(read: int) -> errors.CofferError:
+    return errors.CofferError(
+        f"The service's answer is larger than {MAX_RESPONSE_BYTES} bytes ({read} read): not Coffer's.",
+        code="bad_response",
+    )
 
 
 def check(response: httpx.Response) -> httpx.Response:

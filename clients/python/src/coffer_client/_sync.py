@@ -24,6 +24,7 @@ from coffer_client._base import (
     CHUNK,
     DEFAULT_TIMEOUT,
     MAX_FILE_BYTES,
+    MAX_RESPONSE_BYTES,
     UNSET,
     USER_AGENT,
     Delivery,
@@ -35,12 +36,14 @@ from coffer_client._base import (
     check,
     clean_params,
     describe_fields,
+    encoded,
     filter_params,
     parse,
     patch_body,
     retrying_kwargs,
     settings_from,
     source_for,
+    too_large,
     transport_error,
 )
 from coffer_client.models import (
@@ -87,7 +90,7 @@ class Coffer:
             http_client = httpx.Client(
                 timeout=timeout,
                 limits=limits,
-                headers={"user-agent": USER_AGENT},
+                headers={"user-agent": USER_AGENT, "accept-encoding": "identity"},
                 transport=LazyTLSTransport(limits),
             )
         self._http = http_client
@@ -137,7 +140,7 @@ class Coffer:
             ):
                 with attempt:
                     content = delivery.track(body()) if body is not None else None
-                    r = self._http.request(
+                    request = self._http.build_request(
                         method,
                         url,
                         params=clean_params(params) if params else None,
@@ -145,7 +148,7 @@ class Coffer:
                         content=content,
                         headers=hdrs,
                     )
-                    return check(r)
+                    return check(_read_within(self._http.send(request, stream=True)))
         except httpx.TransportError as exc:
             raise transport_error(exc, method, url.split("?")[0]) from exc
         raise AssertionError("unreachable")  # pragma: no cover
@@ -494,7 +497,8 @@ class Coffer:
             try:
                 body = offload.iterate(tus.chunk_body(source, offset, length, total, progress))
                 headers = {**auth_headers(self._settings), **tus.patch_headers(offset, length)}
-                answer = check(self._http.request("PATCH", upload_url, content=body, headers=headers))
+                patch = self._http.build_request("PATCH", upload_url, content=body, headers=headers)
+                answer = check(_read_within(self._http.send(patch, stream=True)))
                 if tus.offset_of(answer) <= offset and tus.asset_id_of(answer) is None:
                     raise errors.CofferError(
                         f"The service took a chunk without moving the upload's offset ({offset}).",
@@ -645,8 +649,9 @@ class Coffer:
                     headers = {"range": f"bytes={written}-"} if written else {}
                     with self._http.stream("GET", signed.url, headers=headers) as r:
                         if r.is_error:
-                            r.read()
-                            check(r)
+                            check(_read_within(r))
+                        if refusal := encoded(r):
+                            raise refusal
                         if written and r.status_code != 206:
                             raise errors.CofferError("The CDN did not resume the download.", code="no_range")
                         for chunk in r.iter_bytes(CHUNK):
@@ -720,3 +725,25 @@ class Coffer:
             ids = ", ".join(a.id for a in found)
             raise errors.Conflict(f"Several assets are named {spec}: {ids}; give an id.", status=409)
         return found[0]
+
+
+def _read_within(response: httpx.Response) -> httpx.Response:
+    """``response`` read whole and closed, unless it is larger than MAX_RESPONSE_BYTES (declared
+    or as read) or in a content coding: then ``bad_response``, without holding more than the
+    bound."""
+    try:
+        if refusal := encoded(response):
+            raise refusal
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_RESPONSE_BYTES:
+            raise too_large(int(declared))
+        chunks, read = [], 0
+        for chunk in response.iter_bytes():
+            read += len(chunk)
+            if read > MAX_RESPONSE_BYTES:
+                raise too_large(read)
+            chunks.append(chunk)
+        response._content = b"".join(chunks)  # what httpx's own read() keeps
+    finally:
+        response.close()
+    return response
