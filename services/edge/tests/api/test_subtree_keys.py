@@ -10,6 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
+from coffer_edge.clients.metadata import MetadataClient
+from coffer_kit.contract.errors import CofferError
 from coffer_testkit.testing import assert_error
 
 
@@ -344,3 +346,48 @@ def test_what_the_organization_moves_out_is_out_of_reach_at_once(tree: Any) -> N
         # Moved out, whichever came first: the key never pulls it back in.
         assert api.get(f"/api/assets/{x}").json()["folderId"] == ids["private"]
     assert api.get(f"/api/assets/{ids['in_private']}").status_code == 200
+
+
+def test_a_confined_tokens_next_chunk_meets_no_lease_of_its_own_edge(
+    tree: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A confined token's chunk is never given the lease this edge keeps between chunks
+    (Kept.take), so its last chunk must not keep one for it: the next chunk takes the lease in
+    metadata at once, where it met the kept lease, waited KEEP_SECONDS (2 s) for it to run
+    out, and answered 423 when metadata was slow to answer (the race CI met on PostgreSQL)."""
+    api, sub, ids = tree
+    met: list[dict[str, Any] | None] = []
+    real = MetadataClient.tus_lock
+
+    async def tus_lock(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await real(self, *args, **kwargs)
+        except CofferError as exc:
+            if exc.status == 423:
+                met.append(exc.details)
+            raise
+
+    monkeypatch.setattr(MetadataClient, "tus_lock", tus_lock)
+    token = sub.post("/api/upload-tokens", json={"folderId": ids["avatars"]}).json()["token"]
+    tus = {"Tus-Resumable": "1.0.0"}
+    chunk = {**tus, "Content-Type": "application/offset+octet-stream"}
+    name = base64.b64encode(b"next.bin").decode()
+    made = httpx.post(
+        f"{sub.base_url}/api/uploads/tus",
+        params={"token": token},
+        headers={**tus, "Upload-Length": "6", "Upload-Metadata": f"filename {name}"},
+    )
+    assert made.status_code == 201, made.text
+    location = made.headers["location"]
+    took = []
+    for offset, piece in ((0, b"ab"), (2, b"cd"), (4, b"ef")):
+        started = time.monotonic()
+        sent = httpx.patch(
+            location, content=piece, headers={**chunk, "Upload-Offset": str(offset)}, timeout=30
+        )
+        took.append(time.monotonic() - started)
+        assert sent.status_code == 204, (offset, sent.text)
+    assert met == [], met  # no chunk met a lease of this edge's own (kept or writing)
+    assert max(took[1:]) < 1.0, took  # (each waited KEEP_SECONDS for the lease kept for nobody)
+    stored = api.get("/api/assets", params={"q": "next"}).json()["assets"]
+    assert [(a["size"], a["folderId"]) for a in stored] == [(6, ids["avatars"])]

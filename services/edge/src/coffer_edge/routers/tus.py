@@ -390,15 +390,20 @@ class Kept:
         kept: dict[str, Kept] = state.kept_uploads
         if len(kept) >= _MAX_KEPT:
             kept.pop(next(iter(kept)))  # the oldest
-        recorded.add_done_callback(_quiet)
         until = asyncio.get_running_loop().time() + _KEEP_USABLE
         kept[upload.id] = Kept(upload, until, recorded)
+        Kept.recording(state, upload.id, recorded)
+
+    @staticmethod
+    def recording(state: EdgeState, upload_id: str, recorded: asyncio.Future[TusUpload]) -> None:
+        """The last chunk's record on its way (``_recorded`` waits for it), its lease not kept."""
+        recorded.add_done_callback(_quiet)
         records: dict[str, asyncio.Future[TusUpload]] = state.tus_records
-        records[upload.id] = recorded
+        records[upload_id] = recorded
 
         def forget(done: asyncio.Future[TusUpload]) -> None:
-            if records.get(upload.id) is done:
-                del records[upload.id]
+            if records.get(upload_id) is done:
+                del records[upload_id]
 
         recorded.add_done_callback(forget)
 
@@ -530,12 +535,16 @@ async def _write(
     appended = await _append(request, upload, rid, size, previous)
     UPLOAD_BYTES.inc(appended.offset - upload.offset)
     if appended.sha256 is None:
+        # A subtree key's next chunk is never given the kept lease (``Kept.take``): for it the
+        # record gives the lease back, or that chunk meets it in metadata and waits it out (423
+        # past ``_past_kept_leases``'s bound).
+        keep = subtree_root() is None
         step = TusAdvance(
             lock_token=upload.lock_token,
             from_offset=upload.offset,
             offset=appended.offset,
             resume=appended.state or {},
-            keep_seconds=KEEP_SECONDS,
+            keep_seconds=KEEP_SECONDS if keep else 0,
         )
         expires = utcnow() + timedelta(seconds=TUS_EXPIRY_SECONDS)
         after = upload.model_copy(
@@ -547,7 +556,12 @@ async def _write(
                 await previous
             return await metadata.tus_advance(upload.id, step, request_id=rid)
 
-        Kept.keep(state, after, asyncio.ensure_future(record()))
+        recorded = asyncio.ensure_future(record())
+        if keep:
+            Kept.keep(state, after, recorded)
+        else:
+            state.kept_uploads.pop(upload.id, None)  # (an older chunk's, never to be taken)
+            Kept.recording(state, upload.id, recorded)
         return after
     ingest = await _admitted(state, upload, appended, rid)
     done = TusComplete(
