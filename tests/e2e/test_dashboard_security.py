@@ -134,13 +134,19 @@ def test_sign_out_and_sessions_ending(dashboard: Any, until: Any) -> None:
     dashboard.login(c, who)
     a.goto("/dashboard/account")
     assert a.is_checked("input[name=revoke_others]")
+
+    def session_cookie() -> str:
+        return next(c["value"] for c in a.context.cookies() if c["name"] == "__Host-coffer_session")
+
+    before = session_cookie()
     a.fill("#current-password", who.password)
     a.fill("#new-password", who.password + "-changed")
     a.click("form[action$='/password'] button[type=submit]")
     a.wait_for_url("**/account?done=password")
     until(lambda: "/dashboard/login" in c.goto(f"/dashboard/o/{org_id}").url, timeout=5.5)
     a.goto(f"/dashboard/o/{org_id}")
-    assert a.url.endswith(org_id)  # the one that changed it stays signed in
+    assert a.url.endswith(org_id)  # the one that changed it stays signed in,
+    assert session_cookie() != before  # on a new session: the change re-authenticated
 
 
 def test_login_throttling_and_no_enumeration(dashboard: Any) -> None:

@@ -405,9 +405,14 @@ async def test_password_change(api: Api, engine: Engine) -> None:
         "POST", "/users/me/password", token=out["token"], json={"current": out["password"], "new": new}
     )
     assert ok.status_code == 200, ok.text
-    assert ok.json() == {"revoked": 1}
+    changed = ok.json()
+    assert changed["revoked"] == 1
+    # It re-authenticated: a new session (new token and CSRF token) replaced the one it came in.
+    assert changed["token"] != out["token"] and changed["csrfToken"] != out["csrfToken"]
+    assert changed["user"]["email"] == "a@example.com"
     assert_error(await api.call("GET", "/sessions/current", token=other["token"]), 401, "unauthorized")
-    assert (await api.call("GET", "/sessions/current", token=out["token"])).status_code == 200
+    assert_error(await api.call("GET", "/sessions/current", token=out["token"]), 401, "unauthorized")
+    assert (await api.call("GET", "/sessions/current", token=changed["token"])).status_code == 200
     old_login = await api.call(
         "POST", "/sessions", json={"email": "a@example.com", "password": out["password"]}
     )
@@ -420,13 +425,15 @@ async def test_password_change(api: Api, engine: Engine) -> None:
     with Session(engine) as s:
         assert s.exec(select(User)).one().password_changed_at is not None
 
+    third = (await api.call("POST", "/sessions", json={"email": "a@example.com", "password": new})).json()
     keep = await api.call(
         "POST",
         "/users/me/password",
-        token=out["token"],
+        token=changed["token"],
         json={"current": new, "new": strong_password(), "revokeOthers": False},
     )
-    assert keep.json() == {"revoked": 0}
+    assert keep.json()["revoked"] == 0
+    assert (await api.call("GET", "/sessions/current", token=third["token"])).status_code == 200
 
 
 async def test_password_reset(api: Api, engine: Engine) -> None:

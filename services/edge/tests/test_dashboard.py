@@ -113,6 +113,24 @@ async def test_every_dashboard_page_carries_the_security_headers(client: httpx.A
     assert "connect-src 'self' http://127.0.0.1:8090" in csp
 
 
+async def test_a_body_too_large_is_refused_with_the_security_headers(client: httpx.AsyncClient) -> None:
+    """The body guard's refusals (before auth, before the form is read) were bare: no CSP,
+    nosniff, frame denial or no-store on a dashboard answer. A cross-origin post is refused
+    before its body is read at all."""
+    same = {"sec-fetch-site": "same-origin", "content-type": "application/x-www-form-urlencoded"}
+    for headers in (same, {**same, "transfer-encoding": "chunked"}):
+        answer = await client.post("/dashboard/login", content=b"email=" + b"a" * 200_000, headers=headers)
+        assert answer.status_code == 413, answer.text
+        assert answer.json()["error"]["code"] == "body_too_large"
+        assert answer.headers["content-security-policy"] == content_security_policy("http://127.0.0.1:8090")
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        assert answer.headers["x-frame-options"] == "DENY"
+        assert answer.headers["cache-control"] == "no-store"
+    cross = {**same, "sec-fetch-site": "cross-site"}
+    answer = await client.post("/dashboard/login", content=b"email=" + b"a" * 200_000, headers=cross)
+    assert answer.status_code == 403  # the origin first: the body is never read
+
+
 async def test_static_files_are_immutable_and_versioned(client: httpx.AsyncClient) -> None:
     page = (await client.get("/dashboard/login")).text
     for marker in ("/dashboard/static/app.", "/dashboard/static/vendor/htmx-2.0.11.min.js"):

@@ -24,11 +24,11 @@ from coffer_auth.models import DashboardSession, Membership, Organization, Passw
 from coffer_auth.schemas import (
     LoginIn,
     LoginOut,
+    PasswordChangedOut,
     PasswordChangeIn,
     RegisterIn,
     ResetDoneOut,
     ResetPreviewOut,
-    RevokedOut,
     UserOut,
 )
 from coffer_auth.sessions import Lifetimes
@@ -222,8 +222,9 @@ async def reauth(accounts: Accounts, *, token_hash: str, password: str, actor: A
 
 async def change_password(
     accounts: Accounts, *, token_hash: str, body: PasswordChangeIn, actor: Actor
-) -> RevokedOut:
-    """Change the password (the current one is required); other sessions end unless kept."""
+) -> PasswordChangedOut:
+    """Change the password (the current one is required); other sessions end unless kept. It
+    re-authenticates: a new session (new token and CSRF token) replaces this one."""
     lifetimes = accounts.lifetimes
 
     def who(session: Session) -> tuple[DashboardSession, User, list[str]]:
@@ -240,25 +241,30 @@ async def change_password(
     passwords.check_strength(body.new, context=[user.email, "coffer", *org_names])
     new_hash = await passwords.run_hash(accounts.limiter, body.new)
 
-    def apply(session: Session) -> RevokedOut:
+    def apply(session: Session) -> PasswordChangedOut:
         current = session.get(User, user.id)
-        if current is None:
+        old = session.get(DashboardSession, row.id)
+        if current is None or old is None:
             raise unauthorized("The session has ended. Sign in again.")
-        now = utcnow()
         current.password_hash = new_hash
-        current.password_changed_at = now
+        current.password_changed_at = utcnow()
         sessions.clear_failures(session, email=current.email)
         session.add(current)
-        mine = session.get(DashboardSession, row.id)
-        if mine is not None:
-            mine.authenticated_at = now
-            session.add(mine)
+        session.delete(old)
         session.flush()
-        revoked = sessions.revoke_all(session, user_id=current.id, keep=row.id) if body.revoke_others else 0
+        revoked = sessions.revoke_all(session, user_id=current.id) if body.revoke_others else 0
+        new, token = sessions.create(
+            session,
+            user_id=current.id,
+            lifetimes=lifetimes,
+            ip=actor.ip or old.ip,
+            user_agent=actor.user_agent or old.user_agent,
+            last_org_id=old.last_org_id,
+        )
         audit.record_user(
             session, actor, "user.password_changed", current, details={"sessionsRevoked": revoked}
         )
-        return RevokedOut(revoked=revoked)
+        return PasswordChangedOut(revoked=revoked, **dict(_login_out(new, token, current, lifetimes)))
 
     return await tx.write(accounts.engine, apply)
 

@@ -44,6 +44,7 @@ from coffer_auth.schemas import (
     MembersOut,
     OrgIn,
     OrgOut,
+    PasswordChangedOut,
     PasswordChangeIn,
     ReauthIn,
     RegisterIn,
@@ -225,10 +226,10 @@ def revoke_other_sessions(
     return RevokedOut(revoked=revoked)
 
 
-@router.post("/users/me/password", response_model=RevokedOut)
+@router.post("/users/me/password", response_model=PasswordChangedOut)
 async def change_password(
     body: PasswordChangeIn, request: Request, accounts_: AccountsDep, token_hash: HashHeader
-) -> RevokedOut:
+) -> PasswordChangedOut:
     lifetimes = Lifetimes.of(accounts_.settings)
     _, user = await tx.read(
         accounts_.engine, lambda s: sessions.resolve(s, token_hash=token_hash, lifetimes=lifetimes)

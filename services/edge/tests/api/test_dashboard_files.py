@@ -24,6 +24,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
+from coffer_edge.clients.auth import AccountsClient
 from coffer_edge.dashboard import placeholders
 from coffer_edge.dashboard.routes.files import _expires_in, _first_part_token, form_value, preview_kind
 from coffer_kit.contract.errors import CofferError
@@ -498,6 +499,40 @@ def test_a_resumable_upload_of_a_member_removed_ends(browser: Browser, stack: An
     gone = httpx.patch(url, content=b"x" * 50, headers={**chunk, "Upload-Offset": "50"}, verify=TLS)
     assert gone.status_code == 404, gone.text
     assert stack.metadata_scalar("SELECT count(*) FROM tus_uploads") == 0
+
+
+def test_a_demoted_owner_or_removed_member_acts_at_once_with_what_is_left(
+    browser: Browser, stack: Any, admin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """edge checks some roles itself (emptying the trash, webhooks) and metadata none: a page
+    read caches the role for up to COFFER_EDGE_AUTH_CACHE_SECONDS (5 s by default, here
+    stretched to a minute), and a demoted owner emptied the trash within it, a removed member
+    deleted files. A change asks auth for the role it acts with."""
+    real = AccountsClient.current
+
+    async def current(self: AccountsClient, *args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(self, "cache_seconds", 60.0)  # (undone after the test)
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(AccountsClient, "current", current)
+    other = sign_up(stack.edge_url, "Theirs")
+    try:
+        admin("add-member", "--org", browser.org_id, "--user", other.email, "--role", "owner")
+        shared = Browser(other.http, browser.org_id, other.csrf, other.email)
+        assert shared.http.get(f"{shared.files}/trash").status_code == 200  # the role, cached
+        admin("set-role", "--org", browser.org_id, "--user", other.email, "--role", "member")
+        refused = shared.post(f"{shared.files}/trash/empty")
+        assert refused.status_code == 403, refused.text
+        assert "Only owners" in refused.text
+
+        asset = browser.upload_xhr(b"kept", "kept.txt").json()["asset"]
+        assert shared.http.get(shared.files).status_code == 200  # the membership, cached
+        admin("remove-member", "--org", browser.org_id, "--user", other.email)
+        gone = shared.post(f"{shared.files}/{asset['id']}/delete")
+        assert gone.status_code == 404, gone.text  # no longer a member: no such organization
+        assert browser.counts() == (4, 1)
+    finally:
+        other.http.close()
 
 
 # Metadata and tags (issue 50) ---------------------------------------------------------------

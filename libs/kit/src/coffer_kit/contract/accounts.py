@@ -100,6 +100,12 @@ class RevokedOut(Camel):
     revoked: int
 
 
+class PasswordChangedOut(LoginOut):
+    """A password change re-authenticates: a new session replaces the one that made it."""
+
+    revoked: int
+
+
 class SuccessOut(Camel):
     success: bool = True
 

@@ -307,11 +307,14 @@ class AccountsClient(ServiceClient):
             self._cache.pop(key, None)
 
     # Sessions and accounts
-    async def current(self, caller: Caller, organization_id: str | None = None) -> schemas.CurrentOut:
-        """The signed-in user, their orgs and (with ``organization_id``) their role there."""
+    async def current(
+        self, caller: Caller, organization_id: str | None = None, *, fresh: bool = False
+    ) -> schemas.CurrentOut:
+        """The signed-in user, their orgs and (with ``organization_id``) their role there;
+        ``fresh`` asks auth even when a cached answer is young enough."""
         assert caller.session_hash is not None
         key = (caller.session_hash, organization_id)
-        hit = self._cache.get(key)
+        hit = None if fresh else self._cache.get(key)
         if hit is not None:
             AUTH_CACHE.labels("hit").inc()
             return hit[0]
@@ -367,10 +370,13 @@ class AccountsClient(ServiceClient):
         body = await self._call("DELETE", "/users/me/sessions", caller, params={"others": "true"})
         return schemas.RevokedOut.model_validate(body).revoked
 
-    async def change_password(self, caller: Caller, *, current: str, new: str, revoke_others: bool) -> int:
+    async def change_password(
+        self, caller: Caller, *, current: str, new: str, revoke_others: bool
+    ) -> schemas.PasswordChangedOut:
+        """The new password; the session that changed it is replaced by the one answered."""
         body = {"current": current, "new": new, "revokeOthers": revoke_others}
         answer = await self._call("POST", "/users/me/password", caller, json=body)
-        return schemas.RevokedOut.model_validate(answer).revoked
+        return schemas.PasswordChangedOut.model_validate(answer)
 
     async def my_keys(self, caller: Caller) -> list[schemas.KeyOut]:
         return schemas.KeysOut.model_validate(await self._call("GET", "/users/me/keys", caller)).keys

@@ -23,6 +23,7 @@ from coffer_edge.dashboard.render import Renderer
 from coffer_edge.dashboard.security import CROSS_ORIGIN_MESSAGE, DashboardGuard
 from coffer_edge.dashboard.state import CookiePolicy, DashboardState, cookie_policy
 from coffer_edge.ratelimit import RateLimiter
+from coffer_kit.middleware import inside_request_context
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,16 +47,13 @@ class Dashboard:
             context = {"title": "Not allowed", "status": 403, "message": CROSS_ORIGIN_MESSAGE, "narrow": True}
             return renderer.text("error.html", context).encode()
 
-        # Innermost (appended, where add_middleware would put it outermost): its refusals and
-        # headers then pass through the request-id, access-log and metrics middleware like any answer.
-        app.user_middleware.append(
-            Middleware(
-                DashboardGuard,
-                dashboard_url=settings.dashboard_url,
-                cdn_url=settings.cdn_url,
-                refusal=refusal,
-            )
+        # Just inside the request-id, access-log and metrics middleware (its refusals are counted
+        # and logged like any answer), outside the body guard: a body or form too large is
+        # refused with the dashboard's headers too, and a cross-origin post before its body is read.
+        guard = Middleware(
+            DashboardGuard, dashboard_url=settings.dashboard_url, cdn_url=settings.cdn_url, refusal=refusal
         )
+        inside_request_context(app, [guard])
         for module in (public, orgs, keys, members, trash, files, webhooks, account):
             app.include_router(module.router)
         install_error_pages(app)

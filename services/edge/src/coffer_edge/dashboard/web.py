@@ -93,8 +93,12 @@ async def _visit(request: Request, organization_id: str | None) -> Visit:
     caller = caller_of(request)
     if caller.session_hash is None:
         raise SignInRequired
+    # A change is made with the role auth holds now: one call per change, so a member removed
+    # or an owner demoted a moment ago acts with what they have left (edge checks some roles
+    # itself, and metadata none), not with a cached answer up to 5 s old.
+    fresh = organization_id is not None and request.method not in ("GET", "HEAD")
     try:
-        current = await accounts_of(request).current(caller, organization_id)
+        current = await accounts_of(request).current(caller, organization_id, fresh=fresh)
     except CofferError as exc:
         if exc.status == 401:
             raise SignInRequired from exc

@@ -19,6 +19,7 @@ from coffer_edge.dashboard.web import (
     password_field,
     posted,
     redirect,
+    set_session_cookie,
     with_sudo,
 )
 from coffer_kit.contract.errors import CofferError
@@ -58,7 +59,7 @@ async def change_password(request: Request, visit: VisitDep) -> Response:
     form = await posted(request, visit)
     accounts = accounts_of(request)
     try:
-        await accounts.change_password(
+        changed = await accounts.change_password(
             visit.caller,
             current=password_field(form, "current"),
             new=password_field(form, "new"),
@@ -82,7 +83,10 @@ async def change_password(request: Request, visit: VisitDep) -> Response:
         raise
     assert visit.caller.session_hash is not None
     accounts.forget(visit.caller.session_hash)
-    return redirect(f"{PREFIX}/account?done=password")
+    # A new session replaced this one (the change re-authenticated): its cookie.
+    response = redirect(f"{PREFIX}/account?done=password")
+    set_session_cookie(request, response, changed)
+    return response
 
 
 @router.post("/account/sessions/revoke-others")
