@@ -1,11 +1,16 @@
-"""The ZIPs blob does not pass when clamd calls them clean (coffer_blob.archives, issue 48): any
-entry in zip64 form, at the top or nested, compressed or stored, or appended to another file;
-a ZIP that cannot be read; past the walk's bounds. Ordinary archives, nested or not, and files
-that are no ZIP pass. The answers of a real clamd to the same files: test_scan.py."""
+"""The archives blob does not pass when clamd calls them clean (coffer_blob.archives, issue 48):
+any ZIP entry in zip64 form, at the top or nested, compressed or stored, appended to another
+file, or inside a gzip, bzip2 or xz stream or a tar file; an archive that cannot be read; past
+the walk's bounds. Ordinary archives, nested or not, and files that are none pass. The answers
+of a real clamd to the same files: test_scan.py."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import io
+import lzma
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -26,6 +31,16 @@ def zipped(*entries: tuple[str, bytes], zip64: bool = False, method: int = zipfi
     return out.getvalue()
 
 
+def tarred(*members: tuple[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as archive:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
 @pytest.fixture
 def check(tmp_path: Path):  # type: ignore[no-untyped-def]
     storage = FsStorage(tmp_path / "blobs")
@@ -35,7 +50,7 @@ def check(tmp_path: Path):  # type: ignore[no-untyped-def]
         writer = storage.open_writer(key)
         writer.write(data)
         writer.commit(content_type="application/octet-stream", sha256="0" * 64)
-        return archives.zip64(storage, key, len(data))
+        return archives.unread(storage, key, len(data))
 
     return stored
 
@@ -128,3 +143,46 @@ def test_a_streamed_entry_clamd_reads_by_its_descriptor_passes(check) -> None:  
     ):
         entry.write(TEXT)
     assert check(out.getvalue()) is None
+
+
+def test_a_zip64_zip_inside_a_compressed_stream_or_a_tar_is_not_passed(check) -> None:  # type: ignore[no-untyped-def]
+    """clamd (1.4.6) answers OK for EICAR in a zip64 ZIP inside gzip, bzip2, xz or tar, as
+    test_scan.py shows: this walk reads into them."""
+    top = zipped(("a.txt", TEXT), zip64=True)
+    wrapped = [
+        gzip.compress(top),
+        bz2.compress(top),
+        lzma.compress(top),
+        tarred(("readme.txt", TEXT), ("a.zip", top)),
+        gzip.compress(tarred(("a.zip", top))),
+        zipped(("a.tgz", gzip.compress(tarred(("a.zip", top))))),
+        gzip.compress(top) + gzip.compress(TEXT),  # two gzip members: both read
+        gzip.compress(TEXT) + gzip.compress(top),
+    ]
+    for data in wrapped:
+        assert check(data) == "a zip64 archive"
+
+
+def test_ordinary_streams_and_tars_pass_and_broken_ones_do_not(check) -> None:  # type: ignore[no-untyped-def]
+    inner = zipped(("a.txt", TEXT))
+    for data in (gzip.compress(TEXT), bz2.compress(TEXT), lzma.compress(TEXT), tarred(("a.txt", TEXT))):
+        assert check(data) is None
+    assert check(gzip.compress(tarred(("a.zip", inner), ("b.txt", TEXT)))) is None
+    assert check(tarred()) is None  # an empty tar
+    cut = gzip.compress(tarred(("a.zip", inner)))
+    why = check(cut[: len(cut) // 2])
+    assert why is not None and why.startswith("a gzip stream that cannot be read"), why
+    tar = tarred(("a.txt", TEXT))
+    why = check(tar[:700])  # a member's data cut short
+    assert why is not None and why.startswith("a tar"), why
+
+
+def test_a_stream_past_the_bound_is_not_passed(check, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """A gzip bomb is read no further than clamd's MaxScanSize, which clamd too alerts past."""
+    data = TEXT
+    for _ in range(archives.MAX_DEPTH // 2 + 1):  # a gzip and a tar: two levels each time
+        data = gzip.compress(tarred(("next", data)))
+    assert check(data) == f"archives nested more than {archives.MAX_DEPTH} deep"
+    monkeypatch.setattr(archives, "MAX_EXTRACTED", 100_000)
+    assert check(gzip.compress(bytes(100_001))) == "nested archives of more than 100000 bytes"
+    assert check(gzip.compress(bytes(99_999))) is None

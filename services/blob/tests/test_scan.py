@@ -6,9 +6,11 @@ retries over real processes: tests/e2e/test_scan.py)."""
 
 from __future__ import annotations
 
+import bz2
 import io
 import socket
 import struct
+import tarfile
 import threading
 import zipfile
 from collections.abc import AsyncIterator, Iterator
@@ -115,11 +117,17 @@ async def test_an_archive_clamd_could_not_read_whole_is_never_passed(scanning: h
 
 
 async def test_eicar_in_a_zip64_archive_is_never_passed(scanning: httpx.AsyncClient) -> None:
-    """clamd answers OK for EICAR in a zip64 entry, at the top or nested in an ordinary ZIP
-    (coffer_blob.archives): blob does not pass what clamd did not read. An ordinary ZIP of the
+    """clamd answers OK for EICAR in a zip64 entry, at the top, nested in an ordinary ZIP, in a
+    .tar.gz or in a bzip2 stream (coffer_blob.archives): blob does not pass what clamd did not
+    read. An ordinary ZIP of the
     same is found, and a clean one passes."""
     zip64 = _zip_of("eicar.com", EICAR, zip64=True)
-    for data in (zip64, _zip_of("inner.zip", zip64)):
+    tarred = io.BytesIO()
+    with tarfile.open(fileobj=tarred, mode="w:gz") as archive:
+        member = tarfile.TarInfo("inner.zip")
+        member.size = len(zip64)
+        archive.addfile(member, io.BytesIO(zip64))
+    for data in (zip64, _zip_of("inner.zip", zip64), tarred.getvalue(), bz2.compress(zip64)):
         stored = await upload(scanning, data, filename="archive.zip")
         body = assert_error(
             await scanning.post(f"/internal/v1/scan/{stored.json()['key']}"), 503, "scanner_unavailable"

@@ -1,35 +1,48 @@
-"""ZIP archives clamd passes without reading them (issue 48).
+"""Archives clamd passes without reading them (issue 48).
 
 ClamAV (1.4.6, Debian's) answers OK for a ZIP whose entries use the zip64 extensions, whatever
 they hold: the EICAR file inside a zip64 entry, at the top or nested in an ordinary ZIP, and
 a zip64 bomb, all pass (``tests/e2e/test_scan.py`` and ``services/blob/tests/test_scan.py``
-show it with a real clamd). A file under Coffer's 100 MiB limit never needs zip64, so blob
-calls such a file not scanned whole, as it does a file clamd stopped reading
+show it with a real clamd). So does such a ZIP inside a gzip, bzip2 or xz stream, or a tar
+file, however they nest. A file under Coffer's 100 MiB limit never needs zip64, so blob calls
+such a file not scanned whole, as it does a file clamd stopped reading
 (``Heuristics.Limits.Exceeded``): ``unscanned``, held under ``block``.
 
-``zip64`` walks what clamd called clean when it is a ZIP (by its end record, as ``zipfile``
-finds one, or a file that starts as one): every entry's local header, and every entry read
-whole and walked the same way when it is itself a ZIP (at its start, or behind other bytes).
-The walk is bounded as clamd's own reading is: ``MAX_DEPTH`` nested archives, ``MAX_ENTRIES``
-entries in all, ``MAX_EXTRACTED`` bytes decompressed (clamd's MaxScanSize); past a bound, or
-an entry ``zipfile`` cannot read (a compression method it lacks, such as Deflate64, which
-clamd reads), it answers a reason too (never a pass blob cannot vouch for). Encrypted entries
-are read by no one here. Other containers (gzip, tar) are left to clamd: a zip64 ZIP inside
-one still passes (docs/security.md).
+``unread`` walks what clamd called clean when it is an archive: a ZIP (by its end record, as
+``zipfile`` finds one, or a file that starts as one), a tar file (``ustar`` at 257), or a
+gzip, bzip2 or xz stream. It reads every ZIP entry's local header, and every member (a ZIP's
+entry, a tar's file, a stream's content) whole, walking it the same way when it is itself an
+archive (a ZIP at its start, or behind other bytes). The walk is bounded as clamd's own
+reading is: ``MAX_DEPTH`` nested archives, ``MAX_ENTRIES`` members in all, ``MAX_EXTRACTED``
+bytes decompressed (clamd's MaxScanSize, past which clamd too alerts); past a bound, or a
+member it cannot read (a ZIP compression method ``zipfile`` lacks, such as Deflate64, which
+clamd reads; a broken stream), it answers a reason (never a pass blob cannot vouch for).
+Encrypted ZIP entries are read by no one here. Other formats (7z, RAR, CAB) are clamd's alone.
 """
 
 from __future__ import annotations
 
+import bz2
+import functools
+import gzip
 import io
+import lzma
 import struct
+import tarfile
 import tempfile
 import zipfile
+from collections.abc import Callable
 from typing import IO
 
 from coffer_blob.storage import Storage
 from coffer_blob.storage.base import read_range
 
 ZIP_MAGIC = b"PK\x03\x04"
+# Compressed streams, by their first bytes: their names.
+_STREAMS = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz"}
+# A POSIX tar header's magic ("ustar", then NUL or a space), at 257.
+TAR_MAGIC_AT = 257
+TAR_MAGIC = b"ustar"
 # The sizes that send a reader to the zip64 extra field (APPNOTE 4.5.3).
 ZIP64_SIZE = 0xFFFFFFFF
 # clamd's MaxRecursion is 17 and MaxFiles 10,000 by default; its MaxScanSize is the chart's
@@ -94,18 +107,53 @@ class _StoredObject(io.RawIOBase):
         return len(data)
 
 
-def zip64(storage: Storage, key: str, size: int) -> str | None:
-    """Why the stored object, a ZIP clamd called clean, was not read whole by clamd; None when
-    it is no ZIP, or one clamd reads."""
+def unread(storage: Storage, key: str, size: int) -> str | None:
+    """Why the stored object, which clamd called clean, was not read whole by clamd; None when
+    it is no archive, or one clamd reads."""
     with io.BufferedReader(_StoredObject(storage, key, size), buffer_size=BLOCK) as file:
-        starts_as_zip = file.peek(len(ZIP_MAGIC))[: len(ZIP_MAGIC)] == ZIP_MAGIC
-        if not starts_as_zip and not zipfile.is_zipfile(file):
-            return None
         try:
-            _walk(file, _Budget(), depth=0)
+            _inspect(file, _Budget(), depth=0)
         except Unreadable as exc:
             return str(exc)
     return None
+
+
+def _kind(file: IO[bytes]) -> str | None:
+    """What ``file`` (at its start) is, of what the walk reads: ``zip``, ``tar``, a stream's
+    name, or None. Leaves the file at its start."""
+    head = file.read(TAR_MAGIC_AT + len(TAR_MAGIC))
+    file.seek(0)
+    if head.startswith(ZIP_MAGIC):
+        return "zip"
+    for magic, name in _STREAMS.items():
+        if head.startswith(magic):
+            return name
+    if head[TAR_MAGIC_AT:] == TAR_MAGIC:
+        return "tar"
+    found = zipfile.is_zipfile(file)  # an end record: a ZIP behind other bytes
+    file.seek(0)
+    return "zip" if found else None
+
+
+def _inspect(file: IO[bytes], budget: _Budget, *, depth: int) -> None:
+    kind = _kind(file)
+    if kind is None:
+        return
+    if depth > MAX_DEPTH:
+        raise Unreadable(f"archives nested more than {MAX_DEPTH} deep")
+    if kind == "zip":
+        _walk(file, budget, depth=depth)
+    elif kind == "tar":
+        _walk_tar(file, budget, depth=depth)
+    else:
+        _member(functools.partial(_decompressed, kind, file), f"a {kind} stream", budget, depth=depth)
+
+
+def _decompressed(kind: str, file: IO[bytes]) -> io.BufferedIOBase:
+    """A compressed stream's content, as a file (closed by ``_member``)."""
+    if kind == "gzip":
+        return gzip.GzipFile(fileobj=file, mode="rb")
+    return bz2.BZ2File(file) if kind == "bzip2" else lzma.LZMAFile(file)
 
 
 def _local_zip64(file: IO[bytes], info: zipfile.ZipInfo) -> bool:
@@ -135,27 +183,41 @@ def _walk(file: IO[bytes], budget: _Budget, *, depth: int) -> None:
                 raise Unreadable("a zip64 archive")
             if info.flag_bits & 0x1 or info.is_dir():  # encrypted: read by no one here
                 continue
-            _nested(archive, info, budget, depth=depth)
+            _member(functools.partial(archive.open, info), "a ZIP entry", budget, depth=depth)
 
 
-def _nested(archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget: _Budget, *, depth: int) -> None:
-    """Read the entry whole (within the budget) and walk it if it is itself a ZIP: one that
-    starts as one, or one behind other bytes (``zipfile`` finds its end record)."""
+def _walk_tar(file: IO[bytes], budget: _Budget, *, depth: int) -> None:
     try:
-        with archive.open(info) as member, tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
-            while chunk := member.read(BLOCK):
-                budget.extract(len(chunk))
-                spool.write(chunk)
+        with tarfile.open(fileobj=file, mode="r:") as archive:
+            for member in archive:  # one header at a time, in file order
+                budget.count(1)
+                if member.isfile():
+                    read = functools.partial(archive.extractfile, member)
+                    _member(read, "a tar member", budget, depth=depth)
+    except Unreadable:
+        raise
+    except Exception as exc:  # a tar cut short, a header that is not one
+        raise Unreadable(f"a tar file that cannot be read ({exc})") from exc
+
+
+def _member(
+    open_: Callable[[], IO[bytes] | io.BufferedIOBase | None], what: str, budget: _Budget, *, depth: int
+) -> None:
+    """Read a member (a ZIP entry, a tar member, a stream's content) whole, within the budget,
+    and walk it when it is itself an archive."""
+    try:
+        with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
+            member = open_()
+            assert member is not None  # (a regular file's)
+            with member:
+                while chunk := member.read(BLOCK):
+                    budget.extract(len(chunk))
+                    spool.write(chunk)
             spool.seek(0)
-            if not zipfile.is_zipfile(spool):
-                return
-            if depth + 1 > MAX_DEPTH:
-                raise Unreadable(f"archives nested more than {MAX_DEPTH} deep")
-            spool.seek(0)
-            _walk(spool, budget, depth=depth + 1)
+            _inspect(spool, budget, depth=depth + 1)
     except Unreadable:
         raise
     except NotImplementedError as exc:  # a compression method zipfile lacks (Deflate64): clamd reads it
-        raise Unreadable(f"a ZIP entry in a form blob cannot read ({exc})") from exc
-    except Exception as exc:  # a broken entry (zlib, lzma, CRC) is not read whole
-        raise Unreadable(f"a ZIP entry that cannot be read ({exc})") from exc
+        raise Unreadable(f"{what} in a form blob cannot read ({exc})") from exc
+    except Exception as exc:  # a broken member (zlib, lzma, bz2, CRC, a stream cut short)
+        raise Unreadable(f"{what} that cannot be read ({exc})") from exc

@@ -99,7 +99,7 @@ LIMITS_EXCEEDED = "Heuristics.Limits.Exceeded"
 
 def _scan(storage: Storage, settings: Settings, key: str) -> tuple[dict[str, Any], int] | None:
     """In a worker thread: clamd's answer for the object, and its size; None if there is none.
-    A ZIP clamd called clean but could not have read (coffer_blob.archives) is answered as
+    An archive clamd called clean but could not have read (coffer_blob.archives) is answered as
     clamd answers a file it could not scan whole."""
     reader = storage.open_reader(key)
     if reader is None:
@@ -112,7 +112,8 @@ def _scan(storage: Storage, settings: Settings, key: str) -> tuple[dict[str, Any
             raise scanner_unavailable(f"The malware scanner failed: {exc}") from exc
     finally:
         reader.close()
-    if found.get("stream", ("ERROR", None))[0] == "OK" and (why := archives.zip64(storage, key, source.size)):
+    clean = found.get("stream", ("ERROR", None))[0] == "OK"
+    if clean and (why := archives.unread(storage, key, source.size)):
         found["stream"] = ("FOUND", f"{LIMITS_EXCEEDED}.Coffer: {why}")
     return found, source.size
 
