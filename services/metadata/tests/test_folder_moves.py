@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import random
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -119,3 +121,46 @@ def test_a_cycle_left_in_the_tree_ends_every_walk_down(engine: Engine) -> None:
     with Session(engine) as s:
         assert repository.subtree_counts(s, org_id=org, folder_id=a) == (1, 0)
         assert sorted(f.id for f in repository.subtree(s, org_id=org, folder_id=a)) == sorted([a, b])
+
+
+def test_a_create_beside_a_move_never_nests_past_the_bound(engine: Engine) -> None:
+    """A create measured its parent's depth outside the tree lock that moves take: beside a
+    move that lowered the parent, both passed and made a folder MAX_FOLDER_DEPTH + 1 deep."""
+    org = new_id("org")
+    chain: list[str] = []
+    with Session(writer(engine)) as s:
+        for depth in range(1, MAX_FOLDER_DEPTH - 1):  # the deepest at MAX_FOLDER_DEPTH - 2
+            parent = chain[-1] if chain else None
+            chain.append(service.create(s, org_id=org, name=f"d{depth}", parent_id=parent, actor=SYSTEM).id)
+        s.commit()
+
+    def attempt(barrier: threading.Barrier, change: Callable[[Session], object]) -> str:
+        barrier.wait()
+        with Session(writer(engine)) as s:
+            try:
+                change(s)
+            except CofferError as exc:
+                return exc.code
+            s.commit()
+        return "done"
+
+    for round_ in range(12):
+        with Session(writer(engine)) as s:
+            top = service.create(s, org_id=org, name=f"x{round_}", parent_id=None, actor=SYSTEM).id
+            below = service.create(s, org_id=org, name="y", parent_id=top, actor=SYSTEM).id
+            s.commit()
+        barrier = threading.Barrier(2)
+        move = {"org_id": org, "folder_id": top, "name": None, "parent_id": chain[-1], "actor": SYSTEM}
+        with ThreadPoolExecutor(2) as pool:  # (y then at the bound)
+            moved = pool.submit(attempt, barrier, functools.partial(service.update, **move))
+            create = {"org_id": org, "name": "z", "parent_id": below, "actor": SYSTEM}
+            made = pool.submit(attempt, barrier, functools.partial(service.create, **create))
+            outcome = sorted((moved.result(), made.result()))
+        assert outcome == ["conflict", "done"], f"round {round_}: {outcome}"  # one of the two, never both
+    with Session(engine) as s:
+        parents = {f.id: f.parent_id for f in s.exec(select(Folder).where(Folder.organization_id == org))}
+    for start in parents:
+        depth, node = 0, start
+        while node is not None:
+            depth, node = depth + 1, parents[node]
+        assert depth <= MAX_FOLDER_DEPTH, start
