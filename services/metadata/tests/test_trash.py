@@ -20,7 +20,7 @@ from sqlmodel import Session
 from coffer_kit.contract.errors import CofferError
 from coffer_kit.contract.ids import new_id
 from coffer_kit.contract.timeutil import isoformat, utcnow
-from coffer_kit.contract.wire import ACTOR_HEADER, SUBTREE_HEADER, SYSTEM
+from coffer_kit.contract.wire import ACTOR_HEADER, SUBTREE_HEADER, SYSTEM, ExpireIn
 from coffer_kit.db import make_engine
 from coffer_kit.db.engine import writer
 from coffer_metadata import trash as T
@@ -473,3 +473,150 @@ async def test_an_asset_moved_into_a_folder_being_deleted_is_never_a_500(
     after = await api.get(f"/internal/v1/orgs/{org}/assets/{asset}")
     assert (after.status_code, after.json()["folderId"]) == (200, None)
     assert (await api.get(f"/internal/v1/orgs/{org}/folders/{folder}")).status_code == 404
+
+
+def _waiting_on_a_lock(engine: Engine) -> bool:
+    with engine.connect() as conn:
+        waiting = conn.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        ).scalar()
+    return bool(waiting)
+
+
+def _behind(engine: Engine, holder: Session, work: Callable[[], Any]) -> dict[str, Any]:
+    """Run ``work`` in a thread until it waits on a lock ``holder`` holds; then commit
+    ``holder`` and answer what ``work`` returned or raised."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = work()
+        except CofferError as exc:
+            outcome["error"] = exc.code
+        except Exception as exc:  # noqa: BLE001 - what the test then shows
+            outcome["crash"] = repr(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not _waiting_on_a_lock(engine):
+        assert thread.is_alive(), outcome  # (it must wait for the holder)
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    holder.commit()
+    holder.close()
+    thread.join(10)
+    return outcome
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("retention", [7, 0])
+async def test_a_patch_that_moves_the_expiry_as_the_sweep_takes_the_asset_keeps_it(
+    api: httpx.AsyncClient, engine: Engine, retention: int
+) -> None:
+    """The sweep read the row, then deleted it behind the PATCH's lock: the asset whose expiry
+    the owner had just moved a day ahead (200) went to the trash as it was before, or, without
+    a trash, was deleted for good. SQLite's writers take turns whole: PostgreSQL only."""
+    org = new_id("org")
+    asset = (await upload(api, org, 10))["id"]
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE assets SET expires_at = :t WHERE id = :i"),
+            {"t": utcnow() - timedelta(minutes=1), "i": asset},
+        )
+    patch = Session(writer(engine))
+    change = {"name": "renamed.txt", "folder_id": None, "metadata": {"k": "v"}}
+    later = utcnow() + timedelta(days=1)
+    asset_service.update(
+        patch, org_id=org, asset_id=asset, cdn_url="http://cdn", actor=SYSTEM, expires_at=later, **change
+    )
+    patch.flush()
+
+    def sweep() -> Any:
+        with Session(writer(engine)) as s:
+            body = ExpireIn(retention_days=retention, limit_bytes=10**9)
+            done = T.expire(s, org_id=org, asset_id=asset, body=body, cdn_url="http://cdn")
+            s.commit()
+            return done
+
+    assert _behind(engine, patch, sweep) == {"error": "not_found"}  # "has not expired"
+    live = (await api.get(f"/internal/v1/orgs/{org}/assets/{asset}")).json()
+    kept = (live["name"], live["metadata"], live["expiresAt"])
+    assert kept == ("renamed.txt", {"k": "v"}, isoformat(later))
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM trashed_assets")).scalar() == 0
+        assert conn.execute(text("SELECT count(*) FROM tombstones")).scalar() == 0
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_a_delete_behind_a_patch_trashes_the_asset_as_the_patch_left_it(
+    api: httpx.AsyncClient, engine: Engine
+) -> None:
+    org = new_id("org")
+    asset = (await upload(api, org, 10))["id"]
+    patch = Session(writer(engine))
+    asset_service.update(
+        patch,
+        org_id=org,
+        asset_id=asset,
+        name="renamed.txt",
+        folder_id=None,
+        metadata={"k": "v"},
+        cdn_url="http://cdn",
+        actor=SYSTEM,
+    )
+    patch.flush()
+
+    def delete() -> Any:
+        with Session(writer(engine)) as s:
+            args = {"retention_days": 7, "limit_bytes": 10**9, "cdn_url": "http://cdn", "actor": SYSTEM}
+            done = T.trash(s, org_id=org, asset_id=asset, **args)
+            s.commit()
+            return done
+
+    assert "value" in _behind(engine, patch, delete)
+    [trashed] = (await api.get(f"/internal/v1/orgs/{org}/trash")).json()["assets"]
+    assert (trashed["name"], trashed["metadata"]) == ("renamed.txt", {"k": "v"})
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_a_restore_beside_its_folders_delete_restores_to_the_root(
+    api: httpx.AsyncClient, engine: Engine
+) -> None:
+    """The restore checked its folder, then inserted: a folder delete committed between the two
+    made the insert fail on the foreign key (a 500). They now take turns (the tree's lock); the
+    asset lands at the root."""
+    org = new_id("org")
+    folder = (await api.post(f"/internal/v1/orgs/{org}/folders", json={"name": "doomed"})).json()["id"]
+    asset = (await upload(api, org, 1, folderId=folder))["id"]
+    assert (await trash(api, org, asset, **actor())).status_code == 200
+
+    def delete_folder() -> None:
+        with Session(writer(engine)) as s:
+            folder_service.delete_tree(s, org_id=org, folder_id=folder, actor=SYSTEM)
+            s.commit()
+
+    deleting = threading.Thread(target=delete_folder)
+
+    def between(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        """After the restore's check of its folder: the delete, until it commits or waits."""
+        if deleting.ident is None and statement.startswith("SELECT folders.id"):
+            deleting.start()
+            deadline = time.monotonic() + 10
+            while deleting.is_alive() and not _waiting_on_a_lock(engine):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+
+    sa.event.listen(sa.engine.Engine, "after_cursor_execute", between)
+    try:
+        restored = await api.post(
+            f"/internal/v1/orgs/{org}/trash/{asset}/restore", json={"quotaBytes": 10**9}
+        )
+    finally:
+        sa.event.remove(sa.engine.Engine, "after_cursor_execute", between)
+    deleting.join(10)
+    assert restored.status_code == 200, restored.text
+    assert (await api.get(f"/internal/v1/orgs/{org}/assets/{asset}")).json()["folderId"] is None

@@ -62,7 +62,7 @@ def decode(cursor: str, listing: str, scope: Sequence[Any], kind: Kind) -> tuple
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         parts = json.loads(raw.decode())
-    except (binascii.Error, ValueError, UnicodeDecodeError):
+    except (binascii.Error, ValueError, UnicodeDecodeError, RecursionError):  # ([[[… nested deep)
         raise bad_cursor("malformed") from None
     if not (isinstance(parts, list) and len(parts) == 4):
         raise bad_cursor("malformed")

@@ -48,6 +48,7 @@ from coffer_metadata.assets import repository
 from coffer_metadata.assets.service import DEFAULT_IDLE_SECONDS, page_views, view
 from coffer_metadata.deps import SessionDep, SettingsDep
 from coffer_metadata.events import ActorDep
+from coffer_metadata.folders import repository as folder_repository
 from coffer_metadata.folders.repository import tree_ids
 from coffer_metadata.folders.service import check_folder
 from coffer_metadata.models import Asset, Folder, Tombstone, TrashedAsset, Usage
@@ -93,17 +94,18 @@ def _move_usage(conn: Connection, org_id: str, *, live: int, trashed: int, size:
     )
 
 
-def _take(conn: Connection, table: sa.Table, *, org_id: str, asset_id: str) -> Row[Any] | None:
-    """Read and delete one row of ``table`` (assets or trashed_assets); None if another
-    transaction took it first (its DELETE then counts no row) or there is none."""
-    row = conn.execute(
-        sa.select(table).where(table.c.organization_id == org_id, table.c.id == asset_id)
-    ).first()
-    if row is None:
-        return None
-    if conn.execute(sa.delete(table).where(table.c.id == asset_id)).rowcount != 1:
-        return None
-    return row
+def _take(
+    conn: Connection, table: sa.Table, *, org_id: str, asset_id: str, due_by: datetime | None = None
+) -> Row[Any] | None:
+    """Delete one row of ``table`` (assets or trashed_assets) and answer it as it was deleted;
+    None if there is none, or another transaction took it first. With ``due_by``: only if it
+    expires by then. One statement: on PostgreSQL a change that held the row (a PATCH of its
+    expiry, name, folder or metadata) commits first, and the DELETE sees it, where a row read
+    before it was copied stale into the trash, or deleted though its expiry had moved."""
+    where = [table.c.organization_id == org_id, table.c.id == asset_id]
+    if due_by is not None:
+        where += [table.c.expires_at.is_not(None), table.c.expires_at <= due_by]
+    return conn.execute(sa.delete(table).where(*where).returning(*table.c)).first()
 
 
 def _copy(row: Row[Any], into: sa.Table) -> dict[str, Any]:
@@ -138,15 +140,18 @@ def trash(
     actor: Actor,
     reason: str = "deleted",
     now: datetime | None = None,
+    due_by: datetime | None = None,
 ) -> Trashed:
     """Move a live asset to the trash (with its event), then purge the oldest trashed assets
     while the trash is over ``limit_bytes``. Idempotent: an asset already trashed (or being
-    deleted) answers its key again."""
+    deleted) answers its key again. With ``due_by`` (expiry), only if it expires by then."""
     if not is_asset_id(asset_id):
         raise not_found(f"Asset {asset_id!r} does not exist.")
     conn = session.connection()
     now = now or utcnow()
-    row = _take(conn, _assets, org_id=org_id, asset_id=asset_id)
+    row = _take(conn, _assets, org_id=org_id, asset_id=asset_id, due_by=due_by)
+    if row is None and due_by is not None:
+        raise not_found(f"Asset {asset_id} has not expired.")
     if row is None:
         done = conn.execute(
             sa.select(_trashed.c.key).where(_trashed.c.organization_id == org_id, _trashed.c.id == asset_id)
@@ -276,6 +281,10 @@ def restore(
             return view(live, cdn_url)
         raise _missing(conn, org_id=org_id, asset_id=asset_id)
     _check_user(found, only_user)
+    if found.folder_id is not None:
+        # In turns with folder deletes (as a move is): one between the folder's check and the
+        # insert failed it on the foreign key, a 500.
+        folder_repository.lock_tree(session, org_id=org_id)
     # The usage row before the trashed one, as everywhere (see ``_purge_row``): the upload's
     # rule too, holds are read under this lock.
     repository.lock_usage(session, org_id=org_id)
@@ -436,9 +445,10 @@ def expire(
             actor=SYSTEM,
             reason="expired",
             now=now,
+            due_by=now,
         )
         return Expired(key=done.key, deleted=False, purged=done.purged)
-    row = _take(conn, _assets, org_id=org_id, asset_id=asset_id)
+    row = _take(conn, _assets, org_id=org_id, asset_id=asset_id, due_by=now)
     if row is None:
         raise not_found(f"Asset {asset_id} has not expired.")
     _move_usage(conn, org_id, live=-1, trashed=0, size=row.size)

@@ -24,8 +24,11 @@ from coffer_metadata.models import Asset, Event, Folder, Tombstone, TusUpload, U
 JSON_COLUMNS = ("custom_metadata", "tags", "image")
 
 
-def get(session: Session, *, org_id: str, asset_id: str) -> Asset | None:
-    return session.exec(select(Asset).where(Asset.organization_id == org_id, Asset.id == asset_id)).first()
+def get(session: Session, *, org_id: str, asset_id: str, for_update: bool = False) -> Asset | None:
+    """The asset; ``for_update`` locks its row to the end of the transaction (PostgreSQL; a
+    SQLite write transaction holds the whole database already)."""
+    query = select(Asset).where(Asset.organization_id == org_id, Asset.id == asset_id)
+    return session.exec(query.with_for_update() if for_update else query).first()
 
 
 # The hot read paths (one asset, a page, a count) as Core statements built once: building a

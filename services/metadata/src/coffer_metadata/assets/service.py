@@ -719,15 +719,19 @@ def update(
     no public URL)."""
     if not is_asset_id(asset_id):
         raise not_found(f"Asset {asset_id!r} does not exist.")
-    asset = repository.get(session, org_id=org_id, asset_id=asset_id)
+    if not isinstance(folder_id, Unset):
+        # In turns with folder deletes: one committed between the folder's check and the write
+        # made the write fail on the foreign key (a 500); after it, the check answers 404.
+        # Before the row's lock, in the order every change of the tree takes them.
+        folder_repository.lock_tree(session, org_id=org_id)
+    # The row locked as it is read: two PATCHes of its metadata or tags merge in turn (each
+    # merged into what it read, and the last write won: keys and tags lost on PostgreSQL).
+    asset = repository.get(session, org_id=org_id, asset_id=asset_id, for_update=True)
     if asset is None:
         raise _missing(session.connection(), asset_id)
     new_name = normalize_name(name) if name is not None else asset.name
     new_folder = folder_id if not isinstance(folder_id, Unset) else asset.folder_id
     if new_folder is not None and new_folder != asset.folder_id:
-        # In turns with folder deletes: one committed between this check and the write made
-        # the write fail on the foreign key (a 500); after it, the check answers 404.
-        folder_repository.lock_tree(session, org_id=org_id)
         check_folder(session, org_id=org_id, folder_id=new_folder)
     new_visibility = visibility or asset.visibility
     # Issue 47: None (the default) keeps the expiry, an Unset clears it (the router).
