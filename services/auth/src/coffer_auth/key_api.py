@@ -216,10 +216,12 @@ def delete_key(key_id: str, caller: CallerDep, session: SessionDep) -> SuccessOu
 def rotate_key(key_id: str, body: KeyRotate, caller: CallerDep, session: SessionDep) -> KeyRotatedOut:
     row = _visible(session, caller, key_id)
     _manage(caller, row)
+    # Read before the rotation: a key rotating itself is ``row`` too, whose expiry the rotation
+    # moves to the grace's end (its successor died with it).
+    end = caller.row.expires_at
     new, secret, previous = apikeys.rotate(
         session, caller.actor, org=caller.org, row=row, grace_seconds=body.grace_seconds, created_by=None
     )
-    end = caller.row.expires_at
     if end is not None and (new.expires_at is None or as_utc(new.expires_at) > as_utc(end)):
         new.expires_at = end  # no key outlives the key that made it, a rotated one included
         session.add(new)

@@ -305,6 +305,22 @@ def test_a_rotated_key_does_not_outlive_the_key_that_rotated_it(stack: Any, tena
         assert rotated["expiresAt"] <= expiring["expiresAt"]
 
 
+def test_a_key_rotating_itself_with_a_grace_gets_a_successor_that_keeps_its_lifetime(
+    stack: Any, tenant: Any
+) -> None:
+    """The rotation moved the rotating key's own expiry to the grace's end before the new
+    key was capped at it: a key that rotated itself got a successor that died with it."""
+    secret, made = make_key(tenant.api, name="svc")
+    with client(stack, secret) as api:
+        rotated = api.post(f"/api/keys/{made['id']}/rotate", json={"graceSeconds": 60})
+    assert rotated.status_code == 201, rotated.text
+    body = rotated.json()
+    assert body["previous"]["expiresAt"] is not None  # the old key: the grace
+    assert body["apiKey"]["expiresAt"] is None  # the new one: no end, as the old had
+    with client(stack, body["key"]) as api:
+        assert api.get("/api/keys/self").status_code == 200
+
+
 def test_rotate_takes_no_body_and_a_body_must_be_json(tenant: Any) -> None:
     _, made = make_key(tenant.api, name="r")
     rotated = tenant.api.post(f"/api/keys/{made['id']}/rotate")
