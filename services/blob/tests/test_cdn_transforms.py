@@ -30,7 +30,7 @@ from coffer_blob.deps import BlobState
 from coffer_blob.main import create_app, create_cdn_app
 from coffer_blob.storage import make_storage
 from coffer_blob.transforms import presets
-from coffer_blob.transforms.worker import MAX_VARIANTS_PER_ASSET
+from coffer_blob.transforms.worker import MAX_VARIANTS_PER_ASSET, MIN_VARIANT_BYTES, variant_budget
 from coffer_kit.contract import transforms
 from coffer_kit.contract.errors import CofferError
 from coffer_kit.contract.transforms import Transform
@@ -322,19 +322,58 @@ async def test_an_asset_keeps_a_bounded_number_of_variants(
     api: httpx.AsyncClient, cdn: httpx.AsyncClient, settings: Settings
 ) -> None:
     """Variants are outside the quota: signed URLs with ever new widths stored one each without
-    bound. Past 32, a new one takes the place of one kept, and every URL still answers."""
+    bound. Past 64 (every public preset URL at once), a new one takes the place of one kept,
+    and every URL still answers."""
     key = (await store(api, jpeg(400, 300)))["key"]
     evicted = sample("coffer_transform_variants_evicted_total")
-    paths = [await signed(api, key, w=width, fmt="png") for width in range(10, 50)]  # 40 variants
+    asked = MAX_VARIANTS_PER_ASSET + 8
+    paths = [await signed(api, key, w=width, fmt="png") for width in range(10, 10 + asked)]
     for path in paths:
         answer = await cdn.get(path)
         assert answer.status_code == 200, answer.text
         assert kept_variants(settings, key) <= MAX_VARIANTS_PER_ASSET
     assert kept_variants(settings, key) == MAX_VARIANTS_PER_ASSET
-    assert sample("coffer_transform_variants_evicted_total") == evicted + 40 - MAX_VARIANTS_PER_ASSET
+    assert sample("coffer_transform_variants_evicted_total") == evicted + asked - MAX_VARIANTS_PER_ASSET
     # One made room for is rendered again when asked, and answers as it did.
     first = await cdn.get(paths[0])
     assert first.status_code == 200 and decode(first.content).width == 10
+
+
+def noisy_jpeg(side: int) -> bytes:
+    """A square of noise at quality 20: small as a JPEG, about ten times larger as a PNG."""
+    red, green, blue = (
+        pyvips.Image.gaussnoise(side, side, sigma=90, mean=128, seed=s).cast("uchar") for s in (1, 2, 3)
+    )
+    return bytes(red.bandjoin([green, blue]).jpegsave_buffer(Q=20))
+
+
+@pytest.mark.parametrize("settings", ["fs"], indirect=True)  # the bound is the worker's, on any driver
+async def test_an_assets_variants_hold_a_bounded_number_of_bytes(
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient, settings: Settings
+) -> None:
+    """A 3.7 MB JPEG made 38 MB PNGs, 32 of them kept: an organization's variants were up to
+    330 times its quota. A variant larger than the source's budget (8 times the source, at
+    least 16 MiB) is refused; kept ones make room by their bytes as by their number."""
+    data = noisy_jpeg(3200)  # 1.9 MB; 24 MB as a PNG
+    source = (await store(api, data))["key"]
+    budget = variant_budget(len(data))
+    assert budget == MIN_VARIANT_BYTES  # (a source under 2 MiB)
+    whole = await cdn.get(await signed(api, source, w=3200, fmt="png"))
+    error = assert_error(whole, 422, "image_too_large")
+    assert error["details"]["limitBytes"] == budget and error["details"]["outputBytes"] > budget
+    # Refused for that variant, not the source: others of it are made.
+    assert (await cdn.get(key_path(source) + "?preset=thumb")).status_code == 200
+    evicted = sample("coffer_transform_variants_evicted_total")
+    for width in (1800, 1790, 1780):  # about 7.5 MB each as PNG: two fit the budget, not three
+        answer = await cdn.get(await signed(api, source, w=width, fmt="png"))
+        assert answer.status_code == 200, answer.text
+        org, asset, _ = source.split("/")
+        kept = [n for n in stored_names(settings, source) if "%meta" not in n and "%tmp" not in n]
+        held = sum(
+            Path(p).stat().st_size for p in Path(settings.blob_dir, "objects", org).glob(f"*/{asset}.*")
+        )
+        assert held - len(data) <= budget, (kept, held)
+    assert sample("coffer_transform_variants_evicted_total") > evicted  # the third made room
 
 
 async def test_concurrent_requests_for_one_new_variant_compute_it_once(

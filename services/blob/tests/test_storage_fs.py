@@ -486,6 +486,7 @@ def test_filenames_lists_the_committed_objects_of_one_asset(storage: FsStorage) 
     writer = storage.open_writer("org_1/ast_1/in-flight.bin")
     writer.write(b"not yet")
     assert storage.filenames("org_1/ast_1/", 10) == ["a.txt", "b.txt"]
+    assert storage.sizes("org_1/ast_1/", 10) == [("a.txt", 5), ("b.txt", 5)]  # (a variant's eviction)
     assert storage.filenames("org_1/ast_1/", 1) == ["a.txt"]
     assert storage.filenames("org_9/ast_9/", 10) == []
     writer.commit(content_type="text/plain", sha256=hashlib.sha256(b"not yet").hexdigest())

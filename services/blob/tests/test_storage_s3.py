@@ -308,6 +308,7 @@ def test_filenames_lists_the_committed_objects_of_one_asset(
     # A write in progress (a temp object before its copy) is not listed.
     s3_server.client().put_object(Bucket=bucket, Key="org_1/ast_1/%tmp.0123", Body=b"")
     assert storage.filenames("org_1/ast_1/", 10) == ["a.txt", "b.txt"]
+    assert storage.sizes("org_1/ast_1/", 10) == [("a.txt", 5), ("b.txt", 5)]  # (a variant's eviction)
     assert S3Storage(storage.client, bucket, page_size=1).filenames("org_1/ast_1/", 1) == ["a.txt"]
     assert storage.filenames("org_9/ast_9/", 10) == []
 

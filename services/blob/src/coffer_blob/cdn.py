@@ -218,8 +218,8 @@ async def _transformed(request: Request, key: str, state: BlobState) -> Response
 
 
 def _raise_remembered(outcome: tuple[object, ...] | None) -> None:
-    """A worker's refusal (415, 422) as the error it is."""
-    if outcome is not None and outcome[0] == "refused":
+    """A worker's refusal (415, 422: of the source, or of this variant) as the error it is."""
+    if outcome is not None and outcome[0] in ("refused", "oversize"):
         _, status, code, message, details = outcome
         raise CofferError(status, code, message, details=details)  # type: ignore[arg-type]
 

@@ -128,6 +128,10 @@ class InstrumentedStorage:
         with _operation(self.name, "filenames"):
             return self.inner.filenames(prefix, limit)
 
+    def sizes(self, prefix: str, limit: int) -> list[tuple[str, int]]:
+        with _operation(self.name, "filenames"):
+            return self.inner.sizes(prefix, limit)
+
     def inventory(self) -> Iterator[StoredObject]:
         return self.inner.inventory()  # (the scrub's walk, timed by the scrub itself)
 

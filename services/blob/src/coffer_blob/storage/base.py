@@ -159,6 +159,10 @@ class Storage(Protocol):
         sorted, at most ``limit`` of them; writes in progress are not listed."""
         ...
 
+    def sizes(self, prefix: str, limit: int) -> list[tuple[str, int]]:
+        """``filenames``, each with its object's size (from the same listing)."""
+        ...
+
     def inventory(self) -> Iterator[StoredObject]:
         """Every committed object in the store, in no particular order, a few at a time (the
         scrub's walk); writes in progress, resumable uploads' parts and the driver's own files

@@ -396,6 +396,9 @@ class FsStorage:
             raise StorageUnavailable(f"cannot delete {prefix}: {exc}") from exc
 
     def filenames(self, prefix: str, limit: int) -> list[str]:
+        return [name for name, _ in self.sizes(prefix, limit)]
+
+    def sizes(self, prefix: str, limit: int) -> list[tuple[str, int]]:
         if not prefix.endswith("/"):
             raise ValueError(f"a prefix ends with '/': {prefix!r}")
         org, asset = self._split(prefix[:-1], segments=2)
@@ -410,15 +413,16 @@ class FsStorage:
             raise StorageUnavailable(f"cannot list {prefix}: {exc}") from exc
         hashes = {name[len(sidecar) :] for name in found if name.startswith(sidecar)}
         data = {name[len(asset) + 1 :] for name in found if name.startswith(f"{asset}.")}
-        names: list[str] = []
+        names: list[tuple[str, int]] = []
         for h in sorted(hashes & data):  # committed: the data file is there beside its sidecar
             try:
                 meta = _read_sidecar(f"{bucket}/{sidecar}{h}")
+                size = os.stat(f"{bucket}/{asset}.{h}").st_size
             except FileNotFoundError:
                 continue  # deleted meanwhile
             except (OSError, ValueError) as exc:
                 raise StorageUnavailable(f"cannot list {prefix}: {exc}") from exc
-            names.append(str(meta["name"]))
+            names.append((str(meta["name"]), size))
         return sorted(names)[:limit]
 
     def inventory(self) -> Iterator[StoredObject]:

@@ -330,15 +330,18 @@ class S3Storage:
                 raise StorageUnavailable(f"S3 could not delete under {prefix}: {result['Errors'][:3]}")
 
     def filenames(self, prefix: str, limit: int) -> list[str]:
+        return [name for name, _ in self.sizes(prefix, limit)]
+
+    def sizes(self, prefix: str, limit: int) -> list[tuple[str, int]]:
         if not prefix.endswith("/"):
             raise ValueError(f"a prefix ends with '/': {prefix!r}")
         _check_key(prefix[:-1])
-        names: list[str] = []
+        names: list[tuple[str, int]] = []
         for page in self._pages("list_objects_v2", "Contents", prefix):
             for item in page:
                 name = item["Key"][len(prefix) :]
                 if "/" not in name and not name.startswith(_RESERVED):  # not a write in progress
-                    names.append(name)
+                    names.append((name, int(item["Size"])))
         return sorted(names)[:limit]
 
     def inventory(self) -> Iterator[StoredObject]:

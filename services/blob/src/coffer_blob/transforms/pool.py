@@ -21,7 +21,7 @@ Sources a worker refused (415, 422) are remembered, and so, for ``SLOW_KEPT_SECO
 variants whose render ran out of time on its worker (half the time limit or more on the
 worker, not in the queue): asking again answers at once, without a worker. A variant, not its
 source: a source too slow to render at 4000 pixels may be quick to shrink on load to a
-thumbnail, and a source's variants on public URLs are its presets (at most 24).
+thumbnail, and a source's variants on public URLs are its presets (at most 64 variants).
 
 Concurrent requests for one variant share its render (a flight per variant key, in this
 process): it is computed once and every request is served the same stored bytes.
@@ -298,6 +298,8 @@ class TransformPool:
             if len(self._refused) >= REFUSALS_KEPT:
                 self._refused.clear()
             self._refused[key] = result
+        elif result[0] == "oversize":  # this variant's, not its source's: not remembered
+            REFUSED.labels(result[2]).inc()
         return result
 
     async def _on_worker(

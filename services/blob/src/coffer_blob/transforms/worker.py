@@ -28,14 +28,29 @@ from coffer_blob.transforms import formats
 from coffer_blob.transforms.limits import Limits
 from coffer_kit.contract.errors import CofferError
 from coffer_kit.contract.limits import MAX_FILE_BYTES
-from coffer_kit.contract.transforms import Transform
+from coffer_kit.contract.transforms import BUILTIN_PRESETS, MAX_ORG_PRESETS, Transform
 
 Outcome = tuple[Any, ...]
 
-# Variants kept per asset (CONTRACT §10: stored beside the original, outside the quota). Past
-# it a new variant takes the place of one kept, chosen at random, whose URLs render it again
-# when next asked: signed URLs with ever new parameters cannot store without bound.
-MAX_VARIANTS_PER_ASSET = 32
+# Variants kept per asset (CONTRACT §10: stored beside the original, outside the quota): every
+# public URL of its presets at once (an organization's preset with fmt=auto is three variants,
+# AVIF, WebP and its fallback), so anonymous requests alone never make one evict another. Past
+# it, or past the asset's bytes below, a new variant takes the place of kept ones, chosen at
+# random, whose URLs render them again when next asked: signed URLs with ever new parameters
+# cannot store without bound.
+MAX_VARIANTS_PER_ASSET = len(BUILTIN_PRESETS) + 3 * MAX_ORG_PRESETS
+# What an asset's variants hold in all: a multiple of its source's size, or at least enough
+# for every preset of a small image. One variant larger alone (a PNG of a noisy JPEG at full
+# size is ten times its source) is refused: 422 ``image_too_large``. One organization's
+# variants were 30-330 times its quota (38 MB PNGs of a 3.7 MB JPEG, 32 of them).
+VARIANT_BYTES_PER_SOURCE_BYTE = 8
+MIN_VARIANT_BYTES = 16 * 1024 * 1024
+
+
+def variant_budget(source_size: int) -> int:
+    return max(VARIANT_BYTES_PER_SOURCE_BYTE * source_size, MIN_VARIANT_BYTES)
+
+
 VARIANT_PREFIX = "v%"
 
 _storage: Storage | None = None
@@ -102,8 +117,12 @@ def run(key: str, variant_key: str, transform: Transform, private: bool) -> Outc
         return ("refused", error.status, error.code, error.message, error.details)
     except CofferError as exc:
         return ("refused", exc.status, exc.code, exc.message, exc.details)
+    budget = variant_budget(len(data))
     del data
-    evicted = _make_room(_storage, variant_key)
+    if len(output) > budget:  # this variant's own refusal: others of the source may fit
+        error = variant_too_large(len(output), budget)
+        return ("oversize", error.status, error.code, error.message, error.details)
+    evicted = _make_room(_storage, variant_key, len(output), budget)
     digest = hashlib.sha256(output).hexdigest()
     writer = _storage.open_writer(variant_key)
     try:
@@ -115,16 +134,29 @@ def run(key: str, variant_key: str, transform: Transform, private: bool) -> Outc
     return ("ok", info.content_type, info.size, info.sha256, evicted)
 
 
-def _make_room(storage: Storage, variant_key: str) -> int:
-    """Delete kept variants of the asset until a new one leaves ``MAX_VARIANTS_PER_ASSET``;
-    answers how many went."""
+def _make_room(storage: Storage, variant_key: str, size: int, budget: int) -> int:
+    """Delete kept variants of the asset, at random, until a new one of ``size`` bytes leaves
+    at most ``MAX_VARIANTS_PER_ASSET`` of them and ``budget`` bytes; answers how many went."""
     prefix = variant_key.rsplit("/", 1)[0] + "/"
-    listed = storage.filenames(prefix, MAX_VARIANTS_PER_ASSET + 16)
-    kept = [name for name in listed if name.startswith(VARIANT_PREFIX)]
-    evicted = random.sample(kept, max(0, len(kept) + 1 - MAX_VARIANTS_PER_ASSET))
-    for name in evicted:
+    listed = storage.sizes(prefix, MAX_VARIANTS_PER_ASSET + 16)
+    kept = [(name, bytes_) for name, bytes_ in listed if name.startswith(VARIANT_PREFIX)]
+    random.shuffle(kept)
+    held = sum(bytes_ for _, bytes_ in kept)
+    evicted = 0
+    while kept and (len(kept) + 1 > MAX_VARIANTS_PER_ASSET or held + size > budget):
+        name, bytes_ = kept.pop()
         storage.delete(prefix + name)
-    return len(evicted)
+        held, evicted = held - bytes_, evicted + 1
+    return evicted
+
+
+def variant_too_large(size: int, budget: int) -> CofferError:
+    return CofferError(
+        422,
+        "image_too_large",
+        f"The transformed image would be {size} bytes; a variant of this source may be at most {budget}.",
+        details={"outputBytes": size, "limitBytes": budget},
+    )
 
 
 # A BlurHash of 4×3 components (issue 50), computed from a thumbnail this wide at most: the
