@@ -205,19 +205,27 @@ async def reauth(accounts: Accounts, *, token_hash: str, password: str, actor: A
         if rehash is not None:
             current.password_hash = rehash
             session.add(current)
-        session.delete(old)
-        session.flush()
-        new, token = sessions.create(
-            session,
-            user_id=current.id,
-            lifetimes=lifetimes,
-            ip=actor.ip or old.ip,
-            user_agent=actor.user_agent or old.user_agent,
-            last_org_id=old.last_org_id,
-        )
-        return _login_out(new, token, current, lifetimes)
+        return _replaced(session, old, current, actor, lifetimes)
 
     return await tx.write(accounts.engine, renew)
+
+
+def _replaced(
+    session: Session, old: DashboardSession, user: User, actor: Actor, lifetimes: Lifetimes
+) -> LoginOut:
+    """A new session (new token and CSRF token) in place of ``old``, whose user has just
+    entered their password (a re-authentication, a password change)."""
+    session.delete(old)
+    session.flush()
+    new, token = sessions.create(
+        session,
+        user_id=user.id,
+        lifetimes=lifetimes,
+        ip=actor.ip or old.ip,
+        user_agent=actor.user_agent or old.user_agent,
+        last_org_id=old.last_org_id,
+    )
+    return _login_out(new, token, user, lifetimes)
 
 
 async def change_password(
@@ -250,21 +258,12 @@ async def change_password(
         current.password_changed_at = utcnow()
         sessions.clear_failures(session, email=current.email)
         session.add(current)
-        session.delete(old)
-        session.flush()
-        revoked = sessions.revoke_all(session, user_id=current.id) if body.revoke_others else 0
-        new, token = sessions.create(
-            session,
-            user_id=current.id,
-            lifetimes=lifetimes,
-            ip=actor.ip or old.ip,
-            user_agent=actor.user_agent or old.user_agent,
-            last_org_id=old.last_org_id,
-        )
+        revoked = sessions.revoke_all(session, user_id=current.id, keep=old.id) if body.revoke_others else 0
+        login = _replaced(session, old, current, actor, lifetimes)
         audit.record_user(
             session, actor, "user.password_changed", current, details={"sessionsRevoked": revoked}
         )
-        return PasswordChangedOut(revoked=revoked, **dict(_login_out(new, token, current, lifetimes)))
+        return PasswordChangedOut(revoked=revoked, **dict(login))
 
     return await tx.write(accounts.engine, apply)
 
