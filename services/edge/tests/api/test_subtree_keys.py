@@ -268,6 +268,21 @@ def test_a_subtree_keys_upload_created_with_its_bytes(tree: Any) -> None:
     assert {a["folderId"] for a in stored} == {ids["public"]}
 
 
+CHUNK = {"Tus-Resumable": "1.0.0", "Content-Type": "application/offset+octet-stream"}
+
+
+def _tus_of_six_bytes(sub: Any, token: str, filename: str) -> str:
+    """A resumable upload of 6 bytes made with an upload token: its location."""
+    name = base64.b64encode(filename.encode()).decode()
+    made = httpx.post(
+        f"{sub.base_url}/api/uploads/tus",
+        params={"token": token},
+        headers={"Tus-Resumable": "1.0.0", "Upload-Length": "6", "Upload-Metadata": f"filename {name}"},
+    )
+    assert made.status_code == 201, made.text
+    return str(made.headers["location"])
+
+
 def test_a_subtree_keys_upload_tokens_stay_in_what_it_may_reach(tree: Any) -> None:
     """The key's tokens for /public/avatars, and a resumable upload begun with one: once the
     organization's key moves avatars out of /public, neither stores anything there (404), as
@@ -275,25 +290,16 @@ def test_a_subtree_keys_upload_tokens_stay_in_what_it_may_reach(tree: Any) -> No
     api, sub, ids = tree
     form = sub.post("/api/upload-tokens", json={"folderId": ids["avatars"]}).json()["url"]
     tus_token = sub.post("/api/upload-tokens", json={"folderId": ids["avatars"]}).json()["token"]
-    tus = {"Tus-Resumable": "1.0.0"}
-    chunk = {**tus, "Content-Type": "application/offset+octet-stream"}
-    name = base64.b64encode(b"late.bin").decode()
-    made = httpx.post(
-        f"{sub.base_url}/api/uploads/tus",
-        params={"token": tus_token},
-        headers={**tus, "Upload-Length": "6", "Upload-Metadata": f"filename {name}"},
-    )
-    assert made.status_code == 201, made.text
-    location = made.headers["location"]
+    location = _tus_of_six_bytes(sub, tus_token, "late.bin")
     for offset, piece in ((0, b"ab"), (2, b"cd")):
-        sent = httpx.patch(location, content=piece, headers={**chunk, "Upload-Offset": str(offset)})
+        sent = httpx.patch(location, content=piece, headers={**CHUNK, "Upload-Offset": str(offset)})
         assert sent.status_code == 204, sent.text
     assert api.patch(f"/api/folders/{ids['avatars']}", json={"parentId": ids["private"]}).status_code == 200
     # 423 is tus's "retry in a moment": the last chunk's lease may still be on its way to
     # metadata (seen twice in CI, on each database). A client retries; the answer is then 404.
     deadline = time.monotonic() + 10
     while (
-        last := httpx.patch(location, content=b"ef", headers={**chunk, "Upload-Offset": "4"})
+        last := httpx.patch(location, content=b"ef", headers={**CHUNK, "Upload-Offset": "4"})
     ).status_code == 423:
         assert time.monotonic() < deadline, last.text
         time.sleep(0.1)
@@ -369,21 +375,12 @@ def test_a_confined_tokens_next_chunk_meets_no_lease_of_its_own_edge(
 
     monkeypatch.setattr(MetadataClient, "tus_lock", tus_lock)
     token = sub.post("/api/upload-tokens", json={"folderId": ids["avatars"]}).json()["token"]
-    tus = {"Tus-Resumable": "1.0.0"}
-    chunk = {**tus, "Content-Type": "application/offset+octet-stream"}
-    name = base64.b64encode(b"next.bin").decode()
-    made = httpx.post(
-        f"{sub.base_url}/api/uploads/tus",
-        params={"token": token},
-        headers={**tus, "Upload-Length": "6", "Upload-Metadata": f"filename {name}"},
-    )
-    assert made.status_code == 201, made.text
-    location = made.headers["location"]
+    location = _tus_of_six_bytes(sub, token, "next.bin")
     took = []
     for offset, piece in ((0, b"ab"), (2, b"cd"), (4, b"ef")):
         started = time.monotonic()
         sent = httpx.patch(
-            location, content=piece, headers={**chunk, "Upload-Offset": str(offset)}, timeout=30
+            location, content=piece, headers={**CHUNK, "Upload-Offset": str(offset)}, timeout=30
         )
         took.append(time.monotonic() - started)
         assert sent.status_code == 204, (offset, sent.text)
