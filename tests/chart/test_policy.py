@@ -505,6 +505,10 @@ def test_clamav_runs_clamd_and_freshclam_with_the_signatures_first(render: Calla
         assert mounts["/var/lib/clamav"] == "database", c["name"]  # one database, shared
     service = named(docs, "Service", "coffer-clamav")["spec"]
     assert service["ports"] == [{"name": "clamd", "port": 3310, "targetPort": "clamd", "protocol": "TCP"}]
+    # freshclam tests a new database by loading the whole engine (about 1.2 GiB), past its
+    # 512 MiB limit: an update would be killed, and the init container never end.
+    conf = named(docs, "ConfigMap", "coffer-clamav")["data"]["freshclam.conf"]
+    assert "TestDatabases no" in conf.splitlines()
 
 
 def test_the_charts_clamd_takes_coffers_largest_file_and_starts(
@@ -682,13 +686,18 @@ def test_generated_secret_is_a_hook_before_the_migrations(render: Callable[..., 
 
 def test_given_values_reach_the_secret_and_config(render: Callable[..., Docs]) -> None:
     import base64
+    import secrets
 
+    signing = secrets.token_urlsafe(32)  # (32 characters at least: the schema's bound)
     docs = render(
-        "--set", "database.auth.url=postgresql+psycopg://u:p@db/auth", "--set", "secrets.signingSecret=s3cr3t"
+        "--set",
+        "database.auth.url=postgresql+psycopg://u:p@db/auth",
+        "--set",
+        f"secrets.signingSecret={signing}",
     )
     data = named(docs, "Secret", "coffer")["data"]
     assert base64.b64decode(data["auth-database-url"]).decode() == "postgresql+psycopg://u:p@db/auth"
-    assert base64.b64decode(data["signing-secret"]).decode() == "s3cr3t"
+    assert base64.b64decode(data["signing-secret"]).decode() == signing
     assert len(base64.b64decode(data["webhook-secret-key"])) >= 32, "generated long enough to seal with"
     config = named(docs, "ConfigMap", "coffer-config")["data"]
     assert config["COFFER_MODE"] == "production"

@@ -111,6 +111,8 @@ def test_default_and_production_render_what_they_should(
         "expose.type=loadbalancer",
         "redis.keyPrefix=two words",
         "secrets.webhookSecretKey=too-short-to-seal-with",  # 32+ characters
+        "secrets.internalToken=short",  # 32+ characters: the services refuse less in production
+        "secrets.signingSecret=short",
         "networkPolicy.egress.webhooks.cidrs[0]=not-a-cidr",
         "webhooks.replica=2",
         "scrub.cronJob.verify=2",  # a share, 0 to 1
@@ -225,19 +227,20 @@ def _memory(docs: Docs, name: str) -> dict[str, str]:
 
 
 def test_the_pods_serving_the_cdn_get_the_transform_workers_memory(render: Callable[..., Docs]) -> None:
-    # Defaults: the cdn pods serve the CDN; 2 workers × 384 MiB on top of cdn's 192Mi / 512Mi,
-    # and blob's pods, which take uploads, get none of it.
+    # Defaults: the cdn pods serve the CDN; 2 workers × 384 MiB on top of cdn's 192Mi / 512Mi.
+    # blob's pods, which take uploads, start a pool of their own for images' facts (issue 50):
+    # the same on top of theirs (they had none, and the workers would have found no room).
     default = render()
     assert _memory(default, "coffer-cdn") == {"requests": f"{192 + 768}Mi", "limits": f"{512 + 768}Mi"}
-    assert _memory(default, "coffer-blob") == {"requests": "256Mi", "limits": "768Mi"}
+    assert _memory(default, "coffer-blob") == {"requests": f"{256 + 768}Mi", "limits": f"{768 + 768}Mi"}
     config = next(d for d in default if d["kind"] == "Deployment" and d["metadata"]["name"] == "coffer-cdn")
     cdn_env = {e["name"]: e.get("value") for e in config["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert cdn_env["COFFER_CDN_TRANSFORM_WORKER_MEMORY_MB"] == "384"
     assert cdn_env["COFFER_CDN_TRANSFORM_MAX_DECODED_MB"] == "200"
-    together = render("--set", "cdn.enabled=false", "--set", "transforms.workers=3")
+    together = render("--set", "cdn.enabled=false", "--set", "transforms.workers=3")  # two pools
     assert _memory(together, "coffer-blob") == {
-        "requests": f"{256 + 3 * 384}Mi",
-        "limits": f"{768 + 3 * 384}Mi",
+        "requests": f"{256 + 2 * 3 * 384}Mi",
+        "limits": f"{768 + 2 * 3 * 384}Mi",
     }
     off = render("--set", "transforms.enabled=false", "--set", "cdn.enabled=false")
     assert _memory(off, "coffer-blob") == {"requests": "256Mi", "limits": "768Mi"}
@@ -264,13 +267,14 @@ def _budget_env(docs: Docs) -> dict[str, dict[str, str]]:
 @pytest.mark.parametrize(
     ("values", "pods"),
     [
-        ([], {"auth": 2, "metadata": 2, "webhooks": 2}),
-        (["-f", str(PRODUCTION)], {"auth": 6, "metadata": 6, "webhooks": 6}),  # autoscaling's maxReplicas
+        # Each: its replicas (autoscaling's maxReplicas) and a rolling update's surge, 25% up.
+        ([], {"auth": 3, "metadata": 3, "webhooks": 3}),
+        (["-f", str(PRODUCTION)], {"auth": 8, "metadata": 8, "webhooks": 8}),
         (
             ["--set", "auth.replicas=5", "--set", "webhooks.enabled=false"],
-            {"auth": 5, "metadata": 2, "webhooks": 0},
+            {"auth": 7, "metadata": 3, "webhooks": 0},
         ),
-        (["--set", "database.budget.maxConnections=1000"], {"auth": 2, "metadata": 2, "webhooks": 2}),
+        (["--set", "database.budget.maxConnections=1000"], {"auth": 3, "metadata": 3, "webhooks": 3}),
     ],
 )
 def test_the_connection_budget_fits_the_server(
@@ -323,6 +327,6 @@ def test_helm_template_shows_the_budget(helm_run: Callable[..., Any]) -> None:
     proc = helm_run("template", "coffer", str(CHART), *REQUIRED)
     assert proc.returncode == 0, proc.stderr
     assert (
-        "# The connection budget (docs/operations.md): 2 auth + 2 metadata pods"
-        " × (12 pool + 2 reads + 3 writes), 2 webhooks pods × (4 + 2 + 3), 2 migrations = 88 of 90"
+        "# The connection budget (docs/operations.md), a rollout's surge included: 3 auth + 3 metadata"
+        " pods × (5 pool + 2 reads + 3 writes), 3 webhooks pods × (4 + 2 + 3), 2 migrations = 89 of 90"
     ) in proc.stdout

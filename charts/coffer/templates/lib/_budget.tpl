@@ -2,7 +2,8 @@
 The connection budget (docs/operations.md, "The connection budget"): (dict "ctx" $) ->
 a dict of the pool size every auth, metadata and webhooks pod gets, and the arithmetic.
 
-pods(c)  = autoscaling.maxReplicas when autoscaling is on, else replicas (webhooks: 0 when off)
+pods(c)  = n + ceil(n / 4), n = autoscaling.maxReplicas when autoscaling is on, else replicas
+           (webhooks: 0 when off): a rolling update's surge (maxSurge 25%) holds connections too
 per pod  = pool + reads + writes (webhooks: min(pool, 4) + reads + writes)
 total    = pods(auth) × per pod + pods(metadata) × per pod + pods(webhooks) × per webhooks pod
            + 2 (the migration Jobs, one connection each)
@@ -11,10 +12,12 @@ pool     = database.budget.poolSize, or the largest (at most 40) that keeps tota
 */}}
 {{- define "coffer.lib.podsOf" -}}
 {{- $v := index .ctx.Values .component -}}
-{{- if and (eq .component "webhooks") (not $v.enabled) -}}0
-{{- else if $v.autoscaling.enabled -}}{{ $v.autoscaling.maxReplicas }}
-{{- else -}}{{ $v.replicas }}
+{{- $n := 0 -}}
+{{- if and (eq .component "webhooks") (not $v.enabled) -}}
+{{- else if $v.autoscaling.enabled -}}{{- $n = int $v.autoscaling.maxReplicas -}}
+{{- else -}}{{- $n = int $v.replicas -}}
 {{- end -}}
+{{- add $n (div (add $n 3) 4) -}}
 {{- end -}}
 
 {{- define "coffer.lib.budget" -}}

@@ -107,19 +107,22 @@ spec:
 
 
 {{/*
-A component's container resources: its values, plus, on the pods serving the CDN host (cdn,
-or blob when cdn.enabled is false) with transforms on, transforms.workers ×
-transforms.workerMemoryMiB on the memory request and limit (the worker processes live in the
-same container). Memory must then be written in Mi or Gi.
+A component's container resources: its values, plus, with transforms on, a pool of
+transforms.workers × transforms.workerMemoryMiB on the memory request and limit for each
+listener that starts transform workers in the container: the CDN's (cdn, or blob when
+cdn.enabled is false) and blob's internal one (image facts, issue 50). Memory must then be
+written in Mi or Gi.
 */}}
 {{- define "coffer.lib.containerResources" -}}
 {{- $ctx := .ctx -}}
 {{- $c := .component -}}
 {{- $v := index $ctx.Values $c -}}
 {{- $resources := deepCopy $v.resources -}}
-{{- $servesCdn := or (eq $c "cdn") (and (eq $c "blob") (not $ctx.Values.cdn.enabled)) -}}
-{{- if and $servesCdn $ctx.Values.transforms.enabled -}}
-{{- $extra := mul (int $ctx.Values.transforms.workers) (int $ctx.Values.transforms.workerMemoryMiB) -}}
+{{- $pools := 0 -}}
+{{- if eq $c "cdn" -}}{{- $pools = 1 -}}{{- end -}}
+{{- if eq $c "blob" -}}{{- $pools = ternary 1 2 $ctx.Values.cdn.enabled -}}{{- end -}}
+{{- if and (gt $pools 0) $ctx.Values.transforms.enabled -}}
+{{- $extra := mul $pools (int $ctx.Values.transforms.workers) (int $ctx.Values.transforms.workerMemoryMiB) -}}
 {{- range $kind := list "requests" "limits" -}}
 {{- $block := index $resources $kind -}}
 {{- if and $block (hasKey $block "memory") -}}
