@@ -620,3 +620,35 @@ async def test_a_restore_beside_its_folders_delete_restores_to_the_root(
     deleting.join(10)
     assert restored.status_code == 200, restored.text
     assert (await api.get(f"/internal/v1/orgs/{org}/assets/{asset}")).json()["folderId"] is None
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_a_permanent_delete_behind_a_trash_of_the_same_asset_finds_it_gone(
+    api: httpx.AsyncClient, engine: Engine
+) -> None:
+    """The delete read the row without a lock: behind a trash of it, it released the asset's
+    size a second time (used bytes below zero: free quota, again and again) and left a
+    tombstone, whose protocol deleted the bytes the trashed row still pointed at."""
+    org = new_id("org")
+    kept = await upload(api, org, 100)
+    asset = (await upload(api, org, 300))["id"]
+    holder = Session(writer(engine))
+    args = {"retention_days": 7, "limit_bytes": 10**9, "cdn_url": "http://cdn", "actor": SYSTEM}
+    T.trash(holder, org_id=org, asset_id=asset, **args)
+    holder.flush()
+
+    def delete() -> Any:
+        with Session(writer(engine)) as s:
+            key = asset_service.hide(s, org_id=org, asset_id=asset, cdn_url="http://cdn", actor=SYSTEM)
+            s.commit()
+            return key
+
+    assert _behind(engine, holder, delete) == {"error": "not_found"}
+    assert await usage(api, org) == {
+        "usedBytes": kept["size"],
+        "assetCount": 1,
+        "trashedBytes": 300,
+        "trashedCount": 1,
+    }
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM tombstones")).scalar() == 0

@@ -141,3 +141,32 @@ def test_an_upload_that_sends_nothing_is_stopped_and_holds_nothing(stack, new_te
     patching.close()
     assert answer.split(b" ", 2)[1] == b"204" and b"upload-offset: 102400" in answer.lower()
     assert head(tenant.api, location).headers["upload-offset"] == str(100 * KIB)
+
+
+def test_an_upload_blob_fails_holds_nothing_though_blob_cannot_delete_its_bytes(
+    stack: Any, new_tenant: Any, monkeypatch: Any
+) -> None:
+    """With blob down, the failed upload's cleanup (delete its bytes, then its intent) stopped
+    at the first step: the intent held its size and its place in flight for the sweeper's
+    hour, and the organization's next uploads were 413 or 429 once blob was back."""
+    from coffer_edge.clients.blob import BlobClient
+    from coffer_kit.contract.errors import unavailable
+
+    async def down(*_: Any, **__: Any) -> Any:
+        raise unavailable("blob is down (the test)")
+
+    tenant = new_tenant(quota_bytes=10 * MIB)
+    with monkeypatch.context() as outage:
+        outage.setattr(BlobClient, "upload", down)
+        outage.setattr(BlobClient, "delete_prefix", down)
+        assert_error(upload_zeros(tenant.api, 8 * MIB), 503, "unavailable")
+    held = "SELECT count(*) FROM upload_intents WHERE organization_id = :o AND NOT swept"
+    assert stack.metadata_scalar(held, o=tenant.org_id) == 0
+    # The intent stays, swept, for the sweeper to delete whatever bytes blob may hold.
+    assert (
+        stack.metadata_scalar(
+            "SELECT count(*) FROM upload_intents WHERE organization_id = :o", o=tenant.org_id
+        )
+        == 1
+    )
+    assert upload_zeros(tenant.api, 5 * MIB).status_code == 201

@@ -175,6 +175,15 @@ class MetadataClient(ServiceClient):
             wire.Done, "DELETE", f"/internal/v1/orgs/{org_id}/intents/{asset_id}", request_id=request_id
         )
 
+    async def release_intent(self, org_id: str, asset_id: str, *, request_id: str) -> wire.Done:
+        """The failed upload's hold ends now; its bytes are left to the sweeper."""
+        return await self.call(
+            wire.Done,
+            "POST",
+            f"/internal/v1/orgs/{org_id}/intents/{asset_id}/released",
+            request_id=request_id,
+        )
+
     async def commit_upload(self, org_id: str, asset: wire.UploadCommit, *, request_id: str) -> bytes:
         """The asset as the public body (metadata writes it as the contract does)."""
         return await self.request(

@@ -428,10 +428,15 @@ async def _upload(
     await _reserve(scope, metadata, asset_id, size, rid)
 
     async def discard() -> None:
-        """Delete what blob may hold, then the intent (whatever fails is left to the sweeper);
-        give the token back."""
+        """Delete what blob may hold, then the intent; when blob cannot, end the intent's hold
+        on the quota and the places in flight at once (a blob outage held them for the
+        sweeper's hour), and leave its bytes to the sweeper. Give the token back."""
         try:
-            await blob.delete_prefix(org, asset_id, request_id=rid)
+            try:
+                await blob.delete_prefix(org, asset_id, request_id=rid)
+            except CofferError:
+                await metadata.release_intent(org, asset_id, request_id=rid)
+                raise
             await metadata.abandon_intent(org, asset_id, request_id=rid)
         except CofferError:
             log.warning("cleanup deferred to the sweeper", extra={"asset_id": asset_id, "request_id": rid})

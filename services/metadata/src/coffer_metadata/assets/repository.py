@@ -571,6 +571,15 @@ def drop_intent(session: Session, *, asset_id: str) -> None:
     session.exec(delete(UploadIntent).where(col(UploadIntent.asset_id) == asset_id))
 
 
+def mark_swept(session: Session, *, org_id: str, asset_id: str) -> None:
+    """One intent marked swept, as ``claim_stale_intents`` marks the stale ones."""
+    session.exec(
+        update(UploadIntent)
+        .where(col(UploadIntent.organization_id) == org_id, col(UploadIntent.asset_id) == asset_id)
+        .values(swept=True)
+    )
+
+
 def claim_stale_intents(
     session: Session, *, older_than: datetime, now: datetime, limit: int
 ) -> list[UploadIntent]:

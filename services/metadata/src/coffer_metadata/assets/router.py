@@ -90,6 +90,12 @@ async def abandon_intent(org_id: str, asset_id: str, database: DatabaseDep) -> D
     return Done()
 
 
+@router.post("/orgs/{org_id}/intents/{asset_id}/released")
+async def release_intent(org_id: str, asset_id: str, database: DatabaseDep) -> Done:
+    await database.write(functools.partial(service.release_upload, org_id=org_id, asset_id=asset_id))
+    return Done()
+
+
 @hot_router.post("/orgs/{org_id}/assets", status_code=201, openapi_extra=json_request_body(UploadCommit))
 async def commit_upload(request: Request, org_id: str) -> JSONResponse:
     await require_internal_token(request)

@@ -428,6 +428,13 @@ def abandon_upload(session: Session, *, org_id: str, asset_id: str) -> None:
     repository.consume_intent(session, org_id=org_id, asset_id=asset_id)
 
 
+def release_upload(session: Session, *, org_id: str, asset_id: str) -> None:
+    """A failed upload whose bytes edge could not delete (blob down): its intent marked swept,
+    as the sweeper marks it, so that it holds no quota or place in flight from now and can
+    never commit, and is kept for the sweeper to delete its bytes."""
+    repository.mark_swept(session, org_id=org_id, asset_id=asset_id)
+
+
 def _placement(
     session: Session, *, org_id: str, folder_id: str | None, subtree: str | None, recursive: bool
 ) -> tuple[str | None, bool, str | None]:
@@ -812,7 +819,10 @@ def hide(session: Session, *, org_id: str, asset_id: str, cdn_url: str, actor: A
     """
     if not is_asset_id(asset_id):
         raise not_found(f"Asset {asset_id!r} does not exist.")
-    asset = repository.get(session, org_id=org_id, asset_id=asset_id)
+    # The row locked as it is read: a trash of the asset committed meanwhile (PostgreSQL) left
+    # this delete releasing its size a second time, a tombstone beside the trashed row, and
+    # the trashed file's bytes deleted.
+    asset = repository.get(session, org_id=org_id, asset_id=asset_id, for_update=True)
     if asset is None:
         stone = repository.tombstone(session, org_id=org_id, asset_id=asset_id)
         if stone is not None:
