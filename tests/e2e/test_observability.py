@@ -72,6 +72,11 @@ def test_one_trace_per_request_across_the_services(traced_stack, admin_for) -> N
     assert httpx.get(signed.json()["url"], headers={"traceparent": parent}).content == b"traced"
     spans = receiver.trace(parent, {"coffer-blob"})
     assert {s["service"] for s in spans} == {"coffer-blob"}
+    # The signature downloads the object until it expires: no span keeps it.
+    signature = signed.json()["url"].split("signature=", 1)[1].split("&", 1)[0]
+    attributes = [v for s in spans for v in s["attributes"].values() if isinstance(v, str)]
+    assert any("signature=REDACTED" in v for v in attributes), attributes
+    assert not [v for v in attributes if signature in v]
 
     # An upload token travels in the query string: no span keeps it.
     url = api.post("/api/upload-tokens", json={}).json()["url"]
@@ -115,6 +120,10 @@ def test_metrics_on_every_internal_listener(stack, tenant) -> None:
     tenant.api.get(f"/api/assets/{asset['id']}")
     httpx.get(asset["publicUrl"])
     tenant.api.get("/api/assets/ast_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9")  # a 404
+    # Methods past the seven the API uses are one label value, whatever a client sends: each
+    # of thirty-odd WebDAV methods on each route was a series of its own.
+    for method in ("PROPFIND", "MKCOL", "ACL"):
+        assert tenant.api.request(method, f"/api/assets/{asset['id']}").status_code == 405
     scraped = {
         name: httpx.get(stack.url(name) + "/metrics")
         for name in ("auth", "metadata", "blob", "edge_internal")
@@ -127,6 +136,9 @@ def test_metrics_on_every_internal_listener(stack, tenant) -> None:
     get_one = 'method="GET",route="/api/assets/{asset_id}",service="edge",status="200"'
     assert re.search(r"coffer_http_requests_total\{" + re.escape(get_one) + r"\} [2-9]", edge)
     assert 'route="/api/assets/{asset_id}",service="edge",status="404"' in edge
+    other = 'method="_OTHER",route="/api/assets/{asset_id}",service="edge",status="405"'
+    assert "coffer_http_requests_total{" + other + "} 3" in edge
+    assert 'method="PROPFIND"' not in edge
     assert re.search(
         r'coffer_http_request_duration_seconds_bucket\{le="0.005",method="POST",route="/api/assets"', edge
     )

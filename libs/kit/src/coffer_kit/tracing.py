@@ -242,8 +242,9 @@ def client_trace_config(
 
 
 # Query parameters that carry a credential (an upload token: POST /api/uploads?token=…; an
-# invitation's token on the sign-up form it leads to: /dashboard/register?invite=…).
-_SECRET_PARAMS = re.compile(r"(?i)((?:^|[?&])(?:token|invite)=)[^&#]*")
+# invitation's token on the sign-up form it leads to: /dashboard/register?invite=…; a signed
+# CDN URL's signature, which downloads a private object until it expires).
+_SECRET_PARAMS = re.compile(r"(?i)((?:^|[?&])(?:token|invite|signature)=)[^&#]*")
 # Path segments that are a credential: the dashboard's invitation and reset links
 # (/dashboard/invite/{token}, /dashboard/reset/{token}), and the SHA-256 of those tokens that
 # edge sends to auth (/invitations/{hash}, /password-resets/{hash}), which auth accepts as the
@@ -260,7 +261,8 @@ _SECRET_PATH_PARTS = ("/invite/", "/reset/", "/invitations/", "/password-resets/
 def redact_url(text: str) -> str:
     """``text`` (a URL, a path or a query string) with every credential in it replaced."""
     query = text.lower() if "=" in text else ""
-    if not ("token=" in query or "invite=" in query or any(part in text for part in _SECRET_PATH_PARTS)):
+    secret = "token=" in query or "invite=" in query or "signature=" in query
+    if not (secret or any(part in text for part in _SECRET_PATH_PARTS)):
         return text  # most URLs: two substring checks instead of two regular expressions
     return _SECRET_SEGMENTS.sub(r"\1REDACTED", _SECRET_PARAMS.sub(r"\1REDACTED", text))
 

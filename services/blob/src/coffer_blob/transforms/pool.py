@@ -61,7 +61,8 @@ tracer = trace.get_tracer("coffer.blob")
 COMPUTED = Counter("coffer_transform_variants_computed_total", "Variants rendered and stored.")
 EVICTED = Counter(
     "coffer_transform_variants_evicted_total",
-    "Kept variants deleted to make room for a new one of the same asset (at most 32 kept each).",
+    "Kept variants deleted to make room for a new one of the same asset (at most 64 kept each, "
+    "within 8 times the source's bytes).",
 )
 CACHE_HITS = Counter(
     "coffer_transform_cache_hits_total", "Transformed requests served from a stored variant."
