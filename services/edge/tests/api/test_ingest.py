@@ -201,6 +201,12 @@ def test_enforce_refuses_active_content_declared_behind_an_images_bytes(admin, t
     refused = patch(tenant.api, created.headers["location"], polyglot, 0)
     assert assert_error(refused, 415, "unsupported_media_type")["details"]["declared"] == "text/html"
     assert tenant.api.get("/api/assets").json()["total"] == 0
+    # Every XML type renders as a document too (+xml ones, XSL): refused the same way; an SVG
+    # behind a GIF declared application/atom+xml was let in.
+    svg = GIF + b"<svg xmlns='http://www.w3.org/2000/svg'><script>alert(1)</script></svg>"
+    for declared in ("application/atom+xml", "application/rss+xml", "application/mathml+xml", "text/xsl"):
+        error = assert_error(upload(tenant.api, "feed.xml", svg, declared), 415, "unsupported_media_type")
+        assert error["details"]["declared"] == declared
     # Named, it is let in; so is the same file declared as what its bytes are.
     assert upload(tenant.api, "page.gif", polyglot, "image/gif").status_code == 201
     set_ingest(admin, tenant.org_id, "--ingest", "enforce", "--allowed-types", "image/*,text/html")

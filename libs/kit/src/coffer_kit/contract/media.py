@@ -13,6 +13,7 @@ import fnmatch
 import re
 from typing import Literal
 
+from coffer_kit.contract import keys
 from coffer_kit.contract.errors import CofferError
 
 # An organization's ingest rules (auth keeps them with the organization; edge gets them with
@@ -31,32 +32,17 @@ MAX_MEDIA_RANGE_CHARS = 127
 # type/subtype (RFC 6838 restricted names), or type/*, or */*, or *.
 _RANGE = re.compile(r"^(\*|\*/\*|[a-z0-9][a-z0-9!#$&^_.+-]{0,62}/(\*|[a-z0-9][a-z0-9!#$&^_.+-]{0,62}))$")
 
-# What a browser may run: served with CSP sandbox (every CDN answer is: issue 23), and never
-# allowed through an enforce list by a wildcard it did not name.
-ACTIVE_TYPES = frozenset(
-    {
-        "text/html",
-        "application/xhtml+xml",
-        "image/svg+xml",
-        "text/xml",
-        "application/xml",
-        "text/javascript",
-        "application/javascript",
-        "application/x-javascript",
-        "application/ecmascript",
-        "text/ecmascript",
-    }
-)
-
-
 def essence(media_type: str) -> str:
     """``type/subtype`` in lower case, without parameters."""
     return media_type.split(";", 1)[0].strip().lower()
 
 
 def is_active(*media_types: str | None) -> bool:
-    """Whether any of the types (declared, detected) is content a browser would run."""
-    return any(t is not None and essence(t) in ACTIVE_TYPES for t in media_types)
+    """Whether any of the types (declared, detected) is content a browser would run
+    (``keys.is_active_content``: HTML, SVG, every XML type, ``+xml`` ones such as Atom, RSS and
+    MathML included, XSL, JavaScript): served with CSP sandbox (every CDN answer is: issue 23),
+    and never allowed through an enforce list by a wildcard it did not name."""
+    return any(t is not None and keys.is_active_content(essence(t)) for t in media_types)
 
 
 def matches(media_type: str, ranges: tuple[str, ...] | list[str]) -> bool:
@@ -64,7 +50,7 @@ def matches(media_type: str, ranges: tuple[str, ...] | list[str]) -> bool:
 
     Active content matches only a range that names it: ``image/*`` does not let an SVG in."""
     value = essence(media_type)
-    active = value in ACTIVE_TYPES
+    active = is_active(value)
     return any(
         fnmatch.fnmatchcase(value, pattern.lower()) and not (active and "*" in pattern) for pattern in ranges
     )
