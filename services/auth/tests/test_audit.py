@@ -77,8 +77,10 @@ async def test_read_filter_and_page(api: Api) -> None:
         len((await api.call("GET", log, token=owner["token"], params={"until": future})).json()["events"])
         == 6
     )
-    bad = await api.call("GET", log, token=owner["token"], params={"before": "garbage"})
-    assert_error(bad, 400, "invalid_request")
+    # Garbage, a time before the year 1 once in UTC, an id past 64 bits (the last two were 500s).
+    for before in ("garbage", "0001-01-01T00:00:00+14:00~5", "2020-01-01T00:00:00Z~" + "9" * 26):
+        bad = await api.call("GET", log, token=owner["token"], params={"before": before})
+        assert assert_error(bad, 400, "invalid_request")["details"]["field"] == "before", before
     assert_error(
         await api.call("GET", log, token=owner["token"], params={"limit": 501}), 400, "invalid_request"
     )

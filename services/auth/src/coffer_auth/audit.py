@@ -115,9 +115,12 @@ def _cursor(event: AuditEvent) -> str:
 def _parse_cursor(before: str) -> tuple[datetime, int]:
     try:
         at, _, event_id = before.rpartition("~")
-        return as_utc(datetime.fromisoformat(at)), int(event_id)
-    except ValueError:
-        raise invalid("'before' is not a cursor this API returned.", field="before") from None
+        parsed = as_utc(datetime.fromisoformat(at)), int(event_id)
+    except (ValueError, OverflowError):  # (a time past the year 1 once in UTC)
+        parsed = None
+    if parsed is None or not 0 < parsed[1] < 2**63:  # (an id past the column's 64 bits)
+        raise invalid("'before' is not a cursor this API returned.", field="before")
+    return parsed
 
 
 def page(
