@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import select
 import socket
 import time
 from typing import Any
@@ -170,3 +171,30 @@ def test_an_upload_blob_fails_holds_nothing_though_blob_cannot_delete_its_bytes(
         == 1
     )
     assert upload_zeros(tenant.api, 5 * MIB).status_code == 201
+
+
+def test_an_upload_still_streaming_when_the_sweeper_may_take_it_is_stopped(
+    stack: Any, new_tenant: Any, monkeypatch: Any
+) -> None:
+    """A one-shot upload's intent is the sweeper's once older than its age (an hour): a body
+    that never idled but took longer (100 MiB at 28 KiB/s) was swept as it streamed, its bytes
+    deleted, its commit refused. Its body must now arrive within 90 % of that age (here
+    shortened to about 3 s); past it, 408 and nothing held."""
+    from coffer_edge.routers import assets
+
+    limit = 3600 * 0.00085  # about 3 s of the in-process stack's intent age (an hour)
+    monkeypatch.setattr(assets, "UPLOAD_TIME_SHARE", limit / 3600)
+    tenant = new_tenant(quota_bytes=5 * MIB)
+    started = time.monotonic()
+    slow = _HeldUpload(stack, tenant.key, 64 * KIB)
+    # A chunk a second (never idle) until the answer comes, which it must past the limit.
+    while not select.select([slow.sock], [], [], 1)[0]:
+        assert time.monotonic() - started < limit + 10, "never stopped"
+        slow.sock.sendall(b"\0" * KIB)
+    assert time.monotonic() - started >= limit
+    status, body = slow.answer()
+    assert (status, body["error"]["code"]) == (408, "request_timeout")
+    assert "resumable upload" in body["error"]["message"]
+    in_flight = "SELECT count(*) FROM upload_intents WHERE organization_id = :o"
+    assert stack.metadata_scalar(in_flight, o=tenant.org_id) == 0
+    assert tenant.api.get("/api/assets").json()["total"] == 0

@@ -204,8 +204,15 @@ def range_not_satisfiable(size: int) -> CofferError:
     )
 
 
-def request_timeout(seconds: float) -> CofferError:
-    """408 ``request_timeout``: the client sent none of the body for ``seconds``."""
+def request_timeout(seconds: float, *, whole: bool = False) -> CofferError:
+    """408 ``request_timeout``: the client sent none of the body for ``seconds`` (or, ``whole``,
+    not all of it within ``seconds``)."""
+    if whole:
+        message = (
+            f"The upload did not end within {seconds:g} s and was stopped; "
+            "send a file this slowly as a resumable upload (tus)."
+        )
+        return CofferError(408, "request_timeout", message)
     return CofferError(
         408, "request_timeout", f"The client sent nothing for {seconds:g} s; the upload was stopped."
     )

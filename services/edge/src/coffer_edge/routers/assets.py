@@ -87,6 +87,11 @@ json_router = APIRouter(prefix="/api/assets", tags=["assets"], route_class=JSONR
 lean_router = APIRouter(prefix="/api/assets", tags=["assets"], route_class=LeanRoute)
 
 
+# The share of the sweeper's intent age a one-shot upload's body may take to arrive: the rest
+# is for blob's commit and metadata's (and the sweeper's own minute).
+UPLOAD_TIME_SHARE = 0.9
+
+
 class _CappedBody:
     """The request body as it arrives, stopped once it cannot hold a file within the limit.
 
@@ -98,7 +103,9 @@ class _CappedBody:
     the time blob takes to read it. ``deadline`` (the relay's ``asyncio.timeout``) is armed
     for that time only, never while waiting for the client; waiting for the client is bounded
     by ``idle_timeout`` (``client_idle``: a client that sends nothing holds no reservation
-    until the sweeper's hour).
+    until the sweeper's hour). The whole body must arrive within ``time_limit`` (``too_slow``):
+    the upload's intent is the sweeper's once it is older than its age, and an upload still
+    streaming then (100 MiB at 28 KiB/s) was swept under it, its bytes deleted.
     """
 
     def __init__(
@@ -107,26 +114,33 @@ class _CappedBody:
         write_timeout: float,
         idle_timeout: float,
         max_file_bytes: int = MAX_FILE_BYTES,
+        time_limit: float = float("inf"),
     ) -> None:
         self.request = request
         self.write_timeout = write_timeout
         self.idle_timeout = idle_timeout
+        self.time_limit = time_limit
         self.deadline: asyncio.Timeout | None = None
         self.max_file_bytes = max_file_bytes
         self.max_body_bytes = max_file_bytes + MULTIPART_OVERHEAD
         self.too_large = False
         self.client_gone = False
         self.client_idle = False
+        self.too_slow = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         seen = 0
         loop = asyncio.get_running_loop()
+        ends = loop.time() + self.time_limit
         try:
             async for chunk in arriving(self.request, self.idle_timeout):
                 seen += len(chunk)
                 if seen > self.max_body_bytes:
                     self.too_large = True
                     raise file_too_large(self.max_file_bytes)
+                if loop.time() > ends:
+                    self.too_slow = True
+                    raise request_timeout(self.time_limit, whole=True)
                 if chunk:
                     self._arm(loop.time() + self.write_timeout)
                     yield chunk
@@ -139,6 +153,18 @@ class _CappedBody:
             raise request_timeout(self.idle_timeout) from None
         finally:
             self._arm(None)
+
+    def why_stopped(self) -> CofferError | None:
+        """The client's part in a relay that failed, as the error to answer; None: blob's."""
+        if self.too_large:
+            return file_too_large(self.max_file_bytes)
+        if self.client_gone:
+            return invalid("The client went away before the upload finished.")
+        if self.client_idle:
+            return request_timeout(self.idle_timeout)
+        if self.too_slow:
+            return request_timeout(self.time_limit, whole=True)
+        return None
 
     def _arm(self, when: float | None) -> None:
         if self.deadline is not None and not self.deadline.expired():
@@ -443,9 +469,15 @@ async def _upload(
         if scope.release is not None:
             await scope.release(asset_id)
 
-    tuning = edge_state(request).settings.edge_tuning
+    settings = edge_state(request).settings
+    tuning = settings.edge_tuning
     body = _CappedBody(
-        request, tuning.blob_write_timeout_seconds, tuning.client_idle_timeout_seconds, scope.max_bytes
+        request,
+        tuning.blob_write_timeout_seconds,
+        tuning.client_idle_timeout_seconds,
+        scope.max_bytes,
+        # Ended well before the sweeper may take its intent (and delete its bytes).
+        time_limit=settings.sweep_intent_age_seconds * UPLOAD_TIME_SHARE,
     )
     try:
         # blob stores the object with its visibility, before metadata has a row: a private
@@ -453,12 +485,8 @@ async def _upload(
         stored = await _relay(body, blob, scope, asset_id, content_type, rid)
     except (CofferError, ClientDisconnect):
         await discard()
-        if body.too_large:
-            raise file_too_large(scope.max_bytes) from None
-        if body.client_gone:
-            raise invalid("The client went away before the upload finished.") from None
-        if body.client_idle:
-            raise request_timeout(body.idle_timeout) from None
+        if (why := body.why_stopped()) is not None:
+            raise why from None
         raise
 
     try:
