@@ -265,3 +265,24 @@ async def test_a_delivery_redelivered_while_a_pass_prunes_is_kept(
             sa.text("SELECT status FROM webhook_deliveries WHERE id = :i"), {"i": delivery}
         ).scalar()
     assert status == "pending"  # kept, to be sent
+
+
+def test_the_sweeper_and_the_audit_relay_count_what_they_prune(engine: Engine) -> None:
+    """Old events also go as the audit relay marks new ones audited, and finished resumable
+    uploads as the sweeper runs, far more often than the retention pass: neither was counted
+    in coffer_retention_pruned_total, which read near 0 whatever was pruned."""
+    from sqlmodel import Session
+
+    from coffer_metadata import events
+    from coffer_metadata.assets import repository
+
+    old = event(engine, age=timedelta(days=EVENT_DAYS + 1))
+    fresh = event(engine, age=timedelta(0), audited=False)
+    finished = tus_upload(engine, expires_in=-timedelta(hours=1), completed=True)
+    before = pruned("event"), pruned("tus_upload")
+    with Session(engine) as session:
+        events.mark_audited(session, ids=[fresh], keep_days=EVENT_DAYS)
+        repository.drop_completed_tus_uploads(session, now=utcnow(), limit=100)
+        session.commit()
+    assert old not in ids(engine, Event.__table__) and finished not in ids(engine, TusUpload.__table__)  # type: ignore[attr-defined]
+    assert (pruned("event"), pruned("tus_upload")) == (before[0] + 1, before[1] + 1)

@@ -159,3 +159,40 @@ async def test_racing_uploads_of_an_organization_that_stores_files_stay_exact(
             ).scalar_one()
         engine.dispose()
         assert loop_writers >= 1
+
+
+async def test_the_sweepers_backlog_counts_stale_intents_not_uploads_in_flight(
+    api: httpx.AsyncClient, database_url: str
+) -> None:
+    """coffer_sweeper_backlog{kind="intent"} (the CofferSweeperBacklog alert) counted every
+    upload in flight: a hundred uploads streaming fired the alert for a stuck sweeper."""
+    from datetime import timedelta
+
+    from sqlalchemy import text
+    from sqlmodel import Session
+
+    from coffer_kit.contract.timeutil import utcnow
+    from coffer_metadata.assets import repository
+
+    org = new_id("org")
+    assets = [new_id(ASSET) for _ in range(3)]
+    for asset in assets:
+        made = await api.post(f"/internal/v1/orgs/{org}/intents", json={"assetId": asset})
+        assert made.status_code == 201, made.text
+    engine = make_engine(database_url)
+    try:
+        with Session(engine) as session:
+            assert repository.backlog(session) == (0, 0)  # three uploads streaming: none stale
+        with engine.begin() as conn:
+            old = utcnow() - timedelta(seconds=repository.STALE_INTENT_SECONDS + 60)
+            conn.execute(
+                text("UPDATE upload_intents SET created_at = :t WHERE asset_id = :a"),
+                {"t": old, "a": assets[0]},
+            )
+            conn.execute(
+                text("UPDATE upload_intents SET swept = :y WHERE asset_id = :a"), {"y": True, "a": assets[1]}
+            )
+        with Session(engine) as session:
+            assert repository.backlog(session) == (2, 0)
+    finally:
+        engine.dispose()

@@ -20,6 +20,7 @@ from sqlmodel import Session
 from coffer_kit.contract.ids import EVENT, new_id
 from coffer_kit.contract.timeutil import isoformat, utcnow
 from coffer_kit.contract.wire import ACTOR_HEADER, SYSTEM, Actor, Done
+from coffer_kit.metrics import RETENTION_PRUNED
 from coffer_kit.tracing import tracing_enabled
 from coffer_metadata.deps import SessionDep, SettingsDep
 from coffer_metadata.models import Event
@@ -136,7 +137,8 @@ def mark_audited(session: Session, *, ids: list[str], keep_days: int) -> None:
         )
         .limit(AUDIT_BATCH_MAX)
     )
-    connection.execute(sa.delete(_events).where(_events.c.id.in_(old.scalar_subquery())))
+    pruned = connection.execute(sa.delete(_events).where(_events.c.id.in_(old.scalar_subquery())))
+    RETENTION_PRUNED.labels("event").inc(int(pruned.rowcount or 0))  # (as the retention pass counts them)
 
 
 class AuditedIn(BaseModel):

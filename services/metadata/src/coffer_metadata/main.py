@@ -57,7 +57,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = database_service_app("metadata", settings.metadata_database_url, settings)
     register_gauge(
         "coffer_sweeper_backlog",
-        "Upload intents and delete tombstones waiting (in flight, or left by a crash for the sweeper).",
+        "Stale upload intents (the sweeper may take them: claimed, expired, or a one-shot upload's older "
+        "than an hour) and delete tombstones waiting for the sweeper.",
         ["kind"],
         lambda: _backlog(state.database.engine) if (state := installed_state(app, DatabaseState)) else [],
     )

@@ -16,7 +16,9 @@ from sqlmodel import Session, col, delete, select
 
 from coffer_kit import pagination
 from coffer_kit.contract.limits import TUS_EXPIRY_SECONDS
+from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.db import Database, DriverStatement, KeyedRead, PgTransaction
+from coffer_kit.metrics import RETENTION_PRUNED
 from coffer_metadata.folders.repository import tree_ids
 from coffer_metadata.models import Asset, Event, Folder, Tombstone, TusUpload, UploadIntent, Usage
 
@@ -622,7 +624,10 @@ def drop_tus_upload(session: Session, *, asset_id: str) -> None:
 def drop_completed_tus_uploads(session: Session, *, now: datetime, limit: int) -> None:
     """Complete resumable uploads past their expiry: HEAD no longer answers them."""
     stale = select(TusUpload.id).where(col(TusUpload.completed).is_(True), col(TusUpload.expires_at) < now)
-    session.exec(delete(TusUpload).where(col(TusUpload.id).in_(stale.limit(limit).scalar_subquery())))
+    dropped = session.exec(
+        delete(TusUpload).where(col(TusUpload.id).in_(stale.limit(limit).scalar_subquery()))
+    )
+    RETENTION_PRUNED.labels("tus_upload").inc(int(dropped.rowcount or 0))  # (as retention counts them)
 
 
 def add_tombstone(session: Session, *, asset: Asset, now: datetime) -> Tombstone:
@@ -654,9 +659,25 @@ def stale_tombstones(session: Session, *, older_than: datetime, limit: int) -> l
     )
 
 
+# An intent the sweeper may take: claimed already, a resumable upload's past its expiry, or a
+# one-shot upload's older than the sweeper's default age (COFFER_SWEEP_INTENT_AGE_SECONDS).
+STALE_INTENT_SECONDS = 3600
+
+
 def backlog(session: Session) -> tuple[int, int]:
-    """(intents, tombstones) waiting, for the sweeper's gauge."""
-    intents = session.exec(select(func.count()).select_from(UploadIntent)).one()
+    """(intents, tombstones) waiting for the sweeper, for its gauge: the stale intents, not the
+    uploads in flight (which counted, and an install with a hundred uploads streaming had its
+    backlog alert firing)."""
+    now = utcnow()
+    expires_at = col(UploadIntent.expires_at)
+    stale = sa.or_(
+        col(UploadIntent.swept).is_(True),
+        expires_at < now,
+        sa.and_(
+            expires_at.is_(None), col(UploadIntent.created_at) < now - timedelta(seconds=STALE_INTENT_SECONDS)
+        ),
+    )
+    intents = session.exec(select(func.count()).select_from(UploadIntent).where(stale)).one()
     tombstones = session.exec(select(func.count()).select_from(Tombstone)).one()
     return int(intents), int(tombstones)
 
