@@ -22,6 +22,7 @@ from coffer_client import errors
 from coffer_client._base import (
     CHUNK,
     DEFAULT_TIMEOUT,
+    IDENTITY,
     MAX_FILE_BYTES,
     MAX_RESPONSE_BYTES,
     UNSET,
@@ -89,7 +90,7 @@ class AsyncCoffer:
             http_client = httpx.AsyncClient(
                 timeout=timeout,
                 limits=limits,
-                headers={"user-agent": USER_AGENT, "accept-encoding": "identity"},
+                headers={"user-agent": USER_AGENT},
                 transport=AsyncLazyTLSTransport(limits),
             )
         self._http = http_client
@@ -131,7 +132,7 @@ class AsyncCoffer:
     ) -> httpx.Response:
         """One API call with the retry policy; ``body`` is a callable giving a fresh iterator per try."""
         url = path if path.startswith(("http://", "https://")) else self.base_url + path
-        hdrs = {**(auth_headers(self._settings) if authenticated else {}), **(headers or {})}
+        hdrs = {**IDENTITY, **(auth_headers(self._settings) if authenticated else {}), **(headers or {})}
         delivery = Delivery()
         try:
             async for attempt in tenacity.AsyncRetrying(
@@ -497,7 +498,7 @@ class AsyncCoffer:
             length = min(chunk_size, total - offset)
             try:
                 body = offload.iterate(tus.chunk_body(source, offset, length, total, progress))
-                headers = {**auth_headers(self._settings), **tus.patch_headers(offset, length)}
+                headers = {**IDENTITY, **auth_headers(self._settings), **tus.patch_headers(offset, length)}
                 patch = self._http.build_request("PATCH", upload_url, content=body, headers=headers)
                 answer = check(await _read_within(await self._http.send(patch, stream=True)))
                 if tus.offset_of(answer) <= offset and tus.asset_id_of(answer) is None:
@@ -649,7 +650,7 @@ class AsyncCoffer:
                 **retrying_kwargs(self.retry, method="GET", replayable=True)
             ):
                 with attempt:
-                    headers = {"range": f"bytes={written}-"} if written else {}
+                    headers = {**IDENTITY, **({"range": f"bytes={written}-"} if written else {})}
                     async with self._http.stream("GET", signed.url, headers=headers) as r:
                         if r.is_error:
                             check(await _read_within(r))

@@ -28,6 +28,9 @@ USER_AGENT = "coffer-client-python/0.1"
 # a page of 1,000 assets with their metadata, is a few MiB; a larger answer is not Coffer's
 # (a 200 MB one took 1 GB of memory before this bound).
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+# Sent on every request, whatever httpx client the caller gave: no content coding is asked
+# for, and one that comes anyway is refused (``encoded``).
+IDENTITY = {"accept-encoding": "identity"}
 
 M = TypeVar("M", bound=BaseModel)
 
