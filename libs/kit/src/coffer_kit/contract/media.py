@@ -32,6 +32,7 @@ MAX_MEDIA_RANGE_CHARS = 127
 # type/subtype (RFC 6838 restricted names), or type/*, or */*, or *.
 _RANGE = re.compile(r"^(\*|\*/\*|[a-z0-9][a-z0-9!#$&^_.+-]{0,62}/(\*|[a-z0-9][a-z0-9!#$&^_.+-]{0,62}))$")
 
+
 def essence(media_type: str) -> str:
     """``type/subtype`` in lower case, without parameters."""
     return media_type.split(";", 1)[0].strip().lower()
