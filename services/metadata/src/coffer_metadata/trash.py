@@ -424,16 +424,7 @@ def expire(
     two sweepers only one expires it."""
     conn = session.connection()
     now = now or utcnow()
-    due = conn.execute(
-        sa.select(_assets.c.id).where(
-            _assets.c.organization_id == org_id,
-            _assets.c.id == asset_id,
-            _assets.c.expires_at.is_not(None),
-            _assets.c.expires_at <= now,
-        )
-    ).scalar()
-    if due is None:
-        raise not_found(f"Asset {asset_id} has not expired.")
+    # (Whether it is due is part of the DELETE that takes it: ``_take``'s ``due_by``.)
     if body.retention_days > 0:
         done = trash(
             session,
