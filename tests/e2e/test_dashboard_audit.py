@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ def test_audit_log_filters_and_exports(dashboard: Any) -> None:
     # Filter by an action prefix.
     page.fill("#f-action", "key.")
     page.click("text=Filter")
+    page.wait_for_url(re.compile(r"/audit\?(.*&)?action=key\.(&|$)"))
     filtered = page.locator("#audit-rows tr").all_inner_texts()
     assert len(filtered) == 2 and all("key." in r for r in filtered), filtered
 

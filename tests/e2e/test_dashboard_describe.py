@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from coffer_testkit.testing import png_bytes
 
@@ -66,7 +67,7 @@ def test_tags_and_metadata_on_the_asset_page_and_the_tag_filter(dashboard: Any, 
     page.select_option("#meta-type", "number")
     page.click("#set-metadata")
     rows = page.locator("#asset-metadata tbody tr")
-    assert rows.count() == 2
+    expect(rows).to_have_count(2)  # (the answer is a new page: count() would not wait for it)
     assert rows.nth(0).inner_text().split("\t")[:2] == ["camera", "X100V"]
     assert rows.nth(1).inner_text().startswith("iso\t400 (number)")
 

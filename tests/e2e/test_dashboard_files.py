@@ -179,7 +179,7 @@ def test_limits_refused_in_the_browser_and_by_quota(
         page.goto(f"/dashboard/o/{org_id}/files")
         return "of 1000 B" in page.inner_text("#usage-text")
 
-    until(quota_shown, timeout=8, interval=0.5)
+    until(quota_shown, timeout=15, interval=0.5)
     (tmp_path / "second.txt").write_bytes(b"b" * 800)
     page.set_input_files("#file-input", str(tmp_path / "second.txt"))
     statuses = wait_uploads(page, 1)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-import time
 from contextlib import closing
 from typing import Any
 
@@ -71,9 +70,7 @@ def test_key_lifecycle(dashboard_stack: Any, dashboard_for: Any, until: Any) -> 
         assert "Requests with this key fail within 5 seconds" in page.inner_text("main")
         page.click("button.danger")
         page.wait_for_url("**/keys?deleted=1")
-        started = time.monotonic()
         until(lambda: api.get("/folders").status_code == 401, timeout=5.5)
-        assert time.monotonic() - started <= 5.5
     assert page.locator("tr", has_text="ci").count() == 0
 
 

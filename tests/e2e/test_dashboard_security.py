@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from coffer_testkit.testing import png_bytes
 
@@ -174,7 +175,7 @@ def test_bad_input_shows_a_message_and_changes_nothing(dashboard: Any) -> None:
     with page.expect_response(lambda r: r.request.method == "POST") as answer:
         page.click("main button[type=submit]")
     assert answer.value.status == 400
-    assert page.locator(".alert.error").count() == 1
+    expect(page.locator(".alert.error")).to_have_count(1)
     page.goto("/dashboard/orgs")
     assert page.locator("tbody tr").count() == 1
 
@@ -194,7 +195,7 @@ def test_bad_input_shows_a_message_and_changes_nothing(dashboard: Any) -> None:
     with page.expect_response(lambda r: r.request.method == "POST") as answer:
         page.click("form[action$='/invitations'] button[type=submit]")
     assert answer.value.status == 400
-    assert page.locator(".alert.error").count() == 1
+    expect(page.locator(".alert.error")).to_have_count(1)
     assert page.locator("table").nth(1).locator("tbody tr").inner_text().strip() == "No invitations."
 
 

@@ -429,8 +429,11 @@ def test_a_key_deleted_through_the_api_is_refused_within_five_seconds(
         assert api.get("/api/folders").status_code == 200  # now cached at edge
         assert full.delete(f"/api/keys/{made.json()['apiKey']['id']}").json() == {"success": True}
         deleted_at = time.monotonic()
-        while api.get("/api/folders").status_code == 200:
-            assert time.monotonic() - deleted_at < 5.5, "deleted key still accepted after 5 s"
+        while True:
+            sent = time.monotonic()  # (when the request left: a loaded machine may answer late)
+            if api.get("/api/folders").status_code != 200:
+                break
+            assert sent - deleted_at < 5.5, "deleted key still accepted after 5 s"
             time.sleep(0.1)
         refused = api.get("/api/folders")
         assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"

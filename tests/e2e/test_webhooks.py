@@ -118,7 +118,7 @@ def test_each_change_arrives_once_signed_with_the_public_resource(tenant: Any, r
     assert by_type["folder.updated"] == [{"folder": folder_renamed}]
     assert by_type["asset.deleted"][0]["asset"]["id"] == asset["id"]
     assert by_type["folder.deleted"][0]["folder"]["id"] == folder["id"]
-    assert max(r.at for r in got) - started < 5  # promptly (p99 is measured below)
+    assert max(r.at for r in got) - started < 10  # promptly (p99 is measured below)
 
     log = attempts(api, endpoint["id"], 8)
     assert len(log) == 8 and all(a["result"] == "succeeded" and a["responseStatus"] == 200 for a in log)

@@ -1,17 +1,21 @@
-"""A PATCH's lease renewals (routers/tus.py, ``_renewing``): a renewal on its way when the chunk
-ends is let finish before the chunk is answered, never cancelled (issue 44: a cancelled renewal
-could still reach metadata after the chunk's record, turning the lease kept for the writer's
-next chunk back into a writing one, and another edge answered that next chunk 423)."""
+"""A PATCH's lease (routers/tus.py). Its renewals (``_renewing``): a renewal on its way when the
+chunk ends is let finish before the chunk is answered, never cancelled (issue 44: a cancelled
+renewal could still reach metadata after the chunk's record, turning the lease kept for the
+writer's next chunk back into a writing one, and another edge answered that next chunk 423).
+Another edge's wait for it (``_past_kept_leases``), against metadata's answers as
+``coffer_metadata.tus.lock`` gives them: 423 with ``keptFor``."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from coffer_edge.routers import tus
+from coffer_kit.contract.errors import CofferError, upload_locked
 from coffer_kit.contract.wire import TusUpload
 
 pytestmark = pytest.mark.anyio
@@ -75,3 +79,42 @@ async def test_no_renewal_starts_after_a_short_chunk() -> None:
     await tus._renewing(metadata, _upload(), "req", chunk)  # type: ignore[arg-type]
     await asyncio.sleep(tus._FIRST_RENEWAL + 0.1)
     assert metadata.started == 0
+
+
+class Lease:
+    """An upload whose last writer, another edge, answered its chunk: the chunk's record lands
+    in metadata ``record_takes`` seconds later (never, if None), and keeps the lease
+    ``tus.KEEP_SECONDS`` for that writer. Until it lands, metadata answers a lock at the next
+    offset 423 for 0.25 s (the record is on its way); then 423 for what is left of the kept
+    lease; then the lease."""
+
+    def __init__(self, record_takes: float | None) -> None:
+        start = time.monotonic()
+        self.landed = None if record_takes is None else start + record_takes
+        self.free = None if self.landed is None else self.landed + tus.KEEP_SECONDS
+
+    async def lock(self) -> str:
+        now = time.monotonic()
+        if self.landed is None or now < self.landed:
+            raise upload_locked(0.25)
+        assert self.free is not None
+        if now < self.free:
+            raise upload_locked(self.free - now)
+        return "taken"
+
+
+async def test_another_edges_chunk_waits_for_a_slow_record_then_the_kept_lease(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A record slow to land (seconds behind a busy pooler) is waited for, not answered 423 (a
+    CI run's client met 423 mid-upload); a record that never lands is, within its bound."""
+    monkeypatch.setattr(tus, "KEEP_SECONDS", 0.5)
+    monkeypatch.setattr(tus, "RECORD_BOUND_SECONDS", 1.5)
+    slow, lost = Lease(record_takes=2.2), Lease(record_takes=None)
+    started = time.monotonic()
+    taken, refused = await asyncio.gather(
+        tus._past_kept_leases(slow.lock), tus._past_kept_leases(lost.lock), return_exceptions=True
+    )
+    assert taken == "taken"
+    assert isinstance(refused, CofferError) and refused.status == 423 and refused.details is None
+    assert time.monotonic() - started >= 1.5 + 0.5  # (the lost record's bound, then the kept lease's)

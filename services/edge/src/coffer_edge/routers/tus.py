@@ -375,6 +375,11 @@ KEEP_SECONDS = 2.0
 _KEEP_USABLE = KEEP_SECONDS / 2
 _FIRST_RENEWAL = KEEP_SECONDS / 4
 _MAX_KEPT = 10_000
+# How long another edge's chunk waits for a record on its way. A record is one write in
+# metadata, milliseconds when all is well, but seconds behind a busy pooler or a disk slow to
+# sync: a bound of 3 s (as the wait's bound was) answered a client 423 mid-upload on a loaded
+# CI machine, for a chunk that would have been taken a moment later.
+RECORD_BOUND_SECONDS = 10.0
 
 
 @dataclass(slots=True)
@@ -448,10 +453,10 @@ def _quiet(recorded: asyncio.Future[TusUpload]) -> None:
 async def _past_kept_leases(call: Callable[[], Awaitable[T]]) -> T:
     """``call()`` to metadata; when another edge only keeps the upload's lease between two of
     its writer's chunks (nobody writes), or is about to (it answered a chunk whose record is
-    on its way), wait for the lease to run out rather than answer 423: for the record, then
-    for at most KEEP_SECONDS."""
+    on its way), wait for the lease to run out rather than answer 423: for the record (at most
+    RECORD_BOUND_SECONDS), then for at most KEEP_SECONDS."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + 2 * KEEP_SECONDS + 1
+    deadline = loop.time() + RECORD_BOUND_SECONDS + KEEP_SECONDS + 1
     while True:
         try:
             return await call()
