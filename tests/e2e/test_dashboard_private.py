@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from coffer_testkit.testing import png_bytes
 
@@ -34,8 +35,8 @@ def test_the_visibility_switch_and_the_default(dashboard: Any, until: Any) -> No
     page.click("#make-private")
     assert "The file is private" in page.inner_text("main")
     assert page.inner_text("#asset-visibility") == "Private"
-    assert page.locator("#public-url").count() == 0
-    assert page.locator("#private-note").is_visible()
+    expect(page.locator("#private-note")).to_be_visible()
+    expect(page.locator("#public-url")).to_have_count(0)
     until(lambda: httpx.get(url).status_code == 404, timeout=SWITCH_SECONDS)
     assert api.get(f"/assets/{asset['id']}").json()["publicUrl"] is None
     # The preview comes from a signed URL: it still shows.

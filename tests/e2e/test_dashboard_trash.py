@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +57,7 @@ def test_the_trash_view(dashboard: Any, until: Any) -> None:
     assert httpx.get(kept["publicUrl"]).status_code == 200
     page.locator(f"#trashed-{gone['id']} button.purge").click()
     assert "deleted for good" in page.inner_text("main")
-    assert page.locator("#trash-empty").is_visible()
+    expect(page.locator("#trash-empty")).to_be_visible()
     assert api.get(f"/assets/{kept['id']}").status_code == 200
     usage = api.get("/usage").json()
     assert (usage["trashedBytes"], usage["trashedCount"], usage["assetCount"]) == (0, 0, 1)
