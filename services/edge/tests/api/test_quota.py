@@ -198,3 +198,55 @@ def test_an_upload_still_streaming_when_the_sweeper_may_take_it_is_stopped(
     in_flight = "SELECT count(*) FROM upload_intents WHERE organization_id = :o"
     assert stack.metadata_scalar(in_flight, o=tenant.org_id) == 0
     assert tenant.api.get("/api/assets").json()["total"] == 0
+
+
+def _chunked_until_answered(stack: Any, key: str, size: int) -> tuple[int, int, dict[str, Any]]:
+    """A multipart upload of ``size`` zero bytes with no Content-Length (chunked), sent 64 KiB at
+    a time until the service answers: (bytes sent by then, status, JSON body)."""
+    boundary = "chunked" + secrets.token_hex(8)
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.bin"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n"
+    ).encode()
+    sock = socket.create_connection(("127.0.0.1", urlsplit(stack.edge_url).port))
+    sock.settimeout(30)
+    sock.sendall(
+        f"POST /api/assets HTTP/1.1\r\nHost: edge\r\nx-api-key: {key}\r\n"
+        f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n".encode()
+    )
+    pieces = [head, *[b"\0" * (64 * KIB)] * (size // (64 * KIB)), f"\r\n--{boundary}--\r\n".encode()]
+    sent = 0
+    for piece in pieces:
+        if select.select([sock], [], [], 0)[0]:
+            break  # answered
+        sock.sendall(b"%x\r\n%b\r\n" % (len(piece), piece))
+        sent += len(piece)
+    else:
+        sock.sendall(b"0\r\n\r\n")
+    data = b""
+    while b"\r\n\r\n" not in data or len(data.partition(b"\r\n\r\n")[2]) < _length(data):
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    sock.close()
+    return sent, int(data.split(b" ", 2)[1]), json.loads(data.partition(b"\r\n\r\n")[2])
+
+
+def test_a_body_without_a_length_is_stopped_at_the_room_the_quota_left(stack, new_tenant) -> None:
+    """A chunked body declares no size, so the intent cannot refuse it up front: it is stopped
+    once it holds more than the quota left when it was admitted (plus the framing's 1 MiB), not
+    streamed whole (48 MiB to blob, at a full quota) before the commit refused it."""
+    tenant = new_tenant(quota_bytes=3 * MIB)
+    assert upload_zeros(tenant.api, 2 * MIB).status_code == 201
+    sent, status, body = _chunked_until_answered(stack, tenant.key, 48 * MIB)
+    assert (status, body["error"]["code"]) == (413, "quota_exceeded"), body
+    assert body["error"]["details"]["usedBytes"] == 2 * MIB and body["error"]["details"]["quotaBytes"] == 3 * MIB
+    assert body["error"]["details"]["requestedBytes"] > MIB
+    assert sent < 16 * MIB, sent  # the room, the framing's slack and the sockets' buffers
+    # What fits still fits, chunked too.
+    _, status, body = _chunked_until_answered(stack, tenant.key, MIB)
+    assert (status, body.get("size")) == (201, MIB), body
+    assert used_bytes(tenant.api) == 3 * MIB
+    in_flight = "SELECT count(*) FROM upload_intents WHERE organization_id = :o"
+    assert stack.metadata_scalar(in_flight, o=tenant.org_id) == 0

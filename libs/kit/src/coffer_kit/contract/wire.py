@@ -187,9 +187,12 @@ class IntentIn(WireModel):
 
 
 class IntentOut(WireModel):
-    """Everything the upload may write lives under this prefix."""
+    """Everything the upload may write lives under this prefix. ``room_bytes``: what the quota
+    left beside the organization's stored bytes when the upload was admitted (None: no quota
+    asked), the most its file can hold whatever other uploads do meanwhile."""
 
     prefix: str
+    room_bytes: int | None = None
 
 
 class UploadCommit(WireModel):

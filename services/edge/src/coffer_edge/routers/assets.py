@@ -59,6 +59,7 @@ from coffer_kit.contract.errors import (
     file_too_large,
     invalid,
     invalid_transform,
+    quota_exceeded,
     request_id_of,
     request_timeout,
     unavailable,
@@ -92,6 +93,19 @@ lean_router = APIRouter(prefix="/api/assets", tags=["assets"], route_class=LeanR
 UPLOAD_TIME_SHARE = 0.9
 
 
+@dataclass(frozen=True, slots=True)
+class Room:
+    """What the organization's quota left for an upload's file when it was admitted."""
+
+    bytes: int
+    quota_bytes: int
+
+    def exceeded(self, size: int) -> CofferError:
+        return quota_exceeded(
+            size=size, used_bytes=self.quota_bytes - self.bytes, quota_bytes=self.quota_bytes
+        )
+
+
 class _CappedBody:
     """The request body as it arrives, stopped once it cannot hold a file within the limit.
 
@@ -106,6 +120,11 @@ class _CappedBody:
     until the sweeper's hour). The whole body must arrive within ``time_limit`` (``too_slow``):
     the upload's intent is the sweeper's once it is older than its age, and an upload still
     streaming then (100 MiB at 28 KiB/s) was swept under it, its bytes deleted.
+
+    ``room``, what the organization's quota left when the upload was admitted (``IntentOut``),
+    when it is less than the file limit, is the limit instead, answered 413 ``quota_exceeded``:
+    a body without a Content-Length at a full quota streamed 100 MiB before the commit refused
+    it.
     """
 
     def __init__(
@@ -115,6 +134,7 @@ class _CappedBody:
         idle_timeout: float,
         max_file_bytes: int = MAX_FILE_BYTES,
         time_limit: float = float("inf"),
+        room: Room | None = None,
     ) -> None:
         self.request = request
         self.write_timeout = write_timeout
@@ -122,22 +142,23 @@ class _CappedBody:
         self.time_limit = time_limit
         self.deadline: asyncio.Timeout | None = None
         self.max_file_bytes = max_file_bytes
-        self.max_body_bytes = max_file_bytes + MULTIPART_OVERHEAD
+        self.room = room if room is not None and room.bytes < max_file_bytes else None
+        self.max_body_bytes = (self.room.bytes if self.room else max_file_bytes) + MULTIPART_OVERHEAD
+        self.seen = 0
         self.too_large = False
         self.client_gone = False
         self.client_idle = False
         self.too_slow = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        seen = 0
         loop = asyncio.get_running_loop()
         ends = loop.time() + self.time_limit
         try:
             async for chunk in arriving(self.request, self.idle_timeout):
-                seen += len(chunk)
-                if seen > self.max_body_bytes:
+                self.seen += len(chunk)
+                if self.seen > self.max_body_bytes:
                     self.too_large = True
-                    raise file_too_large(self.max_file_bytes)
+                    raise self._too_large()
                 if loop.time() > ends:
                     self.too_slow = True
                     raise request_timeout(self.time_limit, whole=True)
@@ -154,10 +175,16 @@ class _CappedBody:
         finally:
             self._arm(None)
 
+    def _too_large(self) -> CofferError:
+        if self.room is None:
+            return file_too_large(self.max_file_bytes)
+        # (the file holds at least what arrived beyond the most its framing can take)
+        return self.room.exceeded(self.seen - MULTIPART_OVERHEAD)
+
     def why_stopped(self) -> CofferError | None:
         """The client's part in a relay that failed, as the error to answer; None: blob's."""
         if self.too_large:
-            return file_too_large(self.max_file_bytes)
+            return self._too_large()
         if self.client_gone:
             return invalid("The client went away before the upload finished.")
         if self.client_idle:
@@ -422,8 +449,9 @@ def _expires_at(stored: Stored, scope: UploadScope) -> datetime | None:
 
 async def _reserve(
     scope: UploadScope, metadata: MetadataClient, asset_id: str, size: tuple[int, int], rid: str
-) -> None:
-    """A token's single use, then the upload's intent and its share of the quota.
+) -> Room | None:
+    """A token's single use, then the upload's intent and its share of the quota: the room the
+    quota left for the file (None: a metadata from before it told).
 
     The token is taken before the upload holds anything: a second upload with it is refused
     before it reserves any of the quota or takes one of the slots (one token held 11 uploads
@@ -432,13 +460,14 @@ async def _reserve(
         await scope.claim(asset_id)
     try:
         org = scope.organization_id
-        await metadata.register_intent(
+        intent = await metadata.register_intent(
             org, asset_id, size=size, quota_bytes=scope.quota_bytes, request_id=rid
         )
     except CofferError:
         if scope.release is not None:
             await scope.release(asset_id)
         raise
+    return None if intent.room_bytes is None else Room(intent.room_bytes, scope.quota_bytes)
 
 
 async def _upload(
@@ -451,7 +480,7 @@ async def _upload(
     size = _file_size_bounds(request, content_type, scope.max_bytes)
     org = scope.organization_id
     asset_id = new_id(ASSET)
-    await _reserve(scope, metadata, asset_id, size, rid)
+    room = await _reserve(scope, metadata, asset_id, size, rid)
 
     async def discard() -> None:
         """Delete what blob may hold, then the intent; when blob cannot, end the intent's hold
@@ -478,6 +507,7 @@ async def _upload(
         scope.max_bytes,
         # Ended well before the sweeper may take its intent (and delete its bytes).
         time_limit=settings.sweep_intent_age_seconds * UPLOAD_TIME_SHARE,
+        room=room,
     )
     try:
         # blob stores the object with its visibility, before metadata has a row: a private

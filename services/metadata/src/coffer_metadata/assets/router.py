@@ -76,11 +76,11 @@ async def register_intent(request: Request, org_id: str) -> Response:
         quota_bytes=body.quota_bytes,
         idle_seconds=state.settings.metadata_tus_idle_seconds,
     )
-    await state.database.write(
+    admitted = await state.database.write(
         functools.partial(service.register_intent, intent=intent),
         on_loop=functools.partial(service.register_intent_on_loop, intent=intent),
     )
-    out = IntentOut(prefix=asset_prefix(org_id, body.asset_id))
+    out = IntentOut(prefix=asset_prefix(org_id, body.asset_id), room_bytes=admitted.room_bytes)
     return Response(out.wire(), status_code=201, media_type="application/json")
 
 

@@ -200,6 +200,10 @@ class NewIntent:
     def active_after(self) -> datetime:
         return repository.active_after(now=utcnow(), idle=timedelta(seconds=self.idle_seconds))
 
+    def room(self, used: int) -> int | None:
+        """What the quota leaves beside ``used`` stored bytes (None: no quota asked)."""
+        return None if self.quota_bytes is None else max(0, self.quota_bytes - used)
+
     def admitted(self, *, used: int, uploads: int, reserved: int) -> dict[str, Any]:
         """The intent's row, given the organization's stored bytes and its uploads in flight
         (read under its usage row's lock); 429 past the cap, 413 if the least bytes do not fit."""
@@ -226,7 +230,14 @@ class NewIntent:
         )
 
 
-def register_intent(session: Session, *, intent: NewIntent) -> None:
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """An intent recorded: the room its quota left (``NewIntent.room``)."""
+
+    room_bytes: int | None
+
+
+def register_intent(session: Session, *, intent: NewIntent) -> Admitted:
     """Record ``intent`` (see :class:`NewIntent`); 409 if the asset has one already."""
     used = repository.lock_usage(session, org_id=intent.org_id)
     uploads, reserved = repository.uploads_in_flight(
@@ -234,9 +245,10 @@ def register_intent(session: Session, *, intent: NewIntent) -> None:
     )
     if not repository.add_intent(session, intent.admitted(used=used, uploads=uploads, reserved=reserved)):
         raise conflict(f"An upload for {intent.asset_id} is already registered.")
+    return Admitted(intent.room(used))
 
 
-async def register_intent_on_loop(transaction: PgTransaction, *, intent: NewIntent) -> bool | None:
+async def register_intent_on_loop(transaction: PgTransaction, *, intent: NewIntent) -> Admitted | None:
     """``register_intent`` on PostgreSQL's event-loop connections (``Database.write``'s
     ``on_loop``), committed; None for an organization without a usage row yet, whose first
     intent ``register_intent`` makes."""
@@ -249,7 +261,7 @@ async def register_intent_on_loop(transaction: PgTransaction, *, intent: NewInte
     row = intent.admitted(used=used, uploads=uploads, reserved=reserved)
     if not await repository.add_intent_on_loop(transaction, row):
         raise conflict(f"An upload for {intent.asset_id} is already registered.")
-    return True
+    return Admitted(intent.room(used))
 
 
 def commit_upload(
