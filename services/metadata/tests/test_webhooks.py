@@ -145,6 +145,13 @@ async def test_secrets_are_sealed_at_rest_and_changes_audited(
     ).json()
     rotated = (await api.post(f"{base(org)}/{created['id']}/rotate-secret", headers=AS_KEY)).json()
     assert rotated["secret"] != created["secret"] and rotated["previousSecretExpiresAt"]
+    # Requests Coffer sends on demand are audited too (not changes, but someone's doing).
+    ping = await api.post(f"{base(org)}/{created['id']}/test", headers=AS_KEY)
+    assert ping.status_code == 202, ping.text
+    again = await api.post(
+        f"{base(org)}/{created['id']}/deliveries/{ping.json()['id']}/redeliver", headers=AS_KEY
+    )
+    assert again.status_code == 202, again.text
     assert (await api.delete(f"{base(org)}/{created['id']}", headers=AS_KEY)).json() == {"success": True}
     engine = make_engine(database_url)
     with engine.connect() as conn:
@@ -154,7 +161,13 @@ async def test_secrets_are_sealed_at_rest_and_changes_audited(
             ).scalars()
         )
     engine.dispose()
-    assert kinds == ["webhook.created", "webhook.secret_rotated", "webhook.deleted"]
+    assert kinds == [
+        "webhook.created",
+        "webhook.secret_rotated",
+        "webhook.tested",
+        "webhook.redelivered",
+        "webhook.deleted",
+    ]
     box = SecretBox(secrets.token_urlsafe(32))
     sealed = box.seal(created["secret"])
     assert created["secret"] not in sealed and box.open(sealed) == created["secret"]

@@ -180,12 +180,15 @@ def _change_actions(event: dict[str, Any]) -> list[tuple[str, dict[str, Any] | N
     data = event["data"]
     if kind == "webhook":
         # An endpoint's changes (CONTRACT §11): created, updated, deleted, secret_rotated, and
-        # disabled by the dispatcher (a 410, or 5 days of failures).
+        # disabled by the dispatcher (a 410, or 5 days of failures); and the requests it was
+        # sent on demand: tested (a ping), redelivered.
         details: dict[str, Any] = {"url": data.get("url")}
         if verb == "updated":
             details["changed"] = sorted(event["changes"])
         if verb == "disabled":
             details["reason"] = data.get("disabledReason")
+        if verb in ("tested", "redelivered"):
+            details |= {"deliveryId": data.get("deliveryId"), "eventType": data.get("eventType")}
         return [(event["type"], details)]
     if verb == "created":
         if kind == "asset":

@@ -141,7 +141,13 @@ def test_folder_filter_pause_resume_rotate_and_delete_are_audited(browser: Brows
     assert browser.http.get(page).status_code == 404
     assert "No endpoints yet." in browser.http.get(base(browser)).text
     audit = audit_once(browser, lambda text: "webhook.deleted" in text)
-    for action in ("webhook.created", "webhook.updated", "webhook.secret_rotated", "webhook.deleted"):
+    for action in (
+        "webhook.created",
+        "webhook.updated",
+        "webhook.secret_rotated",
+        "webhook.tested",
+        "webhook.deleted",
+    ):
         assert action in audit, action
     assert browser.email in audit
 

@@ -125,8 +125,10 @@ def rotate_secret(
 
 
 @router.post("/{webhook_id}/test", status_code=202, dependencies=Confined)
-def test_webhook(org_id: str, webhook_id: str, session: SessionDep, settings: SettingsDep) -> WebhookDelivery:
-    return service.ping(session, org_id=org_id, webhook_id=webhook_id, settings=settings)
+def test_webhook(
+    org_id: str, webhook_id: str, session: SessionDep, settings: SettingsDep, actor: ActorDep
+) -> WebhookDelivery:
+    return service.ping(session, org_id=org_id, webhook_id=webhook_id, settings=settings, actor=actor)
 
 
 @router.get("/{webhook_id}/deliveries", dependencies=Confined)
@@ -158,6 +160,7 @@ def redeliver(
     session: SessionDep,
     settings: SettingsDep,
     root: SubtreeDep,
+    actor: ActorDep,
 ) -> WebhookDelivery:
     if root is not None and not _event_inside(session, delivery_id, root):
         # A subtree key redelivers only what its subtree made: the endpoint may have been
@@ -165,7 +168,7 @@ def redeliver(
         # to the endpoint's URL as it is now (which the subtree key may have set).
         raise not_found(f"Delivery {delivery_id} does not exist.")
     return service.redeliver(
-        session, org_id=org_id, webhook_id=webhook_id, delivery_id=delivery_id, settings=settings
+        session, org_id=org_id, webhook_id=webhook_id, delivery_id=delivery_id, settings=settings, actor=actor
     )
 
 

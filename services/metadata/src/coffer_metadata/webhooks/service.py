@@ -99,8 +99,21 @@ def _get(session: Session, *, org_id: str, webhook_id: str) -> EndpointRow:
     return row
 
 
-def _record(session: Session, row: EndpointRow, type: str, actor: Actor, **extra: Any) -> None:
-    events.record(session, org_id=row.organization_id, type=type, data=view(row), actor=actor, **extra)
+def _record(
+    session: Session,
+    row: EndpointRow,
+    type: str,
+    actor: Actor,
+    *,
+    delivery: DeliveryRow | None = None,
+    **extra: Any,
+) -> None:
+    """The endpoint's change as an audit-only event (never sent); one about a ``delivery``
+    (a test ping, a redelivery) names it and its event's type."""
+    data = view(row)
+    if delivery is not None:
+        data |= {"deliveryId": delivery.id, "eventType": delivery.event_type}
+    events.record(session, org_id=row.organization_id, type=type, data=data, actor=actor, **extra)
 
 
 def create(
@@ -269,8 +282,11 @@ def new_delivery(
     }
 
 
-def ping(session: Session, *, org_id: str, webhook_id: str, settings: Settings) -> WebhookDelivery:
-    """Queue a ``ping`` event to the endpoint, due now."""
+def ping(
+    session: Session, *, org_id: str, webhook_id: str, settings: Settings, actor: Actor
+) -> WebhookDelivery:
+    """Queue a ``ping`` event to the endpoint, due now (audited: ``webhook.tested``, as every
+    request it makes Coffer send)."""
     row = _get(session, org_id=org_id, webhook_id=webhook_id)
     if not row.enabled:
         raise conflict("The webhook is disabled; enable it first.")
@@ -291,13 +307,15 @@ def ping(session: Session, *, org_id: str, webhook_id: str, settings: Settings) 
     delivery = DeliveryRow(**values)
     session.add(delivery)
     session.flush()
+    _record(session, row, "webhook.tested", actor, delivery=delivery, now=now)
     return delivery_view(delivery)
 
 
 def redeliver(
-    session: Session, *, org_id: str, webhook_id: str, delivery_id: str, settings: Settings
+    session: Session, *, org_id: str, webhook_id: str, delivery_id: str, settings: Settings, actor: Actor
 ) -> WebhookDelivery:
-    """Send a delivery again now, same event and body; 409 while an attempt is in flight."""
+    """Send a delivery again now, same event and body; 409 while an attempt is in flight
+    (audited: ``webhook.redelivered``)."""
     endpoint = _get(session, org_id=org_id, webhook_id=webhook_id)
     row = session.get(DeliveryRow, delivery_id) if _DELIVERY_ID.fullmatch(delivery_id) else None
     if row is None or row.endpoint_id != endpoint.id:
@@ -312,6 +330,7 @@ def redeliver(
     row.lease_token = row.lease_until = None
     session.add(row)
     session.flush()
+    _record(session, endpoint, "webhook.redelivered", actor, delivery=row, now=now)
     return delivery_view(row)
 
 
