@@ -190,6 +190,9 @@ def _change_actions(event: dict[str, Any]) -> list[tuple[str, dict[str, Any] | N
         if verb in ("tested", "redelivered"):
             details |= {"deliveryId": data.get("deliveryId"), "eventType": data.get("eventType")}
         return [(event["type"], details)]
+    if kind == "preset":
+        # A transform preset (edge records it once blob has changed it): its parameters.
+        return [(event["type"], {k: v for k, v in data.items() if k not in ("id", "name")} or None)]
     if verb == "created":
         if kind == "asset":
             fields = ("size", "folderId", "visibility")

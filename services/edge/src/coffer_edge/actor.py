@@ -45,6 +45,11 @@ def act_as(
     )
 
 
+def current_actor() -> Actor | None:
+    """The current request's caller (None outside one)."""
+    return _current.get()
+
+
 def actor_header() -> str | None:
     """The ``coffer-actor`` header's value (ASCII JSON), or None outside a caller's request."""
     actor = _current.get()

@@ -116,3 +116,23 @@ def test_a_personal_key_is_audited_in_the_organization_it_acted_in(stack: Any, a
     ]
     # Relayed together: B's event is in, so A's would be by now.
     assert audit_events(user, user.org_id) == []
+
+
+def test_transform_preset_changes_are_audited_with_the_key(stack: Any, admin: Any) -> None:
+    """Presets live in blob, outside metadata's events: edge records their changes itself."""
+    owner = sign_up(stack.edge_url, "Presets audited")
+    key = admin("create-key", "--org", owner.org_id, "--name", "design-system")
+    api = httpx.Client(base_url=stack.edge_url, headers={"x-api-key": key["key"]}, timeout=60)
+    assert api.put("/api/transform-presets/card", json={"w": 320, "fmt": "webp"}).status_code == 200
+    assert api.delete("/api/transform-presets/card").status_code == 200
+    assert api.put("/api/transform-presets/thumb", json={"w": 1}).status_code == 400  # a built-in: refused
+
+    lines = owner.http.get(f"/dashboard/o/{owner.org_id}/audit/export.jsonl").text.splitlines()
+    events = sorted(
+        (e for e in map(json.loads, lines) if e["targetType"] == "preset"), key=lambda e: e["createdAt"]
+    )
+    assert [(e["action"], e["targetId"], e["actorId"], e["actorLabel"]) for e in events] == [
+        ("preset.updated", "card", key["id"], "design-system"),
+        ("preset.deleted", "card", key["id"], "design-system"),
+    ]
+    assert events[0]["details"]["w"] == 320 and events[0]["details"]["fmt"] == "webp"

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query, Response
 from starlette.convertors import Convertor, register_url_convertor
 
 from coffer_edge import trash
-from coffer_edge.actor import actor_header
+from coffer_edge.actor import current_actor
 from coffer_edge.clients.auth import Principal
 from coffer_edge.deps import AuthDep, BlobDep, MetadataDep, PrincipalDep, RequestIdDep, needs
 from coffer_edge.routers.webhooks import JSONBodyRoute
@@ -22,7 +22,6 @@ from coffer_edge.schemas import PageLimit, PageOffset, Success, TrashSettingsBod
 from coffer_kit.contract.errors import forbidden
 from coffer_kit.contract.limits import PAGE_LIMIT_DEFAULT, PAGE_OFFSET_DEFAULT
 from coffer_kit.contract.resources import PurgeBatch, TrashList, TrashSettings
-from coffer_kit.contract.wire import Actor
 
 
 class AssetIdConvertor(Convertor[str]):
@@ -67,10 +66,8 @@ async def put_settings(
     keys. Applies within 5 seconds."""
     _whole_org(principal)
     trash.require_admin(principal, "change the trash retention")
-    raw = actor_header()
-    actor = Actor.model_validate_json(raw) if raw else None
     days = await auth.set_trash_retention(
-        principal.organization_id, body.retentionDays, actor, request_id=rid
+        principal.organization_id, body.retentionDays, current_actor(), request_id=rid
     )
     return {"retentionDays": days, "limitBytes": principal.quota_bytes}
 
