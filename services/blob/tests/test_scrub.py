@@ -184,6 +184,40 @@ def test_a_trashed_or_any_asset_row_owns_its_object(storage: Storage) -> None:
     assert report.clean, report.human()
 
 
+def test_flags_out_of_step_with_their_rows_are_reported_and_set_when_asked(storage: Storage) -> None:
+    """A store copied later than the database (docs/backup.md): the CDN serves by the flags the
+    objects carry, so a file its restored row calls private, or trashed, was served to anyone;
+    and a live public one answered 404."""
+    _, entries = a_store(storage)
+    # The rows: public and live, private, in the trash. The store: private, public, live.
+    rows = [
+        dataclasses.replace(entries[0], private=False, trashed=False),
+        dataclasses.replace(entries[1], private=True, trashed=False),
+        dataclasses.replace(entries[2], private=False, trashed=True),
+    ]
+    storage.set_private(rows[0].key, True)
+
+    def run(flags: str) -> Any:
+        return scrub(storage, manifest_of(rows), verify=0.0, limit=RateLimit(1), orphan_age=HOUR, flags=flags)
+
+    assert run("skip").clean  # (one stat an object: only when asked)
+    checked = run("check")
+    assert sorted((f.kind, f.asset, f.detail) for f in checked.findings) == sorted(
+        [
+            ("flags", rows[0].asset, "private true, the row says false"),
+            ("flags", rows[1].asset, "private false, the row says true"),
+            ("flags", rows[2].asset, "trashed false, the row says true"),
+        ]
+    ), checked.human()
+    assert checked.fixed_flags == 0 and not storage.stat(rows[1].key).private  # reported only
+
+    fixed = run("fix")
+    assert fixed.fixed_flags == 3 and len(fixed.of("flags")) == 3
+    stored = [storage.stat(row.key) for row in rows]
+    assert [(info.private, info.trashed) for info in stored] == [(False, False), (True, False), (False, True)]
+    assert run("check").clean
+
+
 def test_an_object_that_cannot_be_read_is_corrupt_and_the_walk_goes_on(
     storage: Storage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -412,9 +446,12 @@ def test_the_command_reads_the_manifest_from_standard_input(
     """``coffer-metadata manifest | coffer-blob scrub --manifest -``: the pipe the docs show."""
     storage = make_driver(settings)
     _, entries = a_store(storage)
+    entries[0] = dataclasses.replace(entries[0], private=True, trashed=False)  # (stored public)
     lines = "".join(line + "\n" for line in manifest_lines(entries)).encode()
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines)))
     monkeypatch.setenv("COFFER_DATA_DIR", str(settings.data_dir))
     monkeypatch.setenv("COFFER_BLOB_DIR", str(settings.blob_dir))
-    assert cli.main(["scrub", "--manifest", "-", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["assets"] == 3
+    assert cli.main(["scrub", "--manifest", "-", "--json", "--flags", "fix"]) == 1  # a finding, fixed
+    report = json.loads(capsys.readouterr().out)
+    assert (report["assets"], report["fixedFlags"], len(report["flags"])) == (3, 1, 1)
+    assert storage.stat(entries[0].key).private

@@ -54,15 +54,18 @@ async def test_the_manifest_lists_assets_deletes_and_uploads_in_flight(
         "sha256": "c" * 64,
         "created": by_asset[kept["id"]]["created"],
         "state": "asset",
+        "private": False,
+        "trashed": False,
     }
     assert by_asset[kept["id"]]["created"].startswith("20")
     # A trashed asset still owns its object (a restore gives it back): the scrub must neither
     # miss its bytes nor call them an orphan.
-    assert {k: by_asset[trashed["id"]][k] for k in ("key", "size", "sha256", "state")} == {
+    assert {k: by_asset[trashed["id"]][k] for k in ("key", "size", "sha256", "state", "trashed")} == {
         "key": f"{org}/{trashed['id']}/binned.txt",
         "size": 9,
         "sha256": "d" * 64,
         "state": "asset",
+        "trashed": True,
     }
     assert by_asset[hidden["id"]]["state"] == "deleting"
     assert by_asset[hidden["id"]]["key"] == f"{org}/{hidden['id']}/gone.txt"

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from coffer_blob.config import Settings
+from coffer_blob.scrub import FLAG_MODES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,6 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     scrub_p.add_argument("--json", action="store_true", help="print the report as JSON")
     scrub_p.add_argument(
         "--delete-orphans", action="store_true", help="delete the orphans found (nothing else is changed)"
+    )
+    scrub_p.add_argument(
+        "--flags",
+        choices=FLAG_MODES,
+        default="skip",
+        help="compare each asset's private and trashed flags with its row (check; one stat an object),"
+        " and set the row's (fix: after a restore); default skip",
     )
     scrub_p.add_argument(
         "--verify", help="hash all, none, or a share (0-1) of the objects (default: COFFER_BLOB_SCRUB_VERIFY)"

@@ -13,7 +13,11 @@ per resumable upload. It then walks the store (``Storage.inventory``) and report
   with the reason, and the walk goes on);
 - **orphans**: an object that no row owns, older than the in-flight window (``orphan_age``):
   the bytes of an upload are published before its row is written, and the manifest was read
-  before the walk, so a young object without a row is most likely an upload finishing.
+  before the walk, so a young object without a row is most likely an upload finishing;
+- **flags** (only when asked: ``flags`` ``check`` or ``fix``, one ``stat`` per object): an
+  asset's object whose private or trashed flag is not its row's. The CDN serves by the flags
+  it reads from the object, so a store restored from a copy made later than the database's
+  serves a file the row calls private, or in the trash, to anyone (docs/backup.md).
 
 What is not an asset's object is left alone: keys whose second segment is not an asset id
 (an organization's presets, ``{org}/presets/…``), the driver's own files, writes in progress
@@ -21,8 +25,9 @@ and resumable uploads' parts (neither drivers' ``inventory`` lists them), and an
 variants (``{org}/{asset}/v%…``) while the asset has a row. A delete in progress or an upload
 in flight owns everything under its asset's prefix and expects nothing.
 
-Nothing is repaired: orphans are deleted only when asked (``delete_orphans``); a missing or
-corrupt object is reported with its asset id and organization, for an operator to restore.
+Nothing is repaired unless asked: orphans are deleted (``delete_orphans``) and flags set to
+the row's (``flags`` ``fix``) only then; a missing or corrupt object is reported with its
+asset id and organization, for an operator to restore.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ MAX_LINE_BYTES = 8 * 1024
 OWNS_ONLY = frozenset({"deleting", "uploading"})
 # A transform variant's filename starts with this (coffer_blob.cdn).
 VARIANT_PREFIX = "v%"
+# What the scrub does about the flags an object carries: nothing, report, or set the row's.
+FLAG_MODES = ("skip", "check", "fix")
 
 
 class ManifestError(ValueError):
@@ -64,6 +71,9 @@ class Expected:
     size: int
     sha256: str
     state: str
+    # The flags the object must carry (None: a manifest from before it said).
+    private: bool | None = None
+    trashed: bool | None = None
 
 
 def read_manifest(lines: Iterable[str | bytes], *, max_entries: int) -> dict[str, Expected]:
@@ -94,6 +104,8 @@ def read_manifest(lines: Iterable[str | bytes], *, max_entries: int) -> dict[str
                 size=int(row.get("size") or 0),
                 sha256=str(row.get("sha256") or ""),
                 state=sys.intern(str(row.get("state") or "asset")),
+                private=_flag(row, "private"),
+                trashed=_flag(row, "trashed"),
             )
         except ManifestError:
             raise
@@ -110,6 +122,13 @@ def read_manifest(lines: Iterable[str | bytes], *, max_entries: int) -> dict[str
     if end != entries:
         raise ManifestError(f"the end line counts {end} entries, the manifest holds {entries}")
     return found
+
+
+def _flag(row: dict[str, Any], name: str) -> bool | None:
+    value = row.get(name)
+    if value is None or isinstance(value, bool):
+        return value
+    raise ValueError(f"{name!r} is not true or false")
 
 
 class RateLimit:
@@ -153,7 +172,7 @@ class RateLimit:
 class Finding:
     """One problem, named by organization and asset (and key)."""
 
-    kind: str  # missing | corrupt | orphan
+    kind: str  # missing | corrupt | orphan | flags
     org: str
     asset: str
     key: str
@@ -181,6 +200,7 @@ class Report:
     verified_bytes: int = 0
     young_orphans: int = 0  # unowned but inside the in-flight window: not reported
     deleted_orphans: int = 0
+    fixed_flags: int = 0  # objects whose flags were set to their row's
     seconds: float = 0.0
 
     def of(self, kind: str) -> list[Finding]:
@@ -200,8 +220,10 @@ class Report:
             "missing": [f.as_dict() for f in self.of("missing")],
             "corrupt": [f.as_dict() for f in self.of("corrupt")],
             "orphans": [f.as_dict() for f in self.of("orphan")],
+            "flags": [f.as_dict() for f in self.of("flags")],
             "youngOrphans": self.young_orphans,
             "deletedOrphans": self.deleted_orphans,
+            "fixedFlags": self.fixed_flags,
             "seconds": round(self.seconds, 3),
         }
 
@@ -214,6 +236,7 @@ class Report:
             ("missing", "missing objects"),
             ("corrupt", "corrupt objects"),
             ("orphan", "orphans"),
+            ("flags", "flags out of step with the row"),
         ):
             found = self.of(kind)
             lines.append(f"{title}: {len(found)}")
@@ -225,6 +248,8 @@ class Report:
             lines.append(f"objects without a row inside the in-flight window (not reported): {young}")
         if self.deleted_orphans:
             lines.append(f"orphans deleted: {self.deleted_orphans}")
+        if self.fixed_flags:
+            lines.append(f"flags set to the row's: {self.fixed_flags}")
         lines.append("clean" if self.clean else "PROBLEMS FOUND")
         return "\n".join(lines)
 
@@ -244,10 +269,12 @@ def scrub(
     limit: RateLimit,
     orphan_age: timedelta,
     delete_orphans: bool = False,
+    flags: str = "skip",
     now: datetime | None = None,
     pick: Callable[[], float] = random.random,
 ) -> Report:
-    """Walk ``storage`` against ``manifest`` (module docstring); hash a ``verify`` share (0-1)."""
+    """Walk ``storage`` against ``manifest`` (module docstring); hash a ``verify`` share (0-1);
+    ``flags`` (FLAG_MODES): compare each asset's object's flags with its row's, and set them."""
     started = time.monotonic()
     report = Report(assets=sum(1 for e in manifest.values() if e.state not in OWNS_ONLY))
     seen: set[str] = set()
@@ -273,8 +300,11 @@ def scrub(
             if obj.size != entry.size:
                 detail = f"size {obj.size}, expected {entry.size}"
                 report.findings.append(Finding("corrupt", org, asset, obj.key, detail, obj.size))
-            elif verify >= 1 or (verify > 0 and pick() < verify):
-                to_hash.append(entry)
+            else:
+                if flags != "skip":
+                    _flags(storage, entry, report, fix=flags == "fix")
+                if verify >= 1 or (verify > 0 and pick() < verify):
+                    to_hash.append(entry)
     report.findings += [
         Finding("missing", entry.org, entry.asset, entry.key)
         for entry in manifest.values()
@@ -287,6 +317,34 @@ def scrub(
             report.deleted_orphans += 1
     report.seconds = time.monotonic() - started
     return report
+
+
+def _flags(storage: Storage, entry: Expected, report: Report, *, fix: bool) -> None:
+    """Report (and with ``fix``, set) the object's flags that are not its row's."""
+    info = storage.stat(entry.key)
+    if info is None:
+        return  # gone since the walk listed it: the verify pass, or the next run, says so
+    wrong = [
+        (name, stored, wanted)
+        for name, stored, wanted in (
+            ("private", info.private, entry.private),
+            ("trashed", info.trashed, entry.trashed),
+        )
+        if wanted is not None and stored != wanted
+    ]
+    if not wrong:
+        return
+    detail = ", ".join(
+        f"{name} {str(stored).lower()}, the row says {str(wanted).lower()}" for name, stored, wanted in wrong
+    )
+    report.findings.append(Finding("flags", entry.org, entry.asset, entry.key, detail, info.size))
+    if fix:
+        for name, _, wanted in wrong:
+            if name == "private":
+                storage.set_private(entry.key, bool(wanted))
+            else:
+                storage.set_held(entry.key, bool(wanted), "trash")
+        report.fixed_flags += 1
 
 
 def _verify(storage: Storage, entries: list[Expected], limit: RateLimit, report: Report) -> None:

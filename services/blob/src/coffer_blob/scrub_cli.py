@@ -48,6 +48,8 @@ def metrics(report: Report, rate: float) -> CollectorRegistry:
     gauge("coffer_scrub_corrupt_objects", "Objects whose size or SHA-256 differs from the row", corrupt)
     gauge("coffer_scrub_orphan_objects", "Objects no asset owns, older than the in-flight window", orphans)
     gauge("coffer_scrub_orphans_deleted", "Orphans deleted (--delete-orphans)", report.deleted_orphans)
+    flags = len(report.of("flags"))
+    gauge("coffer_scrub_flag_mismatches", "Objects whose private or trashed flag is not the row's", flags)
     gauge("coffer_scrub_verified_objects", "Objects whose bytes were hashed", report.verified)
     gauge("coffer_scrub_verified_bytes", "Bytes hashed", report.verified_bytes)
     gauge("coffer_scrub_rate_limit_bytes", "The configured bound on bytes hashed a second", rate)
@@ -84,6 +86,7 @@ def run_scrub(args: argparse.Namespace, settings: Settings) -> int:
             limit=RateLimit(rate),
             orphan_age=timedelta(seconds=age),
             delete_orphans=args.delete_orphans,
+            flags=args.flags,
         )
     except StorageUnavailable as exc:
         print(f"coffer-blob scrub: the store failed: {exc}", file=sys.stderr)

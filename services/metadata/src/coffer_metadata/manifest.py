@@ -6,7 +6,9 @@ list. One line per:
 
 - asset, live or in the trash (a trashed asset's row is in ``trashed_assets``, and it still
   owns its object until it is purged): ``state`` ``asset``, with the key, size and SHA-256
-  its object must have;
+  its object must have, and the flags it must carry (``private``, ``trashed``: the CDN reads
+  them from the object, and a store copied later than the database restores them out of
+  step: ``coffer-blob scrub --flags``);
 - delete in progress (a tombstone: the row is gone, the bytes are being deleted): ``deleting``;
 - upload in flight (an upload intent, or a resumable upload not completed): ``uploading``.
 
@@ -45,10 +47,10 @@ def _table(model: type[SQLModel]) -> Table:
 
 def lines(conn: Connection) -> Iterator[dict[str, Any]]:
     """The manifest's entries (module docstring), assets first."""
-    for model in (Asset, TrashedAsset):
+    for model, trashed in ((Asset, False), (TrashedAsset, True)):
         a = _table(model).c
-        assets = select(a.organization_id, a.id, a.key, a.size, a.sha256, a.created_at)
-        for org, asset, key, size, sha256, created in conn.execute(
+        assets = select(a.organization_id, a.id, a.key, a.size, a.sha256, a.created_at, a.visibility)
+        for org, asset, key, size, sha256, created, visibility in conn.execute(
             assets.execution_options(yield_per=PAGE_ROWS)
         ):
             yield {
@@ -59,6 +61,8 @@ def lines(conn: Connection) -> Iterator[dict[str, Any]]:
                 "sha256": sha256,
                 "created": _stamp(created),
                 "state": "asset",
+                "private": visibility == "private",
+                "trashed": trashed,
             }
     tus = _table(TusUpload)
     owners = [
