@@ -90,7 +90,7 @@ vendor: ## Re-fetch the dashboard's vendored htmx and tus-js-client (with its li
 test-fast: setup ## Run the in-process tests on the embedded default's SQLite and disk (no server, no process of their own)
 	@$(UV) run --frozen --no-sync pytest -n $(FAST_WORKERS) libs services -m "not e2e" --embedded-only $(PYTEST_ARGS)
 
-test-images: setup ## Build the four images with podman (root) and run them against each other, ~5 min
+test-images: setup ## Build the four images with podman (root) and run them against each other, about 1.5 min on a quiet machine, up to 4 on a busy one
 	@bash scripts/install-image-tools.sh
 	@$(UV) run --frozen --no-sync pytest -m images tests/images $(PYTEST_ARGS)
 
