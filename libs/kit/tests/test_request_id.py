@@ -152,3 +152,33 @@ async def test_control_characters_never_reach_a_header_or_a_log_line(
     assert seen == echoed.decode()
     logged = [r for r in caplog.records if r.name == "coffer.access"]
     assert logged and all(getattr(r, "request_id", None) == seen for r in logged)
+
+
+@pytest.mark.anyio
+async def test_a_polled_route_answers_quietly_unless_it_fails(caplog: pytest.LogCaptureFixture) -> None:
+    """edge's workers poll their queues about once a second: an idle stack logged three access
+    lines a second of nothing. A poll's answer is logged at DEBUG; a failed one still at INFO."""
+    app = base_app("coffer-test")
+    failing = {"now": False}
+
+    @app.post("/internal/v1/facts/claim")
+    async def claim() -> dict[str, list[str]]:
+        if failing["now"]:
+            raise not_found("Nothing here.")
+        return {"claimed": []}
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        with caplog.at_level(logging.INFO, logger="coffer.access"):
+            assert (await client.post("/internal/v1/facts/claim")).status_code == 200
+            assert (await client.get("/ok-or-not")).status_code == 404
+            failing["now"] = True
+            assert (await client.post("/internal/v1/facts/claim")).status_code == 404
+    logged = [
+        (r.levelno, r.__dict__.get("route"), r.__dict__.get("status"))
+        for r in caplog.records
+        if r.name == "coffer.access"
+    ]
+    assert logged == [  # (at INFO, the answered poll is not there)
+        (logging.INFO, "unmatched", 404),
+        (logging.INFO, "/internal/v1/facts/claim", 404),
+    ]

@@ -23,6 +23,17 @@ REQUEST_ID_CHARACTERS = r"A-Za-z0-9._~:/+=-"
 REQUEST_ID_MAX_LENGTH = 128
 _VALID_REQUEST_ID = re.compile(f"[{REQUEST_ID_CHARACTERS}]{{1,{REQUEST_ID_MAX_LENGTH}}}")
 _QUIET_PATHS = {"/healthz", "/readyz", "/metrics"}
+# Routes edge's workers poll about once a second each (the scan, scan-sync and image-facts
+# queues, the audit relay): their answers are logged at DEBUG unless they fail, so that an
+# idle installation's log is not three lines a second of nothing (they are still counted).
+POLLED_ROUTES = frozenset(
+    {
+        "/internal/v1/scans/claim",
+        "/internal/v1/scan-syncs/claim",
+        "/internal/v1/facts/claim",
+        "/internal/v1/events/audit-pending",
+    }
+)
 
 access_log = logging.getLogger("coffer.access")
 
@@ -69,7 +80,9 @@ class RequestContextMiddleware:
                 route = getattr(scope.get("route"), "path", None) or "unmatched"
                 method = scope.get("method", "")
                 observe_request(self.service, route, method, status, seconds)
-                access_log.info(
+                polled = route in POLLED_ROUTES and status < 400
+                access_log.log(
+                    logging.DEBUG if polled else logging.INFO,
                     "request",
                     extra={
                         "request_id": request_id,
