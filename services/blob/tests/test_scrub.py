@@ -17,7 +17,7 @@ import pytest
 from coffer_blob import cli
 from coffer_blob.config import Settings
 from coffer_blob.scrub import Expected, ManifestError, RateLimit, read_manifest, scrub
-from coffer_blob.storage import Storage, make_driver
+from coffer_blob.storage import Storage, StorageUnavailable, make_driver
 from coffer_blob.storage.fs import FsStorage
 from coffer_blob.storage.s3 import S3Storage
 from coffer_blob.transforms.presets import preset_key
@@ -59,7 +59,7 @@ def manifest_of(entries: list[Expected]) -> dict[str, Expected]:
 def manifest_lines(entries: list[Expected]) -> list[str]:
     """The lines ``coffer-metadata manifest`` writes for these rows, its end line last."""
     return [json.dumps(dataclasses.asdict(e)) for e in entries] + [
-        json.dumps({"end": True, "count": len(entries)})
+        json.dumps({"end": True, "count": len(entries), "at": datetime.now(UTC).isoformat()})
     ]
 
 
@@ -446,7 +446,8 @@ def test_the_command_reads_the_manifest_from_standard_input(
     """``coffer-metadata manifest | coffer-blob scrub --manifest -``: the pipe the docs show."""
     storage = make_driver(settings)
     _, entries = a_store(storage)
-    entries[0] = dataclasses.replace(entries[0], private=True, trashed=False)  # (stored public)
+    entries = [dataclasses.replace(e, private=False, trashed=False) for e in entries]
+    entries[0] = dataclasses.replace(entries[0], private=True)  # (stored public)
     lines = "".join(line + "\n" for line in manifest_lines(entries)).encode()
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines)))
     monkeypatch.setenv("COFFER_DATA_DIR", str(settings.data_dir))
@@ -455,3 +456,52 @@ def test_the_command_reads_the_manifest_from_standard_input(
     report = json.loads(capsys.readouterr().out)
     assert (report["assets"], report["fixedFlags"], len(report["flags"])) == (3, 1, 1)
     assert storage.stat(entries[0].key).private
+
+
+def test_a_flag_the_store_refuses_to_set_is_reported_and_the_walk_goes_on(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, entries = a_store(storage)
+    rows = [dataclasses.replace(e, private=True, trashed=False) for e in entries]
+    refused = rows[1].key
+
+    real = storage.set_private
+
+    def set_private(key: str, private: bool) -> bool:
+        if key == refused:
+            raise StorageUnavailable("the store timed out")
+        return real(key, private)
+
+    monkeypatch.setattr(storage, "set_private", set_private)
+    report = scrub(storage, manifest_of(rows), verify=0.0, limit=RateLimit(1), orphan_age=HOUR, flags="fix")
+    assert report.fixed_flags == 2 and len(report.of("flags")) == 3
+    (failed,) = [f for f in report.of("flags") if f.key == refused]
+    assert failed.detail.endswith("not set: the store timed out")
+    assert [storage.stat(row.key).private for row in rows] == [True, False, True]
+
+
+def test_flags_are_fixed_only_from_a_fresh_manifest_that_carries_them(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--flags fix`` sets objects to the rows as the manifest read them: from an hour-old one
+    it would undo a file made private since; ``--flags`` on an older coffer-metadata's lines
+    (no flags) would check nothing and say clean. Both are refused (exit 2), nothing changed."""
+    storage = make_driver(settings)
+    _, entries = a_store(storage)
+    flagged = [dataclasses.replace(e, private=True, trashed=False) for e in entries]
+    monkeypatch.setenv("COFFER_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("COFFER_BLOB_DIR", str(settings.blob_dir))
+
+    def run(lines: list[str], flags: str) -> int:
+        data = "".join(line + "\n" for line in lines).encode()
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+        return cli.main(["scrub", "--manifest", "-", "--flags", flags])
+
+    stale = manifest_lines(flagged)
+    end = json.loads(stale[-1])
+    stale[-1] = json.dumps({**end, "at": (datetime.now(UTC) - HOUR).isoformat()})
+    assert run(stale, "fix") == 2
+    assert run(manifest_lines(entries), "check") == 2
+    assert "carry no flags" in capsys.readouterr().err
+    assert not any(storage.stat(e.key).private for e in entries)
+    assert run(stale, "check") == 1  # (reporting is harmless, however old the manifest)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -44,7 +45,8 @@ async def test_the_manifest_lists_assets_deletes_and_uploads_in_flight(
         engine.dispose()
     *rows, end = [json.loads(line) for line in out.getvalue().splitlines()]
     assert count == len(rows) == 4
-    assert end == {"end": True, "count": 4}  # (the scrub refuses a manifest cut short)
+    assert end == {"end": True, "count": 4, "at": end["at"]}  # (the scrub refuses a manifest cut short)
+    assert datetime.fromisoformat(end["at"]) <= datetime.now(UTC)  # (--flags fix refuses a stale one)
     by_asset = {row["asset"]: row for row in rows}
     assert by_asset[kept["id"]] == {
         "org": org,
@@ -77,4 +79,6 @@ async def test_the_manifest_lists_assets_deletes_and_uploads_in_flight(
     target = f"{tmp_path}/manifest.jsonl"
     assert cli.main(["manifest", "--output", target]) == 0
     with open(target, encoding="utf-8") as written:
-        assert sorted(written.read().splitlines()) == sorted(out.getvalue().splitlines())
+        *lines, last = written.read().splitlines()
+    assert sorted(lines) == sorted(out.getvalue().splitlines()[:-1])
+    assert {**json.loads(last), "at": None} == {**end, "at": None}  # (a snapshot of its own)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 
-from coffer_blob.storage.base import Storage
+from coffer_blob.storage.base import Storage, StorageUnavailable
 from coffer_kit.contract import urls
 from coffer_kit.contract.ids import is_asset_id
 
@@ -76,11 +76,22 @@ class Expected:
     trashed: bool | None = None
 
 
-def read_manifest(lines: Iterable[str | bytes], *, max_entries: int) -> dict[str, Expected]:
+class Manifest(dict[str, Expected]):
+    """The manifest's lines by ``{org}/{asset}`` prefix, and when its snapshot was taken (None:
+    a manifest from before it said)."""
+
+    at: datetime | None = None
+
+    def flagless(self) -> int:
+        """Asset lines that carry no flags (an older ``coffer-metadata``'s)."""
+        return sum(1 for e in self.values() if e.state not in OWNS_ONLY and e.private is None)
+
+
+def read_manifest(lines: Iterable[str | bytes], *, max_entries: int) -> Manifest:
     """The manifest's lines by ``{org}/{asset}`` prefix. A malformed line, or a manifest
     without its end line (``{"end": true, "count": N}``, N the entries before it: one cut
     short would make every object it leaves out an orphan), raises ManifestError."""
-    found: dict[str, Expected] = {}
+    found = Manifest()
     entries, end = 0, None
     for number, raw in enumerate(lines, 1):
         if len(raw) > MAX_LINE_BYTES:
@@ -93,7 +104,7 @@ def read_manifest(lines: Iterable[str | bytes], *, max_entries: int) -> dict[str
                 raise ManifestError(f"line {number}: after the end line")
             row = json.loads(text)
             if isinstance(row, dict) and row.get("end") is True:
-                end = int(row["count"])
+                end, found.at = _end(row)
                 continue
             if entries >= max_entries:
                 raise ManifestError(f"more than {max_entries} entries (COFFER_BLOB_SCRUB_MAX_ASSETS)")
@@ -122,6 +133,14 @@ def read_manifest(lines: Iterable[str | bytes], *, max_entries: int) -> dict[str
     if end != entries:
         raise ManifestError(f"the end line counts {end} entries, the manifest holds {entries}")
     return found
+
+
+def _end(row: dict[str, Any]) -> tuple[int, datetime | None]:
+    """The end line's count, and when the snapshot was taken (None: not said)."""
+    at = datetime.fromisoformat(str(row["at"])) if row.get("at") is not None else None
+    if at is not None and at.tzinfo is None:
+        raise ValueError("'at' has no time zone")
+    return int(row["count"]), at
 
 
 def _flag(row: dict[str, Any], name: str) -> bool | None:
@@ -339,11 +358,17 @@ def _flags(storage: Storage, entry: Expected, report: Report, *, fix: bool) -> N
     )
     report.findings.append(Finding("flags", entry.org, entry.asset, entry.key, detail, info.size))
     if fix:
-        for name, _, wanted in wrong:
-            if name == "private":
-                storage.set_private(entry.key, bool(wanted))
-            else:
-                storage.set_held(entry.key, bool(wanted), "trash")
+        try:
+            for name, _, wanted in wrong:
+                if name == "private":
+                    done = storage.set_private(entry.key, bool(wanted))
+                else:
+                    done = storage.set_held(entry.key, bool(wanted), "trash")
+                if not done:
+                    return  # gone meanwhile (as above)
+        except (StorageUnavailable, OSError) as exc:  # one object's: the run goes on
+            report.findings[-1].detail += f"; not set: {exc}"[:300]
+            return
         report.fixed_flags += 1
 
 

@@ -9,16 +9,20 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import IO
 
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway, write_to_textfile
 
 from coffer_blob.config import Settings
-from coffer_blob.scrub import ManifestError, RateLimit, Report, iter_lines, read_manifest, scrub
+from coffer_blob.scrub import Manifest, ManifestError, RateLimit, Report, iter_lines, read_manifest, scrub
 from coffer_blob.storage import StorageUnavailable, make_driver
 
 CLEAN, PROBLEMS, REFUSED = 0, 1, 2
+# The oldest manifest ``--flags fix`` takes: it sets every object's flags to the rows' as the
+# manifest read them, so a change made since (a file made private, a delete into the trash)
+# would be undone. Restores run it at once, on an installation nobody writes to.
+FIX_MAX_AGE = timedelta(minutes=15)
 # The largest --orphan-age: ten years (a larger one cannot be subtracted from today).
 MAX_ORPHAN_AGE_SECONDS = 10 * 366 * 86400
 
@@ -73,6 +77,7 @@ def run_scrub(args: argparse.Namespace, settings: Settings) -> int:
             raise ValueError(f"--metrics-file: {os.path.dirname(args.metrics_file)} is not a directory")
         with _open(args.manifest) as stream:
             manifest = read_manifest(iter_lines(stream), max_entries=settings.blob_scrub_max_assets)
+        _check_flags(args.flags, manifest)
     except (ValueError, OSError) as exc:  # ManifestError is a ValueError
         kind = "manifest" if isinstance(exc, (ManifestError, OSError)) else "argument"
         print(f"coffer-blob scrub: bad {kind}: {exc}", file=sys.stderr)
@@ -103,6 +108,22 @@ def run_scrub(args: argparse.Namespace, settings: Settings) -> int:
     except OSError as exc:  # (URLError is one) the exit code stays the store's: 0 or 1
         print(f"coffer-blob scrub: the metrics were not exported: {exc}", file=sys.stderr)
     return CLEAN if report.clean else PROBLEMS
+
+
+def _check_flags(flags: str, manifest: Manifest) -> None:
+    """``--flags`` asks what the manifest can answer: flags on every asset line, and for
+    ``fix`` a fresh snapshot (FIX_MAX_AGE)."""
+    if flags == "skip":
+        return
+    if manifest.flagless():
+        raise ManifestError(
+            f"--flags: {manifest.flagless()} asset lines carry no flags (an older coffer-metadata)"
+        )
+    if flags == "fix" and (manifest.at is None or datetime.now(UTC) - manifest.at > FIX_MAX_AGE):
+        raise ManifestError(
+            f"--flags fix: the manifest is older than {FIX_MAX_AGE.seconds // 60} minutes (or says not "
+            "when it was made); fixing from it could undo changes made since: write a new one"
+        )
 
 
 @contextlib.contextmanager

@@ -13,8 +13,9 @@ list. One line per:
 - upload in flight (an upload intent, or a resumable upload not completed): ``uploading``.
 
 The last two own whatever is under their asset's prefix and expect nothing. The last line is
-``{"end": true, "count": N}`` (N the lines before it): the scrub refuses a manifest without
-it, which a dump cut short (a crash, a full disk, a broken pipe) would be, since every object
+``{"end": true, "count": N, "at": "…"}`` (N the lines before it; ``at`` when the snapshot was
+taken, so that the scrub's ``--flags fix`` refuses a stale one): the scrub refuses a manifest
+without it, which a dump cut short (a crash, a full disk, a broken pipe) would be, since every object
 such a manifest leaves out would look like an orphan. Every line is
 read in one transaction (a snapshot: REPEATABLE READ on PostgreSQL, one read transaction in
 SQLite's WAL), streamed a page at a time.
@@ -30,6 +31,7 @@ from sqlalchemy import Table, select
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import SQLModel
 
+from coffer_kit.contract.timeutil import utcnow
 from coffer_metadata.models import Asset, Tombstone, TrashedAsset, TusUpload, UploadIntent
 
 # Rows fetched from the database at a time.
@@ -80,6 +82,7 @@ def write_manifest(engine: Engine, out: IO[str]) -> int:
     """Write the manifest to ``out`` from one snapshot, then its end line; answers the number
     of entries."""
     count = 0
+    at = utcnow()  # (no later than the snapshot's start)
     options: dict[str, Any] = {"stream_results": True}
     if engine.dialect.name == "postgresql":
         options["isolation_level"] = "REPEATABLE READ"
@@ -87,5 +90,5 @@ def write_manifest(engine: Engine, out: IO[str]) -> int:
         for entry in lines(conn):
             out.write(json.dumps(entry, separators=(",", ":")) + "\n")
             count += 1
-    out.write(json.dumps({"end": True, "count": count}, separators=(",", ":")) + "\n")
+    out.write(json.dumps({"end": True, "count": count, "at": at.isoformat()}, separators=(",", ":")) + "\n")
     return count
