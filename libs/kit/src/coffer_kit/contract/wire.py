@@ -189,10 +189,12 @@ class IntentIn(WireModel):
 class IntentOut(WireModel):
     """Everything the upload may write lives under this prefix. ``room_bytes``: what the quota
     left beside the organization's stored bytes when the upload was admitted (None: no quota
-    asked), the most its file can hold whatever other uploads do meanwhile."""
+    asked), the most its file can hold whatever other uploads do meanwhile, and those stored
+    bytes (``used_bytes``, for the refusal's details)."""
 
     prefix: str
     room_bytes: int | None = None
+    used_bytes: int | None = None
 
 
 class UploadCommit(WireModel):

@@ -99,11 +99,10 @@ class Room:
 
     bytes: int
     quota_bytes: int
+    used_bytes: int
 
     def exceeded(self, size: int) -> CofferError:
-        return quota_exceeded(
-            size=size, used_bytes=self.quota_bytes - self.bytes, quota_bytes=self.quota_bytes
-        )
+        return quota_exceeded(size=size, used_bytes=self.used_bytes, quota_bytes=self.quota_bytes)
 
 
 class _CappedBody:
@@ -467,7 +466,9 @@ async def _reserve(
         if scope.release is not None:
             await scope.release(asset_id)
         raise
-    return None if intent.room_bytes is None else Room(intent.room_bytes, scope.quota_bytes)
+    if intent.room_bytes is None or intent.used_bytes is None:
+        return None
+    return Room(intent.room_bytes, scope.quota_bytes, intent.used_bytes)
 
 
 async def _upload(

@@ -80,7 +80,11 @@ async def register_intent(request: Request, org_id: str) -> Response:
         functools.partial(service.register_intent, intent=intent),
         on_loop=functools.partial(service.register_intent_on_loop, intent=intent),
     )
-    out = IntentOut(prefix=asset_prefix(org_id, body.asset_id), room_bytes=admitted.room_bytes)
+    out = IntentOut(
+        prefix=asset_prefix(org_id, body.asset_id),
+        room_bytes=admitted.room_bytes,
+        used_bytes=admitted.used_bytes,
+    )
     return Response(out.wire(), status_code=201, media_type="application/json")
 
 

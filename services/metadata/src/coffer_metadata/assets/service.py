@@ -232,8 +232,10 @@ class NewIntent:
 
 @dataclass(frozen=True, slots=True)
 class Admitted:
-    """An intent recorded: the room its quota left (``NewIntent.room``)."""
+    """An intent recorded: the organization's stored bytes, and the room its quota left beside
+    them (``NewIntent.room``)."""
 
+    used_bytes: int
     room_bytes: int | None
 
 
@@ -245,7 +247,7 @@ def register_intent(session: Session, *, intent: NewIntent) -> Admitted:
     )
     if not repository.add_intent(session, intent.admitted(used=used, uploads=uploads, reserved=reserved)):
         raise conflict(f"An upload for {intent.asset_id} is already registered.")
-    return Admitted(intent.room(used))
+    return Admitted(used, intent.room(used))
 
 
 async def register_intent_on_loop(transaction: PgTransaction, *, intent: NewIntent) -> Admitted | None:
@@ -261,7 +263,7 @@ async def register_intent_on_loop(transaction: PgTransaction, *, intent: NewInte
     row = intent.admitted(used=used, uploads=uploads, reserved=reserved)
     if not await repository.add_intent_on_loop(transaction, row):
         raise conflict(f"An upload for {intent.asset_id} is already registered.")
-    return Admitted(intent.room(used))
+    return Admitted(used, intent.room(used))
 
 
 def commit_upload(
