@@ -41,7 +41,11 @@ def stored_objects(stack: Any, org_id: str) -> dict[str, dict[str, int]]:
             if not directory.name.startswith("%"):
                 found[directory.name] = {f.name: f.stat().st_size for f in directory.iterdir()}
                 continue
-            for f in directory.iterdir():
+            try:
+                files = list(directory.iterdir())
+            except FileNotFoundError:
+                continue  # its last file deleted meanwhile (a sweep), and the bucket with it
+            for f in files:
                 cut = min(i for i in (f.name.find("."), f.name.find("%")) if i > 0)
                 asset_id, rest = f.name[:cut], f.name[cut:]
                 # A delete running beside the walk (a purge the test watches) may take the file
