@@ -92,11 +92,13 @@ class Lease:
         start = time.monotonic()
         self.landed = None if record_takes is None else start + record_takes
         self.free = None if self.landed is None else self.landed + tus.KEEP_SECONDS
+        self.asked = 0
 
     async def lock(self) -> str:
+        self.asked += 1
         now = time.monotonic()
         if self.landed is None or now < self.landed:
-            raise upload_locked(0.25)
+            raise upload_locked(0.25, recording=True)
         assert self.free is not None
         if now < self.free:
             raise upload_locked(self.free - now)
@@ -118,3 +120,7 @@ async def test_another_edges_chunk_waits_for_a_slow_record_then_the_kept_lease(
     assert taken == "taken"
     assert isinstance(refused, CofferError) and refused.status == 423 and refused.details is None
     assert time.monotonic() - started >= 1.5 + 0.5  # (the lost record's bound, then the kept lease's)
+    # Asked at 0, 0.26, 0.77, 1.78 and 2.79 s (the record landed at 2.2, its lease kept to 2.7):
+    # not every 0.26 s (11 asks), as it was, of a metadata slow to write already.
+    assert slow.asked == 5, slow.asked
+    assert lost.asked <= 5, lost.asked

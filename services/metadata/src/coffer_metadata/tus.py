@@ -285,7 +285,9 @@ def _locked(row: Any, now: datetime, *, ahead: bool = False) -> CofferError:
         return upload_locked()
     if row.lease_kept:
         return upload_locked((until - now).total_seconds())
-    return upload_locked(min(RECORD_WAIT_SECONDS, (until - now).total_seconds()) if ahead else None)
+    if not ahead:
+        return upload_locked()
+    return upload_locked(min(RECORD_WAIT_SECONDS, (until - now).total_seconds()), recording=True)
 
 
 def _held(upload_id: str, token: str) -> sa.ColumnElement[bool]:

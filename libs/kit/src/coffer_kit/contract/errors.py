@@ -105,10 +105,14 @@ def offset_mismatch(offset: int) -> CofferError:
     )
 
 
-def upload_locked(kept_for: float | None = None) -> CofferError:
+def upload_locked(kept_for: float | None = None, *, recording: bool = False) -> CofferError:
     """423 ``locked`` (tus): another request is writing to the same upload; retry. Internally,
-    ``kept_for``: no request writes, but its last writer keeps the lease that many seconds."""
-    details = {"keptFor": round(kept_for, 3)} if kept_for is not None else None
+    ``kept_for``: no request writes, but its last writer keeps the lease that many seconds
+    (``recording``: or is about to, once the record of the chunk it answered lands; ask again
+    in that many seconds)."""
+    details: dict[str, Any] | None = None
+    if kept_for is not None:
+        details = {"keptFor": round(kept_for, 3)} | ({"recording": True} if recording else {})
     return CofferError(
         423, "locked", "Another request is writing to this upload; retry in a moment.", details=details
     )

@@ -380,6 +380,8 @@ _MAX_KEPT = 10_000
 # sync: a bound of 3 s (as the wait's bound was) answered a client 423 mid-upload on a loaded
 # CI machine, for a chunk that would have been taken a moment later.
 RECORD_BOUND_SECONDS = 10.0
+# Its asks meanwhile: after 0.25 s, then twice as long each time, at most 1 s apart.
+_FIRST_PAUSE, _MAX_PAUSE = 0.25, 1.0
 
 
 @dataclass(slots=True)
@@ -457,16 +459,22 @@ async def _past_kept_leases(call: Callable[[], Awaitable[T]]) -> T:
     RECORD_BOUND_SECONDS), then for at most KEEP_SECONDS."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + RECORD_BOUND_SECONDS + KEEP_SECONDS + 1
+    pause = _FIRST_PAUSE
     while True:
         try:
             return await call()
         except CofferError as exc:
-            kept = (exc.details or {}).get("keptFor") if exc.status == 423 else None
+            details = (exc.details or {}) if exc.status == 423 else {}
+            kept = details.get("keptFor")
+            if isinstance(kept, int | float) and details.get("recording") is True:
+                # A record on its way: ask again soon, then less often (metadata slow to write
+                # it is metadata busy: not to be asked 40 times in 10 s).
+                kept, pause = max(float(kept), pause), min(pause * 2, _MAX_PAUSE)
             if not isinstance(kept, int | float) or loop.time() + kept > deadline:
                 if exc.status == 423:
                     exc.details = None  # (internal: the client gets tus's plain 423)
                 raise
-            await asyncio.sleep(min(float(kept), 0.25) + 0.01)
+            await asyncio.sleep(float(kept) + 0.01)  # (a kept lease: once, when it runs out)
 
 
 async def _lock(metadata: MetadataClient, upload_id: str, caller: Caller, offset: int, rid: str) -> TusUpload:
