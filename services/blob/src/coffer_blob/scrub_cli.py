@@ -115,10 +115,8 @@ def _check_flags(flags: str, manifest: Manifest) -> None:
     ``fix`` a fresh snapshot (FIX_MAX_AGE)."""
     if flags == "skip":
         return
-    if manifest.flagless():
-        raise ManifestError(
-            f"--flags: {manifest.flagless()} asset lines carry no flags (an older coffer-metadata)"
-        )
+    if flagless := manifest.flagless():
+        raise ManifestError(f"--flags: {flagless} asset lines carry no flags (an older coffer-metadata)")
     if flags == "fix" and (manifest.at is None or datetime.now(UTC) - manifest.at > FIX_MAX_AGE):
         raise ManifestError(
             f"--flags fix: the manifest is older than {FIX_MAX_AGE.seconds // 60} minutes (or says not "

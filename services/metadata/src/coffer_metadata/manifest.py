@@ -15,9 +15,9 @@ list. One line per:
 The last two own whatever is under their asset's prefix and expect nothing. The last line is
 ``{"end": true, "count": N, "at": "…"}`` (N the lines before it; ``at`` when the snapshot was
 taken, so that the scrub's ``--flags fix`` refuses a stale one): the scrub refuses a manifest
-without it, which a dump cut short (a crash, a full disk, a broken pipe) would be, since every object
-such a manifest leaves out would look like an orphan. Every line is
-read in one transaction (a snapshot: REPEATABLE READ on PostgreSQL, one read transaction in
+without it, which a dump cut short (a crash, a full disk, a broken pipe) would be, since every
+object such a manifest leaves out would look like an orphan. Every line is read in one
+transaction (a snapshot: REPEATABLE READ on PostgreSQL, one read transaction in
 SQLite's WAL), streamed a page at a time.
 """
 
