@@ -422,6 +422,7 @@ def test_deliveries_past_their_window_are_given_up(database_url: str, tmp_path: 
         type="ping",
         body="{}",
         trace=None,
+        scope=0,
         now=old,
         retry_for=3 * 86400,
     )
@@ -633,6 +634,7 @@ def _pings(engine: Any, org: str, endpoints: list[str], now: Any) -> None:
                 type="ping",
                 body=body,
                 trace=None,
+                scope=0,
                 now=now,
                 retry_for=3600,
             )
@@ -801,3 +803,74 @@ async def test_a_subtree_key_redelivers_only_its_subtrees_events(api: httpx.Asyn
     assert (await redeliver(plans, confined)).status_code == 404
     assert (await redeliver(docs, confined)).status_code == 202
     assert (await redeliver(plans, AS_KEY)).status_code == 202  # the organization's own key: all
+
+
+async def test_a_subtree_key_sees_only_the_deliveries_made_since_the_endpoint_was_narrowed(
+    metadata_app: Any, database_url: str, tmp_path: Any
+) -> None:
+    """An endpoint that heard the whole organization, then narrowed (by an owner) to a subtree
+    a key may reach: the key listed the endpoint's whole log, events of the organization's
+    other folders among it (their types and ids, the receiver's answers). It now sees what the
+    endpoint sent since its folder filter last changed; a fan-out planned before the change and
+    written after it counts as before."""
+    from coffer_kit.contract.wire import SUBTREE_HEADER
+    from coffer_metadata.webhooks.dispatch import fanout
+
+    loopback = {"metadata_webhook_allow_http": True, "metadata_webhook_allowed_networks": "127.0.0.0/8"}
+    engine = make_engine(database_url)
+    settings = Settings(metadata_database_url=database_url, data_dir=tmp_path, **loopback)
+    dispatcher = Dispatcher(settings, Database(engine))
+    org = new_id("org")
+    try:
+        with webhook_receiver() as receiver:
+            async with metadata_app(**loopback) as api:
+
+                async def folder(name: str, parent: str | None = None) -> str:
+                    body = {"name": name, "parentId": parent}
+                    made = await api.post(f"/internal/v1/orgs/{org}/folders", json=body, headers=AS_KEY)
+                    assert made.status_code == 201, made.text
+                    return made.json()["id"]  # type: ignore[no-any-return]
+
+                async def send_all(count: int) -> None:
+                    """Until ``count`` deliveries are sent and in the endpoint's log."""
+                    for _ in range(20):
+                        logged = (await api.get(f"{base(org)}/{endpoint}/deliveries", headers=AS_KEY)).json()
+                        if len(receiver.on("/h")) >= count and logged["total"] >= count:
+                            return
+                        await dispatcher.step()
+                        if dispatcher.tasks:
+                            await asyncio.wait(set(dispatcher.tasks))
+                    raise AssertionError(f"{len(receiver.on('/h'))} of {count} deliveries sent")
+
+                public, private = await folder("public"), await folder("private")
+                body = {"url": f"{receiver.url}/h", "events": ["folder.created"]}
+                endpoint = (await api.post(base(org), json=body, headers=AS_KEY)).json()["id"]
+                await folder("acquisition-plans", private)
+                await send_all(1)
+                await folder("drafts", private)
+                planned = fanout.plan_fan_out(engine, now=utcnow(), retry_for=60)  # before the change
+                to_public = {"folderId": public}
+                narrowed = await api.patch(f"{base(org)}/{endpoint}", json=to_public, headers=AS_KEY)
+                assert narrowed.status_code == 200, narrowed.text
+                with engine.begin() as connection:  # written after it
+                    fanout.write_fan_out(connection, planned, postgresql=engine.dialect.name == "postgresql")
+                await folder("docs", public)
+                await send_all(3)
+
+                log = f"{base(org)}/{endpoint}/deliveries"
+                confined = {**AS_KEY, SUBTREE_HEADER: public}
+                owner_view = (await api.get(log, headers=AS_KEY)).json()
+                key_view = (await api.get(log, headers=confined)).json()
+                keyset = {"total": "false", "limit": 1}
+                key_pages = (await api.get(log, params=keyset, headers=confined)).json()
+    finally:
+        await dispatcher.close()
+        engine.dispose()
+    sent = {json.loads(r.body)["data"]["folder"]["name"]: json.loads(r.body)["id"] for r in receiver.on("/h")}
+    assert sorted(sent) == ["acquisition-plans", "docs", "drafts"]
+    assert sorted(d["eventId"] for d in owner_view["deliveries"]) == sorted(sent.values())
+    assert owner_view["total"] == 3
+    assert [d["eventId"] for d in key_view["deliveries"]] == [sent["docs"]]
+    assert key_view["total"] == 1
+    assert [d["eventId"] for d in key_pages["deliveries"]] == [sent["docs"]]
+    assert key_pages["nextCursor"] is None

@@ -387,6 +387,9 @@ class WebhookEndpoint(SQLModel, table=True):
     events: str = Field(sa_column=Column(Text, nullable=False))
     # Only events inside this folder's subtree.
     folder_id: str | None = Field(default=None, max_length=40)
+    # One more each time folder_id changes; each delivery keeps the scope it was fanned out
+    # under, and a subtree key sees only the current scope's (what the endpoint sent since).
+    scope: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
     description: str | None = Field(default=None, max_length=500)
     enabled: bool
     # paused | gone | failing
@@ -422,6 +425,8 @@ class WebhookDelivery(SQLModel, table=True):
     # The request body, fixed at fan-out: every attempt sends the same bytes.
     body: str = Field(sa_column=Column(Text, nullable=False))
     trace: str | None = Field(default=None, max_length=255)
+    # The endpoint's scope when the delivery was planned (WebhookEndpoint.scope).
+    scope: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
     # pending | succeeded | failed
     status: str = Field(max_length=16)
     attempts: int

@@ -136,6 +136,7 @@ def list_deliveries(
     org_id: str,
     webhook_id: str,
     session: SessionDep,
+    root: SubtreeDep,
     limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = 50,
     offset: Annotated[int, Query(ge=0, le=PAGE_OFFSET_MAX)] = 0,
     cursor: Annotated[str | None, Query(max_length=CURSOR_MAX_CHARS)] = None,
@@ -149,6 +150,7 @@ def list_deliveries(
         offset=offset,
         cursor=cursor,
         with_total=total,
+        current_scope=root is not None,
     )
 
 

@@ -182,7 +182,9 @@ def update(
     if "folderId" in changes:
         if changes["folderId"] is not None:
             check_folder(session, org_id=org_id, folder_id=changes["folderId"])
-        row.folder_id = changes["folderId"]
+        if changes["folderId"] != row.folder_id:
+            row.folder_id = changes["folderId"]
+            row.scope = EndpointRow.scope + 1  # in SQL: no lost bump
     if "description" in changes:
         row.description = changes["description"]
     if changes.get("enabled") is True:
@@ -260,10 +262,11 @@ def new_delivery(
     type: str,
     body: str,
     trace: str | None,
+    scope: int,
     now: datetime,
     retry_for: float,
 ) -> dict[str, Any]:
-    """The row of a delivery due now."""
+    """The row of a delivery due now, planned under the endpoint's ``scope``."""
     return {
         "id": new_id(WEBHOOK_DELIVERY),
         "endpoint_id": endpoint_id,
@@ -272,6 +275,7 @@ def new_delivery(
         "event_type": type,
         "body": body,
         "trace": trace,
+        "scope": scope,
         "status": "pending",
         "attempts": 0,
         "next_attempt_at": now,
@@ -301,6 +305,7 @@ def ping(
         type=PING,
         body=body,
         trace=events.current_trace(),
+        scope=row.scope,
         now=now,
         retry_for=settings.metadata_webhook_retry_for_seconds,
     )
@@ -343,9 +348,12 @@ def attempts_page(
     offset: int,
     cursor: str | None = None,
     with_total: bool | None = None,
+    current_scope: bool = False,
 ) -> dict[str, Any]:
     """The endpoint's delivery log, newest attempt first: by ``offset`` with its ``total``, or
-    (a ``cursor``, or ``with_total`` False) by keyset, counted only when asked (issue 49)."""
+    (a ``cursor``, or ``with_total`` False) by keyset, counted only when asked (issue 49).
+    ``current_scope``: only what it sent since its folder filter last changed (a subtree key's
+    view: before that, it may have sent the organization's other folders' events)."""
     endpoint = _get(session, org_id=org_id, webhook_id=webhook_id)
     keyset = cursor is not None or with_total is False
     if keyset and offset:
@@ -353,10 +361,13 @@ def attempts_page(
     listing, scope = "deliveries", [org_id, endpoint.id]
     attempts = AttemptRow.__table__  # type: ignore[attr-defined]
     created, attempt_id = attempts.c.created_at, attempts.c.id
+    where = [AttemptRow.endpoint_id == endpoint.id]
+    if current_scope:
+        where.append(DeliveryRow.scope == endpoint.scope)
     statement = (
         select(AttemptRow, DeliveryRow)
         .join(DeliveryRow, col(DeliveryRow.id) == col(AttemptRow.delivery_id))
-        .where(AttemptRow.endpoint_id == endpoint.id)
+        .where(*where)
         .order_by(*pagination.order(created, attempt_id, descending=True))
     )
     if keyset:
@@ -368,9 +379,10 @@ def attempts_page(
         rows = list(session.exec(statement.limit(limit).offset(offset)))
     total = None
     if not keyset or with_total:
-        total = session.exec(
-            select(func.count()).select_from(AttemptRow).where(AttemptRow.endpoint_id == endpoint.id)
-        ).one()
+        counted = select(func.count()).select_from(AttemptRow)
+        if current_scope:
+            counted = counted.join(DeliveryRow, col(DeliveryRow.id) == col(AttemptRow.delivery_id))
+        total = session.exec(counted.where(*where)).one()
     shown = rows[:limit]
     more = len(rows) > limit if keyset else offset + len(rows) < (total or 0)
     items = [

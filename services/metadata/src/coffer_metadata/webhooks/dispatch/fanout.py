@@ -70,6 +70,7 @@ def plan_fan_out(engine: Engine, *, now: datetime, retry_for: float) -> FanOut:
                         type=row.type,
                         body=body,
                         trace=row.trace,
+                        scope=endpoint.scope,
                         now=now,
                         retry_for=retry_for,
                     )
@@ -98,10 +99,12 @@ class Subscription:
     events: frozenset[str]
     created_at: datetime
     folder_id: str | None
+    scope: int  # read with folder_id: a delivery planned before a change keeps the old scope
 
     @classmethod
     def of(cls, row: Any) -> Subscription:
-        return cls(row.id, frozenset(json.loads(row.events)), as_utc(row.created_at), row.folder_id)
+        events = frozenset(json.loads(row.events))
+        return cls(row.id, events, as_utc(row.created_at), row.folder_id, row.scope)
 
     def wants(
         self,

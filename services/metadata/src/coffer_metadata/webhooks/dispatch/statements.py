@@ -39,6 +39,7 @@ ORG_ENDPOINTS = (
         endpoints.c.organization_id,
         endpoints.c.events,
         endpoints.c.folder_id,
+        endpoints.c.scope,
         endpoints.c.created_at,
     )
     .where(endpoints.c.organization_id.in_(sa.bindparam(IDS, expanding=True)), endpoints.c.enabled.is_(True))
