@@ -218,6 +218,42 @@ def test_flags_out_of_step_with_their_rows_are_reported_and_set_when_asked(stora
     assert run("check").clean
 
 
+def test_fix_leaves_alone_flags_changed_around_or_after_the_manifest(storage: Storage) -> None:
+    """On a live installation, making a file private changes the store first, then its row:
+    a manifest read between the two calls it public, and ``fix`` made it public again while its
+    row became private, served to anyone. A change made after the manifest was undone too. The
+    store now keeps when an object's flags last changed, and ``fix`` sets only objects whose
+    flags changed more than FLAGS_SETTLE before the manifest (a restore's)."""
+    _, entries = a_store(storage)
+    row = dataclasses.replace(entries[0], private=False, trashed=False)  # the row as the manifest read it
+    storage.set_private(row.key, True)  # the change on its way: the store first
+    changed = datetime.now(UTC)
+
+    def fix(manifest_at: datetime) -> Any:
+        return scrub(
+            storage,
+            manifest_of([row]),
+            verify=0.0,
+            limit=RateLimit(1),
+            orphan_age=HOUR,
+            flags="fix",
+            manifest_at=manifest_at,
+        )
+
+    for manifest_at in (changed + timedelta(seconds=10), changed - timedelta(minutes=1)):
+        report = fix(manifest_at)
+        (finding,) = report.of("flags")
+        assert "private true, the row says false" in finding.detail
+        assert "left as it is" in finding.detail, finding.detail
+        assert (report.fixed_flags, report.left_flags) == (0, 1)
+        assert storage.stat(row.key).private  # never made public
+    assert "flags left as they are" in report.human()
+
+    restored = fix(changed + timedelta(hours=1))  # a store copied an hour before the manifest
+    assert (restored.fixed_flags, restored.left_flags) == (1, 0)
+    assert not storage.stat(row.key).private
+
+
 def test_an_object_that_cannot_be_read_is_corrupt_and_the_walk_goes_on(
     storage: Storage, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -54,6 +54,11 @@ OWNS_ONLY = frozenset({"deleting", "uploading"})
 VARIANT_PREFIX = "v%"
 # What the scrub does about the flags an object carries: nothing, report, or set the row's.
 FLAG_MODES = ("skip", "check", "fix")
+# ``fix`` leaves an object as it is when its flags changed after the manifest or less than this
+# before it: on a live installation, a change to private reaches the store before its row
+# (coffer_edge.routers.assets.update_stored_asset), and a manifest read in between would make
+# the file public again. A restore's store copy is older than that.
+FLAGS_SETTLE = timedelta(minutes=5)
 
 
 class ManifestError(ValueError):
@@ -220,6 +225,7 @@ class Report:
     young_orphans: int = 0  # unowned but inside the in-flight window: not reported
     deleted_orphans: int = 0
     fixed_flags: int = 0  # objects whose flags were set to their row's
+    left_flags: int = 0  # out of step, but changed around or after the manifest: not set
     seconds: float = 0.0
 
     def of(self, kind: str) -> list[Finding]:
@@ -243,6 +249,7 @@ class Report:
             "youngOrphans": self.young_orphans,
             "deletedOrphans": self.deleted_orphans,
             "fixedFlags": self.fixed_flags,
+            "leftFlags": self.left_flags,
             "seconds": round(self.seconds, 3),
         }
 
@@ -269,6 +276,12 @@ class Report:
             lines.append(f"orphans deleted: {self.deleted_orphans}")
         if self.fixed_flags:
             lines.append(f"flags set to the row's: {self.fixed_flags}")
+        if self.left_flags:
+            settle = int(FLAGS_SETTLE.total_seconds() // 60)
+            lines.append(
+                f"flags left as they are (changed after the manifest or less than {settle} minutes "
+                f"before it; write a new manifest once writes have stopped): {self.left_flags}"
+            )
         lines.append("clean" if self.clean else "PROBLEMS FOUND")
         return "\n".join(lines)
 
@@ -289,11 +302,14 @@ def scrub(
     orphan_age: timedelta,
     delete_orphans: bool = False,
     flags: str = "skip",
+    manifest_at: datetime | None = None,
     now: datetime | None = None,
     pick: Callable[[], float] = random.random,
 ) -> Report:
     """Walk ``storage`` against ``manifest`` (module docstring); hash a ``verify`` share (0-1);
-    ``flags`` (FLAG_MODES): compare each asset's object's flags with its row's, and set them."""
+    ``flags`` (FLAG_MODES): compare each asset's object's flags with its row's, and set them,
+    but not those that changed after ``manifest_at`` (its snapshot) or less than FLAGS_SETTLE
+    before it."""
     started = time.monotonic()
     report = Report(assets=sum(1 for e in manifest.values() if e.state not in OWNS_ONLY))
     seen: set[str] = set()
@@ -321,7 +337,7 @@ def scrub(
                 report.findings.append(Finding("corrupt", org, asset, obj.key, detail, obj.size))
             else:
                 if flags != "skip":
-                    _flags(storage, entry, report, fix=flags == "fix")
+                    _flags(storage, entry, report, fix=flags == "fix", manifest_at=manifest_at)
                 if verify >= 1 or (verify > 0 and pick() < verify):
                     to_hash.append(entry)
     report.findings += [
@@ -338,7 +354,9 @@ def scrub(
     return report
 
 
-def _flags(storage: Storage, entry: Expected, report: Report, *, fix: bool) -> None:
+def _flags(
+    storage: Storage, entry: Expected, report: Report, *, fix: bool, manifest_at: datetime | None
+) -> None:
     """Report (and with ``fix``, set) the object's flags that are not its row's."""
     info = storage.stat(entry.key)
     if info is None:
@@ -356,6 +374,12 @@ def _flags(storage: Storage, entry: Expected, report: Report, *, fix: bool) -> N
     detail = ", ".join(
         f"{name} {str(stored).lower()}, the row says {str(wanted).lower()}" for name, stored, wanted in wrong
     )
+    if manifest_at is not None and info.flags_at is not None and info.flags_at > manifest_at - FLAGS_SETTLE:
+        when = "after" if info.flags_at > manifest_at else "just before"
+        detail += f"; its flags changed at {info.flags_at.isoformat()}, {when} the manifest: left as it is"
+        if fix:
+            report.left_flags += 1
+            fix = False
     report.findings.append(Finding("flags", entry.org, entry.asset, entry.key, detail, info.size))
     if fix:
         try:

@@ -92,6 +92,7 @@ def run_scrub(args: argparse.Namespace, settings: Settings) -> int:
             orphan_age=timedelta(seconds=age),
             delete_orphans=args.delete_orphans,
             flags=args.flags,
+            manifest_at=manifest.at,
         )
     except StorageUnavailable as exc:
         print(f"coffer-blob scrub: the store failed: {exc}", file=sys.stderr)

@@ -43,6 +43,10 @@ class ObjectInfo:
     # Issue 47: in the trash, likewise held back from every download. A flag of its own, so
     # that a scan ending while the asset is in the trash releases only the scan's hold.
     trashed: bool = False
+    # When a flag above last changed (None: never since it was stored, or by a blob before it
+    # kept this); ``stat`` reads it. The scrub's ``--flags fix`` leaves alone an object whose
+    # flags changed around or after its manifest (coffer_blob.scrub.FLAGS_SETTLE).
+    flags_at: datetime | None = None
 
     @property
     def withheld(self) -> bool:

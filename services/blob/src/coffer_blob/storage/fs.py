@@ -59,6 +59,7 @@ import re
 import secrets
 import stat as stat_mod
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -69,6 +70,8 @@ from coffer_kit.contract.ids import TUS_UPLOAD_ID_PATTERN
 from coffer_kit.contract.wire import HoldReason
 
 _RESERVED = "%"  # first character of the driver's own file names
+# A sidecar's field: when a flag of the object last changed, in Unix seconds (ObjectInfo.flags_at).
+FLAGS_AT = "flagsAt"
 # A file being written is flushed to disk every this many bytes, so the fsync at commit
 # (which the answer waits for) has at most this much left to write.
 SYNC_EVERY = 16 * 1024 * 1024
@@ -173,6 +176,11 @@ def _read_fd(fd: int, size: int) -> bytes:
 
 
 _SIDECAR_READ = 64 * 1024
+
+
+def _flags_at(value: Any) -> datetime | None:
+    """A sidecar's ``flagsAt`` (Unix seconds), or None."""
+    return datetime.fromtimestamp(value, UTC) if isinstance(value, int) and value >= 0 else None
 
 
 def _read_sidecar(path: str) -> dict[str, Any]:
@@ -516,6 +524,7 @@ class FsStorage:
             private=meta.get("private") is True,
             held=meta.get("held") is True,
             trashed=meta.get("trashed") is True,
+            flags_at=_flags_at(meta.get(FLAGS_AT)),
         )
 
     def set_private(self, key: str, private: bool) -> bool:
@@ -552,6 +561,7 @@ class FsStorage:
             meta.pop(flag, None)
             if on:
                 meta[flag] = True
+            meta[FLAGS_AT] = int(time.time())
             with open(temp, "xb") as fh:
                 fh.write(json.dumps(meta).encode())
                 _write_durably(fh)

@@ -65,6 +65,8 @@ VISIBILITY, PRIVATE = "visibility", "private"
 SCAN, HELD = "scan", "held"
 # Issue 47: an object in the trash, likewise held back: x-amz-meta-trash: trashed.
 TRASH, TRASHED = "trash", "trashed"
+# When a flag above last changed, in Unix seconds (ObjectInfo.flags_at): x-amz-meta-flags-at.
+FLAGS_AT = "flags-at"
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchUpload"}
 # A flag change's lock (see the module docstring): a change waits this long for another's turn
 # before it gives up (StorageUnavailable: 503, to be tried again); a lock older than
@@ -158,6 +160,7 @@ class S3Storage:
             private=head.get("Metadata", {}).get(VISIBILITY) == PRIVATE,
             held=head.get("Metadata", {}).get(SCAN) == HELD,
             trashed=head.get("Metadata", {}).get(TRASH) == TRASHED,
+            flags_at=_flags_at(head.get("Metadata", {}).get(FLAGS_AT)),
         )
 
     def set_private(self, key: str, private: bool) -> bool:
@@ -258,6 +261,7 @@ class S3Storage:
         metadata.pop(name, None)
         if on:
             metadata[name] = value
+        metadata[FLAGS_AT] = str(int(time.time()))
         if time.monotonic() > held_until:
             # Stalled this long, the lock may be another's by the time the copy lands, and the
             # metadata read may be stale: copy nothing, and let the caller try again.
@@ -393,6 +397,11 @@ def _etag_of(body: bytes) -> str:
 
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code"))
+
+
+def _flags_at(value: str | None) -> datetime | None:
+    """An object's ``flags-at`` metadata (Unix seconds), or None."""
+    return datetime.fromtimestamp(int(value), UTC) if value and value.isascii() and value.isdigit() else None
 
 
 def flags_lock(key: str) -> str:
