@@ -213,7 +213,7 @@ async def probe(args: argparse.Namespace, upstream: str) -> None:
     shutdown_tracing()
 
 
-def hand_server_app() -> type:
+def hand_server_app(*, public: bool = False) -> type:  # (app_class's signature)
     """An experiment, not Coffer's code: the server span of a sampled request made around the
     app by hand (the attributes FastAPI's telemetry records but ``server.*`` and
     ``network.protocol.version``; named after ``scope["route"]``, which ignores mounts),

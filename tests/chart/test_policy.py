@@ -721,19 +721,23 @@ def test_otel_settings_pass_through(production: Docs) -> None:
     assert config["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.observability:4318"
     assert config["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf"
     assert config["OTEL_TRACES_SAMPLER_ARG"] == "0.05"
+    assert config["COFFER_TRACE_ACCEPT_CLIENT_CONTEXT"] == "false"  # a caller's trace is not taken
     for d in of_kind(production, "Deployment"):
         (c,) = d["spec"]["template"]["spec"]["containers"]
         assert env_of(c)["OTEL_SERVICE_NAME"]["value"] == f"coffer-{component(d)}"
 
 
 def test_chart_settings_are_ones_the_services_read(scenario: Docs) -> None:
-    """Every COFFER_* variable the chart sets is a field of some service's settings."""
+    """Every COFFER_* variable the chart sets is a field of some service's settings (or one the
+    kit's tracing reads beside the OTEL_* ones)."""
     from coffer_auth.config import Settings as Auth
     from coffer_blob.config import Settings as Blob
     from coffer_edge.config import Settings as Edge
+    from coffer_kit.tracing import ACCEPT_CLIENT_CONTEXT_ENV
     from coffer_metadata.config import Settings as Metadata
 
     known = {f"COFFER_{f.upper()}" for s in (Auth, Blob, Edge, Metadata) for f in s.model_fields}
+    known.add(ACCEPT_CLIENT_CONTEXT_ENV)
     names: set[str] = set()
     for cm in of_kind(scenario, "ConfigMap"):
         if cm["metadata"]["name"] == "coffer-config":

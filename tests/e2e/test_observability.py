@@ -33,6 +33,24 @@ def assert_linked(spans: list[dict], client_parent: str) -> None:
     assert {(s["service"], s["parent"]) for s in orphans} == {("coffer-edge", client_parent)}, orphans
 
 
+def access(
+    stack, request_id: str, services: frozenset[str] = frozenset({"edge", "metadata"})
+) -> dict[str, str]:
+    """Each service's access line's trace id for one request, once those of ``services`` are written."""
+    deadline = time.monotonic() + 10
+    while True:
+        lines = [
+            json.loads(line)
+            for path in sorted((stack.data_dir.parent / "logs").glob("*.log"))
+            for line in path.read_text().splitlines()
+            if '"logger": "coffer.access"' in line and request_id in line
+        ]
+        found = {e["service"]: e["trace_id"] for e in lines if e.get("request_id") == request_id}
+        if services <= set(found) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def traced_stack(otlp, own_stack_with):
     return own_stack_with(**otlp.exporter_env()), otlp
@@ -220,28 +238,49 @@ def test_unsampled_requests_make_no_span_and_keep_their_trace(otlp, own_stack_wi
     traced = {s["trace_id"] for s in otlp.snapshot()}
     assert traced == {sampled.split("-")[1]}, "an unsampled request made a span"
 
-    def access(request_id: str) -> dict[str, str]:
-        """Each service's access line's trace id for one request, once edge's is written."""
-        deadline = time.monotonic() + 10
-        while True:
-            lines = [
-                json.loads(line)
-                for path in sorted((stack.data_dir.parent / "logs").glob("*.log"))
-                for line in path.read_text().splitlines()
-                if '"logger": "coffer.access"' in line and request_id in line
-            ]
-            found = {e["service"]: e["trace_id"] for e in lines if e.get("request_id") == request_id}
-            if {"edge", "metadata"} <= set(found) or time.monotonic() > deadline:
-                return found
-            time.sleep(0.05)
-
     # The caller's unsampled trace reaches metadata through edge.
-    assert access(not_sampled.headers["x-request-id"]) == {
+    assert access(stack, not_sampled.headers["x-request-id"]) == {
         "edge": unsampled.split("-")[1],
         "metadata": unsampled.split("-")[1],
     }
     # The root gets a trace id of its own, which edge propagates to metadata.
-    ids = access(root.headers["x-request-id"])
+    ids = access(stack, root.headers["x-request-id"])
     assert set(ids) == {"edge", "metadata"}
     assert ids["edge"] and ids["edge"] == ids["metadata"], ids
     assert ids["edge"] != unsampled.split("-")[1]
+
+
+def test_a_callers_trace_context_is_not_taken_on_the_public_listeners(
+    otlp, own_stack_with, admin_for
+) -> None:
+    """Edge's API and blob's CDN take requests from anyone: a caller's sampled ``traceparent``
+    had every service's spans recorded (whatever the sampler) in a trace of the caller's
+    choosing. Unless COFFER_TRACE_ACCEPT_CLIENT_CONTEXT says an ingress starts the traces, each
+    request now starts a trace of Coffer's, carried to every service it reaches."""
+    stack = own_stack_with(**otlp.exporter_env(accept_client_context=False))
+    admin = admin_for(stack)
+    org = admin("create-org", "--name", "Untrusted")["id"]
+    key = admin("create-key", "--org", org)["key"]
+    chosen = [traceparent(), traceparent()]
+    with httpx.Client(base_url=stack.edge_url, headers={"x-api-key": key}, timeout=30) as api:
+        headers = {"traceparent": chosen[0], "baggage": "user=someone"}
+        upload = api.post("/api/assets", files={"file": ("t.txt", b"mine")}, headers=headers)
+        assert upload.status_code == 201
+        url = api.get(f"/api/assets/{upload.json()['id']}/url").json()["url"]
+    download = httpx.get(url, headers={"traceparent": chosen[1]})
+    assert download.content == b"mine"
+
+    ids = access(stack, upload.headers["x-request-id"], frozenset({"edge", "metadata", "blob"}))
+    assert ids["edge"] and set(ids.values()) == {ids["edge"]}, ids  # one trace, Coffer's
+    (cdn,) = access(stack, download.headers["x-request-id"], frozenset({"cdn"})).values()
+    ours = {ids["edge"], cdn}
+    assert len(ours) == 2 and not ours & {c.split("-")[1] for c in chosen}
+
+    deadline = time.monotonic() + 15  # the spans arrive in Coffer's traces, edge's and the CDN's roots
+    while not {(s["service"], s["trace_id"]) for s in otlp.snapshot() if s["parent"] is None} >= {
+        ("coffer-edge", ids["edge"]),
+        ("coffer-blob", cdn),  # (the CDN listener is blob's process)
+    }:
+        assert time.monotonic() < deadline, otlp.snapshot()
+        time.sleep(0.05)
+    assert not [s for s in otlp.snapshot() if s["trace_id"] in {c.split("-")[1] for c in chosen}]

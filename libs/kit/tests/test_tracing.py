@@ -8,8 +8,10 @@ import secrets
 from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
+import httpx
 import pytest
 from aiohttp import web
+from fastapi import FastAPI, Request
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -93,6 +95,56 @@ def test_a_ratio_samplers_roots_are_left_to_the_tracer() -> None:
     assert tracing.unsampled_context(scope()) is None
     unsampled = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-00".encode()
     assert tracing.unsampled_context(scope((b"traceparent", unsampled))) is not None
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("accept", [False, True])
+async def test_a_public_listener_starts_its_own_trace_unless_told_to_accept_the_callers(
+    accept: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Edge's API and blob's CDN take requests from anyone: a caller's sampled ``traceparent``
+    had every request traced whatever the sampler (here: none), an unsampled one none, and
+    either put Coffer's spans into a trace of the caller's choosing. They now drop the caller's
+    context, ``baggage`` too, unless COFFER_TRACE_ACCEPT_CLIENT_CONTEXT is true (an ingress that
+    starts traces). An internal listener takes its caller's (edge's) context as ever."""
+    tracing._learn_sampler(TracerProvider(sampler=ALWAYS_OFF))
+    monkeypatch.setattr(tracing, "_accept_client_context", accept)
+
+    def app(cls: type[FastAPI]) -> FastAPI:
+        made = cls(telemetry=tracing.telemetry())
+
+        @made.get("/seen")
+        def seen(request: Request) -> dict[str, object]:
+            carried = trace.get_current_span().get_span_context()
+            return {
+                "trace": format(carried.trace_id, "032x"),
+                "sampled": carried.trace_flags.sampled,
+                "headers": sorted(h for h in request.headers if h.encode() in tracing.CLIENT_CONTEXT_HEADERS),
+            }
+
+        return made
+
+    trace_id = secrets.token_hex(16)
+
+    def sent(flags: str) -> dict[str, str]:
+        traceparent = f"00-{trace_id}-{secrets.token_hex(8)}-{flags}"
+        return {"traceparent": traceparent, "tracestate": "vendor=steer", "baggage": "user=someone"}
+
+    async def ask(cls: type[FastAPI], headers: dict[str, str]) -> dict[str, object]:
+        transport = httpx.ASGITransport(app=app(cls))
+        async with httpx.AsyncClient(transport=transport, base_url="http://edge") as client:
+            return (await client.get("/seen", headers=headers)).json()  # type: ignore[no-any-return]
+
+    # (An unsampled caller's context is one this sampler serves without a tracer: it shows.)
+    internal = await ask(tracing.TracedFastAPI, sent("00"))
+    every = ["baggage", "traceparent", "tracestate"]
+    assert internal == {"trace": trace_id, "sampled": False, "headers": every}
+    if accept:
+        assert await ask(tracing.PublicTracedFastAPI, sent("00")) == internal
+        return
+    for flags in ("00", "01"):  # a root of its own, which this sampler drops: nothing forced
+        public = await ask(tracing.PublicTracedFastAPI, sent(flags))
+        assert public["trace"] != trace_id and public["sampled"] is False and public["headers"] == []
 
 
 # The client span of a call to another service (client_trace_config): a real aiohttp server on

@@ -17,16 +17,23 @@ if TYPE_CHECKING:  # edge and blob own no database: they never import SQLAlchemy
 
 
 def base_app(
-    title: str, service: str | None = None, *, body_limits: BodyLimits | None = None, **kwargs: Any
+    title: str,
+    service: str | None = None,
+    *,
+    body_limits: BodyLimits | None = None,
+    public: bool = False,
+    **kwargs: Any,
 ) -> FastAPI:
     """A FastAPI app with the error envelope, request ids, body bounds, metrics, logs and traces.
 
     ``service`` names the process in metrics and traces (default: the title without "coffer-");
-    ``body_limits`` bounds request bodies (default: 64 KiB, JSON 32 deep, nothing streamed).
+    ``body_limits`` bounds request bodies (default: 64 KiB, JSON 32 deep, nothing streamed);
+    ``public``: anyone reaches it, so a caller's trace context is not its to give
+    (coffer_kit.tracing.PublicTracedFastAPI).
     """
     service = service or title.removeprefix("coffer-")
     setup_tracing(service)
-    app = app_class()(title=title, telemetry=telemetry(), **kwargs)
+    app = app_class(public=public)(title=title, telemetry=telemetry(), **kwargs)
     install_error_handlers(app)
     # Innermost first: the guard (500 envelope, 405's Allow) answers inside the request-id
     # middleware, so its 500 carries the request id and is counted and logged like any other.

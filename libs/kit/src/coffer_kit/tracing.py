@@ -28,6 +28,12 @@ if TYPE_CHECKING:  # the SDK is imported only once tracing is on: untraced proce
 
 log = logging.getLogger("coffer.tracing")
 _enabled = False
+# What a caller sends to join a trace, steer its sampling, or carry baggage along it (W3C Trace
+# Context and Baggage). A public listener drops them unless told to accept them:
+# COFFER_TRACE_ACCEPT_CLIENT_CONTEXT=true, read by setup_tracing (an ingress that starts traces).
+CLIENT_CONTEXT_HEADERS = frozenset({b"traceparent", b"tracestate", b"baggage"})
+ACCEPT_CLIENT_CONTEXT_ENV = "COFFER_TRACE_ACCEPT_CLIENT_CONTEXT"
+_accept_client_context = False
 # Probes and scrapes are not traced.
 EXCLUDED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
@@ -40,9 +46,10 @@ def tracing_configured() -> bool:
 
 def setup_tracing(service: str) -> bool:
     """Install a tracer provider for ``coffer-<service>`` if an OTLP endpoint is configured."""
-    global _enabled
+    global _enabled, _accept_client_context
     if _enabled or not tracing_configured() or os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
         return _enabled
+    _accept_client_context = os.environ.get(ACCEPT_CLIENT_CONTEXT_ENV, "").lower() == "true"
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
@@ -172,9 +179,28 @@ class TracedFastAPI(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def app_class() -> type[FastAPI]:
-    """The FastAPI class a service's app is made from: :class:`TracedFastAPI` with tracing on."""
-    return TracedFastAPI if _enabled else FastAPI
+class PublicTracedFastAPI(TracedFastAPI):
+    """A public listener's app (edge's API and dashboard, blob's CDN): the caller's own trace
+    context is dropped (CLIENT_CONTEXT_HEADERS), and each request starts a trace of Coffer's,
+    sampled as the sampler decides for a root. Anyone could otherwise have every request traced
+    whatever the sampler's ratio (a sampled ``traceparent``), or none (an unsampled one), put
+    spans into a trace of their choosing, or send baggage along. An ingress that starts traces
+    itself is trusted with COFFER_TRACE_ACCEPT_CLIENT_CONTEXT=true."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not _accept_client_context:
+            headers = scope.get("headers") or []
+            if any(name in CLIENT_CONTEXT_HEADERS for name, _ in headers):
+                scope["headers"] = [(n, v) for n, v in headers if n not in CLIENT_CONTEXT_HEADERS]
+        await super().__call__(scope, receive, send)
+
+
+def app_class(*, public: bool = False) -> type[FastAPI]:
+    """The FastAPI class a service's app is made from, with tracing on :class:`TracedFastAPI`,
+    or :class:`PublicTracedFastAPI` for a public listener."""
+    if not _enabled:
+        return FastAPI
+    return PublicTracedFastAPI if public else TracedFastAPI
 
 
 def client_trace_config(

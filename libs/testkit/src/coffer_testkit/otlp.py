@@ -55,12 +55,15 @@ class OtlpReceiver:
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def exporter_env(self) -> dict[str, str]:
-        """The settings that make a stack's services export their spans here, promptly."""
+    def exporter_env(self, *, accept_client_context: bool = True) -> dict[str, str]:
+        """The settings that make a stack's services export their spans here, promptly; and,
+        unless told otherwise, take the trace a test sends (``traceparent``) as an ingress's
+        (COFFER_TRACE_ACCEPT_CLIENT_CONTEXT), so that it can follow its request by it."""
         return {
             "OTEL_EXPORTER_OTLP_ENDPOINT": self.url,
             "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
             "OTEL_BSP_SCHEDULE_DELAY": "100",
+            "COFFER_TRACE_ACCEPT_CLIENT_CONTEXT": str(accept_client_context).lower(),
         }
 
     def close(self) -> None:

@@ -100,6 +100,7 @@ def create_cdn_app(settings: Settings | None = None) -> FastAPI:
     app = base_app(
         "coffer-cdn",
         service="cdn",
+        public=True,
         lifespan=_lifespan(settings, cdn=True),
         body_limits=settings.body_limits(),
         docs_url=None,

@@ -198,6 +198,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = base_app(
         "Coffer API",
         service="edge",
+        public=True,
         version="1.0.0",
         description=DESCRIPTION,
         lifespan=lifespan,
