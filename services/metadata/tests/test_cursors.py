@@ -4,7 +4,7 @@ rows as one offset page, inserts during a walk shift nothing, and foreign cursor
 from __future__ import annotations
 
 import base64
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import httpx
@@ -122,6 +122,22 @@ async def test_a_well_formed_cursor_with_a_value_no_row_holds_is_400(api: httpx.
     ):
         error = assert_error(await api.get(url, params=params), 400, "invalid_request")
         assert error["details"]["field"] == "cursor", params
+
+
+async def test_a_cursor_time_with_an_offset_is_the_same_instant_on_both_databases(
+    api: httpx.AsyncClient,
+) -> None:
+    """A client may write a cursor's time in any zone: SQLite dropped the offset (12:00+05:00
+    read as 12:00 UTC) and paged from another place than PostgreSQL."""
+    org = new_id("org")
+    url = f"/internal/v1/orgs/{org}/assets"
+    made = [(await commit_asset(api, org, size=1, name=f"n{i}", sha256="b" * 64)).json() for i in range(3)]
+    scope = [org, None, False, None, None, None, "", False]  # the unfiltered listing's
+    middle = made[1]
+    at = datetime.fromisoformat(middle["createdAt"]).astimezone(timezone(timedelta(hours=5)))
+    cursor = pagination.encode("assets:-createdAt", scope, at.isoformat(), middle["id"])
+    page = (await api.get(url, params={"sort": "-createdAt", "cursor": cursor})).json()
+    assert [a["name"] for a in page["assets"]] == ["n0"]
 
 
 async def test_the_delivery_log_and_open_uploads_walk_by_cursor(api: httpx.AsyncClient, engine: Any) -> None:

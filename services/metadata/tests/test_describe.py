@@ -133,6 +133,11 @@ async def test_patch_merges_metadata_deletes_a_key_with_null_and_adds_and_remove
         ({"tags": {"add": ["a"], "remove": ["a"]}}, "tags"),
         ({"tags": {"add": ["a,b"]}}, "tags[0]"),
         ({"tags": {"add": [f"t{i}" for i in range(31)]}}, "tags"),  # 33 after adding
+        # Not lists: were taken as none (a mistyped field is 400, CONTRACT §3).
+        ({"tags": {"add": False}}, "tags.add"),
+        ({"tags": {"add": ""}}, "tags.add"),
+        ({"tags": {"add": {}}}, "tags.add"),
+        ({"tags": {"remove": 0}}, "tags.remove"),
     ]
     for patch, field in refusals:
         refused = await api.patch(url, json=patch)
@@ -268,3 +273,43 @@ async def test_a_recursive_listing_spans_the_subtree_with_each_folder_path(api: 
     # Not recursive: no folderPath, and the folder's own assets only.
     own = (await api.get(f"/internal/v1/orgs/{org}/assets", params={"folderId": top})).json()
     assert [a["name"] for a in own["assets"]] == ["in-top"] and "folderPath" not in own["assets"][0]
+
+
+async def test_a_whole_float_written_with_an_exponent_is_the_same_on_both_databases(
+    api: httpx.AsyncClient, database_url: str
+) -> None:
+    """PostgreSQL keeps 1e16 as the integer it is, and gave it back so: the same PATCH again was
+    a change each time (an event, a new updatedAt), and metadata of 2,048 bytes counted with
+    exponents read back larger, so that every later PATCH of it was refused. Such a float is now
+    stored as its integer on both databases, counted so, and -0.0 as 0.0."""
+    org = new_id("org")
+    given = {"n": 1e16, "neg": -2.5e17, "z": -0.0, "small": 1.5}
+    asset = (await upload(api, org, metadata=given)).json()
+    url = f"/internal/v1/orgs/{org}/assets/{asset['id']}"
+    stored = {"n": 10**16, "neg": -25 * 10**16, "z": 0.0, "small": 1.5}
+    expected = json.dumps(stored, sort_keys=True)
+    assert json.dumps(asset["metadata"], sort_keys=True) == expected
+    assert json.dumps((await api.get(url)).json()["metadata"], sort_keys=True) == expected
+    for _ in range(2):
+        again = await api.patch(url, json={"metadata": given})
+        assert again.status_code == 200 and again.json()["updatedAt"] == asset["updatedAt"]
+    assert asset_updated(database_url, org) == []
+    for written in ("1e+16", "10000000000000000"):  # as given, as answered
+        listed = await api.get(f"/internal/v1/orgs/{org}/assets", params={"meta[n]": written})
+        assert [a["id"] for a in listed.json()["assets"]] == [asset["id"]], written
+
+    # The byte bound counts the digits the databases give back: 20 of 1e18 are 400 bytes more.
+    padded: dict[str, Any] = {f"k{i:02}": 1e18 for i in range(20)}
+
+    def size() -> int:  # as Python writes it: 1e+18
+        return len(json.dumps(padded, separators=(",", ":"), sort_keys=True))
+
+    for i in range(describe.MAX_KEYS - 20):  # strings of at most MAX_VALUE_CHARS up to the bound
+        room = describe.MAX_METADATA_BYTES - size() - len(f',"p{i:02}":""')
+        padded[f"p{i:02}"] = "p" * min(room, describe.MAX_VALUE_CHARS)
+        if size() == describe.MAX_METADATA_BYTES:
+            break
+    assert size() == describe.MAX_METADATA_BYTES
+    refused = await upload(api, org, metadata=padded)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["details"]["field"] == "metadata"

@@ -22,7 +22,7 @@ import binascii
 import hashlib
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import sqlalchemy as sa
@@ -95,9 +95,15 @@ def _value(wired: Any, kind: Kind) -> Any:
         return wired
     if kind == "time" and isinstance(wired, str):
         try:
-            return datetime.fromisoformat(wired)
+            when = datetime.fromisoformat(wired)
         except ValueError:
-            pass
+            raise bad_cursor("malformed") from None
+        if when.tzinfo is None:
+            return when.replace(tzinfo=UTC)
+        try:  # in UTC: SQLite's columns drop an offset rather than convert by it
+            return when.astimezone(UTC)
+        except OverflowError:  # within a day of the calendar's ends: before or after every row
+            return when
     raise bad_cursor("malformed")
 
 

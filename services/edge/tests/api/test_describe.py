@@ -361,6 +361,16 @@ def test_meta_filter_values_follow_what_metadata_can_hold(tenant: Tenant) -> Non
     assert len(found(**{"meta[k]": "Infinity"})) == 1
     assert found(**{"meta[k]": "-Infinity"}) == found(**{"meta[n]": str(2**63)}) == []
     assert len(found(**{"meta[n]": str(2**63 - 1)})) == 1
+    # A key sent twice is two conditions (metadata ANDs them): edge sent metadata the last one.
+    both = api.get("/api/assets", params=[("meta[n]", "3"), ("meta[n]", str(2**63 - 1))])
+    assert both.status_code == 200 and both.json()["assets"] == []
+    eleven = api.get("/api/assets", params=[("tag", f"t{i}") for i in range(11)])
+    assert assert_error(eleven, 400, "invalid_request")["details"]["field"] == "tag"
+    schema = {
+        p["name"]: p["schema"]
+        for p in api.get("/api/openapi.json").json()["paths"]["/api/assets"]["get"]["parameters"]
+    }
+    assert schema["tag"]["maxItems"] == 10 and "maxLength" not in schema["tag"]  # (a list's bound)
     for value in ("a\x00b", "a\x1bb"):
         refused = api.get("/api/assets", params={"meta[k]": value})
         assert assert_error(refused, 400, "invalid_request")["details"] == {"field": "meta.k"}

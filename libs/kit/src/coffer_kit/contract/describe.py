@@ -111,7 +111,7 @@ def check_value(key: str, value: object) -> str | int | float | bool:
                 f"{MAX_PLAIN_NUMBER_CHARS} characters written out without an exponent.",
                 field=f"metadata.{key}",
             )
-        return value
+        return _as_stored(value)
     if isinstance(value, str):
         if len(value) > MAX_VALUE_CHARS:
             raise invalid(
@@ -128,6 +128,18 @@ def check_value(key: str, value: object) -> str | int | float | bool:
 # a key it did not send), and 1e300 as 301 digits (past the byte bound). A fractional number is
 # therefore bounded as PostgreSQL writes it, and by 2^63 as an integer is, on both databases.
 MAX_PLAIN_NUMBER_CHARS = 40
+# From this size Python writes a whole float with an exponent (1e+16), which PostgreSQL keeps as
+# the integer it is and gives back so: such a float is stored as that integer on both databases,
+# so that the bound counts its digits and the same PATCH again is no change.
+_EXPONENT_FROM = 1e16
+
+
+def _as_stored(number: float) -> int | float:
+    """A float as both databases keep it: a whole one from _EXPONENT_FROM as its integer
+    (PostgreSQL writes it back so), -0.0 as 0.0."""
+    if number.is_integer() and abs(number) >= _EXPONENT_FROM:
+        return int(number)
+    return number + 0.0
 
 
 def _fits(number: int | float) -> bool:
@@ -240,7 +252,8 @@ def apply_tags(current: Iterable[str], patch: object) -> list[str]:
     """A PATCH's ``tags`` (``{"add": [...], "remove": [...]}``) applied to ``current``; bounded."""
     if not isinstance(patch, Mapping) or set(patch) - {"add", "remove"}:
         raise invalid('\'tags\' is {"add": [...], "remove": [...]}.', field="tags")
-    add, remove = patch.get("add") or [], patch.get("remove") or []
+    add, remove = (patch.get(name) for name in ("add", "remove"))
+    add, remove = [] if add is None else add, [] if remove is None else remove
     for name, given in (("add", add), ("remove", remove)):
         if not isinstance(given, list) or len(given) > MAX_TAGS:
             raise invalid(f"'tags.{name}' is a list of at most {MAX_TAGS} tags.", field=f"tags.{name}")
@@ -295,7 +308,7 @@ def meta_filter_value(key: str, value: str) -> list[Any]:
             and _fits(number)
             and json.dumps(number) == value
         ):
-            matches.append(number)
+            matches.append(_as_stored(number) if isinstance(number, float) else number)
     return matches
 
 

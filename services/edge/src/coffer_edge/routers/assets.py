@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
+from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 from starlette.requests import ClientDisconnect
 
@@ -610,8 +611,9 @@ async def list_assets(
         ),
     ] = None,
     tag: Annotated[
-        list[str] | SkipJsonSchema[None],
-        Query(max_length=MAX_TAG_FILTERS, description="Only assets with this tag (repeat for several)."),
+        # (the bound on the list, so that the schema says maxItems, not maxLength)
+        Annotated[list[str], Field(max_length=MAX_TAG_FILTERS)] | SkipJsonSchema[None],
+        Query(description="Only assets with this tag (repeat for several)."),
     ] = None,
     tag_match: Annotated[
         Literal["all", "any"],
@@ -711,8 +713,8 @@ def describe_filters(
     metas = [(k, v) for k, v in request.query_params.multi_items() if k.startswith("meta[")]
     if len(metas) > MAX_META_FILTERS:
         raise invalid(f"At most {MAX_META_FILTERS} meta[KEY] parameters.", field="meta")
-    for key, value in metas:
-        params[key] = value
+    for key, value in metas:  # each one a condition: a key sent twice is two (metadata ANDs them)
+        params.setdefault(key, []).append(value)
     return params
 
 
