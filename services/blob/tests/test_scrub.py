@@ -254,6 +254,56 @@ def test_fix_leaves_alone_flags_changed_around_or_after_the_manifest(storage: St
     assert not storage.stat(row.key).private
 
 
+def test_a_flag_time_no_clock_can_hold_is_no_time(storage: Storage) -> None:
+    """A flag change's time the calendar cannot hold (a damaged sidecar, metadata set by hand)
+    made ``stat`` raise, and the scrub stop with a traceback: it is now no time at all."""
+    _, entries = a_store(storage)
+    key = entries[0].key
+    if isinstance(storage, FsStorage):
+        sidecar = Path(storage._place(key).sidecar)
+        sidecar.write_text(json.dumps({**json.loads(sidecar.read_text()), "flagsAt": 10**20}))
+    else:
+        head = storage.client.head_object(Bucket=storage.bucket, Key=key)
+        storage.client.copy_object(
+            Bucket=storage.bucket,
+            Key=key,
+            CopySource={"Bucket": storage.bucket, "Key": key},
+            MetadataDirective="REPLACE",
+            ContentType=head["ContentType"],
+            Metadata={**head["Metadata"], "flags-at": "9" * 14},
+        )
+    info = storage.stat(key)
+    assert info is not None and info.flags_at is None
+    rows = [dataclasses.replace(e, private=False, trashed=False) for e in entries]
+    assert scrub(
+        storage, manifest_of(rows), verify=0.0, limit=RateLimit(1), orphan_age=HOUR, flags="check"
+    ).clean
+
+
+def test_an_object_copied_without_its_metadata_is_corrupt(s3_settings: Settings) -> None:
+    """A store copy that drops S3's user metadata (the AWS CLI v1 copies an object over 8 MiB in
+    parts without it): its bytes still hash to the row's, but it carries no sha256 or flags, so
+    the CDN answers 404 for it. ``--flags check`` found nothing (the stat saw no object)."""
+    storage = make_driver(s3_settings)  # (the fs driver's like: a damaged sidecar, below)
+    assert isinstance(storage, S3Storage)
+    _, entries = a_store(storage)
+    stripped = entries[0]
+    storage.client.copy_object(
+        Bucket=storage.bucket,
+        Key=stripped.key,
+        CopySource={"Bucket": storage.bucket, "Key": stripped.key},
+        MetadataDirective="REPLACE",
+        Metadata={},
+    )
+    assert storage.stat(stripped.key) is None
+    rows = [dataclasses.replace(e, private=False, trashed=False) for e in entries]
+    report = scrub(
+        storage, manifest_of(rows), verify=1.0, limit=RateLimit(10**9), orphan_age=HOUR, flags="check"
+    )
+    assert [(f.kind, f.key) for f in report.findings] == [("corrupt", stripped.key)], report.human()
+    assert "without blob's metadata" in report.findings[0].detail
+
+
 def test_an_object_that_cannot_be_read_is_corrupt_and_the_walk_goes_on(
     storage: Storage, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -50,6 +50,9 @@ from coffer_kit.contract.ids import is_asset_id
 MAX_LINE_BYTES = 8 * 1024
 # An asset row expects its object; the others own its prefix (manifest ``state``).
 OWNS_ONLY = frozenset({"deleting", "uploading"})
+# Names read under an asset's prefix to tell a listed object without metadata from a deleted one
+# (the original and its variants, which the CDN bounds well below this).
+MAX_LISTED = 10_000
 # A transform variant's filename starts with this (coffer_blob.cdn).
 VARIANT_PREFIX = "v%"
 # What the scrub does about the flags an object carries: nothing, report, or set the row's.
@@ -360,7 +363,13 @@ def _flags(
     """Report (and with ``fix``, set) the object's flags that are not its row's."""
     info = storage.stat(entry.key)
     if info is None:
-        return  # gone since the walk listed it: the verify pass, or the next run, says so
+        prefix, _, filename = entry.key.rpartition("/")
+        if filename in storage.filenames(prefix + "/", MAX_LISTED):
+            # Listed, yet no committed object: its bytes without blob's metadata (a copy that
+            # dropped x-amz-meta-*), which the CDN never serves and the hash alone cannot tell.
+            detail = "stored without blob's metadata (sha256, flags): never served; restore it with them"
+            report.findings.append(Finding("corrupt", entry.org, entry.asset, entry.key, detail))
+        return  # (else gone since the walk listed it: the verify pass, or the next run, says so)
     wrong = [
         (name, stored, wanted)
         for name, stored, wanted in (

@@ -179,8 +179,14 @@ _SIDECAR_READ = 64 * 1024
 
 
 def _flags_at(value: Any) -> datetime | None:
-    """A sidecar's ``flagsAt`` (Unix seconds), or None."""
-    return datetime.fromtimestamp(value, UTC) if isinstance(value, int) and value >= 0 else None
+    """A sidecar's ``flagsAt`` (Unix seconds), or None (absent, or not a time: never a reason
+    to refuse the object)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    try:
+        return datetime.fromtimestamp(value, UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def _read_sidecar(path: str) -> dict[str, Any]:

@@ -400,8 +400,14 @@ def _code(exc: ClientError) -> str:
 
 
 def _flags_at(value: str | None) -> datetime | None:
-    """An object's ``flags-at`` metadata (Unix seconds), or None."""
-    return datetime.fromtimestamp(int(value), UTC) if value and value.isascii() and value.isdigit() else None
+    """An object's ``flags-at`` metadata (Unix seconds), or None (absent, or not a time: never
+    a reason to refuse the object)."""
+    if not value or not value.isascii() or not value.isdigit() or len(value) > 12:
+        return None
+    try:
+        return datetime.fromtimestamp(int(value), UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def flags_lock(key: str) -> str:
