@@ -751,7 +751,7 @@ async def test_a_subtree_key_redelivers_only_its_subtrees_events(api: httpx.Asyn
     other events there. Each redelivery is now checked as fan-out checks an event."""
     from coffer_kit.contract.ids import WEBHOOK_DELIVERY
     from coffer_kit.contract.wire import SUBTREE_HEADER
-    from coffer_metadata.models import Event, WebhookDelivery
+    from coffer_metadata.models import Event, WebhookDelivery, WebhookEndpoint
 
     org = new_id("org")
 
@@ -773,6 +773,8 @@ async def test_a_subtree_key_redelivers_only_its_subtrees_events(api: httpx.Asyn
     ).status_code == 200
     deliveries = {}
     with engine.begin() as c:
+        endpoints = WebhookEndpoint.__table__  # type: ignore[attr-defined]
+        scope = c.execute(sa.select(endpoints.c.scope).where(endpoints.c.id == endpoint)).scalar_one()
         for made in (plans, docs):
             event = c.execute(
                 sa.select(Event.__table__.c.id).where(  # type: ignore[attr-defined]
@@ -792,6 +794,7 @@ async def test_a_subtree_key_redelivers_only_its_subtrees_events(api: httpx.Asyn
                         "status": "succeeded",
                     },
                     **{"attempts": 1, "next_attempt_at": None, "retry_until": utcnow() + timedelta(days=3)},
+                    "scope": scope,  # (as though planned since the narrowing: the event is checked too)
                     "created_at": utcnow(),
                 },
             )
@@ -874,3 +877,67 @@ async def test_a_subtree_key_sees_only_the_deliveries_made_since_the_endpoint_wa
     assert key_view["total"] == 1
     assert [d["eventId"] for d in key_pages["deliveries"]] == [sent["docs"]]
     assert key_pages["nextCursor"] is None
+
+
+async def test_a_folder_moved_into_a_keys_subtree_brings_no_deliveries_from_before(
+    metadata_app: Any, database_url: str, tmp_path: Any
+) -> None:
+    """An endpoint limited to a folder outside a key's subtree, then the folder moved (by an
+    owner) into it: the key listed, and could redeliver, what the endpoint sent when no key of
+    that subtree reached it (a deleted folder's name among it). A move is a new scope too."""
+    from coffer_kit.contract.wire import SUBTREE_HEADER
+
+    loopback = {"metadata_webhook_allow_http": True, "metadata_webhook_allowed_networks": "127.0.0.1/32"}
+    engine = make_engine(database_url)
+    settings = Settings(metadata_database_url=database_url, data_dir=tmp_path, **loopback)
+    dispatcher = Dispatcher(settings, Database(engine))
+    org = new_id("org")
+    try:
+        with webhook_receiver() as receiver:
+            async with metadata_app(**loopback) as api:
+                folders = f"/internal/v1/orgs/{org}/folders"
+
+                async def folder(name: str, parent: str | None = None) -> str:
+                    made = await api.post(folders, json={"name": name, "parentId": parent}, headers=AS_KEY)
+                    assert made.status_code == 201, made.text
+                    return made.json()["id"]  # type: ignore[no-any-return]
+
+                async def sent(count: int) -> None:
+                    for _ in range(20):
+                        log = (await api.get(f"{base(org)}/{endpoint}/deliveries", headers=AS_KEY)).json()
+                        if log["total"] >= count:
+                            return
+                        await dispatcher.step()
+                        if dispatcher.tasks:
+                            await asyncio.wait(set(dispatcher.tasks))
+                    raise AssertionError(f"{log['total']} of {count} deliveries in the log")
+
+                public, private = await folder("public"), await folder("private")
+                secret = await folder("secret", private)
+                body = {"url": f"{receiver.url}/h", "events": ["folder.created"], "folderId": secret}
+                endpoint = (await api.post(base(org), json=body, headers=AS_KEY)).json()["id"]
+                await folder("acquisition-plans", secret)
+                await sent(1)
+                confined = {**AS_KEY, SUBTREE_HEADER: public}
+                log = f"{base(org)}/{endpoint}/deliveries"
+                assert (await api.get(log, headers=confined)).status_code == 404  # not its endpoint yet
+                (old,) = (await api.get(log, headers=AS_KEY)).json()["deliveries"]
+
+                moved = await api.patch(f"{folders}/{secret}", json={"parentId": public}, headers=AS_KEY)
+                assert moved.status_code == 200, moved.text
+                seen = (await api.get(log, headers=confined)).json()
+                redeliver = f"{log}/{old['deliveryId']}/redeliver"
+                assert (await api.post(redeliver, headers=confined)).status_code == 404
+                await folder("docs", secret)
+                await sent(2)
+                after = (await api.get(log, headers=confined)).json()
+                owner = (await api.get(log, headers=AS_KEY)).json()
+    finally:
+        await dispatcher.close()
+        engine.dispose()
+    assert (seen["deliveries"], seen["total"]) == ([], 0)
+    names = {
+        json.loads(r.body)["id"]: json.loads(r.body)["data"]["folder"]["name"] for r in receiver.on("/h")
+    }
+    assert [names[d["eventId"]] for d in after["deliveries"]] == ["docs"]
+    assert sorted(names[d["eventId"]] for d in owner["deliveries"]) == ["acquisition-plans", "docs"]

@@ -387,8 +387,8 @@ class WebhookEndpoint(SQLModel, table=True):
     events: str = Field(sa_column=Column(Text, nullable=False))
     # Only events inside this folder's subtree.
     folder_id: str | None = Field(default=None, max_length=40)
-    # One more each time folder_id changes; each delivery keeps the scope it was fanned out
-    # under, and a subtree key sees only the current scope's (what the endpoint sent since).
+    # One more each time folder_id changes or that folder moves; each delivery keeps the scope
+    # it was fanned out under, and a subtree key sees only the current scope's.
     scope: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
     description: str | None = Field(default=None, max_length=500)
     enabled: bool

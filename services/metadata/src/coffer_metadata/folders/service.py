@@ -180,6 +180,12 @@ def update(
         # A concurrent rename or create took the name in between (a move's parent cannot vanish:
         # deletes take the same lock).
         raise _conflict(new_name) from None
+    if "parentId" in changes:
+        from coffer_metadata.webhooks import service as webhooks  # (it checks folders: imported late)
+
+        # Who reaches the webhooks limited to the moved subtree moves with it: what they sent
+        # before is not for the keys that reach them now.
+        webhooks.rescope(session, org_id=org_id, folder_ids=repository.tree_ids(org_id, folder.id))
     _updated(session, org_id=org_id, folder=folder, actor=actor, changes=changes)
     return folder
 

@@ -170,7 +170,13 @@ def redeliver(
         # to the endpoint's URL as it is now (which the subtree key may have set).
         raise not_found(f"Delivery {delivery_id} does not exist.")
     return service.redeliver(
-        session, org_id=org_id, webhook_id=webhook_id, delivery_id=delivery_id, settings=settings, actor=actor
+        session,
+        org_id=org_id,
+        webhook_id=webhook_id,
+        delivery_id=delivery_id,
+        settings=settings,
+        actor=actor,
+        current_scope=root is not None,
     )
 
 

@@ -202,6 +202,18 @@ def update(
     return view(row)
 
 
+def rescope(session: Session, *, org_id: str, folder_ids: sa.Select[tuple[str]]) -> None:
+    """A new scope for the organization's endpoints limited to one of ``folder_ids`` (a moved
+    subtree): a subtree key sees, and redelivers, only what an endpoint sent in its current
+    scope, and the keys that reach these endpoints are not the ones that did."""
+    endpoints = EndpointRow.__table__  # type: ignore[attr-defined]
+    session.connection().execute(
+        sa.update(endpoints)
+        .where(endpoints.c.organization_id == org_id, endpoints.c.folder_id.in_(folder_ids))
+        .values(scope=endpoints.c.scope + 1)
+    )
+
+
 def delete(session: Session, *, org_id: str, webhook_id: str, actor: Actor) -> None:
     """Delete the endpoint, its deliveries and their log."""
     row = _get(session, org_id=org_id, webhook_id=webhook_id)
@@ -317,13 +329,21 @@ def ping(
 
 
 def redeliver(
-    session: Session, *, org_id: str, webhook_id: str, delivery_id: str, settings: Settings, actor: Actor
+    session: Session,
+    *,
+    org_id: str,
+    webhook_id: str,
+    delivery_id: str,
+    settings: Settings,
+    actor: Actor,
+    current_scope: bool = False,
 ) -> WebhookDelivery:
     """Send a delivery again now, same event and body; 409 while an attempt is in flight
-    (audited: ``webhook.redelivered``)."""
+    (audited: ``webhook.redelivered``). ``current_scope``: only one the endpoint sent since its
+    scope last changed (a subtree key's, as attempts_page), else 404."""
     endpoint = _get(session, org_id=org_id, webhook_id=webhook_id)
     row = session.get(DeliveryRow, delivery_id) if _DELIVERY_ID.fullmatch(delivery_id) else None
-    if row is None or row.endpoint_id != endpoint.id:
+    if row is None or row.endpoint_id != endpoint.id or (current_scope and row.scope != endpoint.scope):
         raise not_found(f"Delivery {delivery_id} does not exist.")
     if not endpoint.enabled:
         raise conflict("The webhook is disabled; enable it first.")
@@ -352,8 +372,8 @@ def attempts_page(
 ) -> dict[str, Any]:
     """The endpoint's delivery log, newest attempt first: by ``offset`` with its ``total``, or
     (a ``cursor``, or ``with_total`` False) by keyset, counted only when asked (issue 49).
-    ``current_scope``: only what it sent since its folder filter last changed (a subtree key's
-    view: before that, it may have sent the organization's other folders' events)."""
+    ``current_scope``: only what it planned since its folder filter last changed or its folder
+    moved (a subtree key's view: before that, it may have sent other folders' events)."""
     endpoint = _get(session, org_id=org_id, webhook_id=webhook_id)
     keyset = cursor is not None or with_total is False
     if keyset and offset:
