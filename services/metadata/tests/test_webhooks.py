@@ -7,12 +7,14 @@ audited; and the dispatcher's own refusal at connection time against a real rece
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import socket
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
@@ -808,6 +810,55 @@ async def test_a_subtree_key_redelivers_only_its_subtrees_events(api: httpx.Asyn
     assert (await redeliver(plans, AS_KEY)).status_code == 202  # the organization's own key: all
 
 
+@dataclass
+class Sending:
+    """The metadata app beside a dispatcher that sends to a receiver on loopback, for one
+    organization: the two subtree-key tests below."""
+
+    api: httpx.AsyncClient
+    dispatcher: Dispatcher
+    receiver: Any
+    engine: Any
+    org: str = field(default_factory=lambda: new_id("org"))
+
+    async def folder(self, name: str, parent: str | None = None) -> str:
+        body = {"name": name, "parentId": parent}
+        made = await self.api.post(f"/internal/v1/orgs/{self.org}/folders", json=body, headers=AS_KEY)
+        assert made.status_code == 201, made.text
+        return made.json()["id"]  # type: ignore[no-any-return]
+
+    async def logged(self, endpoint: str, count: int) -> None:
+        """Send until the endpoint's log holds ``count`` attempts."""
+        for _ in range(20):
+            log = (await self.api.get(f"{base(self.org)}/{endpoint}/deliveries", headers=AS_KEY)).json()
+            if log["total"] >= count:
+                return
+            await self.dispatcher.step()
+            if self.dispatcher.tasks:
+                await asyncio.wait(set(self.dispatcher.tasks))
+        raise AssertionError(f"{log['total']} of {count} deliveries in the log")
+
+    def sent(self) -> dict[str, str]:
+        """The folder.created events the receiver got: folder name → event id."""
+        bodies = [json.loads(r.body) for r in self.receiver.on("/h")]
+        return {body["data"]["folder"]["name"]: body["id"] for body in bodies}
+
+
+@contextlib.asynccontextmanager
+async def sending(metadata_app: Any, database_url: str, tmp_path: Any) -> AsyncIterator[Sending]:
+    loopback = {"metadata_webhook_allow_http": True, "metadata_webhook_allowed_networks": "127.0.0.1/32"}
+    engine = make_engine(database_url)
+    settings = Settings(metadata_database_url=database_url, data_dir=tmp_path, **loopback)
+    dispatcher = Dispatcher(settings, Database(engine))
+    try:
+        with webhook_receiver() as receiver:
+            async with metadata_app(**loopback) as api:
+                yield Sending(api, dispatcher, receiver, engine)
+    finally:
+        await dispatcher.close()
+        engine.dispose()
+
+
 async def test_a_subtree_key_sees_only_the_deliveries_made_since_the_endpoint_was_narrowed(
     metadata_app: Any, database_url: str, tmp_path: Any
 ) -> None:
@@ -819,57 +870,28 @@ async def test_a_subtree_key_sees_only_the_deliveries_made_since_the_endpoint_wa
     from coffer_kit.contract.wire import SUBTREE_HEADER
     from coffer_metadata.webhooks.dispatch import fanout
 
-    loopback = {"metadata_webhook_allow_http": True, "metadata_webhook_allowed_networks": "127.0.0.0/8"}
-    engine = make_engine(database_url)
-    settings = Settings(metadata_database_url=database_url, data_dir=tmp_path, **loopback)
-    dispatcher = Dispatcher(settings, Database(engine))
-    org = new_id("org")
-    try:
-        with webhook_receiver() as receiver:
-            async with metadata_app(**loopback) as api:
+    async with sending(metadata_app, database_url, tmp_path) as it:
+        api, org, engine = it.api, it.org, it.engine
+        public, private = await it.folder("public"), await it.folder("private")
+        body = {"url": f"{it.receiver.url}/h", "events": ["folder.created"]}
+        endpoint = (await api.post(base(org), json=body, headers=AS_KEY)).json()["id"]
+        await it.folder("acquisition-plans", private)
+        await it.logged(endpoint, 1)
+        await it.folder("drafts", private)
+        planned = fanout.plan_fan_out(engine, now=utcnow(), retry_for=60)  # before the change
+        narrowed = await api.patch(f"{base(org)}/{endpoint}", json={"folderId": public}, headers=AS_KEY)
+        assert narrowed.status_code == 200, narrowed.text
+        with engine.begin() as connection:  # written after it
+            fanout.write_fan_out(connection, planned, postgresql=engine.dialect.name == "postgresql")
+        await it.folder("docs", public)
+        await it.logged(endpoint, 3)
 
-                async def folder(name: str, parent: str | None = None) -> str:
-                    body = {"name": name, "parentId": parent}
-                    made = await api.post(f"/internal/v1/orgs/{org}/folders", json=body, headers=AS_KEY)
-                    assert made.status_code == 201, made.text
-                    return made.json()["id"]  # type: ignore[no-any-return]
-
-                async def send_all(count: int) -> None:
-                    """Until ``count`` deliveries are sent and in the endpoint's log."""
-                    for _ in range(20):
-                        logged = (await api.get(f"{base(org)}/{endpoint}/deliveries", headers=AS_KEY)).json()
-                        if len(receiver.on("/h")) >= count and logged["total"] >= count:
-                            return
-                        await dispatcher.step()
-                        if dispatcher.tasks:
-                            await asyncio.wait(set(dispatcher.tasks))
-                    raise AssertionError(f"{len(receiver.on('/h'))} of {count} deliveries sent")
-
-                public, private = await folder("public"), await folder("private")
-                body = {"url": f"{receiver.url}/h", "events": ["folder.created"]}
-                endpoint = (await api.post(base(org), json=body, headers=AS_KEY)).json()["id"]
-                await folder("acquisition-plans", private)
-                await send_all(1)
-                await folder("drafts", private)
-                planned = fanout.plan_fan_out(engine, now=utcnow(), retry_for=60)  # before the change
-                to_public = {"folderId": public}
-                narrowed = await api.patch(f"{base(org)}/{endpoint}", json=to_public, headers=AS_KEY)
-                assert narrowed.status_code == 200, narrowed.text
-                with engine.begin() as connection:  # written after it
-                    fanout.write_fan_out(connection, planned, postgresql=engine.dialect.name == "postgresql")
-                await folder("docs", public)
-                await send_all(3)
-
-                log = f"{base(org)}/{endpoint}/deliveries"
-                confined = {**AS_KEY, SUBTREE_HEADER: public}
-                owner_view = (await api.get(log, headers=AS_KEY)).json()
-                key_view = (await api.get(log, headers=confined)).json()
-                keyset = {"total": "false", "limit": 1}
-                key_pages = (await api.get(log, params=keyset, headers=confined)).json()
-    finally:
-        await dispatcher.close()
-        engine.dispose()
-    sent = {json.loads(r.body)["data"]["folder"]["name"]: json.loads(r.body)["id"] for r in receiver.on("/h")}
+        log = f"{base(org)}/{endpoint}/deliveries"
+        confined = {**AS_KEY, SUBTREE_HEADER: public}
+        owner_view = (await api.get(log, headers=AS_KEY)).json()
+        key_view = (await api.get(log, headers=confined)).json()
+        key_pages = (await api.get(log, params={"total": "false", "limit": 1}, headers=confined)).json()
+        sent = it.sent()
     assert sorted(sent) == ["acquisition-plans", "docs", "drafts"]
     assert sorted(d["eventId"] for d in owner_view["deliveries"]) == sorted(sent.values())
     assert owner_view["total"] == 3
@@ -887,57 +909,32 @@ async def test_a_folder_moved_into_a_keys_subtree_brings_no_deliveries_from_befo
     that subtree reached it (a deleted folder's name among it). A move is a new scope too."""
     from coffer_kit.contract.wire import SUBTREE_HEADER
 
-    loopback = {"metadata_webhook_allow_http": True, "metadata_webhook_allowed_networks": "127.0.0.1/32"}
-    engine = make_engine(database_url)
-    settings = Settings(metadata_database_url=database_url, data_dir=tmp_path, **loopback)
-    dispatcher = Dispatcher(settings, Database(engine))
-    org = new_id("org")
-    try:
-        with webhook_receiver() as receiver:
-            async with metadata_app(**loopback) as api:
-                folders = f"/internal/v1/orgs/{org}/folders"
+    async with sending(metadata_app, database_url, tmp_path) as it:
+        api, org = it.api, it.org
+        public, private = await it.folder("public"), await it.folder("private")
+        secret = await it.folder("secret", private)
+        body = {"url": f"{it.receiver.url}/h", "events": ["folder.created"], "folderId": secret}
+        endpoint = (await api.post(base(org), json=body, headers=AS_KEY)).json()["id"]
+        await it.folder("acquisition-plans", secret)
+        await it.logged(endpoint, 1)
+        confined = {**AS_KEY, SUBTREE_HEADER: public}
+        log = f"{base(org)}/{endpoint}/deliveries"
+        assert (await api.get(log, headers=confined)).status_code == 404  # not its endpoint yet
+        (old,) = (await api.get(log, headers=AS_KEY)).json()["deliveries"]
 
-                async def folder(name: str, parent: str | None = None) -> str:
-                    made = await api.post(folders, json={"name": name, "parentId": parent}, headers=AS_KEY)
-                    assert made.status_code == 201, made.text
-                    return made.json()["id"]  # type: ignore[no-any-return]
-
-                async def sent(count: int) -> None:
-                    for _ in range(20):
-                        log = (await api.get(f"{base(org)}/{endpoint}/deliveries", headers=AS_KEY)).json()
-                        if log["total"] >= count:
-                            return
-                        await dispatcher.step()
-                        if dispatcher.tasks:
-                            await asyncio.wait(set(dispatcher.tasks))
-                    raise AssertionError(f"{log['total']} of {count} deliveries in the log")
-
-                public, private = await folder("public"), await folder("private")
-                secret = await folder("secret", private)
-                body = {"url": f"{receiver.url}/h", "events": ["folder.created"], "folderId": secret}
-                endpoint = (await api.post(base(org), json=body, headers=AS_KEY)).json()["id"]
-                await folder("acquisition-plans", secret)
-                await sent(1)
-                confined = {**AS_KEY, SUBTREE_HEADER: public}
-                log = f"{base(org)}/{endpoint}/deliveries"
-                assert (await api.get(log, headers=confined)).status_code == 404  # not its endpoint yet
-                (old,) = (await api.get(log, headers=AS_KEY)).json()["deliveries"]
-
-                moved = await api.patch(f"{folders}/{secret}", json={"parentId": public}, headers=AS_KEY)
-                assert moved.status_code == 200, moved.text
-                seen = (await api.get(log, headers=confined)).json()
-                redeliver = f"{log}/{old['deliveryId']}/redeliver"
-                assert (await api.post(redeliver, headers=confined)).status_code == 404
-                await folder("docs", secret)
-                await sent(2)
-                after = (await api.get(log, headers=confined)).json()
-                owner = (await api.get(log, headers=AS_KEY)).json()
-    finally:
-        await dispatcher.close()
-        engine.dispose()
+        moved = await api.patch(
+            f"/internal/v1/orgs/{org}/folders/{secret}", json={"parentId": public}, headers=AS_KEY
+        )
+        assert moved.status_code == 200, moved.text
+        seen = (await api.get(log, headers=confined)).json()
+        redeliver = f"{log}/{old['deliveryId']}/redeliver"
+        assert (await api.post(redeliver, headers=confined)).status_code == 404
+        await it.folder("docs", secret)
+        await it.logged(endpoint, 2)
+        after = (await api.get(log, headers=confined)).json()
+        owner = (await api.get(log, headers=AS_KEY)).json()
+        sent = it.sent()
     assert (seen["deliveries"], seen["total"]) == ([], 0)
-    names = {
-        json.loads(r.body)["id"]: json.loads(r.body)["data"]["folder"]["name"] for r in receiver.on("/h")
-    }
-    assert [names[d["eventId"]] for d in after["deliveries"]] == ["docs"]
-    assert sorted(names[d["eventId"]] for d in owner["deliveries"]) == ["acquisition-plans", "docs"]
+    assert [d["eventId"] for d in after["deliveries"]] == [sent["docs"]]
+    assert sorted(d["eventId"] for d in owner["deliveries"]) == sorted(sent.values())
+    assert sorted(sent) == ["acquisition-plans", "docs"]
