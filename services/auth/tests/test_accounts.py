@@ -466,6 +466,68 @@ async def test_password_reset(api: Api, engine: Engine) -> None:
     ).status_code == 201
 
 
+def _held_after_verifying(
+    monkeypatch: pytest.MonkeyPatch, *, rehash: bool
+) -> tuple[asyncio.Event, asyncio.Event]:
+    """The next password check answers only once the second event is set (the first says it
+    has checked): the gap a busy hashing limiter, or argon2's own time, leaves between checking
+    a password and opening the session. ``rehash``: as after a change of hashing parameters."""
+    real, verified, release = passwords.run_verify, asyncio.Event(), asyncio.Event()
+
+    async def verify(limiter: Any, password_hash: str | None, password: str) -> tuple[bool, str | None]:
+        ok, again = await real(limiter, password_hash, password)
+        if not verified.is_set():
+            verified.set()
+            await release.wait()
+            if rehash and ok:
+                again = passwords.hash_password(password)
+        return ok, again
+
+    monkeypatch.setattr(passwords, "run_verify", verify)
+    return verified, release
+
+
+@pytest.mark.parametrize("rehash", [False, True])
+async def test_a_sign_in_checked_before_a_reset_opens_no_session_after_it(
+    api: Api, engine: Engine, monkeypatch: pytest.MonkeyPatch, rehash: bool
+) -> None:
+    """A sign-in with the old password, checked just before the reset and opening its session
+    just after, kept that session (the reset ends every session), and with a rehash wrote the
+    old password's hash over the new one. It is now refused: the password it checked is no
+    longer the account's."""
+    out = await api.register(email="a@example.com")
+    with Session(writer(engine), expire_on_commit=False) as s:
+        _, token = create_reset(s, user=s.exec(select(User)).one(), ttl=timedelta(hours=1), created_by="cli")
+        s.commit()
+    verified, release = _held_after_verifying(monkeypatch, rehash=rehash)
+    old = {"email": "a@example.com", "password": out["password"]}
+    racing = asyncio.create_task(api.call("POST", "/sessions", json=old))
+    await verified.wait()
+    new = strong_password()
+    reset = {"tokenHash": hashlib.sha256(token.encode()).hexdigest(), "password": new}
+    assert (await api.call("POST", "/password-resets/consume", json=reset)).status_code == 200
+    release.set()
+    assert_error(await racing, 401, "unauthorized")
+    assert (await api.call("POST", "/sessions", json={**old, "password": new})).status_code == 201
+    assert_error(await api.call("POST", "/sessions", json=old), 401, "unauthorized")
+
+
+async def test_a_sign_in_checked_before_a_password_change_opens_no_session_after_it(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a change that ends the other sessions (``revokeOthers``)."""
+    out = await api.register(email="b@example.com")
+    verified, release = _held_after_verifying(monkeypatch, rehash=False)
+    old = {"email": "b@example.com", "password": out["password"]}
+    racing = asyncio.create_task(api.call("POST", "/sessions", json=old))
+    await verified.wait()
+    change = {"current": out["password"], "new": strong_password(), "revokeOthers": True}
+    changed = await api.call("POST", "/users/me/password", token=out["token"], json=change)
+    assert changed.status_code == 200, changed.text
+    release.set()
+    assert_error(await racing, 401, "unauthorized")
+
+
 @pytest.mark.real_argon2
 async def test_production_hash_parameters_and_rehash(api: Api, engine: Engine) -> None:
     """argon2id with argon2-cffi's defaults (m = 64 MiB, t = 3, p = 4); an older hash is

@@ -158,11 +158,11 @@ async def login(accounts: Accounts, body: LoginIn, *, replaces: str | None) -> L
             extra={"event": "login", "outcome": "failed", "user_id": user.id if user else None},
         )
         raise errors.wrong_credentials()
-    user_id = user.id
+    user_id, checked = user.id, user.password_hash
 
     def open_session(session: Session) -> LoginOut:
-        current = session.get(User, user_id)
-        if current is None:  # deleted meanwhile
+        current = _still_checked(session, user_id, checked)
+        if current is None:  # deleted, or its password changed or reset, since the check
             raise errors.wrong_credentials()
         sessions.clear_failures(session, email=current.email, client=client)
         if rehash is not None:
@@ -197,10 +197,12 @@ async def reauth(accounts: Accounts, *, token_hash: str, password: str, actor: A
         raise errors.wrong_password()
 
     def renew(session: Session) -> LoginOut:
-        current = session.get(User, user.id)
+        current = _still_checked(session, user.id, user.password_hash)
         old = session.get(DashboardSession, row.id)
-        if current is None or old is None:
+        if old is None:
             raise unauthorized("The session has ended. Sign in again.")
+        if current is None:  # changed since the check: not the account's password now
+            raise errors.wrong_password()
         sessions.clear_failures(session, email=current.email, client=client)
         if rehash is not None:
             current.password_hash = rehash
@@ -208,6 +210,15 @@ async def reauth(accounts: Accounts, *, token_hash: str, password: str, actor: A
         return _replaced(session, old, current, actor, lifetimes)
 
     return await tx.write(accounts.engine, renew)
+
+
+def _still_checked(session: Session, user_id: str, checked: str) -> User | None:
+    """The user, locked until the transaction ends, if the password hash is still the one a
+    password was just checked against (outside it: hashing takes its time); else None. A
+    sign-in checked before a reset or change, its session opened after it, would outlive the
+    reset that ends every session, and its rehash write the old password back."""
+    current = session.get(User, user_id, with_for_update=True)
+    return current if current is not None and current.password_hash == checked else None
 
 
 def _replaced(
