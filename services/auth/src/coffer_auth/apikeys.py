@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import func, or_
+from sqlalchemy import func, or_, update
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
@@ -125,9 +125,11 @@ def create(
     scope_names: Sequence[str] | None = None,
     folder_id: str | None = None,
     networks: Sequence[str] | None = None,
+    parent: ApiKey | None = None,
 ) -> tuple[ApiKey, str]:
     """A new key and its secret (returned once; only the SHA-256 is kept), with its scopes
-    (issue 46; default ``full``), which never change afterwards."""
+    (issue 46; default ``full``), which never change afterwards; made by the key ``parent``
+    (the key API), it dies with that key."""
     stored_scopes = scopes.normalize(scope_names)
     stored_networks = scopes.parse_networks(networks)
     if expires_in is not None and expires_in <= 0:
@@ -164,6 +166,7 @@ def create(
         scopes=" ".join(stored_scopes),
         folder_id=folder_id,
         networks=" ".join(stored_networks),
+        parent_key_id=parent.id if parent is not None else None,
     )
     session.add(row)
     session.flush()
@@ -214,20 +217,29 @@ def require_manage(row: ApiKey, *, user_id: str, role: str) -> None:
 
 
 def delete(session: Session, actor: Actor, *, row: ApiKey) -> None:
-    """Delete a key; edges stop accepting it within their cache bound (5 s)."""
-    details = _details(row)
-    session.delete(row)
-    session.flush()
-    audit.record(
-        session,
-        actor,
-        "key.deleted",
-        organization_id=row.organization_id,
-        target_type="key",
-        target_id=row.id,
-        target_label=row.name or row.prefix,
-        details=details,
-    )
+    """Delete a key, and the keys it made (and theirs), each audited; edges stop accepting
+    them within their cache bound (5 s)."""
+    doomed, frontier = [row], [row.id]
+    while frontier:  # (a tree: each key made by one key, before it)
+        made = list(session.exec(select(ApiKey).where(col(ApiKey.parent_key_id).in_(frontier))))
+        doomed += made
+        frontier = [key.id for key in made]
+    for key in reversed(doomed):  # the youngest first: no key is left whose parent is gone
+        details = _details(key)
+        if key is not row:
+            details["parentKeyId"] = key.parent_key_id  # deleted with the key that made it
+        session.delete(key)
+        session.flush()
+        audit.record(
+            session,
+            actor,
+            "key.deleted",
+            organization_id=key.organization_id,
+            target_type="key",
+            target_id=key.id,
+            target_label=key.name or key.prefix,
+            details=details,
+        )
 
 
 def require_room(session: Session, org: Organization) -> None:
@@ -273,6 +285,8 @@ def rotate(
         lifetime = max(1, int((as_utc(row.expires_at) - as_utc(row.created_at)).total_seconds()))
     now = utcnow()
     new, secret = _replacement(session, old=row, lifetime=lifetime, created_by=created_by, now=now)
+    # The keys it made follow it: a rotation replaces a key's secret, it ends no authority.
+    session.exec(update(ApiKey).where(col(ApiKey.parent_key_id) == row.id).values(parent_key_id=new.id))
     old_details = _details(row)
     previous: ApiKey | None
     if grace_seconds == 0:
@@ -328,6 +342,7 @@ def _replacement(
         scopes=old.scopes,
         folder_id=old.folder_id,
         networks=old.networks,
+        parent_key_id=old.parent_key_id,  # (made by a key, it still dies with that key)
     )
     session.add(new)
     session.flush()

@@ -200,6 +200,7 @@ def create_key(body: KeyCreate, caller: CallerDep, session: SessionDep) -> KeyCr
         scope_names=wanted,
         folder_id=body.folder_id,
         networks=networks,
+        parent=caller.row,
     )
     return KeyCreatedOut(key=secret, api_key=apikeys.view_of(session, row))
 

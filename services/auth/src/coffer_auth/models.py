@@ -149,6 +149,14 @@ class ApiKey(SQLModel, table=True):
     scopes: str = Field(default="full", sa_column=Column(String(512), nullable=False, server_default="full"))
     folder_id: str | None = Field(default=None, sa_column=Column(String(40), nullable=True))
     networks: str = Field(default="", sa_column=Column(String(1200), nullable=False, server_default=""))
+    # The key that made it through the key API (null: a dashboard user or the operator): it is
+    # deleted with that key (apikeys.delete), and follows it through a rotation.
+    parent_key_id: str | None = Field(
+        default=None,
+        sa_column=Column(
+            String(40), ForeignKey("api_keys.id", ondelete="CASCADE"), nullable=True, index=True
+        ),
+    )
 
 
 class KeyUse(SQLModel, table=True):

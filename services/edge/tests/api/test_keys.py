@@ -340,3 +340,28 @@ def test_self_is_not_a_key_id_and_an_empty_folder_is_none(tenant: Any) -> None:
     assert made.status_code == 201, made.text
     assert made.json()["apiKey"]["folderId"] is None
     assert_error(tenant.api.get("/api/keys/nope"), 404, "not_found")
+
+
+def test_a_key_made_by_a_key_follows_its_rotation_and_dies_with_it(stack: Any, tenant: Any) -> None:
+    """A key made by a key outlived it: deleted (or rotated without grace, then deleted), the
+    parent was refused and its child, and the child's own, went on uploading and making keys.
+    They now follow a rotation to the new key and are deleted with it."""
+    secret, parent = make_key(tenant.api, name="ci")
+    with client(stack, secret) as api:
+        child_secret, child = make_key(api, name="ci-deploy")
+    with client(stack, child_secret) as api:
+        grandchild_secret, grandchild = make_key(api, name="ci-deploy-cdn")
+    rotated = tenant.api.post(f"/api/keys/{parent['id']}/rotate", json={"graceSeconds": 0})
+    assert rotated.status_code == 201, rotated.text
+    with client(stack, child_secret) as api:  # a rotation ends no authority
+        assert api.get("/api/keys/self").status_code == 200
+    assert tenant.api.delete(f"/api/keys/{rotated.json()['apiKey']['id']}").json() == {"success": True}
+    for made in (child_secret, grandchild_secret):
+        with client(stack, made) as api:
+            deadline = time.monotonic() + 5  # (edge's cache bound)
+            while api.get("/api/keys/self").status_code != 401:
+                assert time.monotonic() < deadline, "a key outlived the key that made it"
+                time.sleep(0.05)
+            assert_error(api.post("/api/assets", files={"file": ("a.txt", b"a")}), 401, "unauthorized")
+    for gone in (child, grandchild):
+        assert_error(tenant.api.get(f"/api/keys/{gone['id']}"), 404, "not_found")
