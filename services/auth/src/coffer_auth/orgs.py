@@ -6,13 +6,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import func
+from sqlalchemy import delete, func, or_
 from sqlmodel import Session, col, select
 
 from coffer_auth import audit, errors, invitations
 from coffer_auth.audit import Actor
-from coffer_auth.models import Membership, Organization, Role, User
+from coffer_auth.models import ApiKey, KeyKind, Membership, Organization, Role, User
 from coffer_auth.schemas import MemberOut, OrgOut, RoleName
+from coffer_auth.upload_tokens import UploadToken
 from coffer_kit.contract import media
 from coffer_kit.contract.errors import invalid, not_found
 from coffer_kit.contract.ids import ORG, new_id
@@ -426,13 +427,21 @@ def remove(session: Session, actor: Actor, *, org_id: str, user_id: str) -> None
     """Remove a member (``member.left`` when they remove themselves); never the last owner.
 
     Their personal keys stop working for this organization within edge's cache bound (5 s);
-    an owner's pending invitations are revoked.
+    the upload tokens they minted here (signed in, or with a personal key) are deleted, so that
+    none comes back if they are added again; an owner's pending invitations are revoked.
     """
     _locked_org(session, org_id)
     m, user = _target(session, org_id, user_id)
     if m.role == Role.owner and _owner_count(session, org_id) <= 1:
         raise errors.last_owner()
     session.delete(m)
+    personal = select(ApiKey.id).where(ApiKey.user_id == user_id, ApiKey.kind == KeyKind.user)
+    session.exec(
+        delete(UploadToken).where(
+            col(UploadToken.organization_id) == org_id,
+            or_(col(UploadToken.user_id) == user_id, col(UploadToken.key_id).in_(personal)),
+        )
+    )
     session.flush()
     left = actor.type == "user" and actor.id == user_id
     audit.record_user(

@@ -93,6 +93,23 @@ def test_user_key_whose_user_left_every_organization(stack, admin, new_tenant) -
         assert_error(folders(api), 403, "forbidden")
 
 
+def test_a_removed_members_upload_tokens_do_not_come_back_with_them(stack, admin, new_tenant) -> None:
+    """A token minted with a member's personal key stopped when they were removed, and worked
+    again when they were added back: removal now deletes the tokens they minted there."""
+    org = new_tenant("Rejoin")
+    user, api = _user_key(admin, stack, org.org_id)
+    with api:
+        url = api.post("/api/upload-tokens", json={}).json()["url"]
+    admin("remove-member", "--org", org.org_id, "--user", user["id"])
+    admin("add-member", "--org", org.org_id, "--user", user["id"])
+    deadline = time.monotonic() + 5.5  # (edge's cache bound)
+    while (answer := httpx.post(url, files={"file": ("a.txt", b"a")})).status_code != 401:
+        assert answer.status_code != 201, "a token outlived its member's removal"
+        assert time.monotonic() < deadline, answer.text
+        time.sleep(0.1)
+    assert org.api.get("/api/assets").json()["total"] == 0
+
+
 def test_expired_key_is_refused_and_never_served_from_cache(stack, admin, tenant) -> None:
     key = admin("create-key", "--org", tenant.org_id, "--expires-in", "2")
     assert key["expiresAt"] is not None
