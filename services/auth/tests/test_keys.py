@@ -376,3 +376,21 @@ async def test_a_graced_rotation_counts_in_the_keys_own_organization(api: Api) -
         )
         assert_error(rotated, 409, "conflict")
     assert len((await api.call("GET", keys, token=owner["token"])).json()["keys"]) == MAX_KEYS_PER_ORG
+
+
+async def test_minters_say_until_when_each_key_acts(api: Api) -> None:
+    """edge reuses a minter's answer for a few seconds, never past its key's expiry: auth says
+    when that is (none for a key without one, or a minter gone)."""
+    owner = await api.register()
+    org = (await api.org(owner["token"]))["id"]
+    made = {}
+    for name, expiry in (("lasting", None), ("expiring", 600)):
+        body = {"kind": "organization", "name": name, **({"expiresIn": expiry} if expiry else {})}
+        answer = await api.call("POST", f"/orgs/{org}/keys", token=owner["token"], json=body)
+        assert answer.status_code == 201, answer.text
+        made[name] = answer.json()["apiKey"]
+    refs = [{"organizationId": org, "keyId": made[name]["id"]} for name in ("lasting", "expiring")]
+    refs.append({"organizationId": org, "keyId": "key_gone"})
+    answer = (await api.call("POST", "/upload-tokens/minters", json={"minters": refs})).json()
+    assert answer["acting"] == [True, True, False]
+    assert answer["actingUntil"] == [None, made["expiring"]["expiresAt"], None]

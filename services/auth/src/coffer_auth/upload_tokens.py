@@ -166,6 +166,7 @@ def minters(session: Session, refs: list[MinterRef]) -> MintersOut:
     acting: list[bool] = []
     quotas: list[int | None] = []
     confined: list[str | None] = []
+    until: list[str | None] = []
     for ref in refs:
         org = session.get(Organization, ref.organization_id)
         quotas.append(org.quota_bytes if org is not None else None)
@@ -175,6 +176,7 @@ def minters(session: Session, refs: list[MinterRef]) -> MintersOut:
             if token is None or token.organization_id != ref.organization_id:
                 acting.append(False)
                 confined.append(None)
+                until.append(None)
                 continue
             key_id, user_id = token.key_id, token.user_id
         alive = org is not None
@@ -186,7 +188,8 @@ def minters(session: Session, refs: list[MinterRef]) -> MintersOut:
             alive = _member(session, user_id=user_id, org_id=ref.organization_id)
         acting.append(alive)
         confined.append(key.folder_id if key is not None else None)
-    return MintersOut(acting=acting, quota_bytes=quotas, confined_to=confined)
+        until.append(isoformat(key.expires_at) if key is not None and key.expires_at is not None else None)
+    return MintersOut(acting=acting, quota_bytes=quotas, confined_to=confined, acting_until=until)
 
 
 def _member(session: Session, *, user_id: str, org_id: str) -> bool:

@@ -497,6 +497,9 @@ class MintersOut(WireModel):
     quota_bytes: list[int | None]
     # The folder each minter's key is confined to now (None: none; empty from an older auth).
     confined_to: list[str | None] = Field(default_factory=list)
+    # When each minter's key expires (ISO 8601; None: never, or no key): an answer is not
+    # reused past it (empty from an older auth).
+    acting_until: list[str | None] = Field(default_factory=list)
 
 
 class TusLock(WireModel):

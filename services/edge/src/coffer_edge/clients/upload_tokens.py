@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import NamedTuple
 
 from cachetools import TTLCache
@@ -34,8 +35,10 @@ class UploadTokenClient(ServiceClient):
     def __init__(self, http: InternalClient, *, cache_seconds: float = 5.0, cache_size: int = 10_000) -> None:
         super().__init__(http)
         # Minters' answers, reused for as long as a key's (CONTRACT §2: a deleted key stops
-        # acting within 5 s, its uploads' capabilities with it).
-        self._minters: TTLCache[tuple[str, str | None, str | None], Minter] = TTLCache(
+        # acting within 5 s, its uploads' capabilities with it), and never past the key's own
+        # expiry: each with the monotonic time it is good until.
+        self._cache_seconds = cache_seconds
+        self._minters: TTLCache[tuple[str, str | None, str | None], tuple[Minter, float]] = TTLCache(
             maxsize=cache_size, ttl=cache_seconds, timer=time.monotonic
         )
 
@@ -44,11 +47,17 @@ class UploadTokenClient(ServiceClient):
         quota, and the folder the key is confined to (cached, see ``_minters``)."""
         cache_key = (ref.organization_id, ref.key_id, ref.token_id)
         known = self._minters.get(cache_key)
-        if known is None:
-            answer = await self.minters([ref], request_id=request_id)
-            confined = answer.confined_to[0] if answer.confined_to else None
-            known = self._minters[cache_key] = Minter(answer.acting[0], answer.quota_bytes[0], confined)
-        return known
+        if known is not None and time.monotonic() < known[1]:
+            return known[0]
+        answer = await self.minters([ref], request_id=request_id)
+        confined = answer.confined_to[0] if answer.confined_to else None
+        minter = Minter(answer.acting[0], answer.quota_bytes[0], confined)
+        fresh = self._cache_seconds
+        if answer.acting_until and answer.acting_until[0] is not None:
+            left = datetime.fromisoformat(answer.acting_until[0]).timestamp() - time.time()
+            fresh = min(fresh, max(0.0, left))
+        self._minters[cache_key] = (minter, time.monotonic() + fresh)
+        return minter
 
     async def create(self, org_id: str, token: UploadTokenIn, *, request_id: str) -> UploadTokenCreated:
         """Store a token's hash and scope."""
