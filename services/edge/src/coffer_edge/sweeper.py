@@ -146,12 +146,20 @@ async def _expire(
     """Expire one asset. With a trash the store holds the object back first; if metadata then
     refuses (4xx: a PATCH moved the expiry, or another edge expired it first), the hold is
     given back while the asset is still live (one gone since stays held); either way the hold
-    is settled against metadata (coffer_edge.trash.settle_hold)."""
+    is settled against metadata (coffer_edge.trash.settle_hold). An object the store lost (the
+    scrub's "missing") has nothing to hold back: its asset is expired all the same (blob's 404
+    was taken for another edge's expiry, and the row stayed first in every batch)."""
     org_id, asset_id = ref.organization_id, ref.asset_id
     held = None
     if days > 0:
         held = (await metadata.get_asset(org_id, asset_id, request_id="")).key
-        await blob.set_held(held, True, request_id="", reason="trash")
+        try:
+            await blob.set_held(held, True, request_id="", reason="trash")
+        except CofferError as exc:
+            if exc.status != 404:
+                raise
+            log.warning("expiring an asset whose object is missing", extra={"asset_id": asset_id})
+            held = None
     try:
         done = await metadata.expire(org_id, asset_id, ExpireIn(retention_days=days, limit_bytes=limit))
     except CofferError as exc:

@@ -90,3 +90,24 @@ def test_an_expiry_moved_during_the_sweep_leaves_the_asset_served(
     signed = api.get(f"/api/assets/{asset['id']}/url", params={"expiresIn": 600}).json()["url"]
     assert httpx.get(signed, verify=TLS).status_code == 200
     assert api.get("/api/trash").json()["total"] == 0
+
+
+def test_a_due_asset_whose_object_is_missing_is_expired_all_the_same(
+    tenant: Tenant, stack: InProcessStack
+) -> None:
+    """An expired asset whose object the store lost (the scrub's "missing"): blob's 404 on the
+    trash's hold read as "another edge expired it first", so the row stayed due for ever, the
+    first of every batch; a hundred of them stalled expiry and the trash's purge for every
+    organization. There is nothing to hold back: the asset is expired as any other."""
+    from coffer_blob.config import Settings as BlobSettings
+    from coffer_blob.storage import make_driver
+
+    api = tenant.api
+    keep_a_trash(api)
+    lost = api.post("/api/assets", files={"file": ("l.txt", b"lost")}, data={"expiresAt": soon()}).json()
+    storage = make_driver(BlobSettings(data_dir=stack.data_dir))
+    storage.delete(lost["key"])
+    assert storage.stat(lost["key"]) is None
+    wait_for(lambda: api.get(f"/api/assets/{lost['id']}").status_code == 404, "the lost asset never expired")
+    trashed = api.get("/api/trash").json()
+    assert [a["id"] for a in trashed["assets"]] == [lost["id"]]
