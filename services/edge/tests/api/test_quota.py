@@ -251,3 +251,28 @@ def test_a_body_without_a_length_is_stopped_at_the_room_the_quota_left(stack, ne
     assert used_bytes(tenant.api) == 3 * MIB
     in_flight = "SELECT count(*) FROM upload_intents WHERE organization_id = :o"
     assert stack.metadata_scalar(in_flight, o=tenant.org_id) == 0
+
+
+def test_a_body_without_a_length_holds_no_more_than_the_quota_left(stack, new_tenant) -> None:
+    """A chunked body held the 100 MiB bound against the quota while it streamed, whatever the
+    quota: one such upload left open (a key's, or an upload token's, anyone's) made every
+    other upload of a 20 MiB organization 413 for as long as it lasted. It now holds at most
+    what the quota left, and is stopped there (the test above)."""
+    tenant = new_tenant(quota_bytes=20 * MIB)
+    boundary = "held" + secrets.token_hex(8)
+    head = f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="h.bin"\r\n\r\n'.encode()
+    with socket.create_connection(("127.0.0.1", urlsplit(stack.edge_url).port)) as held:
+        held.sendall(
+            f"POST /api/assets HTTP/1.1\r\nHost: edge\r\nx-api-key: {tenant.key}\r\n"
+            f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n".encode()
+            + b"%x\r\n%b\r\n" % (len(head), head)
+        )
+        in_flight = "SELECT count(*) FROM upload_intents WHERE organization_id = :o"
+        deadline = time.monotonic() + 10
+        while stack.metadata_scalar(in_flight, o=tenant.org_id) != 1:
+            assert time.monotonic() < deadline, "the held upload was never admitted"
+            time.sleep(0.05)
+        beside = upload_zeros(tenant.api, KIB)
+        assert beside.status_code == 201, beside.text
+    assert used_bytes(tenant.api) == KIB

@@ -206,7 +206,10 @@ class NewIntent:
 
     def admitted(self, *, used: int, uploads: int, reserved: int) -> dict[str, Any]:
         """The intent's row, given the organization's stored bytes and its uploads in flight
-        (read under its usage row's lock); 429 past the cap, 413 if the least bytes do not fit."""
+        (read under its usage row's lock); 429 past the cap, 413 if the least bytes do not fit.
+        It holds its most, but never more than the quota leaves: a body without a length (the
+        100 MiB bound) held more than a small quota, and every other upload was refused while
+        it streamed (edge stops such a body at the room: ``room``)."""
         if uploads >= self.max_in_flight:
             raise rate_limited(
                 f"The organization has {uploads} uploads in progress, the most it may have at once; "
@@ -226,7 +229,9 @@ class NewIntent:
             asset_id=self.asset_id,
             key_prefix=asset_prefix(self.org_id, self.asset_id),
             now=utcnow(),
-            reserved_bytes=self.reserve_bytes,
+            reserved_bytes=self.reserve_bytes
+            if self.quota_bytes is None
+            else min(self.reserve_bytes, self.quota_bytes - used - reserved),
         )
 
 
