@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,6 +24,7 @@ import pytest
 from tusclient import client as tus
 
 from coffer_harness.api import Tenant, used_bytes
+from coffer_kit.contract.timeutil import isoformat, utcnow
 from coffer_testkit.testing import assert_error
 
 MIB = 1024 * 1024
@@ -606,3 +608,20 @@ def test_ending_a_finished_upload_is_404_and_keeps_it(new_tenant: Any) -> None:
     finished = head(tenant.api, url)
     assert finished.status_code == 200 and finished.headers["upload-offset"] == "5"
     assert tenant.api.get("/api/assets").json()["total"] == 1
+
+
+def test_an_expiry_that_passes_while_uploading_refuses_the_completion(tenant: Any) -> None:
+    """``expiresAt`` is checked at creation, but a resumable upload may take days: one that
+    passed meanwhile made an asset already expired (``expiresAt`` before ``createdAt``), in the
+    trash or gone a few seconds after its 204. The completion is now 400 naming the field."""
+    api = tenant.api
+    when = utcnow() + timedelta(seconds=1)
+    made = create(api, 2, meta(filename="late.txt", expiresAt=isoformat(when)))
+    assert made.status_code == 201, made.text
+    while utcnow() <= when:  # (the condition is the clock's)
+        time.sleep(0.05)
+    done = patch(api, made.headers["location"], b"ab", 0)
+    assert assert_error(done, 400, "invalid_request")["details"]["field"] == "expiresAt"
+    assert head(api, made.headers["location"]).status_code == 404  # terminated, its bytes deleted
+    assert api.get("/api/assets").json()["total"] == 0
+    assert used_bytes(api) == 0

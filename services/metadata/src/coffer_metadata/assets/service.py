@@ -29,7 +29,7 @@ from coffer_kit.contract.errors import (
 from coffer_kit.contract.expiry import folder_expiry
 from coffer_kit.contract.ids import is_asset_id, is_folder_id
 from coffer_kit.contract.names import could_be_in_a_name, normalize_name, search_key
-from coffer_kit.contract.timeutil import isoformat, utcnow
+from coffer_kit.contract.timeutil import as_utc, isoformat, utcnow
 from coffer_kit.contract.urls import asset_prefix, public_url
 from coffer_kit.contract.wire import Actor, StaleIntent, StaleTombstone, StoredUsage, SweepCandidates
 from coffer_kit.db import Database, PgTransaction
@@ -350,7 +350,8 @@ def _commit_params(asset: dict[str, Any], *, quota_bytes: int, idle_seconds: flo
 
 def _asset_row(*, org_id: str, asset_id: str, key: str, name: str, **fields: Any) -> dict[str, Any]:
     """A new asset's row (every column of ``assets``); 400 for a key outside the asset's
-    prefix or a name no asset may have, 404 for a folder id no folder can have."""
+    prefix, a name no asset may have or an expiry passed, 404 for a folder id no folder can
+    have."""
     if not key.startswith(asset_prefix(org_id, asset_id)):
         raise invalid("The key does not belong to this asset.", field="key")
     name = normalize_name(name)
@@ -358,6 +359,14 @@ def _asset_row(*, org_id: str, asset_id: str, key: str, name: str, **fields: Any
     if folder_id is not None and not is_folder_id(folder_id):
         raise not_found(f"Folder {folder_id!r} does not exist.")
     now = utcnow()
+    if (expires_at := fields.get("expires_at")) is not None and as_utc(expires_at) <= now:
+        # Checked when the upload began, but a body may stream for most of an hour and a
+        # resumable upload for days: an asset made already expired was gone moments later.
+        raise invalid(
+            f"'expiresAt' ({isoformat(expires_at)}) passed while the file was uploading; "
+            "upload it again with a later one, or none.",
+            field="expiresAt",
+        )
     scan_status = fields.pop("scan_status", None)
     described = _described(
         metadata=fields.pop("metadata", None),
