@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from cachetools import TLRUCache, TTLCache
 
-from coffer_edge.clients.base import ServiceClient
+from coffer_edge.clients.base import ServiceClient, deadline_cache, reuse_seconds
 from coffer_edge.metrics import AUTH_CACHE
 from coffer_kit.contract import accounts as schemas
 from coffer_kit.contract import wire
@@ -71,9 +71,7 @@ class AuthClient(ServiceClient):
             else None
         )
         # Per-entry deadline: never longer than cache_seconds, never past the key's own expiry.
-        self._cache: TLRUCache[CacheKey, tuple[Principal, float]] = TLRUCache(
-            maxsize=cache_size, ttu=lambda _k, v, _now: v[1], timer=time.monotonic
-        )
+        self._cache: TLRUCache[CacheKey, tuple[Principal, float]] = deadline_cache(cache_size)
         # Lookups on their way to auth: concurrent misses for one key wait for the same call.
         self._pending: dict[CacheKey, asyncio.Task[Principal]] = {}
         # Organizations' ingest rules, as old as a principal's may be (docs/api.md: edge learns a
@@ -228,9 +226,7 @@ class AuthClient(ServiceClient):
             actions=frozenset(body.actions),
             networks=networks_of(body.networks),
         )
-        ttl = self.cache_seconds
-        if expires_unix is not None:
-            ttl = min(ttl, expires_unix - time.time())
+        ttl = reuse_seconds(self.cache_seconds, expires_unix)
         if ttl > 0:
             self._cache[cache_key] = (principal, time.monotonic() + ttl)
         return principal
@@ -274,9 +270,7 @@ class AccountsClient(ServiceClient):
 
     def __init__(self, http: InternalClient, *, cache_seconds: float, cache_size: int) -> None:
         super().__init__(http)
-        self._cache: TLRUCache[SessionKey, tuple[schemas.CurrentOut, float]] = TLRUCache(
-            maxsize=cache_size, ttu=lambda _k, v, _now: v[1], timer=time.monotonic
-        )
+        self._cache: TLRUCache[SessionKey, tuple[schemas.CurrentOut, float]] = deadline_cache(cache_size)
         self.cache_seconds = cache_seconds
 
     async def _call(

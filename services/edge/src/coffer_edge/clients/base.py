@@ -5,11 +5,14 @@ from __future__ import annotations
 import errno
 import json as jsonlib
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
+from datetime import datetime
 from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp.http import RawResponseMessage
+from cachetools import TLRUCache
 from pydantic import BaseModel
 
 from coffer_edge.actor import actor_header
@@ -17,6 +20,23 @@ from coffer_kit.contract.wire import ACTOR_HEADER
 from coffer_kit.internal import TRANSPORT_ERRORS, Attempt, InternalClient, relay_error, transport_error
 
 log = logging.getLogger("coffer.edge.clients")
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def deadline_cache(maxsize: int) -> TLRUCache[K, tuple[V, float]]:
+    """Answers kept with their own deadline (``time.monotonic``): (answer, deadline) pairs."""
+    return TLRUCache(maxsize=maxsize, ttu=lambda _k, v, _now: v[1], timer=time.monotonic)
+
+
+def reuse_seconds(cache_seconds: float, expires: str | float | None) -> float:
+    """How long an answer about a key may be reused: ``cache_seconds``, never past the key's own
+    expiry (ISO 8601 or Unix seconds; None: none)."""
+    if expires is None:
+        return cache_seconds
+    unix = datetime.fromisoformat(expires).timestamp() if isinstance(expires, str) else expires
+    return min(cache_seconds, unix - time.time())
+
 
 # Stale pooled connections one call may meet in a row (a restarted service leaves every
 # connection to it stale); each one that fails is dropped from the pool.

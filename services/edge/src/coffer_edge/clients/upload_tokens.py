@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from typing import NamedTuple
 
-from cachetools import TTLCache
+from cachetools import TLRUCache
 
-from coffer_edge.clients.base import ServiceClient
+from coffer_edge.clients.base import ServiceClient, deadline_cache, reuse_seconds
 from coffer_kit.contract.wire import (
     Done,
     MinterRef,
@@ -36,27 +35,24 @@ class UploadTokenClient(ServiceClient):
         super().__init__(http)
         # Minters' answers, reused for as long as a key's (CONTRACT §2: a deleted key stops
         # acting within 5 s, its uploads' capabilities with it), and never past the key's own
-        # expiry: each with the monotonic time it is good until.
+        # expiry.
         self._cache_seconds = cache_seconds
-        self._minters: TTLCache[tuple[str, str | None, str | None], tuple[Minter, float]] = TTLCache(
-            maxsize=cache_size, ttl=cache_seconds, timer=time.monotonic
+        self._minters: TLRUCache[tuple[str, str | None, str | None], tuple[Minter, float]] = deadline_cache(
+            cache_size
         )
 
     async def minter(self, ref: MinterRef, *, request_id: str | None = None) -> Minter:
         """Whether the key behind an upload's capability can still act, its organization's
         quota, and the folder the key is confined to (cached, see ``_minters``)."""
         cache_key = (ref.organization_id, ref.key_id, ref.token_id)
-        known = self._minters.get(cache_key)
-        if known is not None and time.monotonic() < known[1]:
+        if (known := self._minters.get(cache_key)) is not None:
             return known[0]
         answer = await self.minters([ref], request_id=request_id)
         confined = answer.confined_to[0] if answer.confined_to else None
         minter = Minter(answer.acting[0], answer.quota_bytes[0], confined)
-        fresh = self._cache_seconds
-        if answer.acting_until and answer.acting_until[0] is not None:
-            left = datetime.fromisoformat(answer.acting_until[0]).timestamp() - time.time()
-            fresh = min(fresh, max(0.0, left))
-        self._minters[cache_key] = (minter, time.monotonic() + fresh)
+        until = answer.acting_until[0] if answer.acting_until else None
+        if (ttl := reuse_seconds(self._cache_seconds, until)) > 0:
+            self._minters[cache_key] = (minter, time.monotonic() + ttl)
         return minter
 
     async def create(self, org_id: str, token: UploadTokenIn, *, request_id: str) -> UploadTokenCreated:
