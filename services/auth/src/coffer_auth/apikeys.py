@@ -170,16 +170,7 @@ def create(
     )
     session.add(row)
     session.flush()
-    audit.record(
-        session,
-        actor,
-        "key.created",
-        organization_id=org.id,
-        target_type="key",
-        target_id=row.id,
-        target_label=row.name or row.prefix,
-        details=_details(row),
-    )
+    _audit(session, actor, "key.created", row, _details(row))
     return row, secret
 
 
@@ -216,6 +207,21 @@ def require_manage(row: ApiKey, *, user_id: str, role: str) -> None:
         raise forbidden("Only an owner can change organization keys.")
 
 
+def _audit(session: Session, actor: Actor, action: str, key: ApiKey, details: dict[str, Any]) -> None:
+    """A change of ``key``, in the audit log of the key's own organization (whichever
+    organization's page made it)."""
+    audit.record(
+        session,
+        actor,
+        action,
+        organization_id=key.organization_id,
+        target_type="key",
+        target_id=key.id,
+        target_label=key.name or key.prefix,
+        details=details,
+    )
+
+
 def delete(session: Session, actor: Actor, *, row: ApiKey) -> None:
     """Delete a key, and the keys it made (and theirs), each audited; edges stop accepting
     them within their cache bound (5 s)."""
@@ -230,16 +236,7 @@ def delete(session: Session, actor: Actor, *, row: ApiKey) -> None:
             details["parentKeyId"] = key.parent_key_id  # deleted with the key that made it
         session.delete(key)
         session.flush()
-        audit.record(
-            session,
-            actor,
-            "key.deleted",
-            organization_id=key.organization_id,
-            target_type="key",
-            target_id=key.id,
-            target_label=key.name or key.prefix,
-            details=details,
-        )
+        _audit(session, actor, "key.deleted", key, details)
 
 
 def require_room(session: Session, org: Organization) -> None:
@@ -299,22 +296,14 @@ def rotate(
         session.add(row)
         previous = row
     session.flush()
-    audit.record(
-        session,
-        actor,
-        "key.rotated",
-        organization_id=row.organization_id,  # (the key's, as its creation and deletion are)
-        target_type="key",
-        target_id=row.id,
-        target_label=row.name or row.prefix,
-        details={
-            **old_details,
-            "graceSeconds": grace_seconds,
-            "oldExpiresAt": isoformat(row.expires_at) if previous and row.expires_at else None,
-            "newKeyId": new.id,
-            "newPrefix": new.prefix,
-        },
-    )
+    details = {
+        **old_details,
+        "graceSeconds": grace_seconds,
+        "oldExpiresAt": isoformat(row.expires_at) if previous and row.expires_at else None,
+        "newKeyId": new.id,
+        "newPrefix": new.prefix,
+    }
+    _audit(session, actor, "key.rotated", row, details)
     return new, secret, previous
 
 
