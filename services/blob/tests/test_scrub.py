@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -254,14 +255,11 @@ def test_fix_leaves_alone_flags_changed_around_or_after_the_manifest(storage: St
     assert not storage.stat(row.key).private
 
 
-def test_a_flag_time_no_clock_can_hold_is_no_time(storage: Storage) -> None:
-    """A flag change's time the calendar cannot hold (a damaged sidecar, metadata set by hand)
-    made ``stat`` raise, and the scrub stop with a traceback: it is now no time at all."""
-    _, entries = a_store(storage)
-    key = entries[0].key
+def set_flags_at(storage: Storage, key: str, unix_seconds: int) -> None:
+    """Write the time an object's flags last changed, as a store holds it, by hand."""
     if isinstance(storage, FsStorage):
         sidecar = Path(storage._place(key).sidecar)
-        sidecar.write_text(json.dumps({**json.loads(sidecar.read_text()), "flagsAt": 10**20}))
+        sidecar.write_text(json.dumps({**json.loads(sidecar.read_text()), "flagsAt": unix_seconds}))
     else:
         head = storage.client.head_object(Bucket=storage.bucket, Key=key)
         storage.client.copy_object(
@@ -270,8 +268,48 @@ def test_a_flag_time_no_clock_can_hold_is_no_time(storage: Storage) -> None:
             CopySource={"Bucket": storage.bucket, "Key": key},
             MetadataDirective="REPLACE",
             ContentType=head["ContentType"],
-            Metadata={**head["Metadata"], "flags-at": "9" * 14},
+            Metadata={**head["Metadata"], "flags-at": str(unix_seconds)},
         )
+
+
+def test_a_retried_flag_change_that_changes_nothing_still_protects_it_from_fix(storage: Storage) -> None:
+    """A change to private stored its flag, then failed before its row; retried minutes later,
+    the store already said private, so the retry wrote nothing and the flags kept the first
+    attempt's time. A manifest read between the two (the row still public) then let ``fix``
+    make the file public again under its now private row. A change that changes nothing now
+    writes the time too, when the one stored is older than a minute (well within FLAGS_SETTLE)."""
+    _, entries = a_store(storage)
+    row = dataclasses.replace(entries[0], private=False, trashed=False)  # the row as the manifest read it
+    storage.set_private(row.key, True)  # the first attempt: the store, then a failure
+    set_flags_at(storage, row.key, int(time.time()) - 3600)  # an hour ago
+    manifest_at = datetime.now(UTC) - timedelta(minutes=10)  # read between the two attempts
+    storage.set_private(row.key, True)  # the retry: nothing to change in the store
+    info = storage.stat(row.key)
+    assert info is not None and info.flags_at is not None and info.flags_at > manifest_at
+    report = scrub(
+        storage,
+        manifest_of([row]),
+        verify=0.0,
+        limit=RateLimit(1),
+        orphan_age=HOUR,
+        flags="fix",
+        manifest_at=manifest_at,
+    )
+    assert (report.fixed_flags, report.left_flags) == (0, 1)
+    assert storage.stat(row.key).private  # never made public
+
+    # Within the minute, a change that changes nothing writes nothing (an S3 copy each time).
+    set_flags_at(storage, row.key, stamp := int(time.time()) - 5)
+    storage.set_held(row.key, False, "trash")
+    assert storage.stat(row.key).flags_at == datetime.fromtimestamp(stamp, UTC)
+
+
+def test_a_flag_time_no_clock_can_hold_is_no_time(storage: Storage) -> None:
+    """A flag change's time the calendar cannot hold (a damaged sidecar, metadata set by hand)
+    made ``stat`` raise, and the scrub stop with a traceback: it is now no time at all."""
+    _, entries = a_store(storage)
+    key = entries[0].key
+    set_flags_at(storage, key, 10**20 if isinstance(storage, FsStorage) else int("9" * 14))
     info = storage.stat(key)
     assert info is not None and info.flags_at is None
     rows = [dataclasses.replace(e, private=False, trashed=False) for e in entries]

@@ -11,13 +11,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from coffer_kit.contract.wire import HoldReason
 
 # Reads yield chunks of at most this many bytes: streaming, never whole files.
 READ_CHUNK = 1024 * 1024
+
+# A flag change that changes nothing still writes the time (``ObjectInfo.flags_at``) when the
+# stored one is older than this, well within the scrub's FLAGS_SETTLE: a change retried after a
+# failure (the store set, the row not) then counts as made when it is retried, not at its first
+# attempt, and a manifest read in between cannot have ``fix`` undo it. At most one write a minute
+# for changes that change nothing (each an S3 copy).
+FLAGS_AT_REFRESH_SECONDS = 60
+
+
+def flags_at_fresh(flags_at: datetime | None) -> bool:
+    """Whether a flag change that changes nothing may leave ``flags_at`` as it is."""
+    return flags_at is not None and (datetime.now(UTC) - flags_at).total_seconds() < FLAGS_AT_REFRESH_SECONDS
 
 
 class StorageUnavailable(Exception):

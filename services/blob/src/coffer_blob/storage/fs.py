@@ -65,7 +65,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
-from coffer_blob.storage.base import READ_CHUNK, ObjectInfo, StorageUnavailable, StoredObject
+from coffer_blob.storage.base import READ_CHUNK, ObjectInfo, StorageUnavailable, StoredObject, flags_at_fresh
 from coffer_kit.contract.ids import TUS_UPLOAD_ID_PATTERN
 from coffer_kit.contract.wire import HoldReason
 
@@ -562,7 +562,7 @@ class FsStorage:
                 return False
             if meta.get("name") != place.filename or not os.path.exists(place.data):
                 return False
-            if (meta.get(flag) is True) == on:
+            if (meta.get(flag) is True) == on and flags_at_fresh(_flags_at(meta.get(FLAGS_AT))):
                 return True
             meta.pop(flag, None)
             if on:

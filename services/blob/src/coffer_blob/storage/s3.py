@@ -49,7 +49,14 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from coffer_blob.storage.base import READ_CHUNK, ObjectInfo, StorageUnavailable, StoredObject, read_range
+from coffer_blob.storage.base import (
+    READ_CHUNK,
+    ObjectInfo,
+    StorageUnavailable,
+    StoredObject,
+    flags_at_fresh,
+    read_range,
+)
 from coffer_kit.contract.wire import HoldReason
 
 if TYPE_CHECKING:
@@ -256,7 +263,7 @@ class S3Storage:
         metadata = dict(head.get("Metadata", {}))
         if not metadata.get("sha256"):
             return False
-        if (metadata.get(name) == value) == on:
+        if (metadata.get(name) == value) == on and flags_at_fresh(_flags_at(metadata.get(FLAGS_AT))):
             return True
         metadata.pop(name, None)
         if on:
