@@ -225,6 +225,7 @@ def resolve_principal(session: Session, *, key_hash: str, organization_id: str |
         scopes=row.scopes.split(),
         actions=scopes.ordered(scopes.expand(row.scopes.split())),
         folder_id=row.folder_id,
+        folder_within=apikeys.makers_folders(session, row),
         networks=row.networks.split(),
         trash_retention_days=org.trash_retention_days,
     )

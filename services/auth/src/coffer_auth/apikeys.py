@@ -50,6 +50,29 @@ def view(row: ApiKey, org: Organization, owner: User | None, creator: User | Non
     )
 
 
+def makers_folders(session: Session, key: ApiKey) -> list[str]:
+    """The folders of the keys that made ``key`` (its maker's, then that key's maker's...),
+    nearest first, each once: a key made by a subtree key reaches its own folder only while
+    that folder lies in each of these (docs/api.md, "Keys made by keys"). A folder moved out of
+    a maker's subtree is the maker's no longer, nor any key it made."""
+    folders: list[str] = []
+    seen = {key.id}
+    parent_id = key.parent_key_id
+    while parent_id is not None and parent_id not in seen:  # (a tree; bounded all the same)
+        seen.add(parent_id)
+        parent = session.get(ApiKey, parent_id)
+        if parent is None:
+            break
+        if (
+            parent.folder_id is not None
+            and parent.folder_id not in folders
+            and parent.folder_id != key.folder_id
+        ):
+            folders.append(parent.folder_id)
+        parent_id = parent.parent_key_id
+    return folders
+
+
 def _details(row: ApiKey) -> dict[str, Any]:
     return {
         "kind": row.kind,

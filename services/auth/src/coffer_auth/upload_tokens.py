@@ -18,6 +18,7 @@ from sqlalchemy import BigInteger, Column, DateTime, ForeignKey, String, Text, d
 from sqlmodel import Field as SQLField
 from sqlmodel import Session, SQLModel, col, select
 
+from coffer_auth import apikeys
 from coffer_auth.deps import SessionDep
 from coffer_auth.models import ApiKey, KeyKind, Membership, Organization
 from coffer_kit.contract.errors import not_found, unauthorized
@@ -156,6 +157,7 @@ def resolve(session: Session, *, token_hash: str) -> UploadGrant:
         ingest=org.ingest(),
         asset=TokenAsset.model_validate_json(row.asset) if row.asset is not None else None,
         confined_to=minter.folder_id if minter is not None else None,
+        confined_within=apikeys.makers_folders(session, minter) if minter is not None else [],
     )
 
 
@@ -166,6 +168,7 @@ def minters(session: Session, refs: list[MinterRef]) -> MintersOut:
     acting: list[bool] = []
     quotas: list[int | None] = []
     confined: list[str | None] = []
+    within: list[list[str]] = []
     until: list[str | None] = []
     for ref in refs:
         org = session.get(Organization, ref.organization_id)
@@ -176,6 +179,7 @@ def minters(session: Session, refs: list[MinterRef]) -> MintersOut:
             if token is None or token.organization_id != ref.organization_id:
                 acting.append(False)
                 confined.append(None)
+                within.append([])
                 until.append(None)
                 continue
             key_id, user_id = token.key_id, token.user_id
@@ -188,8 +192,11 @@ def minters(session: Session, refs: list[MinterRef]) -> MintersOut:
             alive = _member(session, user_id=user_id, org_id=ref.organization_id)
         acting.append(alive)
         confined.append(key.folder_id if key is not None else None)
+        within.append(apikeys.makers_folders(session, key) if key is not None else [])
         until.append(isoformat(key.expires_at) if key is not None and key.expires_at is not None else None)
-    return MintersOut(acting=acting, quota_bytes=quotas, confined_to=confined, acting_until=until)
+    return MintersOut(
+        acting=acting, quota_bytes=quotas, confined_to=confined, confined_within=within, acting_until=until
+    )
 
 
 def _member(session: Session, *, user_id: str, org_id: str) -> bool:

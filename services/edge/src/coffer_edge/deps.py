@@ -15,7 +15,8 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader
 
-from coffer_edge.actor import act_as, confine_to
+from coffer_edge import subtree
+from coffer_edge.actor import act_as
 from coffer_edge.clients.auth import AuthClient, Principal
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
@@ -115,8 +116,17 @@ async def authenticate(
     await state.rate_limiter.check(principal.key_id)
     require_scope(request, principal)
     act_as(request, "key", principal.key_id, user_id=principal.user_id)
-    if principal.folder_id is not None:
-        confine_to(principal.folder_id)
+    if not await subtree.confine(
+        state.metadata,
+        principal.organization_id,
+        principal.folder_id,
+        principal.folder_within,
+        request_id=request_id_of(request) or "",
+    ):
+        raise forbidden(
+            "This key's folder is outside the folder of the key that made it (moved out since): "
+            "it can do nothing until the folder is moved back."
+        )
     return principal
 
 

@@ -115,7 +115,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 cache_size=settings.edge_auth_cache_size,
                 negative_seconds=settings.edge_tuning.auth_negative_cache_seconds,
             ),
-            metadata=MetadataClient(metadata_http),
+            metadata=MetadataClient(
+                metadata_http,
+                cache_seconds=settings.edge_auth_cache_seconds,
+                cache_size=settings.edge_auth_cache_size,
+            ),
             blob=BlobClient(blob_http),
             rate_limiter=RateLimiter(settings.edge_rate_limit, settings.redis_url, settings.redis_key_prefix),
             auth_failures=RateLimiter(

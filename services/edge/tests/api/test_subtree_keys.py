@@ -312,6 +312,51 @@ def test_a_subtree_keys_upload_tokens_stay_in_what_it_may_reach(tree: Any) -> No
     assert stored.status_code == 201 and stored.json()["folderId"] == ids["avatars"]
 
 
+def test_a_key_made_by_a_subtree_key_reaches_nothing_once_its_folder_leaves_the_makers(
+    stack: Any, tree: Any
+) -> None:
+    """A key the /public key made for /public/avatars kept avatars when the organization moved
+    it out of /public: its maker lost it, and the key it made went on reading and uploading
+    there, and so did an upload token that key made. While its folder is outside its maker's
+    subtree, the made key is now refused (403), within edge's cache bound, and its token stores
+    nothing (404, not spent); moved back, both act again."""
+    api, sub, ids = tree
+    made = sub.post("/api/keys", json={"name": "avatars", "folderId": ids["avatars"]})
+    assert made.status_code == 201, made.text
+    child = httpx.Client(base_url=stack.edge_url, headers={"x-api-key": made.json()["key"]}, timeout=30)
+    form = child.post("/api/upload-tokens", json={"folderId": ids["avatars"]}).json()["url"]
+    tus_token = child.post("/api/upload-tokens", json={"folderId": ids["avatars"]}).json()["token"]
+    location = _tus_of_six_bytes(child, tus_token, "late.bin")
+    assert [a["id"] for a in child.get("/api/assets").json()["assets"]] == [ids["in_avatars"]]
+
+    assert api.patch(f"/api/folders/{ids['avatars']}", json={"parentId": ids["private"]}).status_code == 200
+    deadline = time.monotonic() + 5  # (edge's cache bound)
+    while (listed := child.get("/api/assets")).status_code == 200:
+        assert time.monotonic() < deadline, f"a made key kept a folder its maker lost: {listed.text}"
+        time.sleep(0.05)
+    assert_error(listed, 403, "forbidden")
+    assert "outside the folder of the key that made it" in listed.json()["error"]["message"]
+    assert_error(child.post("/api/assets", files={"file": ("late.txt", b"late")}), 403, "forbidden")
+    assert_error(httpx.post(form, files={"file": ("late.txt", b"late")}), 404, "not_found")
+    chunk = {**CHUNK, "Upload-Offset": "0"}
+    assert_error(httpx.patch(location, content=b"abcdef", headers=chunk), 404, "not_found")
+    assert api.get("/api/assets", params={"q": "late"}).json()["total"] == 0
+
+    assert api.patch(f"/api/folders/{ids['avatars']}", json={"parentId": ids["public"]}).status_code == 200
+    deadline = time.monotonic() + 5
+    while (listed := child.get("/api/assets")).status_code != 200:
+        assert time.monotonic() < deadline, listed.text
+        time.sleep(0.05)
+    stored = httpx.post(form, files={"file": ("late.txt", b"late")})
+    assert stored.status_code == 201 and stored.json()["folderId"] == ids["avatars"], stored.text
+    assert httpx.patch(location, content=b"abcdef", headers=chunk).status_code == 204
+    assert {a["name"] for a in api.get("/api/assets", params={"q": "late"}).json()["assets"]} == {
+        "late.txt",
+        "late.bin",
+    }
+    child.close()
+
+
 def _at_once(*calls: Any) -> list[httpx.Response]:
     """The calls started together (a barrier), from threads of their own."""
     import threading

@@ -90,6 +90,9 @@ class Principal(WireModel):
     scopes: list[str] = Field(default_factory=lambda: list(DEFAULT_SCOPES))
     actions: list[str] = Field(default_factory=lambda: [str(a) for a in ACTIONS])
     folder_id: str | None = None
+    # The folders of the keys that made this one, nearest first (a key made by a subtree key):
+    # ``folder_id`` must still lie in each, or the key reaches nothing (empty from an older auth).
+    folder_within: list[str] = Field(default_factory=list)
     networks: list[str] = Field(default_factory=list)
     # Issue 47: days a deleted asset stays in the trash; 0 (an auth from before) = no trash.
     trash_retention_days: int = Field(default=0, ge=0, le=TRASH_RETENTION_DAYS_MAX)
@@ -497,6 +500,8 @@ class MintersOut(WireModel):
     quota_bytes: list[int | None]
     # The folder each minter's key is confined to now (None: none; empty from an older auth).
     confined_to: list[str | None] = Field(default_factory=list)
+    # For each, the folders of the keys that made that key (``Principal.folder_within``).
+    confined_within: list[list[str]] = Field(default_factory=list)
     # When each minter's key expires (ISO 8601; None: never, or no key): an answer is not
     # reused past it (empty from an older auth).
     acting_until: list[str | None] = Field(default_factory=list)
@@ -790,6 +795,8 @@ class UploadGrant(WireModel):
     asset: TokenAsset | None = None
     # The folder that key is confined to now (issue 46): the token's upload stays in its subtree.
     confined_to: str | None = None
+    # The folders of the keys that made that key (``Principal.folder_within``).
+    confined_within: list[str] = Field(default_factory=list)
 
 
 class TokenClaim(WireModel):

@@ -50,6 +50,8 @@ class Principal:
     scopes: tuple[str, ...] = DEFAULT_SCOPES
     actions: frozenset[str] = ALL
     folder_id: str | None = None
+    # The folders of the keys that made this one (``subtree.confine``).
+    folder_within: tuple[str, ...] = ()
     networks: tuple[Network, ...] = ()
     # Issue 47: days a deleted asset stays in the trash (0: deletes are final).
     trash_retention_days: int = 0
@@ -219,8 +221,11 @@ class AuthClient(ServiceClient):
         expires = body.key_expires_at
         expires_unix = datetime.fromisoformat(expires.replace("Z", "+00:00")).timestamp() if expires else None
         principal = Principal(
-            **body.model_dump(exclude={"key_expires_at", "ingest", "scopes", "actions", "networks"}),
+            **body.model_dump(
+                exclude={"key_expires_at", "ingest", "scopes", "actions", "folder_within", "networks"}
+            ),
             key_expires_at=expires_unix,
+            folder_within=tuple(body.folder_within),
             ingest=body.ingest,
             scopes=tuple(body.scopes),
             actions=frozenset(body.actions),

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
+from cachetools import TTLCache
+
 from coffer_edge.actor import actor_header, subtree_root
 from coffer_edge.clients.base import ServiceClient
 from coffer_kit.contract import wire
+from coffer_kit.contract.errors import CofferError
 from coffer_kit.contract.resources import Asset, Folder, FolderWithPath
 from coffer_kit.contract.webhooks import (
     WebhookCreate,
@@ -28,6 +32,7 @@ from coffer_kit.contract.wire import (
     ScanJobs,
     ScanReport,
 )
+from coffer_kit.internal import InternalClient
 
 # A folder delete's bound (every other call has the client's 30 s): see ``delete_folder``.
 SUBTREE_TIMEOUT_SECONDS = 300
@@ -45,6 +50,14 @@ class MetadataClient(ServiceClient):
     # Called after each call a caller made that may have changed something (the audit relay's
     # wake-up); the relay's and the sweeper's own calls have no caller.
     on_change: Callable[[], None] | None = None
+
+    def __init__(self, http: InternalClient, *, cache_seconds: float = 5.0, cache_size: int = 10_000) -> None:
+        super().__init__(http)
+        # ``inside_all``'s answers, reused for as long as a key's (a folder moved out of a
+        # maker's subtree is out of its made keys' reach within the same bound).
+        self._inside: TTLCache[tuple[str, str, tuple[str, ...]], bool] = TTLCache(
+            maxsize=cache_size, ttl=cache_seconds, timer=time.monotonic
+        )
 
     async def request(self, method: str, path: str, **kwargs: Any) -> bytes:
         if (root := subtree_root()) is not None:
@@ -105,6 +118,27 @@ class MetadataClient(ServiceClient):
     async def get_folder(self, org_id: str, folder_id: str, *, request_id: str) -> FolderWithPath:
         body = await self.get_folder_body(org_id, folder_id, request_id=request_id)
         return FolderWithPath.model_validate_json(body)
+
+    async def inside_all(
+        self, org_id: str, folder_id: str, roots: tuple[str, ...], *, request_id: str
+    ) -> bool:
+        """Whether a folder exists and lies in the subtree of each of ``roots``, as the whole
+        organization sees it (whatever the request is confined to); cached, see ``_inside``."""
+        cache_key = (org_id, folder_id, roots)
+        if (known := self._inside.get(cache_key)) is not None:
+            return known
+        path = f"/internal/v1/orgs/{org_id}/folders/{_seg(folder_id)}"
+        try:  # (ServiceClient's own request: never with the request's subtree header)
+            body = await ServiceClient.request(self, "GET", path, request_id=request_id)
+        except CofferError as exc:
+            if exc.status not in (403, 404):
+                raise
+            inside = False
+        else:
+            ancestry = {step.id for step in FolderWithPath.model_validate_json(body).path}
+            inside = all(root in ancestry for root in roots)
+        self._inside[cache_key] = inside
+        return inside
 
     async def subtree_counts(self, org_id: str, folder_id: str, *, request_id: str) -> wire.SubtreeCounts:
         """Folders below a folder, and assets in it and below, in one call."""

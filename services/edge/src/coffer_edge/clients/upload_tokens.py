@@ -26,6 +26,7 @@ class Minter(NamedTuple):
     acting: bool
     quota_bytes: int | None
     confined_to: str | None
+    confined_within: tuple[str, ...] = ()
 
 
 class UploadTokenClient(ServiceClient):
@@ -49,7 +50,8 @@ class UploadTokenClient(ServiceClient):
             return known[0]
         answer = await self.minters([ref], request_id=request_id)
         confined = answer.confined_to[0] if answer.confined_to else None
-        minter = Minter(answer.acting[0], answer.quota_bytes[0], confined)
+        within = tuple(answer.confined_within[0]) if answer.confined_within else ()
+        minter = Minter(answer.acting[0], answer.quota_bytes[0], confined, within)
         until = answer.acting_until[0] if answer.acting_until else None
         if (ttl := reuse_seconds(self._cache_seconds, until)) > 0:
             self._minters[cache_key] = (minter, time.monotonic() + ttl)

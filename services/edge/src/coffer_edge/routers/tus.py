@@ -41,7 +41,8 @@ from pydantic.json_schema import SkipJsonSchema
 from starlette.requests import ClientDisconnect
 from starlette.types import Scope
 
-from coffer_edge.actor import act_as, confine_to, subtree_root
+from coffer_edge import subtree
+from coffer_edge.actor import act_as, subtree_root
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.deps import (
@@ -201,9 +202,12 @@ async def _minter_acts(request: Request, upload: TusUpload) -> int:
         user_id=upload.minter_user_id,
         token_id=upload.token_id,
     )
-    acting, quota, confined_to = await state.upload_tokens.minter(ref, request_id=rid)
-    if acting and quota is not None:
-        confine_to(confined_to)  # the upload stays in the subtree its key may reach now
+    minter = await state.upload_tokens.minter(ref, request_id=rid)
+    if minter.acting and (quota := minter.quota_bytes) is not None:
+        # The upload stays in the subtree its key may reach now.
+        await subtree.confine_token(
+            state.metadata, upload.organization_id, minter.confined_to, minter.confined_within, request_id=rid
+        )
         return quota
     kept: Kept | None = state.kept_uploads.pop(upload.id, None)  # for a chunk that will not come
     lock_token = await kept.given_up() if kept is not None else upload.lock_token
@@ -808,7 +812,8 @@ async def _target(request: Request, meta: Metadata, length: int, asset_id: str, 
     request.state.organization_id = org = grant.organization_id
     await state.rate_limiter.check(grant.token_id)
     act_as(request, "token", grant.token_id)
-    confine_to(grant.confined_to)  # in the subtree its key may reach now, as the key's own
+    # In the subtree its key may reach now, as the key's own.
+    await subtree.confine_token(state.metadata, org, grant.confined_to, grant.confined_within, request_id=rid)
     if length > grant.max_bytes:
         raise file_too_large(grant.max_bytes)
     key, mime_type = keys.named(org, asset_id, meta.filename, meta.filetype)

@@ -20,7 +20,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request, Response
 from starlette.types import Scope
 
-from coffer_edge.actor import act_as, confine_to
+from coffer_edge import subtree
+from coffer_edge.actor import act_as
 from coffer_edge.deps import (
     BlobDep,
     MetadataDep,
@@ -173,7 +174,14 @@ async def upload_with_token(
     request.state.organization_id = grant.organization_id  # for the access log line
     await edge_state(request).rate_limiter.check(grant.token_id)
     act_as(request, "token", grant.token_id)
-    confine_to(grant.confined_to)  # in the subtree its key may reach now, as the key's own
+    # In the subtree its key may reach now, as the key's own.
+    await subtree.confine_token(
+        edge_state(request).metadata,
+        grant.organization_id,
+        grant.confined_to,
+        grant.confined_within,
+        request_id=rid,
+    )
 
     async def claim(asset_id: str) -> None:
         await tokens.claim(grant.token_id, asset_id, request_id=rid)
