@@ -35,7 +35,7 @@ from coffer_edge.clients.auth import AuthClient
 from coffer_edge.clients.blob import BlobClient
 from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.relay import Relay
-from coffer_edge.trash import settle
+from coffer_edge.trash import scan_held, settle
 from coffer_kit.contract.errors import CofferError
 from coffer_kit.contract.wire import ScanJob, ScanReport, ScanSync
 
@@ -57,12 +57,6 @@ SCAN_SYNCED = Counter(
 # A sync's page of assets, and how long a claimed sync is kept from other edges.
 SYNC_PAGE = 500
 SYNC_LEASE_SECONDS = 600.0
-
-
-def scan_held(scan_status: str | None, scan_mode: str) -> bool:
-    """Whether an object is held back for its scan: infected under any mode; not passed yet
-    (``pending``, ``unscanned``) under ``block``."""
-    return scan_status == "infected" or (scan_mode == "block" and scan_status in ("pending", "unscanned"))
 
 
 async def settle_held(

@@ -6,7 +6,9 @@ metadata's steps.
   releases only its own), then metadata moves the row to the trash. A definite refusal from
   metadata gives the hold back if the asset is still live; an unknown outcome leaves it held
   (never more reachable than metadata says).
-- Restore: metadata first (the row back, its size reserved), then the store releases the
+- Restore: metadata first (the row back, its size reserved), then the store sets the scan's
+  hold if the mode of the moment holds the file (``scan_held``: the mode may have become
+  ``block`` while it was in the trash, where the mode's sync never looks), releases the
   trash's hold, and the scan's too unless the asset's scan keeps it (``keeps_held``: infected,
   pending, or unscanned under ``block``; an object trashed before the two holds were apart
   carries the trash's as the scan's). A failure in between is finished by restoring again (metadata
@@ -51,6 +53,12 @@ def require_admin(principal: Principal, what: str) -> None:
 def acting_user(principal: Principal) -> str | None:
     """A member's user id (a member acts only on what they trashed); None for everyone else."""
     return None if may_administer(principal) else principal.user_id
+
+
+def scan_held(scan_status: str | None, scan_mode: str) -> bool:
+    """Whether an object is held back for its scan: infected under any mode; not passed yet
+    (``pending``, ``unscanned``) under ``block``."""
+    return scan_status == "infected" or (scan_mode == "block" and scan_status in ("pending", "unscanned"))
 
 
 def keeps_held(scan_status: str | None, scan_mode: str) -> bool:
@@ -175,6 +183,10 @@ async def restore_asset(
     body = TrashActIn(only_user=only_user, quota_bytes=quota_bytes)
     answer = await metadata.restore(org_id, asset_id, body, request_id=rid)
     asset = Asset.model_validate_json(answer)
+    if scan_held(asset.scanStatus, scan_mode):
+        # Before the trash's hold is lifted: the mode may have become ``block`` while the file
+        # was in the trash, where the mode's sync (live files only) never saw it.
+        await blob.set_held(asset.key, True, request_id=rid)
     await blob.set_held(asset.key, False, request_id=rid, reason="trash")
     if not keeps_held(asset.scanStatus, scan_mode):
         await blob.set_held(asset.key, False, request_id=rid)

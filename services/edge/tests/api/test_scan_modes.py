@@ -126,6 +126,36 @@ def test_a_pending_file_is_served_under_async_until_its_scan_finds_it_infected(
     assert_error(tenant.api.get(f"/api/assets/{waiting['id']}/url"), 409, "quarantined")
 
 
+def test_a_file_restored_from_the_trash_takes_the_mode_of_the_moment(
+    monkeypatch: pytest.MonkeyPatch, admin: Any, tenant: Any
+) -> None:
+    """An ``unscanned`` file served under ``async``, trashed, then ``block`` set, its sync
+    (which sees live files only) long done: the restore released the trash's hold and never set
+    the scan's, so the file was served unscanned under ``block``. It is now held back, as
+    docs/api.md says: a trashed file takes the mode of the moment it is restored."""
+    Scanner(monkeypatch)
+    scan_mode(admin, tenant, "async")
+    late = upload(tenant.api, "late.txt")
+    within("unscanned and served", lambda: status(tenant, late) == "unscanned" and served(late))
+    assert tenant.api.put("/api/trash/settings", json={"retentionDays": 7}).status_code == 200
+
+    def trashed(asset: dict[str, Any]) -> bool:  # (once edge's cached retention has the change)
+        assert tenant.api.delete(f"/api/assets/{asset['id']}").status_code == 200
+        return asset["id"] in {a["id"] for a in tenant.api.get("/api/trash").json()["assets"]}
+
+    within("the trash's retention at edge", lambda: trashed(upload(tenant.api, "probe.txt")))
+    assert trashed(late) and not served(late)
+
+    scan_mode(admin, tenant, "block")
+    synced = upload(tenant.api, "synced.txt")  # a live file the mode's sync holds: the sync has run
+    within("the sync's hold", lambda: status(tenant, synced) == "unscanned" and not served(synced))
+    restored = tenant.api.post(f"/api/trash/{late['id']}/restore")
+    assert restored.status_code == 200, restored.text
+    assert restored.json()["scanStatus"] == "unscanned"
+    assert not served(late)
+    assert_error(tenant.api.get(f"/api/assets/{late['id']}/url"), 409, "not_scanned")
+
+
 def test_a_scan_that_ends_while_a_sync_holds_its_file_leaves_it_as_its_result_says(
     monkeypatch: pytest.MonkeyPatch, admin: Any, tenant: Any
 ) -> None:
