@@ -355,6 +355,7 @@ def _replacement(
         folder_id=old.folder_id,
         networks=old.networks,
         parent_key_id=old.parent_key_id,  # (made by a key, it still dies with that key)
+        rotated_from_key_id=old.id,  # (its upload tokens and uploads follow it here)
     )
     session.add(new)
     session.flush()

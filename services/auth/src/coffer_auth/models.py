@@ -157,6 +157,11 @@ class ApiKey(SQLModel, table=True):
             String(40), ForeignKey("api_keys.id", ondelete="CASCADE"), nullable=True, index=True
         ),
     )
+    # The key a rotation replaced with this one (no foreign key: that key is deleted at once or
+    # after its grace). The upload tokens and uploads it minted follow it here.
+    rotated_from_key_id: str | None = Field(
+        default=None, sa_column=Column(String(40), nullable=True, index=True)
+    )
 
 
 class KeyUse(SQLModel, table=True):

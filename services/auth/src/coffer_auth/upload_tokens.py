@@ -204,11 +204,23 @@ def _member(session: Session, *, user_id: str, org_id: str) -> bool:
     return session.exec(found).first() is not None
 
 
+# Rotations followed from a token's key to the key acting now (each a rotation since the token).
+MAX_ROTATIONS_FOLLOWED = 32
+
+
 def _minter(session: Session, *, key_id: str, org_id: str) -> ApiKey | None:
     """The key that minted a token, if it could still act in its organization (issue 23:
-    tokens outlived a deleted key, or a member removed, by up to their 24 h)."""
+    tokens outlived a deleted key, or a member removed, by up to their 24 h); or, for a key
+    rotated since, the key that replaced it (a rotation ends no authority)."""
     key = session.get(ApiKey, key_id)
-    if key is None or (key.expires_at is not None and as_utc(key.expires_at) <= utcnow()):
+    for _ in range(MAX_ROTATIONS_FOLLOWED):
+        if key is not None and (key.expires_at is None or as_utc(key.expires_at) > utcnow()):
+            break
+        successor = select(ApiKey).where(col(ApiKey.rotated_from_key_id) == key_id)
+        if (key := session.exec(successor).first()) is None:
+            return None
+        key_id = key.id
+    else:
         return None
     if key.kind == KeyKind.organization:
         return key if key.organization_id == org_id else None

@@ -365,3 +365,41 @@ def test_a_key_made_by_a_key_follows_its_rotation_and_dies_with_it(stack: Any, t
             assert_error(api.post("/api/assets", files={"file": ("a.txt", b"a")}), 401, "unauthorized")
     for gone in (child, grandchild):
         assert_error(tenant.api.get(f"/api/keys/{gone['id']}"), 404, "not_found")
+
+
+def test_a_rotation_ends_none_of_the_keys_upload_tokens_nor_their_uploads(stack: Any, tenant: Any) -> None:
+    """Rotating a key without grace ended the upload tokens it had minted (401) and terminated
+    their resumable uploads under way, the bytes sent gone: a rotation replaces a secret, it
+    ends no authority. The tokens and uploads now follow the key to its successor."""
+    secret, made = make_key(tenant.api, name="uploader")
+    with client(stack, secret) as api:
+        form = api.post("/api/upload-tokens", json={}).json()["url"]
+        tus_token = api.post("/api/upload-tokens", json={}).json()["token"]
+    created = httpx.post(
+        f"{stack.edge_url}/api/uploads/tus",
+        params={"token": tus_token},
+        headers={"Tus-Resumable": "1.0.0", "Upload-Length": "10", "Upload-Metadata": "filename YS5iaW4="},
+    )
+    assert created.status_code == 201, created.text
+    location = created.headers["location"]
+    chunk = {"Tus-Resumable": "1.0.0", "Content-Type": "application/offset+octet-stream"}
+    first = httpx.patch(location, content=b"01234", headers={**chunk, "Upload-Offset": "0"})
+    assert first.status_code == 204, first.text
+
+    rotated = tenant.api.post(f"/api/keys/{made['id']}/rotate", json={"graceSeconds": 0})
+    assert rotated.status_code == 201, rotated.text
+    with client(stack, secret) as api:  # the old secret is refused (edge's cache bound)...
+        deadline = time.monotonic() + 5
+        while api.get("/api/keys/self").status_code != 401:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    kept = time.monotonic() + 1  # ...and past the minters' cache bound (0.25 s here)
+    while time.monotonic() < kept:
+        head = httpx.head(location, headers={"Tus-Resumable": "1.0.0"})
+        assert head.status_code == 200 and head.headers["upload-offset"] == "5", head.status_code
+        time.sleep(0.05)
+    last = httpx.patch(location, content=b"56789", headers={**chunk, "Upload-Offset": "5"})
+    assert last.status_code == 204, last.text
+    stored = httpx.post(form, files={"file": ("b.txt", b"b")})
+    assert stored.status_code == 201, stored.text
+    assert {a["name"] for a in tenant.api.get("/api/assets").json()["assets"]} >= {"a.bin", "b.txt"}
