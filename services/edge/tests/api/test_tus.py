@@ -625,3 +625,76 @@ def test_an_expiry_that_passes_while_uploading_refuses_the_completion(tenant: An
     assert head(api, made.headers["location"]).status_code == 404  # terminated, its bytes deleted
     assert api.get("/api/assets").json()["total"] == 0
     assert used_bytes(api) == 0
+
+
+def test_a_chunks_late_record_never_lets_another_request_write_beside_the_next_chunk(
+    monkeypatch: pytest.MonkeyPatch, stack: Any, tenant: Tenant
+) -> None:
+    """A chunk is answered before its record, which is written while the next chunk streams.
+    Landing after the next chunk's first renewal, the record made that chunk's lease a kept one
+    of 2 s again: a second PATCH at the same offset then took the upload while the first still
+    streamed, both wrote it, and the asset's bytes were not its sha256's. The next chunk's
+    first renewal now waits for the record: the second PATCH is 423, the upload whole."""
+    import asyncio
+
+    from coffer_edge.clients.metadata import MetadataClient
+
+    recorded, renewed = threading.Event(), threading.Event()
+    advance, renew = MetadataClient.tus_advance, MetadataClient.tus_renew
+
+    async def late_advance(self: Any, upload_id: str, step: Any, *, request_id: str) -> Any:
+        while not recorded.is_set():  # the first chunk's record, held back (a busy metadata)
+            await asyncio.sleep(0.01)
+        return await advance(self, upload_id, step, request_id=request_id)
+
+    async def noted_renew(self: Any, *args: Any, **kwargs: Any) -> None:
+        renewed.set()
+        await renew(self, *args, **kwargs)
+
+    monkeypatch.setattr(MetadataClient, "tus_advance", late_advance)
+    monkeypatch.setattr(MetadataClient, "tus_renew", noted_renew)
+    first, second = os.urandom(MIB), os.urandom(4 * MIB)
+    url = create(tenant.api, len(first) + len(second) + 1).headers["location"]
+    upload_id = path_of(url).rsplit("/", 1)[1]
+    assert patch(tenant.api, url, first, 0).status_code == 204  # its record waits
+    streaming, finish = threading.Event(), threading.Event()
+
+    def body() -> Any:
+        sent = MIB
+        yield second[:sent]
+        streaming.set()
+        while not finish.wait(0.2):  # a byte now and then: a slow client, never an idle one
+            yield second[sent : sent + 1]
+            sent += 1
+        yield second[sent:]
+
+    answers: dict[str, httpx.Response] = {}
+
+    def send() -> None:
+        headers = {**TUS, "Upload-Offset": str(MIB), "Content-Type": "application/offset+octet-stream"}
+        headers["Content-Length"] = str(len(second))
+        answers["second"] = tenant.api.patch(path_of(url), content=body(), headers=headers)
+
+    sending = threading.Thread(target=send)
+    sending.start()
+    assert streaming.wait(30)
+    renewed.wait(2)  # the old code's first renewal, half a second in (now: after the record)
+    recorded.set()
+    offset = f"SELECT \"offset\" FROM tus_uploads WHERE id = '{upload_id}'"
+    deadline = time.monotonic() + 10
+    while stack.metadata_scalar(offset) != MIB:  # the record has landed
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(3)  # (a duration, not a condition: past the 2 s a kept lease lasts)
+    other = patch(tenant.api, url, os.urandom(len(second) + 1), MIB)
+    assert other.status_code == 423, (
+        f"another request wrote the upload beside a streaming chunk: {other.text}"
+    )
+    finish.set()
+    sending.join(30)
+    assert answers["second"].status_code == 204, answers["second"].text
+    done = patch(tenant.api, url, b"!", len(first) + len(second))
+    assert done.status_code == 204, done.text
+    asset = tenant.api.get(f"/api/assets/{done.headers['coffer-asset-id']}").json()
+    assert asset["sha256"] == hashlib.sha256(first + second + b"!").hexdigest()
+    assert hashlib.sha256(httpx.get(asset["publicUrl"]).content).hexdigest() == asset["sha256"]

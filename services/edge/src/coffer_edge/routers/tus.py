@@ -497,15 +497,25 @@ async def _lock(metadata: MetadataClient, upload_id: str, caller: Caller, offset
 
 
 async def _renewing(
-    metadata: MetadataClient, upload: TusUpload, rid: str, work: Callable[[], Awaitable[Any]]
+    metadata: MetadataClient,
+    upload: TusUpload,
+    rid: str,
+    work: Callable[[], Awaitable[Any]],
+    previous: asyncio.Future[TusUpload] | None = None,
 ) -> Any:
     """``work()`` while the lease is renewed: soon after the start, then every third of its
-    length."""
+    length. The first renewal waits for the last chunk's record (``previous``): landing after
+    it, the record made the renewed lease a kept one again, of KEEP_SECONDS, which another
+    request then took while this chunk streamed, and both wrote the upload. A renewal refused
+    (the lease lost all the same) stops the work: this request writes no more."""
     assert upload.lock_token is not None
     done = asyncio.Event()
 
     async def renew() -> None:
         wait = _FIRST_RENEWAL  # (a kept lease runs out KEEP_SECONDS after the last chunk)
+        if previous is not None:
+            with contextlib.suppress(CofferError):
+                await asyncio.shield(previous)
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), wait)
@@ -514,9 +524,17 @@ async def _renewing(
             wait = LEASE_SECONDS / 3
 
     renewer = asyncio.create_task(renew())
+    worker = asyncio.ensure_future(work())
     try:
-        return await work()
+        await asyncio.wait((worker, renewer), return_when=asyncio.FIRST_COMPLETED)
+        if not worker.done():  # the renewal failed: another request may hold the lease now
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, CofferError):
+                await worker
+            renewer.result()  # (its error: 409 for a lease lost, 503 for metadata unreachable)
+        return await worker
     finally:
+        worker.cancel()  # (this request cancelled: its work with it)
         # A renewal on its way is let finish, never cancelled: cancelled, it could still reach
         # metadata after the chunk's record, and turn the lease kept for this writer's next
         # chunk back into a writing one, which another edge's next chunk would meet as 423
@@ -686,7 +704,7 @@ async def _append(
         )
 
     try:
-        appended: TusAppended = await _renewing(state.metadata, upload, rid, append)
+        appended: TusAppended = await _renewing(state.metadata, upload, rid, append, previous)
     except BaseException as exc:
         if previous is not None:
             with contextlib.suppress(CofferError):
