@@ -1,17 +1,21 @@
 """The archives blob does not pass when clamd calls them clean (coffer_blob.archives, issue 48):
 any ZIP entry in zip64 form, at the top or nested, compressed or stored, appended to another
 file, or inside a gzip, bzip2 or xz stream or a tar file; an archive that cannot be read; past
-the walk's bounds. Ordinary archives, nested or not, and files that are none pass. The answers
-of a real clamd to the same files: test_scan.py."""
+the walk's bounds; the forms clamd reads otherwise than zipfile, tarfile and the decompressors
+(UNREAD). Ordinary archives, nested or not, and files that are none pass (CLAMD_READS among
+them). The answers of a real clamd to the same files: test_scan.py."""
 
 from __future__ import annotations
 
 import bz2
+import functools
 import gzip
 import io
 import lzma
+import struct
 import tarfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -186,3 +190,141 @@ def test_a_stream_past_the_bound_is_not_passed(check, monkeypatch: pytest.Monkey
     monkeypatch.setattr(archives, "MAX_EXTRACTED", 100_000)
     assert check(gzip.compress(bytes(100_001))) == "nested archives of more than 100000 bytes"
     assert check(gzip.compress(bytes(99_999))) is None
+
+
+# Forms that ClamAV (1.4.6) answers OK for with EICAR inside, as test_scan.py shows with a real
+# clamd: clamd does not read what they hold, so blob must not pass them either. Each takes the
+# content to hide (EICAR there, TEXT here) and gives the file, with the reason blob answers.
+def lzma_entry(data: bytes) -> bytes:
+    """LZMA (method 14): zipfile reads it, clamd does not."""
+    return zipped(("eicar.com", data), method=zipfile.ZIP_LZMA)
+
+
+def _local_header_changed(data: bytes, at: int, value: bytes) -> bytes:
+    """A deflated entry whose local header (not its central directory record) says ``value`` at ``at``."""
+    changed = bytearray(zipped(("eicar.com", data)))
+    changed[at : at + len(value)] = value
+    return bytes(changed)
+
+
+def local_sizes_zero(data: bytes) -> bytes:
+    """Sizes 0 in the local header (flag bit 3 clear), the real ones in the central directory."""
+    return _local_header_changed(data, 18, bytes(8))
+
+
+def local_method_stored(data: bytes) -> bytes:
+    """The local header says stored (0), the central directory deflate (8)."""
+    return _local_header_changed(data, 8, bytes(2))
+
+
+def local_flag_encrypted(data: bytes) -> bytes:
+    """The local header says encrypted, the central directory does not."""
+    return _local_header_changed(data, 6, b"\x01")
+
+
+def unlisted_local_entry(data: bytes) -> bytes:
+    """A second entry whose local header the central directory does not list."""
+    whole = zipped(("a.txt", TEXT), ("eicar.com", data))
+    first = whole.index(b"PK\x01\x02")
+    second = whole.index(b"PK\x01\x02", first + 4)
+    end = bytearray(whole[whole.index(b"PK\x05\x06") :])
+    end[8:16] = struct.pack("<2HL", 1, 1, second - first)  # one entry, one record's size
+    return whole[:second] + bytes(end)
+
+
+def zip_after_a_zip(data: bytes) -> bytes:
+    """Two ZIPs one after the other: zipfile reads the last, clamd neither's entries."""
+    return zipped(("a.txt", TEXT)) + zipped(("eicar.com", data))
+
+
+def two_bzip2_streams(data: bytes) -> bytes:
+    """clamd reads a bzip2 file's first stream only."""
+    return bz2.compress(b"") + bz2.compress(data)
+
+
+def gzip_member_after_zero_bytes(data: bytes) -> bytes:
+    """clamd stops reading gzip at zero bytes after a member; Python's gzip goes on past them."""
+    return gzip.compress(b"") + bytes(8) + gzip.compress(data)
+
+
+def tar_after_a_tars_end(data: bytes) -> bytes:
+    """Two tar files one after the other (``cat a.tar b.tar``): no one reads past the first's end."""
+    return tarred(("a.txt", TEXT)) + tarred(("eicar.com", data))
+
+
+ZIP_DISAGREES = "a ZIP entry whose local header and central directory disagree"
+UNREAD: dict[str, tuple[Callable[[bytes], bytes], str]] = {
+    "lzma-entry": (lzma_entry, "a ZIP entry compressed with method 14, which clamd does not read"),
+    "lzma-entry-nested": (
+        lambda data: zipped(("inner.zip", lzma_entry(data))),
+        "a ZIP entry compressed with method 14, which clamd does not read",
+    ),
+    "local-sizes-zero": (local_sizes_zero, ZIP_DISAGREES),
+    "local-method-differs": (local_method_stored, ZIP_DISAGREES),
+    "local-flag-encrypted": (local_flag_encrypted, ZIP_DISAGREES),
+    "unlisted-local-entry": (unlisted_local_entry, "a ZIP entry its central directory does not list"),
+    "zip-after-a-zip": (zip_after_a_zip, "a ZIP entry its central directory does not list"),
+    "two-bzip2-streams": (two_bzip2_streams, "data after a bzip2 stream, which clamd does not read"),
+    "two-bzip2-streams-in-a-tar": (
+        lambda data: tarred(("a.bz2", two_bzip2_streams(data))),
+        "data after a bzip2 stream, which clamd does not read",
+    ),
+    "gzip-member-after-zero-bytes": (
+        gzip_member_after_zero_bytes,
+        "data after a gzip stream, which clamd does not read",
+    ),
+    "tar-after-a-tars-end": (tar_after_a_tars_end, "data after a tar file's end, which clamd does not read"),
+}
+
+
+@pytest.mark.parametrize("form", sorted(UNREAD))
+def test_a_form_clamd_does_not_read_is_not_passed(check, form: str) -> None:  # type: ignore[no-untyped-def]
+    build, why = UNREAD[form]
+    assert check(build(TEXT)) == why
+
+
+def _streamed_with_sizes(data: bytes) -> bytes:
+    """An entry streamed (flag bit 3) whose local header has sizes all the same: clamd reads the
+    central directory's then."""
+    streamed = bytearray(zipped(("eicar.com", data)))
+    streamed[6] |= 0x8
+    streamed[streamed.rindex(b"PK\x01\x02") + 8] |= 0x8
+    return bytes(streamed)
+
+
+def _nested_zip(data: bytes, *, method: int) -> bytes:
+    return zipped(("inner.zip", zipped(("eicar.com", data), method=method)), method=method)
+
+
+# Their neighbours, which clamd (1.4.6) reads whole (EICAR found in each): not refused.
+CLAMD_READS: dict[str, Callable[[bytes], bytes]] = {
+    **{
+        f"nested-zip-{method}": functools.partial(_nested_zip, method=method)
+        for method in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2)
+    },
+    # gzip members and xz streams back to back (xz with its zero padding), zero bytes at the end.
+    "gzip-members": lambda data: gzip.compress(b"") + gzip.compress(data) + bytes(8),
+    "xz-streams": lambda data: lzma.compress(b"") + bytes(4) + lzma.compress(data) + bytes(4),
+    "bzip2-zero-bytes-after": lambda data: bz2.compress(data) + bytes(8),
+    "tar-zero-bytes-after": lambda data: tarred(("eicar.com", data)) + bytes(10240),
+    "streamed-entry-with-sizes": _streamed_with_sizes,
+    # A ZIP behind other bytes that hold a local header: clamd looks for every local header
+    # itself then, whatever the central directory lists (an installer's own code may hold one).
+    "zip-behind-a-local-header": lambda data: (
+        b"MZ" + b"PK\x03\x04" + bytes(100) + zipped(("eicar.com", data))
+    ),
+}
+
+
+@pytest.mark.parametrize("form", sorted(CLAMD_READS))
+def test_a_form_clamd_reads_passes(check, form: str) -> None:  # type: ignore[no-untyped-def]
+    assert check(CLAMD_READS[form](TEXT)) is None
+
+
+def test_a_decompression_bomb_is_read_no_further_than_the_bound(
+    check, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(archives, "MAX_EXTRACTED", 100_000)
+    for compress in (bz2.compress, lzma.compress, gzip.compress):
+        assert check(compress(bytes(10_000_000))) == "nested archives of more than 100000 bytes"
+        assert check(compress(bytes(99_999))) is None

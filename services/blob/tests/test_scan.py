@@ -28,6 +28,7 @@ from coffer_testkit.clamd import EICAR, SIGNATURE, Clamd, running_clamd
 from coffer_testkit.testing import app_client, assert_error, pattern_chunks
 
 from .support import ORG, TOKEN, new_asset_id, upload
+from .test_archives import CLAMD_READS, UNREAD
 from .test_cdn import key_path
 from .test_uploads import big_body, post
 
@@ -188,3 +189,27 @@ async def test_a_clean_scan_of_an_object_in_the_trash_leaves_it_withheld(
     restored = await scanning.put(f"/internal/v1/held/{key}", json={"held": False, "reason": "trash"})
     assert restored.status_code == 200, restored.text
     assert (await cdn.get(key_path(key))).status_code == 200
+
+
+@pytest.mark.parametrize("form", sorted(UNREAD))
+async def test_eicar_in_a_form_clamd_does_not_read_is_never_passed(
+    scanning: httpx.AsyncClient, form: str
+) -> None:
+    """clamd (1.4.6) answers OK for each (test_archives.UNREAD: an LZMA entry, local headers the
+    central directory contradicts or does not list, a second bzip2 stream, a gzip member after
+    zero bytes, a tar after a tar's end): blob does not pass what clamd did not read."""
+    build, why = UNREAD[form]
+    stored = await upload(scanning, build(EICAR), filename="archive.bin")
+    body = assert_error(
+        await scanning.post(f"/internal/v1/scan/{stored.json()['key']}"), 503, "scanner_unavailable"
+    )
+    assert why in body["message"]
+
+
+@pytest.mark.parametrize("form", sorted(CLAMD_READS))
+async def test_eicar_in_a_form_clamd_reads_is_infected(scanning: httpx.AsyncClient, form: str) -> None:
+    """The neighbours of those forms, which blob does not refuse: clamd reads them, and finds EICAR."""
+    stored = await upload(scanning, CLAMD_READS[form](EICAR), filename="archive.bin")
+    scanned = await scanning.post(f"/internal/v1/scan/{stored.json()['key']}")
+    assert scanned.status_code == 200, scanned.text
+    assert scanned.json()["result"] == "infected"

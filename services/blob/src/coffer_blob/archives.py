@@ -18,21 +18,32 @@ bytes decompressed (clamd's MaxScanSize, past which clamd too alerts); past a bo
 member it cannot read (a ZIP compression method ``zipfile`` lacks, such as Deflate64, which
 clamd reads; a broken stream), it answers a reason (never a pass blob cannot vouch for).
 Encrypted ZIP entries are read by no one here. Other formats (7z, RAR, CAB) are clamd's alone.
+
+Where clamd and this walk would read a file differently, what the walk reads there clamd may
+not have, so the walk refuses the file. Each form is one clamd 1.4.6 answers OK for with EICAR
+inside (``test_scan.py``): a ZIP entry in a compression method clamd does not decompress (LZMA,
+which ``zipfile`` does); a local header whose method, encryption flag or sizes differ from its
+central directory record's (clamd goes by the local header, ``zipfile`` by the directory); in a
+file that starts as a ZIP, a local header the central directory does not list (clamd reads the
+listed entries alone; behind other bytes it looks for every local header itself); anything but
+zero bytes after a bzip2 stream (clamd reads the first alone), after zero bytes behind a gzip
+member, or after a tar file's end.
 """
 
 from __future__ import annotations
 
 import bz2
+import contextlib
 import functools
-import gzip
 import io
 import lzma
 import struct
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Callable
-from typing import IO
+import zlib
+from collections.abc import Callable, Generator
+from typing import IO, Protocol
 
 from coffer_blob.storage import Storage
 from coffer_blob.storage.base import read_range
@@ -55,6 +66,13 @@ BLOCK = 256 * 1024
 # A nested archive is extracted into memory up to this, then into a temporary file.
 SPOOL_BYTES = 8 * 1024 * 1024
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # zipfile.structFileHeader
+# The ZIP compression methods clamd decompresses (APPNOTE 4.4.5): stored, implode (libclamav's
+# explode.c), deflate, Deflate64 and bzip2, EICAR found in each measured (not implode: nothing
+# here writes it). An entry in any other it passes unread, LZMA (14) among them, which zipfile
+# reads. (zipfile lacks implode and Deflate64: refused in _member, as a form blob cannot read.)
+CLAMD_ZIP_METHODS = frozenset({0, 6, 8, 9, 12})
+# General purpose flags: encrypted, sizes in a data descriptor after the data.
+_ENCRYPTED, _DESCRIPTOR = 0x1, 0x8
 
 
 class Unreadable(Exception):
@@ -149,24 +167,114 @@ def _inspect(file: IO[bytes], budget: _Budget, *, depth: int) -> None:
         _member(functools.partial(_decompressed, kind, file), f"a {kind} stream", budget, depth=depth)
 
 
-def _decompressed(kind: str, file: IO[bytes]) -> io.BufferedIOBase:
-    """A compressed stream's content, as a file (closed by ``_member``)."""
-    if kind == "gzip":
-        return gzip.GzipFile(fileobj=file, mode="rb")
-    return bz2.BZ2File(file) if kind == "bzip2" else lzma.LZMAFile(file)
+class _Decompressor(Protocol):
+    """bz2's and lzma's decompressor objects (and ``_Inflate``), as ``_decompressed`` uses them."""
+
+    @property
+    def eof(self) -> bool: ...
+    @property
+    def needs_input(self) -> bool: ...
+    @property
+    def unused_data(self) -> bytes: ...
+    def decompress(self, data: bytes, max_length: int = -1) -> bytes: ...
 
 
-def _local_zip64(file: IO[bytes], info: zipfile.ZipInfo) -> bool:
-    """The form clamd passes unread: the local header's sizes say "see the zip64 extra field"
-    with no data descriptor after the data (flag bit 3 clear). A streamed entry (bit 3, as
-    ``zip - -`` writes) clamd reads by its descriptor, and finds EICAR in."""
+class _Inflate:
+    """One gzip member's zlib decompressor with the interface of bz2's and lzma's: the input
+    past ``max_length`` held inside."""
+
+    def __init__(self) -> None:
+        self.zlib = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+
+    @property
+    def eof(self) -> bool:
+        return self.zlib.eof
+
+    @property
+    def needs_input(self) -> bool:
+        return not self.zlib.unconsumed_tail
+
+    @property
+    def unused_data(self) -> bytes:
+        return self.zlib.unused_data
+
+    def decompress(self, data: bytes, max_length: int = -1) -> bytes:
+        return self.zlib.decompress(self.zlib.unconsumed_tail + data, max(0, max_length))
+
+
+_DECOMPRESSORS: dict[str, Callable[[], _Decompressor]] = {
+    "gzip": _Inflate,
+    "bzip2": bz2.BZ2Decompressor,
+    "xz": functools.partial(lzma.LZMADecompressor, lzma.FORMAT_XZ),
+}
+
+
+def _decompressed(kind: str, file: IO[bytes]) -> Generator[bytes, None, None]:
+    """A compressed stream's content as clamd reads it, a block at a time: gzip members back to
+    back, xz streams with zero bytes (their padding) between them, one bzip2 stream; zero bytes
+    after the last. Anything else after a stream clamd does not read: Unreadable."""
+    pending = b""
+    while True:
+        decompressor = _DECOMPRESSORS[kind]()
+        while not decompressor.eof:
+            data = pending or (file.read(BLOCK) if decompressor.needs_input else b"")
+            pending = b""
+            out = decompressor.decompress(data, BLOCK)
+            if not (data or out or decompressor.eof):
+                raise EOFError("the file ends inside it")
+            yield out
+        after, padded = decompressor.unused_data, False
+        while not (pending := after.lstrip(b"\0")):
+            padded = padded or bool(after)
+            if not (after := file.read(BLOCK)):
+                return  # nothing but zero bytes to the end
+        padded = padded or len(pending) < len(after)
+        if kind == "bzip2" or (kind == "gzip" and padded):
+            raise Unreadable(f"data after a {kind} stream, which clamd does not read")
+
+
+def _read(file: IO[bytes] | None) -> Generator[bytes, None, None]:
+    """A member's bytes (a ZIP entry's, a tar member's), a block at a time."""
+    assert file is not None  # (a regular file's)
+    with file:
+        while chunk := file.read(BLOCK):
+            yield chunk
+
+
+def _local_header(file: IO[bytes], info: zipfile.ZipInfo) -> int:
+    """Check the entry's local header against its central directory record, as clamd reads the
+    first and zipfile the second; answer where the entry's data ends."""
     file.seek(info.header_offset)
     head = file.read(_LOCAL_HEADER.size)
     if len(head) < _LOCAL_HEADER.size:
         raise Unreadable("a ZIP entry past the end of the file")
     fields = _LOCAL_HEADER.unpack(head)
-    flags, compressed, uncompressed = fields[3], fields[8], fields[9]
-    return not flags & 0x8 and ZIP64_SIZE in (compressed, uncompressed)
+    flags, method, compressed, uncompressed = fields[3], fields[4], fields[8], fields[9]
+    # The form clamd passes unread: the sizes say "see the zip64 extra field" with no data
+    # descriptor after the data. A streamed entry (bit 3, as ``zip - -`` writes) clamd reads by
+    # its central directory record, and finds EICAR in.
+    if not flags & _DESCRIPTOR and ZIP64_SIZE in (compressed, uncompressed):
+        raise Unreadable("a zip64 archive")
+    if (
+        method != info.compress_type
+        or (flags ^ info.flag_bits) & _ENCRYPTED
+        or (not flags & _DESCRIPTOR and (compressed, uncompressed) != (info.compress_size, info.file_size))
+    ):
+        raise Unreadable("a ZIP entry whose local header and central directory disagree")
+    name_length, extra_length = fields[10], fields[11]
+    return int(info.header_offset + _LOCAL_HEADER.size + name_length + extra_length + info.compress_size)
+
+
+def _holds_local_header(file: IO[bytes], start: int, end: int) -> bool:
+    """Whether the bytes from ``start`` to ``end`` hold a ZIP local header's signature."""
+    file.seek(start)
+    tail = b""
+    while start < end and (block := file.read(min(BLOCK, end - start))):
+        if ZIP_MAGIC in tail + block:
+            return True
+        start += len(block)
+        tail = block[-(len(ZIP_MAGIC) - 1) :]
+    return False
 
 
 def _walk(file: IO[bytes], budget: _Budget, *, depth: int) -> None:
@@ -177,13 +285,33 @@ def _walk(file: IO[bytes], budget: _Budget, *, depth: int) -> None:
     with archive:
         entries = archive.infolist()
         budget.count(len(entries))
+        # A file that starts as a ZIP clamd reads by its central directory alone: a local header
+        # it does not list (before the directory, between or before the entries it lists, as a
+        # ZIP before another has) is read by no one. Behind other bytes, clamd finds each itself.
+        file.seek(0)
+        unlisted_at = 0 if file.read(len(ZIP_MAGIC)) == ZIP_MAGIC else None
         # In the order they lie in the file: one read of the store per block, not per entry.
         for info in sorted(entries, key=lambda i: i.header_offset):
-            if _local_zip64(file, info):
-                raise Unreadable("a zip64 archive")
-            if info.flag_bits & 0x1 or info.is_dir():  # encrypted: read by no one here
+            end = _local_header(file, info)
+            if unlisted_at is not None:
+                if _holds_local_header(file, unlisted_at, info.header_offset):
+                    raise Unreadable("a ZIP entry its central directory does not list")
+                unlisted_at = max(unlisted_at, end)
+            if info.flag_bits & _ENCRYPTED:  # read by no one here
                 continue
-            _member(functools.partial(archive.open, info), "a ZIP entry", budget, depth=depth)
+            if info.compress_type not in CLAMD_ZIP_METHODS:
+                raise Unreadable(
+                    f"a ZIP entry compressed with method {info.compress_type}, which clamd does not read"
+                )
+            if info.is_dir():
+                continue
+            _member(functools.partial(_read_entry, archive, info), "a ZIP entry", budget, depth=depth)
+        if unlisted_at is not None and _holds_local_header(file, unlisted_at, archive.start_dir):
+            raise Unreadable("a ZIP entry its central directory does not list")
+
+
+def _read_entry(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> Generator[bytes, None, None]:
+    return _read(archive.open(info))
 
 
 def _walk_tar(file: IO[bytes], budget: _Budget, *, depth: int) -> None:
@@ -192,25 +320,34 @@ def _walk_tar(file: IO[bytes], budget: _Budget, *, depth: int) -> None:
             for member in archive:  # one header at a time, in file order
                 budget.count(1)
                 if member.isfile():
-                    read = functools.partial(archive.extractfile, member)
+                    read = functools.partial(_read_member, archive, member)
                     _member(read, "a tar member", budget, depth=depth)
+            end = archive.offset  # of the last member read: its end-of-archive blocks, if any
     except Unreadable:
         raise
     except Exception as exc:  # a tar cut short, a header that is not one
         raise Unreadable(f"a tar file that cannot be read ({exc})") from exc
+    # Neither tarfile nor clamd reads past the end (two zero blocks, or a header that is not
+    # one): a tar after it (``cat a.tar b.tar``) is read by no one.
+    file.seek(end)
+    while block := file.read(BLOCK):
+        if block.strip(b"\0"):
+            raise Unreadable("data after a tar file's end, which clamd does not read")
+
+
+def _read_member(archive: tarfile.TarFile, member: tarfile.TarInfo) -> Generator[bytes, None, None]:
+    return _read(archive.extractfile(member))
 
 
 def _member(
-    open_: Callable[[], IO[bytes] | io.BufferedIOBase | None], what: str, budget: _Budget, *, depth: int
+    chunks: Callable[[], Generator[bytes, None, None]], what: str, budget: _Budget, *, depth: int
 ) -> None:
     """Read a member (a ZIP entry, a tar member, a stream's content) whole, within the budget,
     and walk it when it is itself an archive."""
     try:
         with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
-            member = open_()
-            assert member is not None  # (a regular file's)
-            with member:
-                while chunk := member.read(BLOCK):
+            with contextlib.closing(chunks()) as read:
+                for chunk in read:
                     budget.extract(len(chunk))
                     spool.write(chunk)
             spool.seek(0)
