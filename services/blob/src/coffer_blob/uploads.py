@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import unicodedata
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -45,7 +46,13 @@ from coffer_kit.contract import keys, media
 from coffer_kit.contract.errors import CofferError, file_too_large, invalid, unsupported_media_type
 from coffer_kit.contract.limits import MAX_FILE_BYTES
 from coffer_kit.contract.resources import VISIBILITIES, Visibility
-from coffer_kit.contract.wire import Stored, UploadFields
+from coffer_kit.contract.wire import (
+    MEDIA_RANGE_PATTERN,
+    UPLOAD_TOKEN_MAX_TYPE_CHARS,
+    UPLOAD_TOKEN_MAX_TYPES,
+    Stored,
+    UploadFields,
+)
 
 log = logging.getLogger("coffer.blob.uploads")
 router = APIRouter(prefix="/internal/v1")
@@ -66,6 +73,7 @@ QUEUE_SLOTS = 2
 # After a refusal, read and drop at most this much more so the caller can read the answer
 # (edge caps the whole body at MAX_FILE_BYTES + 1 MiB, so this is never reached through edge).
 MAX_DRAIN_BYTES = MAX_FILE_BYTES + 2 * 1024 * 1024
+_TOKEN_RANGE = re.compile(MEDIA_RANGE_PATTERN)
 
 
 def malformed(reason: str) -> CofferError:
@@ -464,10 +472,16 @@ async def _drain(stream: AsyncIterator[bytes]) -> None:
 
 
 def allowed_lists(allow: list[str] | None) -> tuple[tuple[str, ...], ...]:
-    """The ``allow`` query parameters: each a comma-separated list of media ranges."""
+    """The ``allow`` query parameters: each a comma-separated list of media ranges, as an
+    organization's allowed list or an upload token's ``contentTypes`` holds them (the token's
+    are the wider: ``image/g*``, up to 100 ranges of 255 characters)."""
     lists = tuple(tuple(r.strip() for r in value.split(",") if r.strip()) for value in allow or ())
     for ranges in lists:
-        if len(ranges) > media.MAX_ALLOWED_TYPES or not all(media.valid_range(r) for r in ranges):
+        if len(ranges) > max(media.MAX_ALLOWED_TYPES, UPLOAD_TOKEN_MAX_TYPES) or not all(
+            media.valid_range(r)
+            or (len(r) <= UPLOAD_TOKEN_MAX_TYPE_CHARS and _TOKEN_RANGE.fullmatch(r.lower()))
+            for r in ranges
+        ):
             raise invalid("'allow' holds media ranges.", field="allow")
     return lists
 

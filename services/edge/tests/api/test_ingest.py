@@ -111,6 +111,24 @@ def test_enforce_matches_a_tokens_content_types_against_the_bytes(stack, admin, 
     assert tenant.api.get("/api/assets").json()["total"] == 2
 
 
+def test_enforce_takes_every_content_type_a_token_can_be_minted_with(stack, admin, tenant) -> None:
+    """A token minted with a wildcard in a subtype (``image/g*``), a type of any shape
+    (``*/gif``), 100 types or a subtype of 100 characters could upload nothing under
+    ``enforce``: blob held them to the organization list's narrower grammar, and the client got
+    400 naming blob's internal ``allow``. They are now matched as minted."""
+    set_ingest(admin, tenant.org_id, "--ingest", "enforce")
+    many = [f"application/x-{n:03d}-{'y' * 236}" for n in range(99)] + ["image/gif"]
+    with httpx.Client(base_url=stack.edge_url) as anonymous:
+        refused = until_refused(  # (once enforce has reached edge)
+            lambda: token_upload(anonymous, tenant, "a.gif", GIF, "image/gif", contentTypes=["image/j*"])
+        )
+        assert_error(refused, 415, "unsupported_media_type")
+        for types in (["image/g*"], ["*/gif"], many, ["image/" + "g" * 100, "image/gif"]):
+            stored = token_upload(anonymous, tenant, "a.gif", GIF, "image/gif", contentTypes=types)
+            assert stored.status_code == 201, (types[:2], stored.text)
+            assert stored.json()["detectedType"] == "image/gif"
+
+
 def test_enforce_matches_a_tokens_content_types_on_a_resumable_upload(admin, tenant, anon) -> None:
     """A token-minted tus upload is held to the token's contentTypes at its last byte, as a
     multipart one is: 415 with both types, nothing kept or counted, the token given back."""

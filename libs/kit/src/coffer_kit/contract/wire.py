@@ -731,6 +731,7 @@ class SignOut(WireModel):
 
 # A media range as upload tokens take them: ``*``, ``type/*`` or ``type/subtype`` (lower case).
 MEDIA_RANGE_PATTERN = r"^(\*|[a-z0-9!#$&^_.+*-]+/[a-z0-9!#$&^_.+*-]+)$"
+UPLOAD_TOKEN_MAX_TYPES, UPLOAD_TOKEN_MAX_TYPE_CHARS = 100, 255
 UPLOAD_TOKEN_MAX_EXPIRES_IN = 86_400
 
 
@@ -759,9 +760,10 @@ class UploadTokenIn(WireModel):
     folder_id: str | None = Field(default=None, max_length=40)
     name: str | None = Field(default=None, max_length=1024)
     max_bytes: StrictInt = Field(ge=1, le=MAX_FILE_BYTES)
-    content_types: list[Annotated[str, Field(pattern=MEDIA_RANGE_PATTERN, max_length=255)]] | None = Field(
-        default=None, max_length=100
-    )
+    content_types: (
+        list[Annotated[str, Field(pattern=MEDIA_RANGE_PATTERN, max_length=UPLOAD_TOKEN_MAX_TYPE_CHARS)]]
+        | None
+    ) = Field(default=None, max_length=UPLOAD_TOKEN_MAX_TYPES)
     expires_in: StrictInt = Field(ge=1, le=UPLOAD_TOKEN_MAX_EXPIRES_IN)
     # None: the organization's default when the upload comes.
     visibility: Visibility | None = None
