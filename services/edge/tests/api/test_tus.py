@@ -610,6 +610,24 @@ def test_ending_a_finished_upload_is_404_and_keeps_it(new_tenant: Any) -> None:
     assert tenant.api.get("/api/assets").json()["total"] == 1
 
 
+def test_bytes_past_a_finished_uploads_length_are_413_not_dropped(tenant: Any) -> None:
+    """A PATCH at a finished upload's own offset answered 204 whatever its body, the bytes
+    dropped; past Upload-Length they are 413, as for an unfinished upload. An empty one (a
+    client asking where it stands) is still 204."""
+    url = create(tenant.api, 5).headers["location"]
+    assert patch(tenant.api, url, b"hello", 0).status_code == 204
+    assert_error(patch(tenant.api, url, b"more!", 5), 413, "file_too_large")
+    chunked = tenant.api.patch(
+        path_of(url),
+        content=iter([b"more!"]),
+        headers={**TUS, "Upload-Offset": "5", "Content-Type": "application/offset+octet-stream"},
+    )
+    assert_error(chunked, 413, "file_too_large")
+    again = patch(tenant.api, url, b"", 5)
+    assert again.status_code == 204 and again.headers["upload-offset"] == "5"
+    assert tenant.api.get("/api/assets").json()["assets"][0]["size"] == 5
+
+
 def test_an_expiry_that_passes_while_uploading_refuses_the_completion(tenant: Any) -> None:
     """``expiresAt`` is checked at creation, but a resumable upload may take days: one that
     passed meanwhile made an asset already expired (``expiresAt`` before ``createdAt``), in the

@@ -1065,6 +1065,10 @@ async def upload_chunk(upload_id: UploadIdPath, request: Request, token: Token =
         upload = await _write(request, upload, rid, previous)
     elif offset != upload.offset:  # complete already: only its own offset is right
         raise offset_mismatch(upload.offset)
+    else:  # complete, at its own offset: any byte is past Upload-Length
+        async for data in request.stream():
+            if data:
+                raise file_too_large(0)
     headers = _upload_headers(upload)
     del headers["Upload-Length"]
     return Response(status_code=204, headers=headers)
