@@ -1068,7 +1068,7 @@ async def upload_chunk(upload_id: UploadIdPath, request: Request, token: Token =
     else:  # complete, at its own offset: any byte is past Upload-Length
         async for data in request.stream():
             if data:
-                raise file_too_large(0)
+                raise CofferError(413, "file_too_large", "This upload is complete: it takes no more bytes.")
     headers = _upload_headers(upload)
     del headers["Upload-Length"]
     return Response(status_code=204, headers=headers)
