@@ -18,6 +18,7 @@ import hashlib
 import json
 import re
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
@@ -55,12 +56,24 @@ async def name_key(org_id: str, body: TusTarget) -> TusKey:
     return TusKey(key=key, mime_type=mime_type)
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """A last chunk whose upload's bytes were gone: the SHA-256 the whole file would have."""
+
+    sha256: str
+
+
 class _Chunk:
     """One request's bytes on their way into a resumable object, hashed as they go."""
 
-    def __init__(self, opener: Callable[[], Resumable], hash_state: str | None, checksum: str | None) -> None:
+    def __init__(
+        self, opener: Callable[[], Resumable], hash_state: str | None, checksum: str | None, *, resumed: bool
+    ) -> None:
         self.opener = opener
         self.writer: Resumable | None = None  # opened by the first write, in its worker thread
+        # The upload's bytes so far were not in the store (``resumed``: there were some): only
+        # hashed then, for ``finish`` to tell a last chunk retried after its file was published.
+        self.resumed, self.replaying = resumed, False
         # Imported by the first chunk, not at start: 0.6 MiB of idle RSS in a blob that never
         # sees a resumable upload.
         import rehashes
@@ -81,20 +94,32 @@ class _Chunk:
 
     def write(self, pieces: list[bytes]) -> None:
         """In a worker thread: hash and write one batch (the first opens the object)."""
-        if self.writer is None:
-            self.writer = self.opener()
+        if self.writer is None and not self.replaying:
+            try:
+                self.writer = self.opener()
+            except StorageUnavailable:
+                if not self.resumed:
+                    raise
+                self.replaying = True  # gone: published by this chunk's first try? (``finish``)
         for piece in pieces:
             self.sha256.update(piece)
             if self.check is not None:
                 self.check.update(piece)
-        self.writer.write_many(pieces)
+        if self.writer is not None:
+            self.writer.write_many(pieces)
 
     def finish(
         self, pieces: list[bytes], new_offset: int, final: bool, commit: Callable[[Resumable, str], object]
-    ) -> str | dict[str, Any]:
+    ) -> str | dict[str, Any] | Replayed:
         """In a worker thread: the last batch, then the checkpoint (answers its state), or, at
-        the upload's last byte, the commit (answers the SHA-256)."""
+        the upload's last byte, the commit (answers the SHA-256). A last chunk retried after
+        its first try published the file (and metadata then failed to make the asset) finds the
+        upload's bytes gone: it answers ``Replayed``, for the route to check against the file."""
         self.write(pieces)
+        if self.replaying:
+            if not final:
+                raise StorageUnavailable("the bytes of this upload are gone")
+            return Replayed(self.sha256.finalize())
         assert self.writer is not None
         if final:
             sha256: str = self.sha256.finalize()
@@ -177,7 +202,10 @@ async def append(
     resume: dict[str, Any] = json.loads(state) if state else {}
     store: dict[str, Any] = resume.get("store", {})
     chunk = _Chunk(
-        functools.partial(storage.open_resumable, key, upload_id, offset, store), resume.get("hash"), checksum
+        functools.partial(storage.open_resumable, key, upload_id, offset, store),
+        resume.get("hash"),
+        checksum,
+        resumed=offset > 0,
     )
 
     def commit(writer: Resumable, sha256: str) -> object:
@@ -199,6 +227,13 @@ async def append(
     except BaseException:
         await run_in_threadpool(chunk.abort)
         raise
+    if isinstance(done, Replayed):
+        # The retry of a last chunk whose first try published the file: the same bytes make the
+        # same file, answered as then (edge then makes the asset); any other bytes, gone.
+        info = await run_in_threadpool(storage.stat, key)
+        if info is None or info.size != length or info.sha256 != done.sha256:
+            raise unavailable(f"The store failed: the bytes of upload {upload_id} are gone.")
+        done = done.sha256
     if isinstance(done, str):
         # The published file's first bytes, read back once: a resumable upload's may have come
         # in another request, to another blob.

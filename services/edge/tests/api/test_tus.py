@@ -628,6 +628,37 @@ def test_bytes_past_a_finished_uploads_length_are_413_not_dropped(tenant: Any) -
     assert tenant.api.get("/api/assets").json()["assets"][0]["size"] == 5
 
 
+def test_a_last_chunk_retried_after_its_completion_failed_completes_the_upload(
+    monkeypatch: pytest.MonkeyPatch, tenant: Any
+) -> None:
+    """The last chunk's bytes were published, then metadata failed to make the asset (503):
+    each retry of that chunk was 503 ("the bytes of upload … are gone"), the upload stuck with
+    its reservation until it expired. blob now answers a retried last chunk whose bytes are the
+    published file's with that file, and the retry makes the asset."""
+    from coffer_edge.clients.metadata import MetadataClient
+    from coffer_kit.contract.errors import CofferError
+
+    complete, failures = MetadataClient.tus_complete, [CofferError(503, "unavailable", "metadata is down")]
+
+    async def failing_once(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return await complete(self, *args, **kwargs)
+
+    monkeypatch.setattr(MetadataClient, "tus_complete", failing_once)
+    url = create(tenant.api, 6).headers["location"]
+    assert patch(tenant.api, url, b"abc", 0).status_code == 204
+    assert_error(patch(tenant.api, url, b"def", 3), 503, "unavailable")
+    assert head(tenant.api, url).headers["upload-offset"] == "3"
+    assert_error(patch(tenant.api, url, b"xyz", 3), 503, "unavailable")  # not the bytes published
+    done = patch(tenant.api, url, b"def", 3)
+    assert done.status_code == 204, done.text
+    asset = tenant.api.get(f"/api/assets/{done.headers['coffer-asset-id']}").json()
+    assert asset["size"] == 6 and asset["sha256"] == hashlib.sha256(b"abcdef").hexdigest()
+    assert httpx.get(asset["publicUrl"]).content == b"abcdef"
+    assert tenant.api.get("/api/uploads").json()["total"] == 0
+
+
 def test_an_expiry_that_passes_while_uploading_refuses_the_completion(tenant: Any) -> None:
     """``expiresAt`` is checked at creation, but a resumable upload may take days: one that
     passed meanwhile made an asset already expired (``expiresAt`` before ``createdAt``), in the
