@@ -28,8 +28,11 @@ FLAGS_AT_REFRESH_SECONDS = 60
 
 
 def flags_at_fresh(flags_at: datetime | None) -> bool:
-    """Whether a flag change that changes nothing may leave ``flags_at`` as it is."""
-    return flags_at is not None and (datetime.now(UTC) - flags_at).total_seconds() < FLAGS_AT_REFRESH_SECONDS
+    """Whether a flag change that changes nothing may leave ``flags_at`` as it is: recent, or
+    none (no flag of the object ever changed, so no earlier try of this change reached the
+    store; most changes that change nothing, a scan's release of an object never held, write
+    nothing then)."""
+    return flags_at is None or (datetime.now(UTC) - flags_at).total_seconds() < FLAGS_AT_REFRESH_SECONDS
 
 
 class StorageUnavailable(Exception):
