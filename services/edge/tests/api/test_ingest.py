@@ -129,6 +129,43 @@ def test_enforce_takes_every_content_type_a_token_can_be_minted_with(stack, admi
             assert stored.json()["detectedType"] == "image/gif"
 
 
+def test_a_resumable_upload_under_enforce_is_never_served_before_its_type_is_matched(
+    monkeypatch, stack, admin, tenant, anon
+) -> None:
+    """Its last byte published the file served, then edge matched its type: a file refused was
+    downloadable until terminated, and for good had that check failed (no asset, no upload to
+    end it). Under enforce the file is now published held, and released once its type passes."""
+    from coffer_edge.clients.upload_tokens import UploadTokenClient
+    from coffer_kit.contract.errors import CofferError
+
+    place, failures = UploadTokenClient.place, [CofferError(503, "unavailable", "auth is down")]
+
+    async def failing_once(self, *args, **kwargs):
+        if failures:
+            raise failures.pop()
+        return await place(self, *args, **kwargs)
+
+    set_ingest(admin, tenant.org_id, "--ingest", "enforce")
+    until_refused(lambda: token_upload(anon, tenant, "a.gif", GIF, "image/gif", contentTypes=JPEG_ONLY))
+    monkeypatch.setattr(UploadTokenClient, "place", failing_once)
+    minted = tenant.api.post("/api/upload-tokens", json={"contentTypes": ["image/*"]}).json()
+    created = anon.post(
+        f"/api/uploads/tus?token={minted['token']}",
+        headers={"Tus-Resumable": "1.0.0", "Upload-Length": str(len(GIF)),
+                 "Upload-Metadata": meta(filename="a.gif", filetype="image/gif")},
+    )  # fmt: skip
+    assert created.status_code == 201, created.text
+    location = created.headers["location"]
+    assert_error(patch(anon, location, GIF, 0), 503, "unavailable")  # published; not yet matched
+    upload_id = location.split("?")[0].rsplit("/", 1)[1]
+    asset_id = stack.metadata_scalar(f"SELECT asset_id FROM tus_uploads WHERE id = '{upload_id}'")
+    published = f"{stack.public_cdn_url}/{tenant.org_id}/{asset_id}/a.gif"
+    assert httpx.get(published).status_code == 404
+    done = patch(anon, location, GIF, 0)  # the client's retry
+    assert done.status_code == 204, done.text
+    assert httpx.get(published).content == GIF
+
+
 def test_enforce_matches_a_tokens_content_types_on_a_resumable_upload(admin, tenant, anon) -> None:
     """A token-minted tus upload is held to the token's contentTypes at its last byte, as a
     multipart one is: 415 with both types, nothing kept or counted, the token given back."""

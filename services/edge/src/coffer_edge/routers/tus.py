@@ -567,7 +567,7 @@ async def _write(
                 409, "conflict", "The last chunk was not recorded; ask HEAD and resume."
             ) from None
         previous = None
-    appended = await _append(request, upload, rid, size, previous)
+    appended, held = await _append(request, upload, rid, size, previous)
     UPLOAD_BYTES.inc(appended.offset - upload.offset)
     if appended.sha256 is None:
         # A subtree key's next chunk is never given the kept lease (``Kept.take``): for it the
@@ -598,7 +598,7 @@ async def _write(
             state.kept_uploads.pop(upload.id, None)  # (an older chunk's, never to be taken)
             Kept.recording(state, upload.id, recorded)
         return after
-    ingest = await _admitted(state, upload, appended, rid)
+    ingest = await _admitted(state, upload, appended, rid, published_held=held)
     done = TusComplete(
         lock_token=upload.lock_token,
         from_offset=upload.offset,
@@ -624,15 +624,17 @@ async def _write(
     return completed
 
 
-async def _admitted(state: EdgeState, upload: TusUpload, appended: TusAppended, rid: str) -> Ingest:
+async def _admitted(
+    state: EdgeState, upload: TusUpload, appended: TusAppended, rid: str, *, published_held: bool
+) -> Ingest:
     """Safe ingest (issue 48) at the last byte, before the asset exists: the organization's
     rules (asked of auth, not of the caller's principal: the caller may hold only the upload's
     capability; kept as long as a principal is, AuthClient.ingest) and, under ``enforce``,
     the contentTypes of the upload token it was created with; a type they do not allow ends
     the upload (415; bytes and reservation released, the token given back as a refused
     multipart upload leaves it); under ``block`` the object is held back from downloads until
-    its scan passes. A failure gives the lease back at once (the client's retry of this PATCH
-    publishes the file again)."""
+    its scan passes, and otherwise released if it was published held (``_append``). A failure
+    gives the lease back at once (the client's retry of this PATCH publishes the file again)."""
     metadata = state.metadata
     try:
         ingest = await state.auth.ingest(upload.organization_id, request_id=rid)
@@ -652,6 +654,8 @@ async def _admitted(state: EdgeState, upload: TusUpload, appended: TusAppended, 
                 raise media.type_mismatch(upload.mime_type, detected, ranges.split(","))
         if ingest.scan == "block":
             await state.blob.set_held(upload.key, True, request_id=rid)
+        elif published_held:  # its type matched: served from now on
+            await state.blob.set_held(upload.key, False, request_id=rid)
     except CofferError as exc:
         if exc.status != 415:
             await _let_go(metadata, upload, rid)
@@ -670,23 +674,27 @@ async def _append(
     rid: str,
     size: int | None,
     previous: asyncio.Future[TusUpload] | None,
-) -> TusAppended:
+) -> tuple[TusAppended, bool]:
     """Stream the body to blob, at most the upload's remaining bytes; blob answers the new
-    offset once they are durable. On failure the lease is given back (after the last chunk's
-    record, so that it is not refused for the lease)."""
+    offset once they are durable; and whether a last byte published the file held. On failure
+    the lease is given back (after the last chunk's record, so that it is not refused for the
+    lease)."""
     state = edge_state(request)
     checksum = _checksum(request.headers.get("upload-checksum"))
     room = upload.length - upload.offset
     chunk = _Chunk(request, room, state.settings.edge_tuning.client_idle_timeout_seconds)
+    held = False
 
     async def append() -> TusAppended:
+        nonlocal held
         if size is not None and size > room:
             raise file_too_large(room)
-        # A chunk that may end the upload publishes it held under scan=block: never served,
-        # not even before _admitted holds it (nor ever, were that call to fail).
-        held = False
+        # A chunk that may end the upload publishes it held under scan=block (never served, not
+        # even before _admitted holds it, nor ever, were that call to fail), and under enforce
+        # until _admitted has matched its type (a file refused was served until terminated).
         if size is None or size >= room:
-            held = (await state.auth.ingest(upload.organization_id, request_id=rid)).scan == "block"
+            ingest = await state.auth.ingest(upload.organization_id, request_id=rid)
+            held = ingest.scan == "block" or ingest.mode == "enforce"
         return await state.blob.tus_append(
             upload.id,
             chunk.__aiter__(),
@@ -715,7 +723,7 @@ async def _append(
         if isinstance(exc, CofferError) and exc.status == 503 and chunk.client_gone:
             raise invalid("The client went away.") from None
         raise
-    return appended
+    return appended, held
 
 
 async def _terminate(
