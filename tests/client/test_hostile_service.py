@@ -6,10 +6,14 @@ a disk past the asset's size, or loop for ever on a chunk that never counts."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
+import re
+import select
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -20,9 +24,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import anyio
+import httpx
 import pytest
 
-from coffer_client import Coffer, errors
+from coffer_client import AsyncCoffer, Coffer, errors
 from coffer_client._options import RetryPolicy
 
 Answer = tuple[int, dict[str, str], bytes]
@@ -31,8 +37,8 @@ KEY = "cof_org_" + "x" * 40  # (any key: the server here checks none)
 
 @dataclass
 class Hostile:
-    """A server on a free loopback port: ``routes[(method, path)]`` answers; ``seen`` records
-    (method, path, x-api-key) of every request."""
+    """A server on a free loopback port: ``routes[(method, path)]`` answers (``(method, "*")``
+    any other path); ``seen`` records (method, path, x-api-key) of every request."""
 
     routes: dict[tuple[str, str], Callable[[], Answer]] = field(default_factory=dict)
     seen: list[tuple[str, str, str | None]] = field(default_factory=list)
@@ -65,7 +71,7 @@ def hostile() -> Iterator[Callable[[], Hostile]]:
                     length -= len(self.rfile.read(min(length, 1 << 20)) or b"x" * length)
                 path = self.path.split("?")[0]
                 state.seen.append((self.command, path, self.headers.get("x-api-key")))
-                found = state.routes.get((self.command, path))
+                found = state.routes.get((self.command, path)) or state.routes.get((self.command, "*"))
                 status, headers, body = (
                     found() if found else (404, {}, b'{"error":{"code":"not_found","message":"no"}}')
                 )
@@ -78,7 +84,7 @@ def hostile() -> Iterator[Callable[[], Hostile]]:
                 if self.command != "HEAD":
                     self.wfile.write(body)
 
-            do_GET = do_POST = do_PATCH = do_HEAD = _answer
+            do_GET = do_POST = do_PATCH = do_HEAD = do_DELETE = _answer
 
         server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         servers.append(server)
@@ -376,3 +382,279 @@ def test_an_answer_past_the_clients_bound_is_refused_without_being_held(hostile:
             assert refused.value.code == "bad_response", asset
             assert said in str(refused.value), asset
             assert peak < 80 * 1024**2, (asset, peak)  # the bound, 64 MiB, and a chunk
+
+
+def test_the_key_never_follows_a_redirect_through_the_callers_own_client(
+    hostile: Any, tmp_path: Path
+) -> None:
+    """httpx drops only ``Authorization`` when it follows a redirect to another host: through an
+    ``http_client=`` of the caller's that follows redirects, a 307 took ``x-api-key`` with it."""
+    server, elsewhere = hostile(), hostile()
+    elsewhere.json("GET", "/api/folders", {"folders": []})
+    server.routes[("GET", "/api/folders")] = lambda: (307, {"location": f"{elsewhere.url}/api/folders"}, b"")
+    small = tmp_path / "small.bin"
+    small.write_bytes(b"x" * 1024)
+    server.routes[("POST", "/api/uploads/tus")] = lambda: (
+        201,
+        {"location": "/api/uploads/tus/tus_x", "upload-offset": "0"},
+        b"",
+    )
+    server.routes[("PATCH", "/api/uploads/tus/tus_x")] = lambda: (
+        307,
+        {"location": f"{elsewhere.url}/api/uploads/tus/tus_x"},
+        b"",
+    )
+    with httpx.Client(follow_redirects=True) as own:
+        sdk = Coffer(server.url, KEY, retry=RetryPolicy(attempts=1), http_client=own)
+        with pytest.raises(errors.CofferError) as refused:
+            sdk.list_folders()
+        assert refused.value.code == "bad_response" and "307" in str(refused.value)
+        with pytest.raises(errors.CofferError):
+            sdk.upload_resumable(small)
+
+    async def from_asyncio() -> None:
+        async with httpx.AsyncClient(follow_redirects=True) as own:
+            client = AsyncCoffer(server.url, KEY, retry=RetryPolicy(attempts=1), http_client=own)
+            with pytest.raises(errors.CofferError):
+                await client.list_folders()
+
+    anyio.run(from_asyncio)
+    assert elsewhere.seen == []
+    assert ("GET", "/api/folders", KEY) in server.seen
+
+
+# Every kind of text the service sends: an OSC sequence (retitles a terminal) and rich markup.
+HOSTILE = "[/oops]\x1b]0;PWNED\x07"
+SHOWN = "[/oops]\\x1b]0;PWNED\\x07"
+# What rich draws itself (colours, cursor moves for the bars), left out before the text is read.
+CSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def test_ids_and_fields_from_the_service_are_shown_never_obeyed(
+    hostile: Any, cli_for: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Names were escaped, but ids and the visibility went to rich as they came: ``mkdir``
+    crashed on markup after creating the folder, and an escape sequence reached the terminal,
+    from ``ls``, ``mkdir``, ``mv``, ``rm``, ``upload``, ``sync --dry-run`` and the download's bar."""
+    server = hostile()
+    folder = {
+        **{"id": "fld_" + HOSTILE, "organizationId": "org_x", "parentId": None, "name": "x"},
+        "createdAt": "2026-01-01T00:00:00Z",
+    }
+    asset = {**_asset("a.txt", 5), "id": "ast_" + HOSTILE, "visibility": HOSTILE}
+    listed = {"assets": [asset], "limit": 100, "offset": 0, "nextCursor": None}
+    answers = iter([{"folders": [folder]}])  # (then none: the walk of sync ends)
+    server.routes[("GET", "/api/folders")] = lambda: (
+        200,
+        {"content-type": "application/json"},
+        json.dumps(next(answers, {"folders": []})).encode(),
+    )
+    server.json("POST", "/api/folders", folder, status=201)
+    server.json("GET", "/api/assets", listed)
+    server.json("GET", "/api/assets/ast_x", asset)
+    server.json("PATCH", "*", asset)
+    server.json("POST", "/api/assets", asset, status=201)
+    server.routes[("DELETE", "*")] = lambda: (204, {}, b"")
+    local = tmp_path / "local"
+    local.mkdir()
+    (local / "a.txt").write_text("hello")
+    monkeypatch.chdir(tmp_path)
+    cli = cli_for(server.url, KEY)
+    for argv in (
+        ("sync", str(tmp_path / "local"), "/", "--dry-run", "--delete"),
+        ("ls", "/"),
+        ("mkdir", "/x"),
+        ("mv", "ast_x", "/"),
+        ("rm", "ast_x"),
+        ("upload", str(local / "a.txt")),
+    ):
+        run = cli(*argv, FORCE_COLOR="1")  # (a terminal for rich: ls draws its table)
+        shown = CSI.sub("", run.stdout + run.stderr)
+        assert run.exit_code == 0, (argv, run.stderr)
+        assert "\x1b" not in shown and f"_{SHOWN}" in shown, (argv, shown)
+    _downloadable(server, HOSTILE + ".bin", 5, b"hello")
+    run = cli("download", "ast_x", "-o", str(tmp_path / "f.bin"), FORCE_COLOR="1")  # with its bar
+    assert run.exit_code == 0, run.stderr
+    assert "\x1b" not in CSI.sub("", run.stderr) and SHOWN in CSI.sub("", run.stderr)
+
+
+def test_a_listing_whose_cursors_go_round_or_bring_nothing_is_a_bad_response(
+    hostile: Any, cli_for: Any
+) -> None:
+    """Only a cursor given twice in a row was caught: cursors going round three by three, or
+    pages of nothing each with a new cursor, made ``ls`` list for ever."""
+    server = hostile()
+    server.json("GET", "/api/folders", {"folders": []})
+    turn = itertools.cycle(["a", "b", "c"])
+    server.routes[("GET", "/api/assets")] = lambda: (
+        200,
+        {"content-type": "application/json"},
+        json.dumps({"assets": [_asset("a.txt", 1)], "limit": 100, "nextCursor": next(turn)}).encode(),
+    )
+    with Coffer(server.url, KEY) as sdk, pytest.raises(errors.CofferError) as looped:
+        list(itertools.islice(sdk.list_assets(), 10))  # (ten: it went round three times)
+    assert looped.value.code == "bad_response"
+    run = cli_for(server.url, KEY)("ls", "/")
+    assert run.exit_code == 1 and "[bad_response]" in run.stderr
+
+    pages = itertools.count()
+
+    def nothing() -> Answer:
+        n = next(pages)
+        if n >= 20:  # (the client would go on for ever: stop it with another answer)
+            return 400, {"content-type": "application/json"}, b'{"error":{"code":"enough"}}'
+        body = {"assets": [], "limit": 100, "nextCursor": f"c{n}"}
+        return 200, {"content-type": "application/json"}, json.dumps(body).encode()
+
+    server.routes[("GET", "/api/assets")] = nothing
+    with Coffer(server.url, KEY) as sdk, pytest.raises(errors.CofferError) as empty:
+        list(sdk.list_assets())
+    assert empty.value.code == "bad_response"
+
+
+def test_ls_writes_a_listing_as_its_pages_come(hostile: Any, cli_for: Any) -> None:
+    """A listing without end (a new cursor and a new asset on every page) was held whole before a
+    line was written, in ever more memory. Piped, ``ls`` writes each page once it has it."""
+    server = hostile()
+    server.json("GET", "/api/folders", {"folders": []})
+    pages = itertools.count()
+
+    def page() -> Answer:
+        n = next(pages)
+        body = {"assets": [{**_asset(f"a{n}.txt", 1), "id": f"ast_{n}"}], "limit": 1, "nextCursor": f"c{n}"}
+        return 200, {"content-type": "application/json"}, json.dumps(body).encode()
+
+    server.routes[("GET", "/api/assets")] = page
+    cli = cli_for(server.url, KEY)
+    program = subprocess.Popen(
+        [str(Path(sys.executable).parent / "coffer"), "ls", "/"],
+        env={**os.environ, **cli.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert program.stdout is not None
+        readable, _, _ = select.select([program.stdout], [], [], 60)
+        first = program.stdout.readline() if readable else ""
+    finally:
+        program.kill()
+        program.wait()
+    assert first.startswith("a0.txt\t1 B\t"), first
+
+
+def test_answers_and_ids_no_parser_or_url_takes_are_one_line_errors(
+    hostile: Any, cli_for: Any, tmp_path: Path
+) -> None:
+    """JSON nested 100,000 deep raised RecursionError, and an id or a signed URL that httpx
+    cannot put in a URL raised InvalidURL: tracebacks, where every other failure is one line."""
+    server = hostile()
+    deep = b"[" * 100_000 + b"]" * 100_000
+    server.routes[("GET", "/api/folders")] = lambda: (
+        200,
+        {"content-type": "application/json"},
+        b'{"folders": ' + deep + b"}",
+    )
+    cli = cli_for(server.url, KEY)
+    run = cli("ls", "/")
+    assert (run.exit_code, run.stderr.count("\n")) == (1, 1) and "[bad_response]" in run.stderr
+    server.routes[("GET", "/api/assets/ast_deep")] = lambda: (
+        400,
+        {"content-type": "application/json"},
+        b'{"error": ' + deep + b"}",
+    )
+    run = cli("info", "ast_deep")
+    assert (run.exit_code, run.stderr.count("\n")) == (2, 1) and "HTTP 400" in run.stderr
+    run = cli("info", "ast_x\t")  # (the id goes quoted: the service says there is none)
+    assert (run.exit_code, run.stderr.count("\n")) == (3, 1), run.stderr
+    assert server.seen[-1][1] == "/api/assets/ast_x%09"
+    _downloadable(server, "f.bin", 5, b"hello")
+    signed = {"url": "http://[::1/x", "expiresIn": 60, "asset": _asset("f.bin", 5)}
+    server.json("GET", "/api/assets/ast_x/url", signed)
+    run = cli("download", "ast_x", "-o", str(tmp_path / "f.bin"))
+    assert (run.exit_code, run.stderr.count("\n")) == (1, 1) and "[bad_response]" in run.stderr
+    assert not (tmp_path / "f.bin").exists()
+
+
+def test_an_answer_trickled_a_byte_at_a_time_meets_a_deadline(cli_for: Any) -> None:
+    """``--timeout`` bounded each read only: a server sending a byte every 0.25 s kept ``coffer
+    ls`` waiting as long as it liked. A whole API answer now takes at most the timeout too."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    body = b'{"folders": []}' + b" " * 200  # 54 s at this pace
+
+    def trickle(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.recv(65536)  # (the request: a GET, in one segment)
+            head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+            conn.sendall(head.encode())
+            for byte in body:
+                if stop.wait(0.25):
+                    return
+                conn.sendall(bytes([byte]))
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                threading.Thread(target=trickle, args=(listener.accept()[0],), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    cli = cli_for(f"http://127.0.0.1:{listener.getsockname()[1]}", KEY)
+    try:
+        started = time.monotonic()
+        run = cli.proc("--timeout", "1", "--retries", "0", "ls", "/", timeout=30)
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        listener.close()
+    assert run.exit_code == 1 and run.stderr.count("\n") == 1, run.stderr
+    assert "within 1 s" in run.stderr and took < 15, (took, run.stderr)
+
+
+def test_a_download_without_output_never_writes_into_what_has_its_name(
+    hostile: Any, cli_for: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``-o``, an asset named ``logs`` went into ``./logs/logs`` when ``./logs`` was a
+    directory, or a link to one elsewhere. The name is refused when anything has it here (a
+    link to nothing too); ``--force`` replaces a link, never writes where it points."""
+    server = hostile()
+    _downloadable(server, "logs", 5, b"hello")
+    monkeypatch.chdir(tmp_path)
+    cli = cli_for(server.url, KEY)
+    elsewhere, here = tmp_path / "elsewhere", tmp_path / "logs"
+    elsewhere.mkdir()
+    here.mkdir()
+    run = cli("download", "ast_x", "-q")
+    assert run.exit_code == 1 and "exists" in run.stderr and list(here.iterdir()) == []
+    here.rmdir()
+    for target in (elsewhere, tmp_path / "nothing"):
+        here.symlink_to(target)
+        run = cli("download", "ast_x", "-q")
+        assert run.exit_code == 1 and "exists" in run.stderr, run.stderr
+        assert here.readlink() == target and list(elsewhere.iterdir()) == []
+        here.unlink()
+    here.symlink_to(elsewhere)
+    run = cli("download", "ast_x", "-q", "--force")
+    assert run.exit_code == 0, run.stderr
+    assert not here.is_symlink() and here.read_bytes() == b"hello" and list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
+def test_a_downloaded_file_has_the_mode_the_umask_gives(
+    hostile: Any, cli_for: Any, tmp_path: Path, umask: int
+) -> None:
+    """Every download was 0600 (the temporary file's mode), where ``cp`` or ``curl -o`` give
+    0644 under the usual umask."""
+    server = hostile()
+    _downloadable(server, "f.bin", 5, b"hello")
+    by_cli, by_sdk = tmp_path / "cli.bin", tmp_path / "sdk.bin"
+    before = os.umask(umask)
+    try:
+        run = cli_for(server.url, KEY)("download", "ast_x", "-o", str(by_cli), "-q")
+        with Coffer(server.url, KEY) as sdk:
+            sdk.download("ast_x", by_sdk)
+    finally:
+        os.umask(before)
+    assert run.exit_code == 0, run.stderr
+    for path in (by_cli, by_sdk):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, (path, oct(path.stat().st_mode))

@@ -22,7 +22,7 @@ import anyio
 import httpx
 import pytest
 
-from coffer_client import AsyncCoffer, Coffer
+from coffer_client import AsyncCoffer, Coffer, errors
 from coffer_testkit.testing import TcpProxy
 
 pytestmark = pytest.mark.e2e
@@ -213,3 +213,78 @@ def test_an_upload_run_again_elsewhere_is_not_resumed_where_it_was_going(
     (asset,) = tenant.api.get("/api/assets").json()["assets"]
     folder = tenant.api.get(f"/api/folders/{asset['folderId']}").json()
     assert (folder["name"], asset["visibility"], asset["sha256"]) == ("b", "public", sha256(file_20))
+
+
+def _change_in_place(path: Path) -> None:
+    """Rewrite the file's first MiB, its size and modification time kept (as ``rsync --times``,
+    ``touch -r`` or a restored backup leave a file): to the remembered upload, the same file."""
+    before = path.stat()
+    with path.open("r+b") as fh:
+        fh.write(os.urandom(MIB))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+
+
+def test_sdk_refuses_to_resume_an_upload_of_a_file_changed_since(sdk: Coffer, file_20: Path) -> None:
+    """An upload resumed after its file changed was stored as the old start and the new end,
+    and reported done: the asset's sha256 is now checked against the file's."""
+    urls: list[str] = []
+
+    def stop(done: int, _total: int) -> None:
+        if done >= 7 * MIB:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        sdk.upload_resumable(file_20, chunk_size=4 * MIB, progress=stop, on_created=urls.append)
+    _change_in_place(file_20)
+    with pytest.raises(errors.CofferError) as refused:
+        sdk.upload_resumable(file_20, upload_url=urls[0])
+    assert refused.value.code == "file_changed" and "twenty.bin" in str(refused.value)
+    assert list(sdk.list_assets()) == []  # the mixed copy is gone (to the trash)
+    assert sdk.upload_resumable(file_20).sha256 == sha256(file_20)  # and a new upload stores it
+
+
+def test_coffer_upload_of_a_file_changed_since_it_was_cut_off_fails_and_starts_anew_after(
+    stack: Any, tenant: Any, cli_for: Any, tmp_path: Path
+) -> None:
+    """``coffer upload`` killed after its first chunk; the file changed without its size or
+    modification time changing; run again, it continued the upload and stored a file that is
+    neither version. Now that run fails (exit 1, the copy deleted, the upload forgotten) and
+    the next one uploads the file as it is."""
+    source = tmp_path / "forty.bin"
+    source.write_bytes(os.urandom(40 * MIB))  # two chunks: 32 MiB, then 8 MiB
+    edge = urlsplit(stack.edge_url)
+    # A slow link for the first run, so that it can be killed between its chunks.
+    proxy = TcpProxy("127.0.0.1", edge.port or 80, upload_rate=5 * MIB).start()
+    cli = cli_for(urlunsplit((edge.scheme, f"127.0.0.1:{proxy.port}", "", "", "")), tenant.key)
+    remembered = Path(cli.env["XDG_CACHE_HOME"]) / "coffer" / "uploads.json"
+    first = subprocess.Popen(
+        [str(Path(sys.executable).parent / "coffer"), "upload", str(source)],
+        env={**os.environ, **cli.env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (remembered.exists() and json.loads(remembered.read_text())):  # (polled)
+            assert first.poll() is None and time.monotonic() < deadline, "no upload was remembered"
+            time.sleep(0.05)
+        (url,) = json.loads(remembered.read_text()).values()
+        _offset_when_above(url, tenant.key, 32 * MIB, timeout=60)  # (its first chunk is stored)
+    finally:
+        first.kill()
+        first.wait()
+    proxy.upload_rate = None  # (the next connections at full speed)
+    _change_in_place(source)
+    try:
+        again = cli("upload", str(source))
+        assert again.exit_code == 1, again.stderr
+        assert "Traceback" not in again.stderr and "[file_changed]" in again.stderr.splitlines()[-1]
+        assert tenant.api.get("/api/assets").json()["assets"] == []
+        assert json.loads(remembered.read_text()) == {}
+        last = cli("upload", str(source))
+    finally:
+        proxy.cut()
+    assert last.exit_code == 0, last.stderr
+    (asset,) = tenant.api.get("/api/assets").json()["assets"]
+    assert asset["sha256"] == sha256(source)

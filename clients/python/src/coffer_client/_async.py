@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -28,23 +28,30 @@ from coffer_client._base import (
     UNSET,
     USER_AGENT,
     AsyncLazyTLSTransport,
+    Cursors,
     Delivery,
     Multipart,
     ProgressCallback,
     RetryPolicy,
+    Source,
     auth_headers,
     check,
     clean_params,
     describe_fields,
+    document,
     encoded,
     filter_params,
+    overdue,
     parse,
+    partial_file,
     patch_body,
     retrying_kwargs,
+    segment,
     settings_from,
     source_for,
     too_large,
     transport_error,
+    unsendable,
 )
 from coffer_client.models import (
     ApiKey,
@@ -148,9 +155,14 @@ class AsyncCoffer:
                         content=content,
                         headers=hdrs,
                     )
-                    return check(await _read_within(await self._http.send(request, stream=True)))
+                    # Never a redirect, whatever the client (``check`` refuses one): the key
+                    # would go with it.
+                    sent = await self._http.send(request, stream=True, follow_redirects=False)
+                    return check(await _read_within(sent, self._http.timeout.read))
         except httpx.TransportError as exc:
             raise transport_error(exc, method, url.split("?")[0]) from exc
+        except httpx.InvalidURL as exc:
+            raise unsendable(exc, url.split("?")[0]) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     # --- folders -------------------------------------------------------------------------------
@@ -158,11 +170,11 @@ class AsyncCoffer:
     async def list_folders(self, parent_id: str | None = None) -> list[Folder]:
         """Children of ``parent_id``, or the root folders; ordered by name."""
         r = await self._request("GET", "/api/folders", params={"parentId": parent_id})
-        return [Folder.model_validate(f) for f in r.json()["folders"]]
+        return [Folder.model_validate(f) for f in document(r)["folders"]]
 
     async def get_folder(self, folder_id: str) -> Folder:
         """The folder with its ``path`` from the root (CONTRACT §8)."""
-        return parse(Folder, await self._request("GET", f"/api/folders/{folder_id}"))
+        return parse(Folder, await self._request("GET", f"/api/folders/{segment(folder_id)}"))
 
     async def create_folder(
         self, name: str, parent_id: str | None = None, *, expiry_days: int | None = None
@@ -181,11 +193,11 @@ class AsyncCoffer:
         body = {} if expiry_days is UNSET else {"expiryDays": expiry_days}
         if name is not None or parent_id is not UNSET or not body:
             body = {**patch_body(name, "parentId", parent_id), **body}
-        return parse(Folder, await self._request("PATCH", f"/api/folders/{folder_id}", json=body))
+        return parse(Folder, await self._request("PATCH", f"/api/folders/{segment(folder_id)}", json=body))
 
     async def delete_folder(self, folder_id: str) -> None:
         """Deletes the folder and its subfolders; their assets move to the root."""
-        await self._request("DELETE", f"/api/folders/{folder_id}")
+        await self._request("DELETE", f"/api/folders/{segment(folder_id)}")
 
     # --- assets --------------------------------------------------------------------------------
 
@@ -244,7 +256,7 @@ class AsyncCoffer:
         """Every matching asset, fetched a page at a time as you iterate: by cursor (each page
         costs the same at any depth, and uploads meanwhile shift nothing), or by offset from a
         service older than cursors (which ignores ``total=false`` and sends no ``nextCursor``)."""
-        offset, cursor = 0, None
+        offset, cursor, given = 0, None, Cursors()
         while True:
             page = await self.assets_page(
                 folder_id,
@@ -263,11 +275,7 @@ class AsyncCoffer:
             for a in page.assets:
                 yield a
             if page.next_cursor is not None:
-                if page.next_cursor == cursor:  # the same page again: it would be listed for ever
-                    raise errors.CofferError(
-                        "The service's listing does not move on (a cursor repeated).", code="bad_response"
-                    )
-                cursor = page.next_cursor
+                cursor = given.next(page.next_cursor, listed=len(page.assets))
                 continue
             if page.total is None or not page.assets:
                 return  # the last cursor page
@@ -276,7 +284,7 @@ class AsyncCoffer:
                 return
 
     async def get_asset(self, asset_id: str) -> Asset:
-        return parse(Asset, await self._request("GET", f"/api/assets/{asset_id}"))
+        return parse(Asset, await self._request("GET", f"/api/assets/{segment(asset_id)}"))
 
     async def update_asset(
         self,
@@ -294,10 +302,10 @@ class AsyncCoffer:
         into the asset's (a ``None`` value deletes that key); tags are added and removed."""
         tags = {"add": list(add_tags), "remove": list(remove_tags)} if add_tags or remove_tags else None
         body = patch_body(name, "folderId", folder_id, visibility=visibility, metadata=metadata, tags=tags)
-        return parse(Asset, await self._request("PATCH", f"/api/assets/{asset_id}", json=body))
+        return parse(Asset, await self._request("PATCH", f"/api/assets/{segment(asset_id)}", json=body))
 
     async def delete_asset(self, asset_id: str) -> None:
-        await self._request("DELETE", f"/api/assets/{asset_id}")
+        await self._request("DELETE", f"/api/assets/{segment(asset_id)}")
 
     async def signed_url(
         self, asset_id: str, expires_in: int | None = None, *, transform: Transform | None = None
@@ -308,7 +316,7 @@ class AsyncCoffer:
         params: dict[str, Any] = {"expiresIn": expires_in}
         if transform is not None:
             params.update(transform.params())
-        r = await self._request("GET", f"/api/assets/{asset_id}/url", params=params)
+        r = await self._request("GET", f"/api/assets/{segment(asset_id)}/url", params=params)
         return parse(SignedUrl, r)
 
     def public_url(self, asset: Asset, *, preset: str | None = None) -> str:
@@ -324,7 +332,7 @@ class AsyncCoffer:
     async def transform_presets(self) -> list[TransformPreset]:
         """The built-in presets, then the organization's own, by name."""
         r = await self._request("GET", "/api/transform-presets")
-        return [TransformPreset.model_validate(p) for p in r.json()["presets"]]
+        return [TransformPreset.model_validate(p) for p in document(r)["presets"]]
 
     async def get_transform_preset(self, name: str) -> TransformPreset:
         return parse(TransformPreset, await self._request("GET", preset_path(name)))
@@ -350,17 +358,17 @@ class AsyncCoffer:
 
     async def restore(self, asset_id: str) -> Asset:
         """Restore a trashed asset: the same id, key and URLs (413 if it no longer fits)."""
-        return parse(Asset, await self._request("POST", f"/api/trash/{asset_id}/restore"))
+        return parse(Asset, await self._request("POST", f"/api/trash/{segment(asset_id)}/restore"))
 
     async def purge(self, asset_id: str) -> None:
         """Delete a trashed asset for good."""
-        await self._request("DELETE", f"/api/trash/{asset_id}")
+        await self._request("DELETE", f"/api/trash/{segment(asset_id)}")
 
     async def empty_trash(self) -> int:
         """Delete everything in the trash for good, batch after batch; how many went."""
         purged = 0
         while True:
-            batch = (await self._request("DELETE", "/api/trash")).json()
+            batch = document(await self._request("DELETE", "/api/trash"))
             purged += int(batch["purged"])
             if batch["remaining"] == 0:
                 return purged
@@ -381,10 +389,10 @@ class AsyncCoffer:
 
     async def list_keys(self) -> list[ApiKey]:
         r = await self._request("GET", "/api/keys")
-        return [ApiKey.model_validate(k) for k in r.json()["keys"]]
+        return [ApiKey.model_validate(k) for k in document(r)["keys"]]
 
     async def get_key(self, key_id: str) -> ApiKey:
-        return parse(ApiKey, await self._request("GET", f"/api/keys/{key_id}"))
+        return parse(ApiKey, await self._request("GET", f"/api/keys/{segment(key_id)}"))
 
     async def create_key(
         self,
@@ -412,12 +420,12 @@ class AsyncCoffer:
     async def rotate_key(self, key_id: str, *, grace_seconds: int = 0) -> CreatedKey:
         """A new secret with the same scopes; the old one works ``grace_seconds`` more."""
         body = {"graceSeconds": grace_seconds}
-        r = await self._request("POST", f"/api/keys/{key_id}/rotate", json=body, replayable=False)
+        r = await self._request("POST", f"/api/keys/{segment(key_id)}/rotate", json=body, replayable=False)
         return parse(CreatedKey, r)
 
     async def delete_key(self, key_id: str) -> None:
         """Every edge refuses the key within 5 seconds."""
-        await self._request("DELETE", f"/api/keys/{key_id}")
+        await self._request("DELETE", f"/api/keys/{segment(key_id)}")
 
     async def upload(
         self,
@@ -482,6 +490,7 @@ class AsyncCoffer:
             upload_url = tus.absolute(self.base_url, upload_url)  # the key goes to this origin only
             with contextlib.suppress(errors.NotFound):
                 answer = await self._request("HEAD", upload_url, headers=tus.TUS)
+        continued = answer is not None  # (an upload begun before, maybe by another process)
         if answer is None:
             headers = tus.creation_headers(
                 source, name=name, folder_id=folder_id, content_type=content_type, visibility=visibility
@@ -492,6 +501,7 @@ class AsyncCoffer:
                 on_created(upload_url)
         assert upload_url is not None
         offset, failures = tus.offset_of(answer) if "upload-offset" in answer.headers else 0, 0
+        resumed = continued and offset > 0
         if progress is not None:
             progress(offset, total)
         while (asset_id := tus.asset_id_of(answer)) is None:
@@ -500,7 +510,8 @@ class AsyncCoffer:
                 body = offload.iterate(tus.chunk_body(source, offset, length, total, progress))
                 headers = {**IDENTITY, **auth_headers(self._settings), **tus.patch_headers(offset, length)}
                 patch = self._http.build_request("PATCH", upload_url, content=body, headers=headers)
-                answer = check(await _read_within(await self._http.send(patch, stream=True)))
+                sent = await self._http.send(patch, stream=True, follow_redirects=False)
+                answer = check(await _read_within(sent, self._http.timeout.read))
                 if tus.offset_of(answer) <= offset and tus.asset_id_of(answer) is None:
                     raise errors.CofferError(
                         f"The service took a chunk without moving the upload's offset ({offset}).",
@@ -516,7 +527,30 @@ class AsyncCoffer:
                 await offload.sleep(tus.backoff(self.retry, failures, exc))
                 answer = await self._request("HEAD", upload_url, headers=tus.TUS)
                 offset = tus.offset_of(answer)
-        return await self.get_asset(asset_id)
+        asset = await self.get_asset(asset_id)
+        if resumed:
+            await self._stored_as_sent(source, total, asset)
+        return asset
+
+    async def _stored_as_sent(self, source: Source, total: int, asset: Asset) -> None:
+        """A resumed upload is the bytes an earlier run sent, then this one's: the file must not
+        have changed between them. The resume is keyed by its path, size and modification time,
+        which a file rewritten in place can keep (``rsync --times``, ``touch -r``, a restore):
+        it was stored as neither version and reported done. Read once more to be hashed (0.09 s
+        of CPU per 100 MiB), only when an upload resumes."""
+        if asset.sha256 is None:
+            return  # (a service older than sha256)
+        if await offload.run_sync(tus.sha256_of, source, total) == asset.sha256:
+            return
+        try:
+            await self.delete_asset(asset.id)
+            fate = "it was deleted; upload the file again"
+        except errors.CofferError as exc:
+            fate = f"deleting it failed ({exc.message}): delete {asset.id}"
+        raise errors.CofferError(
+            f"{source.name} changed after its upload began: the stored copy is not the file, and {fate}.",
+            code="file_changed",
+        )
 
     async def create_upload_token(
         self,
@@ -632,7 +666,7 @@ class AsyncCoffer:
         if not isinstance(dest, str | os.PathLike):
             return await self._fetch(signed, dest, progress)
         target = Path(dest)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+        fd, tmp = partial_file(target)
         try:
             with os.fdopen(fd, "wb") as out:
                 n = await self._fetch(signed, out, progress)
@@ -653,7 +687,7 @@ class AsyncCoffer:
                     headers = {**IDENTITY, **({"range": f"bytes={written}-"} if written else {})}
                     async with self._http.stream("GET", signed.url, headers=headers) as r:
                         if r.is_error:
-                            check(await _read_within(r))
+                            check(await _read_within(r, self._http.timeout.read))
                         if refusal := encoded(r):
                             raise refusal
                         if written and r.status_code != 206:
@@ -669,6 +703,8 @@ class AsyncCoffer:
                                 progress(written, total)
         except httpx.TransportError as exc:
             raise transport_error(exc, "GET", signed.url.split("?")[0]) from exc
+        except httpx.InvalidURL as exc:  # the service's signed URL
+            raise unsendable(exc, signed.url.split("?")[0]) from None
         if written != total:
             raise errors.CofferError(f"Downloaded {written} bytes of {total}.", code="short_download")
         return written
@@ -733,10 +769,12 @@ class AsyncCoffer:
         return found[0]
 
 
-async def _read_within(response: httpx.Response) -> httpx.Response:
+async def _read_within(response: httpx.Response, seconds: float | None) -> httpx.Response:
     """``response`` read whole and closed, unless it is larger than MAX_RESPONSE_BYTES (declared
     or as read) or in a content coding: then ``bad_response``, without holding more than the
-    bound."""
+    bound. Its body must also end within ``seconds`` (the read timeout, which alone bounds each
+    read: a byte every 2 s kept the client waiting as long as the server liked)."""
+    started = time.monotonic()
     try:
         if refusal := encoded(response):
             raise refusal
@@ -745,6 +783,8 @@ async def _read_within(response: httpx.Response) -> httpx.Response:
             raise too_large(int(declared))
         chunks, read = [], 0
         async for chunk in response.aiter_bytes():
+            if seconds is not None and time.monotonic() - started > seconds:
+                raise overdue(response, seconds)
             read += len(chunk)
             if read > MAX_RESPONSE_BYTES:
                 raise too_large(read)

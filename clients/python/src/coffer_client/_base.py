@@ -3,6 +3,7 @@ and the streamed multipart body."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import mimetypes
 import os
@@ -12,8 +13,10 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
+from urllib.parse import quote
 
 import httpx
+import pydantic_core
 import tenacity
 from pydantic import BaseModel
 
@@ -52,6 +55,10 @@ def settings_from(base_url: str | None, api_key: str | None, organization_id: st
     org = organization_id or os.environ.get("COFFER_ORGANIZATION_ID") or None
     if not url:
         raise errors.ConfigurationError("No Coffer URL: pass base_url or set COFFER_URL.")
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise errors.ConfigurationError(f"The Coffer URL {url!r} is not a URL: {exc}") from None
     if not key:
         raise errors.ConfigurationError("No API key: pass api_key or set COFFER_API_KEY.")
     key = key.strip()  # (a key file written with a line break at its end)
@@ -198,6 +205,25 @@ def transport_error(exc: httpx.TransportError, method: str, url: str) -> errors.
     return errors.TransportError(f"{method} {url} failed: {what}: {exc}".rstrip(": "), code="transport")
 
 
+def unsendable(exc: httpx.InvalidURL, url: str) -> errors.CofferError:
+    """A URL httpx refuses to send (a control character, a broken host): the caller's, or one
+    the service gave (an upload token's, a signed URL)."""
+    return errors.CofferError(f"{url!r} is not a URL the client can send: {exc}", code="bad_response")
+
+
+def segment(value: str) -> str:
+    """An id as one segment of an API path: quoted whole, so that neither a control character
+    (which httpx refuses) nor a ``/`` or ``..`` (another path) goes into the URL as it is."""
+    return quote(value, safe="")
+
+
+def overdue(response: httpx.Response, seconds: float) -> httpx.ReadTimeout:
+    """An answer whose bytes came too slowly to end within the deadline: a read timeout (so it
+    is retried as one), though no single read waited the timeout."""
+    message = f"the answer did not arrive whole within {seconds:g} s"
+    return httpx.ReadTimeout(message, request=response.request)
+
+
 def encoded(response: httpx.Response) -> errors.CofferError | None:
     """An answer in a content coding, which the client never asks for (``accept-encoding:
     identity``): a small gzip body can decode to gigabytes, and a download's length would not
@@ -218,11 +244,63 @@ def too_large(read: int) -> errors.CofferError:
 def check(response: httpx.Response) -> httpx.Response:
     if response.is_error:
         raise errors.from_response(response)
+    if response.is_redirect or 300 <= response.status_code < 400:
+        # Never followed, whatever the httpx client (the caller's own may follow redirects):
+        # the key is a header of every request, and httpx strips only Authorization on the way
+        # to another host. Coffer's API answers no redirect.
+        where = response.headers.get("location", "")
+        to = f" to {where}" if where else ""
+        raise errors.CofferError(
+            f"The service answered {response.status_code} (a redirect{to}): not followed,"
+            " so the key goes nowhere else; Coffer's API never redirects.",
+            status=response.status_code,
+            code="bad_response",
+        )
     return response
 
 
 def parse(model: type[M], response: httpx.Response) -> M:
     return model.model_validate_json(response.content)
+
+
+def document(response: httpx.Response) -> Any:
+    """An answer's JSON, through the parser pydantic validates with: its nesting is bounded
+    (``json.loads`` recursed until RecursionError on ``[[[…]]]`` 100,000 deep), and a body that is
+    no JSON is ``bad_response``."""
+    try:
+        return pydantic_core.from_json(response.content)
+    except ValueError as exc:
+        message = f"The service's answer is not Coffer's: {exc}"
+        raise errors.CofferError(message, code="bad_response") from None
+
+
+class Cursors:
+    """The cursors a listing was given, kept as digests (a hostile service's may be long): one
+    given again, however many pages later, or a page of nothing that goes on, would have the
+    listing go round for ever (Coffer gives a next cursor only after a full page)."""
+
+    def __init__(self) -> None:
+        self._given: set[bytes] = set()
+
+    def next(self, cursor: str, *, listed: int) -> str:
+        """``cursor``, the next page's, unless the listing does not move on with it."""
+        digest = hashlib.sha256(cursor.encode()).digest()
+        if digest in self._given or not listed:
+            raise errors.CofferError(
+                "The service's listing does not move on (a cursor came back, or an empty page went on).",
+                code="bad_response",
+            )
+        self._given.add(digest)
+        return cursor
+
+
+def partial_file(target: Path) -> tuple[int, str]:
+    """A new file beside ``target`` to download into, open for writing, and its path. Made with
+    mode 0666 less the umask, as ``cp`` and ``curl -o`` make a file (mkstemp's is always 0600,
+    which the finished file kept); ``O_EXCL``: never an existing file or a link."""
+    tmp = target.parent / f".{target.name}.{secrets.token_hex(8)}.part"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    return os.open(tmp, flags, 0o666), str(tmp)
 
 
 def clean_params(params: Mapping[str, Any]) -> dict[str, Any]:

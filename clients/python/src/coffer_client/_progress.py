@@ -135,9 +135,12 @@ class Transfers(Bars):
         return f"[bold]total[/] {self.finished}/{self.files} files"
 
     def file(self, name: str, size: int | None) -> tuple[Update, Finish]:
+        from rich.markup import escape
+
         name = visible(name)
         short = name if len(name) <= 40 else "…" + name[-39:]
-        task = self._progress.add_task(short, total=size)
+        # The description is markup (the total's is bold): a name is shown as it is.
+        task = self._progress.add_task(escape(short), total=size)
         seen = 0
 
         def update(done: int, total: int | None) -> None:

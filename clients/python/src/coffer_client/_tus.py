@@ -11,7 +11,9 @@ check the server side of this in the service's own tests).
 
 ``Resumes`` remembers, in the user's cache directory, the upload URL of each file being
 uploaded (keyed by its path, size and modification time, and the service and organization), so
-``coffer upload`` run again after an interruption continues where the service stopped.
+``coffer upload`` run again after an interruption continues where the service stopped. That
+key holds for a file rewritten in place with its size and modification time kept, so a resumed
+upload's asset is checked against the file's sha256 (``sha256_of``) once it completes.
 """
 
 from __future__ import annotations
@@ -84,6 +86,23 @@ def chunk_body(
             yield data
             if progress is not None:
                 progress(offset + sent, total)
+    finally:
+        if source.close_after:
+            reader.close()
+
+
+def sha256_of(source: Source, total: int) -> str:
+    """The hex sha256 of the file's ``total`` bytes, read 1 MiB at a time."""
+    reader = source.open()
+    try:
+        digest, left = hashlib.sha256(), total
+        while left > 0:
+            data = reader.read(min(CHUNK, left))
+            if not data:
+                raise errors.CofferError(f"{source.name} shrank while it was being uploaded.")
+            digest.update(data)
+            left -= len(data)
+        return digest.hexdigest()
     finally:
         if source.close_after:
             reader.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
+import itertools
 import json
 import math
 import os
@@ -13,7 +14,7 @@ import re
 import sys
 import time
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -343,7 +344,7 @@ def ls(
     f = c.resolve_folder(folder)
     folders = [] if recursive or tag else c.list_folders(f.id if f else None)
     where = (f.id if f else None) if recursive else (f.id if f else "")
-    assets = list(c.list_assets(where, sort="name", tags=tag or (), recursive=recursive))
+    assets: Iterable[Asset] = c.list_assets(where, sort="name", tags=tag or (), recursive=recursive)
     if recursive:  # the name as a path below the root, in the order of the paths, as find(1)
         assets = sorted(
             (
@@ -353,14 +354,17 @@ def ls(
             key=lambda a: a.name,
         )
     if as_json:
-        dump({"folders": folders, "assets": assets})
+        dump({"folders": folders, "assets": list(assets)})
         return
     # Dates in the local time zone, as ls(1) writes them (--json keeps the service's UTC).
-    rows = [(d.name + "/", "-", d.created_at.astimezone(), d.id, "-") for d in folders]
-    rows += [(a.name, human(a.size), a.created_at.astimezone(), a.id, a.visibility) for a in assets]
+    rows = itertools.chain(
+        ((d.name + "/", "-", d.created_at.astimezone(), d.id, "-") for d in folders),
+        ((a.name, human(a.size), a.created_at.astimezone(), a.id, a.visibility) for a in assets),
+    )
     console = out()
     if not console.is_terminal:
-        # Piped: one tab-separated line per entry, never cut to a terminal's width.
+        # Piped: one tab-separated line per entry, never cut to a terminal's width, written as
+        # the pages come (a listing without end was held whole, and nothing written).
         for name, size, created, ident, visibility in rows:
             print(f"{name}\t{size}\t{created:%Y-%m-%d %H:%M}\t{ident}\t{visibility}")
         return
@@ -377,7 +381,7 @@ def ls(
     for col, just in columns:
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for name, size, created, ident, visibility in rows:
-        t.add_row(escape(name), size, f"{created:%Y-%m-%d %H:%M}", ident, visibility)
+        t.add_row(escape(name), size, f"{created:%Y-%m-%d %H:%M}", escape(ident), escape(visibility))
     console.print(t)
 
 
@@ -413,7 +417,7 @@ def mkdir(
     if as_json:
         dump(f)
     else:
-        out().print(f"{escape(join_path(path))}\t{f.id}")
+        out().print(f"{escape(join_path(path))}\t{escape(f.id)}")
 
 
 @app.command()
@@ -519,9 +523,14 @@ def upload_resumably(c: Coffer, path: Path, options: dict[str, Any]) -> Asset:
     resumes = Resumes()
     target = {name: options.get(name) for name in ("name", "folder_id", "visibility")}
     key = Resumes.key(c.base_url, c.organization_id, path, target)
-    asset = c.upload_resumable(
-        path, upload_url=resumes.get(key), on_created=lambda url: resumes.put(key, url), **options
-    )
+    try:
+        asset = c.upload_resumable(
+            path, upload_url=resumes.get(key), on_created=lambda url: resumes.put(key, url), **options
+        )
+    except errors.CofferError as exc:
+        if exc.code == "file_changed":  # (its copy is deleted: the next run starts anew)
+            resumes.put(key, None)
+        raise
     resumes.put(key, None)
     return asset
 
@@ -554,9 +563,8 @@ def report(
         if len(done) <= 50:
             for o in done:
                 assert o.asset
-                console.print(
-                    f"{escape(join_path(o.job.folder, o.asset.name))}\t{human(o.asset.size)}\t{o.asset.id}"
-                )
+                where = escape(join_path(o.job.folder, o.asset.name))
+                console.print(f"{where}\t{human(o.asset.size)}\t{escape(o.asset.id)}")
         if outcomes:
             total = sum(o.asset.size for o in done if o.asset)
             seconds = time.monotonic() - started
@@ -687,12 +695,15 @@ def download(
             c.download(a.id, sys.stdout.buffer, progress=update)
             finish(True)
         return
-    name = _local_name(a.name)
-    target = Path(output) if output else Path(name)
-    if target.is_dir():
-        target = target / name
-    if (output is None or Path(output).is_dir()) and target.exists() and not force:
-        # The name came from the service: never write over a file that was not named here.
+    # (The asset's name only where it names the file: with -o FILE, a name that is no file
+    # name here is no obstacle, as the table of commands says.)
+    target = Path(output) if output else Path(_local_name(a.name))
+    if output is not None and target.is_dir():
+        target = target / _local_name(a.name)
+    # The name came from the service: never write over what was not named here, nor into it
+    # (without -o, a directory ./logs, or a link to one, took an asset named logs inside).
+    # lexists: a link counts, even to nothing; --force replaces the link, not what it names.
+    if (output is None or Path(output).is_dir()) and os.path.lexists(target) and not force:
         raise errors.CofferError(f"{target} exists; give --force to replace it, or --output.", code="exists")
     with transfers(err, enabled=not (quiet or as_json), total_bytes=a.size, files=1) as bars:
         update, finish = bars.file(a.name, a.size)
@@ -1112,7 +1123,7 @@ def mv(
         dump(result)
     else:  # where it is now, as ls writes it
         slash = "/" if isinstance(result, Folder) else ""
-        out().print(f"{escape(join_path(into_path, result.name))}{slash}\t{result.id}")
+        out().print(f"{escape(join_path(into_path, result.name))}{slash}\t{escape(result.id)}")
 
 
 @app.command()
@@ -1197,7 +1208,7 @@ def rm(
         dump({"deleted": deleted, "failed": [{"asset": s, "error": error_json(e)} for s, e in failed]})
     elif not quiet:
         for i in deleted:
-            err().print(f"deleted {i}")
+            err().print(f"deleted {escape(i)}")
     for spec, why in failed:
         print(f"coffer: {spec}: {why.message.splitlines()[0]} [{why.code}]", file=sys.stderr)
     if failed:
@@ -1341,9 +1352,9 @@ def show_plan(plan: SyncPlan, *, as_json: bool) -> None:
     for p in uploads:
         console.print(f"upload  {escape(p)}")
     for a in plan.stale_assets:
-        console.print(f"delete  {a.id}  {escape(a.name)}")
+        console.print(f"delete  {escape(a.id)}  {escape(a.name)}")
     for gone in plan.stale_folders:
-        console.print(f"rmdir   {gone.id}  {escape(gone.name)}/")
+        console.print(f"rmdir   {escape(gone.id)}  {escape(gone.name)}/")
     counts = f"{len(plan.todo)} to upload, {len(plan.stale_assets)} to delete, {plan.unchanged} unchanged"
     err().print(counts + " (dry run)")
 

@@ -211,7 +211,11 @@ def from_response(response: httpx.Response) -> APIError:
     code, message, details = "error", "", None
     request_id = response.headers.get("x-request-id")
     try:
-        body = response.json()
+        # pydantic's parser, as for every answer: its nesting is bounded, where ``json.loads``
+        # recursed until RecursionError on an envelope of ``[[[…]]]`` 100,000 deep.
+        from pydantic_core import from_json
+
+        body = from_json(response.content)
     except ValueError:
         body = None
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
