@@ -1,7 +1,8 @@
 """The file browser's resumable uploads (tus, CONTRACT §9) in a real browser: files above 8 MiB
 go through tus-js-client; the connection cut mid-way and restored, the upload finishes by
 itself; the page reloaded mid-way and the same file chosen again, it resumes where the service
-stopped. The link is slowed (Chrome's network emulation) so there is a "mid-way" to act in."""
+stopped (its URL kept in that tab only, and gone, the upload ended, once the session signs
+out). The link is slowed (Chrome's network emulation) so there is a "mid-way" to act in."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 pytestmark = pytest.mark.e2e
@@ -124,6 +126,42 @@ def test_a_reloaded_page_resumes_the_same_file(dashboard: Any, tmp_path: Path, u
     asset = api.get(f"/assets/{asset_id}").json()
     assert asset["size"] == len(data) and asset["sha256"] == hashlib.sha256(data).hexdigest()
     assert page.locator("#uploads li.resumed").count() == 1
+
+
+STORED = """() => {
+  const tus = (store) => Object.keys(store).filter((k) => k.startsWith("tus::"))
+    .map((k) => JSON.parse(store.getItem(k)).uploadUrl);
+  return { local: tus(localStorage), session: tus(sessionStorage) };
+}"""
+
+
+def test_an_unfinished_uploads_url_stays_in_its_tab_and_goes_with_the_session(
+    dashboard: Any, tmp_path: Path, until: Any
+) -> None:
+    """The URL of an unfinished upload, which carries the upload's capability, is kept in the
+    tab's sessionStorage (a reload resumes it), never in localStorage, where it outlived the
+    session; signing out clears the browser's storage, and the uploads, bound to the session
+    their tokens were minted in, end with it."""
+    page = dashboard.context().new_page()
+    dashboard.register(page, dashboard.person("leaver"))
+    org_id = dashboard.create_org(page, "Leavers")
+    paths = [tmp_path / "archive.tar", tmp_path / "backup.tar"]
+    for path in paths:
+        path.write_bytes(os.urandom(20 * MIB + 3))
+    page.goto(f"/dashboard/o/{org_id}/files")
+    slow_link(page)
+    page.set_input_files("#file-input", [str(p) for p in paths])
+    until(lambda: len(page.evaluate(STORED)["session"]) == 2, timeout=60)
+    stored = page.evaluate(STORED)
+    assert stored["local"] == [], stored
+    page.reload()
+    assert page.evaluate(STORED) == stored  # the tab keeps them: choosing a file again resumes it
+    with page.expect_navigation():
+        page.click("form[action='/dashboard/logout'] button[type=submit]")
+    assert page.url.endswith("/dashboard/login"), page.url
+    assert page.evaluate(STORED) == {"local": [], "session": []}
+    for url in stored["session"]:
+        until(lambda u=url: httpx.head(u, headers={"Tus-Resumable": "1.0.0"}).status_code == 404, timeout=15)
 
 
 def test_the_usage_page_shows_an_unfinished_upload_and_ends_it(dashboard: Any, until: Any) -> None:

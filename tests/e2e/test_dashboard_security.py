@@ -113,7 +113,7 @@ def test_sign_out_and_sessions_ending(dashboard: Any, until: Any) -> None:
     page.goto(f"/dashboard/o/{org_id}")
     with page.expect_response(lambda r: r.request.method == "POST") as answer:
         page.click("text=Sign out")
-    assert answer.value.all_headers()["clear-site-data"] == '"cache"'
+    assert answer.value.all_headers()["clear-site-data"] == '"cache", "storage"'
     page.wait_for_url("**/dashboard/login")
     page.go_back()
     page.wait_for_url("**/dashboard/login**")

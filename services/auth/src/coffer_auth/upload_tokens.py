@@ -20,7 +20,7 @@ from sqlmodel import Session, SQLModel, col, select
 
 from coffer_auth import apikeys
 from coffer_auth.deps import SessionDep
-from coffer_auth.models import ApiKey, KeyKind, Membership, Organization
+from coffer_auth.models import ApiKey, DashboardSession, KeyKind, Membership, Organization
 from coffer_kit.contract.errors import not_found, unauthorized
 from coffer_kit.contract.ids import UPLOAD_TOKEN, new_id
 from coffer_kit.contract.timeutil import as_utc, isoformat, utcnow
@@ -56,8 +56,10 @@ class UploadToken(SQLModel, table=True):
     # The API key that minted it: the token lives only while that key does (and, for a
     # personal key, while its user is a member of the organization).
     key_id: str | None = SQLField(default=None, max_length=40)
-    # The dashboard user who minted it (no key): it lives only while that user is a member.
+    # The dashboard user who minted it (no key): it lives only while that user is a member, and
+    # the session it was minted in lives (their uploads' capabilities with it).
     user_id: str | None = SQLField(default=None, max_length=40)
+    session_id: str | None = SQLField(default=None, max_length=40)
     folder_id: str | None = SQLField(default=None, max_length=40)
     name: str | None = SQLField(default=None, max_length=1024)
     max_bytes: int = SQLField(sa_column=Column(BigInteger, nullable=False))
@@ -93,6 +95,7 @@ def create(
     expires_in: int,
     visibility: str | None = None,
     user_id: str | None = None,
+    session_id: str | None = None,
     asset: TokenAsset | None = None,
 ) -> UploadToken:
     """Store a new token's hash and scope."""
@@ -110,6 +113,7 @@ def create(
         organization_id=org_id,
         key_id=key_id,
         user_id=user_id,
+        session_id=session_id,
         folder_id=folder_id,
         name=name,
         max_bytes=max_bytes,
@@ -138,6 +142,8 @@ def resolve(session: Session, *, token_hash: str) -> UploadGrant:
         raise unauthorized("The upload token's key was deleted or its user left the organization.")
     if row.user_id is not None and not _member(session, user_id=row.user_id, org_id=row.organization_id):
         raise unauthorized("The upload token's user left the organization.")
+    if not _session_lives(session, row):
+        raise unauthorized("The upload token's dashboard session has ended.")
     org = session.get(Organization, row.organization_id)
     if org is None:
         raise unauthorized("The upload token's organization no longer exists.")
@@ -174,8 +180,8 @@ def minters(session: Session, refs: list[MinterRef]) -> MintersOut:
         org = session.get(Organization, ref.organization_id)
         quotas.append(org.quota_bytes if org is not None else None)
         key_id, user_id = ref.key_id, ref.user_id
+        token = session.get(UploadToken, ref.token_id) if ref.token_id is not None else None
         if key_id is None and user_id is None and ref.token_id is not None:
-            token = session.get(UploadToken, ref.token_id)
             if token is None or token.organization_id != ref.organization_id:
                 acting.append(False)
                 confined.append(None)
@@ -190,6 +196,8 @@ def minters(session: Session, refs: list[MinterRef]) -> MintersOut:
             alive = key is not None
         if alive and user_id is not None:
             alive = _member(session, user_id=user_id, org_id=ref.organization_id)
+        if alive and token is not None and token.organization_id == ref.organization_id:
+            alive = _session_lives(session, token)
         acting.append(alive)
         confined.append(key.folder_id if key is not None else None)
         within.append(apikeys.makers_folders(session, key) if key is not None else [])
@@ -197,6 +205,16 @@ def minters(session: Session, refs: list[MinterRef]) -> MintersOut:
     return MintersOut(
         acting=acting, quota_bytes=quotas, confined_to=confined, confined_within=within, acting_until=until
     )
+
+
+def _session_lives(session: Session, token: UploadToken) -> bool:
+    """Whether the dashboard session a token was minted in still lives (a token minted with a
+    key, or before tokens recorded sessions, names none). Signed out, revoked, ended by a
+    password change or past its end, it takes its tokens' uploads along."""
+    if token.session_id is None:
+        return True
+    row = session.get(DashboardSession, token.session_id)
+    return row is not None and as_utc(row.expires_at) > utcnow()
 
 
 def _member(session: Session, *, user_id: str, org_id: str) -> bool:
@@ -282,6 +300,7 @@ def create_token(org_id: str, body: UploadTokenIn, session: SessionDep) -> Uploa
         expires_in=body.expires_in,
         visibility=body.visibility,
         user_id=body.user_id,
+        session_id=body.session_id,
         asset=body.asset,
     )
     return UploadTokenCreated(id=row.id, expires_at=isoformat(row.expires_at))

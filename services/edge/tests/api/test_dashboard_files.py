@@ -28,8 +28,9 @@ from coffer_edge.clients.auth import AccountsClient
 from coffer_edge.dashboard import placeholders
 from coffer_edge.dashboard.routes.files import _expires_in, _first_part_token, form_value, preview_kind
 from coffer_kit.contract.errors import CofferError
+from coffer_kit.contract.ids import new_id
 from coffer_kit.metrics import HTTP_REQUESTS
-from coffer_testkit.dashboard import SAME_ORIGIN, Browser, audit_once, sign_up
+from coffer_testkit.dashboard import COOKIE, SAME_ORIGIN, Browser, audit_once, sign_up
 from coffer_testkit.testing import TLS
 
 
@@ -288,6 +289,79 @@ def test_signed_urls_and_another_orgs_asset(browser: Browser, stack: Any) -> Non
     assert browser.http.get(page).status_code == 200
 
 
+def test_another_orgs_folder_is_not_found_as_a_moves_or_uploads_destination(
+    browser: Browser, stack: Any
+) -> None:
+    """Another organization's folder id, as where a file moves or an upload goes, reads as one
+    that does not exist: the same 404, the same words (metadata's 403 "belongs to another
+    organization" was an existence oracle across organizations)."""
+    asset = browser.upload_xhr(b"stays", "stays.txt").json()["asset"]
+    stranger = sign_up(stack.edge_url, "Elsewhere")
+    try:
+        theirs = folder_of(stranger.post(f"{stranger.files}/folders", {"name": "Theirs"}))
+    finally:
+        stranger.http.close()
+    made_up = new_id("fld")
+    for folder in (theirs, made_up):
+        moved = browser.post(f"{browser.files}/{asset['id']}/move", {"parent": folder})
+        assert moved.status_code == 404, (folder, moved.status_code)
+        assert "There is nothing here, or you do not have access to it." in moved.text
+        assert "another organization" not in moved.text and folder not in moved.text
+        scripted = browser.upload_xhr(b"x", folder=folder)
+        assert scripted.status_code == 404, (folder, scripted.status_code)
+        assert scripted.json()["error"]["message"] == "The folder no longer exists."
+        plain = browser.upload_form([("csrf_token", browser.csrf), ("file", b"y")], folder=folder)
+        assert plain.status_code == 404 and "The folder no longer exists." in plain.text
+        resumable = browser.http.post(
+            f"{browser.files}/resumable",
+            params={"size": 10, "folder": folder},
+            headers={"x-csrf-token": browser.csrf},
+        )
+        assert resumable.status_code == 404, (folder, resumable.status_code)
+        assert resumable.json()["error"]["message"] == "The folder no longer exists."
+    page = browser.http.get(f"{browser.files}/{asset['id']}").text
+    assert theirs not in page
+    assert browser.counts() == (5, 1)
+
+
+def test_another_orgs_trashed_file_is_not_found_in_the_trash(
+    browser: Browser, stack: Any, admin: Any
+) -> None:
+    """Restoring or purging another organization's trashed file from one's own Trash answers as
+    for an id that was never there (metadata's 403 told them apart); a member's refusal for what
+    someone else of the organization deleted keeps its 403 and its reason."""
+    stranger = sign_up(stack.edge_url, "Elsewhere")
+    member = sign_up(stack.edge_url, "Member's own")
+    try:
+        for b in (browser, stranger):
+            admin("set-trash-retention", "--org", b.org_id, "--days", "7")
+        theirs = stranger.upload_xhr(b"theirs", "theirs.txt").json()["asset"]["id"]
+        assert stranger.post(f"{stranger.files}/{theirs}/delete").status_code == 303
+        assert theirs in stranger.http.get(f"{stranger.files}/trash").text
+        mine = browser.upload_xhr(b"mine", "mine.txt").json()["asset"]["id"]
+        assert browser.post(f"{browser.files}/{mine}/delete").status_code == 303
+
+        for action in ("restore", "purge"):
+            answers = {
+                asset_id: browser.post(f"{browser.files}/trash/{asset_id}/{action}")
+                for asset_id in (theirs, new_id("ast"))
+            }
+            for asset_id, answer in answers.items():
+                assert answer.status_code == 404, (action, asset_id, answer.status_code)
+                assert "That file is not in the trash." in answer.text, answer.text[-2000:]
+                assert "another organization" not in answer.text and asset_id not in answer.text
+        assert theirs in stranger.http.get(f"{stranger.files}/trash").text  # untouched
+
+        admin("add-member", "--org", browser.org_id, "--user", member.email, "--role", "member")
+        shared = Browser(member.http, browser.org_id, member.csrf, member.email)
+        refused = shared.post(f"{shared.files}/trash/{mine}/restore")
+        assert refused.status_code == 403, refused.status_code
+        assert "Members may restore or purge only what they deleted themselves." in refused.text
+    finally:
+        stranger.http.close()
+        member.http.close()
+
+
 def test_pages_of_fifty_and_search_across_folders(browser: Browser) -> None:
     inner = folder_of(browser.post(f"{browser.files}/folders", {"name": "Inner"}))
     for n in range(51):
@@ -499,6 +573,87 @@ def test_a_resumable_upload_of_a_member_removed_ends(browser: Browser, stack: An
     gone = httpx.patch(url, content=b"x" * 50, headers={**chunk, "Upload-Offset": "50"}, verify=TLS)
     assert gone.status_code == 404, gone.text
     assert stack.metadata_scalar("SELECT count(*) FROM tus_uploads") == 0
+
+
+def keep_cookies(b: Browser, answer: httpx.Response) -> None:
+    """As a browser does: the cookies an answer sets go with the next requests (by hand, as
+    sign_up sends the session's: httpx keeps Secure cookies to https, these tests speak http)."""
+    jar = dict(pair.split("=", 1) for pair in b.http.headers["cookie"].split("; ") if "=" in pair)
+    jar.update(answer.cookies)
+    b.http.headers["cookie"] = "; ".join(f"{name}={value}" for name, value in jar.items())
+
+
+def signed_in(edge_url: str, email: str, password: str, org_id: str) -> Browser:
+    """Another session of a user (a sign-in of its own), on the organization's files page."""
+    http = httpx.Client(base_url=edge_url, headers=SAME_ORIGIN, timeout=60, verify=TLS)
+    answer = http.post("/dashboard/login", data={"email": email, "password": password})
+    assert answer.status_code == 303, answer.text
+    http.headers["cookie"] = f"{COOKIE}={answer.cookies[COOKIE]}"
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', http.get(f"/dashboard/o/{org_id}/files").text)
+    assert csrf
+    return Browser(http, org_id, csrf.group(1), email)
+
+
+def test_signing_out_ends_the_unfinished_uploads_the_session_started(stack: Any) -> None:
+    """A resumable upload started from the dashboard could be finished with its URL (which the
+    page kept in the browser) after the session signed out: its capability is the user's, not
+    the session's, for up to a day. Signing out now terminates the unfinished uploads this
+    session started, and asks the browser to clear its storage; another session's go on."""
+    password = "pw-" + secrets.token_urlsafe(16)
+    email = f"leaves-{secrets.token_hex(4)}@example.com"
+    first = httpx.Client(base_url=stack.edge_url, headers=SAME_ORIGIN, timeout=60, verify=TLS)
+    registered = first.post("/dashboard/register", data={"email": email, "password": password})
+    assert registered.status_code == 303, registered.text
+    first.headers["cookie"] = f"{COOKIE}={registered.cookies[COOKIE]}"
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', first.get("/dashboard/orgs/new").text)
+    assert csrf
+    made = first.post("/dashboard/orgs/new", data={"csrf_token": csrf.group(1), "name": "Leavers"})
+    assert made.status_code == 303, made.text
+    org_id = made.headers["location"].rsplit("/", 1)[1]
+    first.close()
+    leaving = signed_in(stack.edge_url, email, password, org_id)
+    staying = signed_in(stack.edge_url, email, password, org_id)
+    tus = {"Tus-Resumable": "1.0.0", "Upload-Metadata": "filename aGFsZi5iaW4="}
+    chunk = {"Tus-Resumable": "1.0.0", "Content-Type": "application/offset+octet-stream"}
+
+    def start(b: Browser, half: bool = True) -> str:
+        """A 100-byte upload through the page's route, its first half sent; its URL."""
+        asked = b.http.post(f"{b.files}/resumable", params={"size": 100}, headers={"x-csrf-token": b.csrf})
+        assert asked.status_code == 200, asked.text
+        keep_cookies(b, asked)
+        endpoint = stack.edge_url + asked.json()["endpoint"]
+        created = httpx.post(endpoint, headers={**tus, "Upload-Length": "100"}, verify=TLS)
+        assert created.status_code == 201, created.text
+        url = str(created.headers["location"])
+        if half:
+            sent = httpx.patch(url, content=b"x" * 50, headers={**chunk, "Upload-Offset": "0"}, verify=TLS)
+            assert sent.status_code == 204, sent.text
+        return url
+
+    def rest(url: str) -> httpx.Response:
+        return httpx.patch(url, content=b"y" * 50, headers={**chunk, "Upload-Offset": "50"}, verify=TLS)
+
+    def state(url: str) -> int:
+        return httpx.head(url, headers={"Tus-Resumable": "1.0.0"}, verify=TLS).status_code
+
+    try:
+        left = [start(leaving), start(leaving)]
+        kept = start(staying)
+        signed_out = leaving.post("/dashboard/logout")
+        assert signed_out.status_code == 303, signed_out.text
+        assert signed_out.headers["clear-site-data"] == '"cache", "storage"'
+        for url in left:
+            deadline = time.monotonic() + 5  # (edge's cache of the minter's answer)
+            while state(url) == 200:
+                assert time.monotonic() < deadline, "an upload outlived the session that began it"
+                time.sleep(0.05)
+            assert rest(url).status_code in (401, 404)  # ended: its bytes and reservation released
+        finished = rest(kept)
+        assert finished.status_code == 204, finished.text
+        assert staying.counts() == (100, 1)
+    finally:
+        leaving.http.close()
+        staying.http.close()
 
 
 def test_a_demoted_owner_or_removed_member_acts_at_once_with_what_is_left(

@@ -19,6 +19,7 @@ from sqlalchemy import create_engine, text
 
 from coffer_kit.contract.ids import new_id
 from coffer_kit.contract.webhooks import EVENT_TYPES, MAX_ENDPOINTS
+from coffer_kit.metrics import HTTP_REQUESTS
 from coffer_testkit.dashboard import SAME_ORIGIN, Browser, audit_once, sign_up
 
 # A name under .invalid never resolves (RFC 6761): metadata accepts it (it checks again at
@@ -90,6 +91,58 @@ def test_refusals_say_why_and_change_nothing(browser: Browser) -> None:
     assert folder.status_code == 404 and "does not exist" in folder.text
     assert add(browser, folder="../etc").status_code == 400
     assert "No endpoints yet." in browser.http.get(base(browser)).text
+
+
+def test_another_orgs_folder_as_the_filter_reads_as_one_that_does_not_exist(
+    browser: Browser, stack: Any
+) -> None:
+    """Another organization's folder id in the folder field gets the answer a made-up one gets
+    (metadata's 403 "belongs to another organization" was an existence oracle)."""
+    stranger = sign_up(stack.edge_url, "Elsewhere")
+    try:
+        made = stranger.post(f"/dashboard/o/{stranger.org_id}/files/folders", {"name": "Theirs"})
+        assert made.status_code == 303, made.text
+        theirs = made.headers["location"].rsplit("=", 1)[1]
+    finally:
+        stranger.http.close()
+    for folder in (theirs, new_id("fld")):
+        answer = add(browser, folder=folder)
+        assert answer.status_code == 404, (folder, answer.status_code)
+        assert "That folder does not exist any more." in answer.text
+        assert "another organization" not in answer.text
+    assert "No endpoints yet." in browser.http.get(base(browser)).text
+
+
+def _metadata_webhook_calls() -> float:
+    """Calls metadata has answered on its webhook routes, in this process (the in-process stack)."""
+    return sum(
+        sample.value
+        for metric in HTTP_REQUESTS.collect()
+        for sample in metric.samples
+        if sample.name == "coffer_http_requests_total"
+        and sample.labels["service"] == "metadata"
+        and "/webhooks" in sample.labels["route"]
+    )
+
+
+def test_an_id_with_a_line_break_after_it_is_refused_before_metadata(browser: Browser) -> None:
+    """An endpoint or delivery id is checked whole (``fullmatch``): "whk_…\\n" passed the check
+    ("$" also matches before a final line break) and went on to metadata."""
+    hook = endpoint_id(add(browser).text)
+    delivery = new_id("whd")
+    for tail in ("%0A", "%0a"):
+        before = _metadata_webhook_calls()
+        answers = [
+            browser.http.get(f"{base(browser)}/{hook}{tail}"),
+            browser.http.get(f"{base(browser)}/{hook}{tail}/delete"),
+            browser.post(f"{base(browser)}/{hook}{tail}/test"),
+            browser.post(f"{base(browser)}/{hook}{tail}/disable"),
+            browser.post(f"{base(browser)}/{hook}/deliveries/{delivery}{tail}/redeliver"),
+            browser.post(f"{base(browser)}/{hook}{tail}/delete"),
+        ]
+        assert [a.status_code for a in answers] == [404] * len(answers), [a.status_code for a in answers]
+        assert _metadata_webhook_calls() == before, "a malformed id reached metadata"
+    assert 'class="badge ok">enabled' in browser.http.get(f"{base(browser)}/{hook}").text
 
 
 def test_at_most_ten_endpoints(browser: Browser) -> None:

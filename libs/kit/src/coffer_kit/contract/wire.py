@@ -755,8 +755,10 @@ class UploadTokenIn(WireModel):
 
     token_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
     key_id: str | None = Field(default=None, max_length=40)
-    # The dashboard user who minted it (no key).
+    # The dashboard user who minted it (no key), and the session it was minted in: the token and
+    # the uploads made with it act only while that session lives.
     user_id: str | None = Field(default=None, max_length=40)
+    session_id: str | None = Field(default=None, max_length=40)
     folder_id: str | None = Field(default=None, max_length=40)
     name: str | None = Field(default=None, max_length=1024)
     max_bytes: StrictInt = Field(ge=1, le=MAX_FILE_BYTES)

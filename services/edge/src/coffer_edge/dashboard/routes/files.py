@@ -647,6 +647,16 @@ def _upload_message(exc: CofferError) -> str:
     return exc.message
 
 
+async def _upload_target(visit: Visit, folder_id: str) -> None:
+    """The folder an upload goes to is the organization's (another's reads as none, _unknown)."""
+    try:
+        await metadata_of(visit.request).check_upload_target(
+            visit.org.id, folder_id, None, request_id=_rid(visit)
+        )
+    except CofferError as exc:
+        raise _unknown(exc) from None
+
+
 @router.post("/o/{org_id}/files/upload")
 async def upload(request: Request, visit: OrgVisitDep, folder: str = "") -> Response:
     """One file: from the page's script (XHR, ``X-CSRF-Token``, answers JSON) or from the plain
@@ -665,7 +675,7 @@ async def upload(request: Request, visit: OrgVisitDep, folder: str = "") -> Resp
     try:
         await state.rate_limiter.check(f"user:{visit.current.user.id}")
         if folder_id:
-            await state.metadata.check_upload_target(visit.org.id, folder_id, None, request_id=rid)
+            await _upload_target(visit, folder_id)
         scope = UploadScope(
             organization_id=visit.org.id,
             quota_bytes=visit.org.quota_bytes,
@@ -723,11 +733,12 @@ async def resumable(request: Request, visit: OrgVisitDep, size: int, folder: str
             raise invalid("size must be positive.", field="size")
         await state.rate_limiter.check(f"user:{visit.current.user.id}")
         if folder_id:
-            await state.metadata.check_upload_target(visit.org.id, folder_id, None, request_id=rid)
+            await _upload_target(visit, folder_id)
         token = new_token()
         scope = UploadTokenIn(
             token_hash=token_hash(token),
-            user_id=visit.current.user.id,  # its uploads' capabilities end when the user leaves
+            user_id=visit.current.user.id,  # its uploads' capabilities end when the user leaves,
+            session_id=visit.current.session.id,  # or this session ends (signed out, expired)
             folder_id=folder_id,
             max_bytes=size,
             expires_in=RESUMABLE_TOKEN_SECONDS,
@@ -1089,9 +1100,12 @@ async def move_asset(request: Request, visit: OrgVisitDep, asset_id: str) -> Res
     form = await posted(request, visit)
     asset = await _asset(visit, asset_id)
     target = _destination(field(form, "parent", limit=128))
-    await metadata_of(request).update_asset(
-        visit.org.id, asset.id, {"folderId": target}, request_id=_rid(visit)
-    )
+    try:
+        await metadata_of(request).update_asset(
+            visit.org.id, asset.id, {"folderId": target}, request_id=_rid(visit)
+        )
+    except CofferError as exc:
+        raise _unknown(exc) from None  # another organization's folder: as one that does not exist
     return redirect(f"{PREFIX}/o/{visit.org.id}/files/{asset.id}?done=moved")
 
 

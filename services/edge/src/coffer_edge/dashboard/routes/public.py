@@ -287,8 +287,9 @@ async def logout(request: Request, visit: VisitDep) -> Response:
     await accounts_of(request).logout(visit.caller)
     response = redirect(f"{PREFIX}/login")
     clear_session_cookie(request, response)
-    # Nothing of the signed-in pages stays in this browser's cache (ASVS 7.4.1).
-    response.headers["Clear-Site-Data"] = '"cache"'
+    # Nothing of the signed-in pages stays in this browser: not its cache (ASVS 7.4.1), nor its
+    # storage, where the file browser keeps unfinished uploads' URLs.
+    response.headers["Clear-Site-Data"] = '"cache", "storage"'
     return response
 
 

@@ -33,6 +33,10 @@ router = APIRouter(prefix=PREFIX, include_in_schema=False)
 PAGE_SIZE = 50
 # Batches one "Empty trash" click runs (100 assets each); past them the page says how many are left.
 EMPTY_BATCHES = 20
+NOT_IN_TRASH = "That file is not in the trash."
+# metadata's refusal of a member acting on what someone else deleted: a file this organization's
+# Trash lists to them, so its 403 and reason stay (every other 403 is another organization's).
+MEMBERS_OWN_ONLY = "Members may restore or purge only what they deleted themselves."
 NOTICES = {
     "restored": "The file is back, with the same URLs.",
     "purged": "The file is deleted for good.",
@@ -114,7 +118,11 @@ async def _act(visit: Visit, action: str, asset_id: str) -> Response:
                 rid=_rid(visit),
             )
     except CofferError as exc:
-        if exc.status in (403, 404, 413):
+        if exc.status == 404 or (exc.status == 403 and exc.message != MEMBERS_OWN_ONLY):
+            # Another organization's file, or one not there: the same answer for both (metadata
+            # says 403 for the first, no existence oracle here, as files.py's _unknown).
+            return await _page(visit, page=1, error=NOT_IN_TRASH, status=404)
+        if exc.status in (403, 413):
             return await _page(visit, page=1, error=exc.message, status=exc.status)
         raise
     return redirect(_url(visit.org.id, done="restored" if action == "restore" else "purged"))

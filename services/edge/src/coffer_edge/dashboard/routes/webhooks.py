@@ -78,7 +78,7 @@ def _owner(visit: Visit) -> None:
 
 def _check(value: str, pattern: re.Pattern[str]) -> str:
     """An id from the URL, refused as 404 unless it has the shape of one."""
-    if not pattern.match(value):
+    if not pattern.fullmatch(value):  # not match: "$" also matches before a final "\n"
         raise not_found("No such webhook endpoint or delivery.")
     return value
 
@@ -201,9 +201,13 @@ async def create(request: Request, visit: OrgVisitDep) -> Response:
         try:
             made = await metadata_of(request).create_webhook(v.org.id, body, request_id=_rid(v))
         except CofferError as exc:
-            if exc.status in (400, 404, 409):
-                message = "That folder does not exist any more." if exc.status == 404 else exc.message
-                return await _list_page(v, status=exc.status, error=message, form=values)
+            if exc.status in (403, 404):
+                # metadata's 403 is another organization's folder: as one that does not exist
+                # (no existence oracle, as files.py's _unknown).
+                message = "That folder does not exist any more."
+                return await _list_page(v, status=404, error=message, form=values)
+            if exc.status in (400, 409):
+                return await _list_page(v, status=exc.status, error=exc.message, form=values)
             raise
         if form_id:
             used[form_id] = True

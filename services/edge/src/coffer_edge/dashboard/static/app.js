@@ -69,6 +69,50 @@ function binarySize(bytes) {
   return unit === 0 ? `${bytes} B` : `${size.toFixed(1).replace(/\.0$/, "")} ${units[unit]}`;
 }
 
+// Where tus-js-client keeps unfinished uploads' URLs (each carries its upload's capability):
+// this tab's sessionStorage, which a reload keeps and signing out clears (Clear-Site-Data), not
+// its default localStorage, which outlived the session. Its WebStorageUrlStorage, on another store.
+const TUS_PREFIX = "tus::";
+
+function tabStore() {
+  try { return window.sessionStorage; } catch (_) { return null; }  // (blocked storage)
+}
+
+function storedUploads(prefix) {
+  const store = tabStore();
+  const found = [];
+  if (!store) return found;
+  for (let i = 0; i < store.length; i += 1) {
+    const key = store.key(i);
+    if (!key || !key.startsWith(prefix)) continue;
+    try { found.push({ ...JSON.parse(store.getItem(key)), urlStorageKey: key }); } catch (_) { /* not ours */ }
+  }
+  return found;
+}
+
+const tabUrlStorage = {
+  findAllUploads: () => Promise.resolve(storedUploads(TUS_PREFIX)),
+  findUploadsByFingerprint: (fingerprint) => Promise.resolve(storedUploads(`${TUS_PREFIX}${fingerprint}::`)),
+  removeUpload: (key) => { const store = tabStore(); if (store) store.removeItem(key); return Promise.resolve(); },
+  addUpload: (fingerprint, upload) => {
+    const store = tabStore();
+    if (!store) return Promise.resolve(undefined);
+    const key = `${TUS_PREFIX}${fingerprint}::${Math.round(Math.random() * 1e12)}`;
+    try { store.setItem(key, JSON.stringify(upload)); } catch (_) { return Promise.resolve(undefined); }
+    return Promise.resolve(key);
+  },
+};
+
+// URLs an earlier version of this page left in localStorage go (they would outlive the session).
+function dropLocalUploads() {
+  try {
+    for (let i = window.localStorage.length - 1; i >= 0; i -= 1) {
+      const key = window.localStorage.key(i);
+      if (key && key.startsWith(`${TUS_PREFIX}coffer/`)) window.localStorage.removeItem(key);
+    }
+  } catch (_) { /* blocked storage */ }
+}
+
 function setupUploads(form) {
   const input = form.querySelector("input[type=file]");
   const list = document.getElementById("uploads");
@@ -160,8 +204,8 @@ function setupUploads(form) {
 
   // Files above 8 MiB: tus (tus-js-client), 8 MiB a request. A dropped connection is retried
   // from the offset the service holds; after a reload, choosing the same file again resumes it
-  // (its upload URL, with the upload's capability, is kept in this browser's localStorage under
-  // the organization, folder and file, until it completes).
+  // (its upload URL, with the upload's capability, is kept in this tab's sessionStorage under
+  // the organization, folder and file, until it completes or the session signs out).
   function errorOf(err) {
     const res = err && err.originalResponse;
     if (!res) return "The upload failed: the connection broke.";
@@ -201,6 +245,7 @@ function setupUploads(form) {
         fingerprint: (f) => Promise.resolve(
           ["coffer", form.dataset.fingerprint, f.name, f.type, f.size, f.lastModified].join("/")),
         removeFingerprintOnSuccess: true,
+        urlStorage: tabUrlStorage,
         onProgress: (sent, total) => {
           item.bar.value = Math.floor((sent / total) * 100);
           const resumed = item.li.classList.contains("resumed") ? " · resumed" : "";
@@ -276,6 +321,7 @@ function setupTextPreview(pre) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  dropLocalUploads();
   const form = document.getElementById("upload-form");
   if (form) setupUploads(form);
   const pre = document.getElementById("preview-text");
