@@ -24,3 +24,11 @@ def test_production_refuses_an_empty_missing_or_short_signing_secret(
             internal_token=SecretStr(secrets.token_urlsafe(32)),
             signing_secret=signing,
         )
+
+
+def test_a_scan_may_take_no_longer_than_edge_waits_for_it(tmp_path: Path) -> None:
+    """edge waits 150 s for a scan's answer; a blob allowed 3,600 s went on scanning after
+    edge had given up, and its late clean released a file still pending under block."""
+    assert Settings(data_dir=tmp_path, blob_scan_timeout_seconds=120).blob_scan_timeout_seconds == 120
+    with pytest.raises(ValidationError, match="blob_scan_timeout_seconds"):
+        Settings(data_dir=tmp_path, blob_scan_timeout_seconds=121)

@@ -66,7 +66,10 @@ class Settings(BaseServiceSettings):
     # Scans streaming to clamd at once from this process, and how long one may take (clamd's
     # own threads, MaxThreads, bound it too); past the timeout, 503 scanner_unavailable.
     blob_scan_concurrency: int = Field(default=2, ge=1, le=64)
-    blob_scan_timeout_seconds: float = Field(default=120.0, gt=0, le=3600)
+    # At most 120: edge waits 150 s for one scan's answer (coffer_edge.scans.SCAN_TIMEOUT_SECONDS);
+    # a scan that ran longer ended unscanned there, and its late clean released the file's hold
+    # while it was still pending under block.
+    blob_scan_timeout_seconds: float = Field(default=120.0, gt=0, le=120)
     # HMAC secret for signed CDN URLs; only blob knows it.
     signing_secret: SecretStr | None = None
     storage: Literal["fs", "s3"] = "fs"
