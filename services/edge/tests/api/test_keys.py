@@ -7,6 +7,7 @@ import re
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -403,3 +404,20 @@ def test_a_rotation_ends_none_of_the_keys_upload_tokens_nor_their_uploads(stack:
     stored = httpx.post(form, files={"file": ("b.txt", b"b")})
     assert stored.status_code == 201, stored.text
     assert {a["name"] for a in tenant.api.get("/api/assets").json()["assets"]} >= {"a.bin", "b.txt"}
+
+
+def test_a_signed_url_lives_no_longer_than_the_key_that_made_it(stack: Any, tenant: Any, admin: Any) -> None:
+    """A key with ten minutes left made signed URLs good for a week (7 days, the most): a bearer
+    link that outlived the key's authority by all of it. Its validity is now capped at the
+    key's expiry, and the answer says so; a key without expiry gets what it asks."""
+    expiring = admin("create-key", "--org", tenant.org_id, "--expires-in", "600")
+    asset = tenant.api.post("/api/assets", files={"file": ("a.txt", b"a")}).json()
+    with client(stack, expiring["key"]) as api:
+        signed = api.get(f"/api/assets/{asset['id']}/url", params={"expiresIn": 604800})
+    assert signed.status_code == 200, signed.text
+    ends = int(re.search(r"[?&]expires=(\d+)", signed.json()["url"]).group(1))  # type: ignore[union-attr]
+    key_ends = datetime.fromisoformat(expiring["expiresAt"].replace("Z", "+00:00")).timestamp()
+    assert ends <= key_ends + 1 and signed.json()["expiresIn"] <= 600
+    assert httpx.get(signed.json()["url"]).status_code == 200
+    lasting = tenant.api.get(f"/api/assets/{asset['id']}/url", params={"expiresIn": 604800})
+    assert lasting.json()["expiresIn"] == 604800

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import fnmatch
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -908,7 +909,8 @@ async def get_signed_url(
     blob: BlobDep,
     rid: RequestIdDep,
     expires_in: Annotated[
-        ExpiresIn, Query(alias="expiresIn", description="Validity in seconds, 1–604800.")
+        ExpiresIn,
+        Query(alias="expiresIn", description="Validity in seconds, 1–604800; never past the key's expiry."),
     ] = EXPIRES_IN_DEFAULT,
     preset: Annotated[
         str | SkipJsonSchema[None],
@@ -962,6 +964,9 @@ async def get_signed_url(
         own = await blob.transform_presets(principal.organization_id, request_id=rid)
         if preset not in own.presets:
             raise invalid_transform(f"Unknown preset {preset!r}.", field="preset")
+    if principal.key_expires_at is not None:
+        # A bearer link lives no longer than the key that made it (blob rounds up by < 1 s).
+        expires_in = max(1, min(expires_in, math.floor(principal.key_expires_at - time.time())))
     url = await blob.sign(asset.key, expires_in, request_id=rid, preset=preset, transform=transform)
     return SignedUrl(
         url=url,
