@@ -245,6 +245,24 @@ async def test_a_guesser_never_locks_the_owner_out_nor_learns_which_emails_exist
     assert_error(await api.call("POST", "/sessions", json=guesser), 429, "rate_limited")
 
 
+async def test_the_addresses_of_one_ipv6_network_are_one_guesser(api: Api, engine: Engine) -> None:
+    """Failures were counted per exact address: 40 addresses of one IPv6 /64, which any one
+    host is given, made 200 guesses at one account and none was refused. An IPv6 client now
+    counts as its /64 (an IPv4 one, also mapped into IPv6, as its address), so the sixth guess
+    from that network waits; another network's owner signs in."""
+    out = await api.register(email="a@example.com")
+    for n in range(1, 6):
+        guess = {"email": "a@example.com", "password": "guess-123456", "ip": f"2001:db8:7:7::{n:x}"}
+        assert_error(await api.call("POST", "/sessions", json=guess), 401, "unauthorized")
+    sixth = {"email": "a@example.com", "password": "guess-123456", "ip": "2001:db8:7:7:ffff::6"}
+    assert_error(await api.call("POST", "/sessions", json=sixth), 429, "rate_limited")
+    assert _throttles(engine) == [("a@example.com", "2001:db8:7:7::/64", 5)]
+    owner = {"email": "a@example.com", "password": out["password"], "ip": "2001:db8:7:8::1"}
+    assert (await api.call("POST", "/sessions", json=owner)).status_code == 201
+    assert sessions.client_of("::ffff:192.0.2.7") == sessions.client_of("192.0.2.7") == "192.0.2.7"
+    assert sessions.client_of("not an address") == "not an address"
+
+
 async def test_throttle_is_capped_at_fifteen_minutes(engine: Engine) -> None:
     with Session(writer(engine)) as s:
         blocks = [sessions.record_failure(s, email="X@example.com", client="c") for _ in range(12)]

@@ -15,6 +15,7 @@ from coffer_auth.config import Settings
 from coffer_auth.models import DashboardSession, LoginThrottle, User
 from coffer_auth.schemas import SessionOut
 from coffer_auth.tokens import SESSION_ID, SESSION_PREFIX, new_csrf_token, new_token
+from coffer_kit.contract import scopes
 from coffer_kit.contract.errors import unauthorized
 from coffer_kit.contract.ids import new_id
 from coffer_kit.contract.timeutil import as_utc, utcnow
@@ -63,8 +64,9 @@ def user_by_email(session: Session, email: str) -> User | None:
 
 
 def client_of(ip: str | None) -> str:
-    """The client a throttle counts against: the address edge saw (through trusted proxies)."""
-    return (ip or "unknown")[:64]
+    """The client a throttle counts against: the address edge saw (through trusted proxies),
+    an IPv6 one as its /64 (``scopes.client_network``)."""
+    return scopes.client_network(ip)[:64]
 
 
 def retry_after(session: Session, *, email: str, client: str, now: datetime) -> int | None:

@@ -85,9 +85,10 @@ def edge_state(request: Request) -> EdgeState:
 async def failures_counted(request: Request) -> AsyncIterator[None]:
     """Around the lookup of a credential (an API key, an upload token): a client that keeps
     sending ones auth refuses (401) is stopped before any lookup, whichever kind it sends; its
-    address is the one uvicorn took from X-Forwarded-For of COFFER_TRUSTED_PROXIES."""
+    address is the one uvicorn took from X-Forwarded-For of COFFER_TRUSTED_PROXIES, an IPv6
+    one counted as its /64 (``scopes.client_network``)."""
     failures = edge_state(request).auth_failures
-    client = "auth-failures:" + (request.client.host if request.client else "unknown")
+    client = "auth-failures:" + scopes.client_network(request.client.host if request.client else None)
     await failures.refuse_if_spent(client, "Too many failed authentications from this address")
     try:
         yield

@@ -201,3 +201,20 @@ def describe(actions: Iterable[str], *, folder: str | None = None, networks: Seq
     if networks:
         text += "; only from " + ", ".join(networks)
     return text
+
+
+def client_network(address: str | None) -> str:
+    """The client a per-address limit counts: an IPv4 address (also mapped into IPv6) as it is,
+    an IPv6 one as its /64, which a single host is commonly given whole (counted per address,
+    one host had 2^64 fresh addresses to guess from); what is not an address, as it is."""
+    if not address:
+        return "unknown"
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address[:64]
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)

@@ -23,6 +23,7 @@ from coffer_edge.clients.metadata import MetadataClient
 from coffer_edge.dashboard.security import CROSS_ORIGIN_MESSAGE, PREFIX
 from coffer_edge.dashboard.state import DashboardState
 from coffer_edge.deps import edge_state
+from coffer_kit.contract import scopes
 from coffer_kit.contract.accounts import CurrentOut, LoginOut, OrgOut
 from coffer_kit.contract.errors import CofferError, not_found
 from coffer_kit.contract.ids import is_org_id
@@ -201,7 +202,7 @@ def clear_session_cookie(request: Request, response: Response) -> None:
 
 async def throttle_ip(request: Request) -> int | None:
     """Count a sign-in, registration or reset post for the client IP; seconds to wait if over."""
-    ip = request.client.host if request.client else "unknown"
+    ip = scopes.client_network(request.client.host if request.client else None)
     try:
         await state_of(request).ip_limiter.check("dashboard-ip:" + ip)
     except CofferError as exc:
