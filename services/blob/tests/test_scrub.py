@@ -219,6 +219,19 @@ def test_flags_out_of_step_with_their_rows_are_reported_and_set_when_asked(stora
     assert run("check").clean
 
 
+def fix_flags(storage: Storage, rows: list[Expected], manifest_at: datetime | None = None) -> Any:
+    """A scrub with ``--flags fix`` of these rows alone, hashing nothing."""
+    return scrub(
+        storage,
+        manifest_of(rows),
+        verify=0.0,
+        limit=RateLimit(1),
+        orphan_age=HOUR,
+        flags="fix",
+        manifest_at=manifest_at,
+    )
+
+
 def test_fix_leaves_alone_flags_changed_around_or_after_the_manifest(storage: Storage) -> None:
     """On a live installation, making a file private changes the store first, then its row:
     a manifest read between the two calls it public, and ``fix`` made it public again while its
@@ -230,19 +243,8 @@ def test_fix_leaves_alone_flags_changed_around_or_after_the_manifest(storage: St
     storage.set_private(row.key, True)  # the change on its way: the store first
     changed = datetime.now(UTC)
 
-    def fix(manifest_at: datetime) -> Any:
-        return scrub(
-            storage,
-            manifest_of([row]),
-            verify=0.0,
-            limit=RateLimit(1),
-            orphan_age=HOUR,
-            flags="fix",
-            manifest_at=manifest_at,
-        )
-
     for manifest_at in (changed + timedelta(seconds=10), changed - timedelta(minutes=1)):
-        report = fix(manifest_at)
+        report = fix_flags(storage, [row], manifest_at)
         (finding,) = report.of("flags")
         assert "private true, the row says false" in finding.detail
         assert "left as it is" in finding.detail, finding.detail
@@ -250,7 +252,9 @@ def test_fix_leaves_alone_flags_changed_around_or_after_the_manifest(storage: St
         assert storage.stat(row.key).private  # never made public
     assert "flags left as they are" in report.human()
 
-    restored = fix(changed + timedelta(hours=1))  # a store copied an hour before the manifest
+    restored = fix_flags(
+        storage, [row], changed + timedelta(hours=1)
+    )  # a store copied an hour before the manifest
     assert (restored.fixed_flags, restored.left_flags) == (1, 0)
     assert not storage.stat(row.key).private
 
@@ -286,15 +290,7 @@ def test_a_retried_flag_change_that_changes_nothing_still_protects_it_from_fix(s
     storage.set_private(row.key, True)  # the retry: nothing to change in the store
     info = storage.stat(row.key)
     assert info is not None and info.flags_at is not None and info.flags_at > manifest_at
-    report = scrub(
-        storage,
-        manifest_of([row]),
-        verify=0.0,
-        limit=RateLimit(1),
-        orphan_age=HOUR,
-        flags="fix",
-        manifest_at=manifest_at,
-    )
+    report = fix_flags(storage, [row], manifest_at)
     assert (report.fixed_flags, report.left_flags) == (0, 1)
     assert storage.stat(row.key).private  # never made public
 
@@ -597,7 +593,7 @@ def test_a_flag_the_store_refuses_to_set_is_reported_and_the_walk_goes_on(
         return real(key, private)
 
     monkeypatch.setattr(storage, "set_private", set_private)
-    report = scrub(storage, manifest_of(rows), verify=0.0, limit=RateLimit(1), orphan_age=HOUR, flags="fix")
+    report = fix_flags(storage, rows)
     assert report.fixed_flags == 2 and len(report.of("flags")) == 3
     (failed,) = [f for f in report.of("flags") if f.key == refused]
     assert failed.detail.endswith("not set: the store timed out")
