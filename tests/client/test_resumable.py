@@ -177,6 +177,36 @@ def test_coffer_upload_killed_mid_way_resumes_where_it_stopped(
     assert asset.sha256 == sha256(source) and asset.name == "fifty.bin"
 
 
+def _cut_off(
+    stack: Any, tenant: Any, cli_for: Any, rate: int, *args: str, then: Any = None
+) -> tuple[Any, TcpProxy, Path]:
+    """``coffer upload ARGS`` over a link slowed to ``rate`` bytes/s, killed once it has
+    remembered its upload (and ``then(remembered)`` has returned): the CLI runner on that link,
+    now at full speed (the caller cuts the proxy), and the file of remembered uploads."""
+    edge = urlsplit(stack.edge_url)
+    proxy = TcpProxy("127.0.0.1", edge.port or 80, upload_rate=rate).start()
+    cli = cli_for(urlunsplit((edge.scheme, f"127.0.0.1:{proxy.port}", "", "", "")), tenant.key)
+    remembered = Path(cli.env["XDG_CACHE_HOME"]) / "coffer" / "uploads.json"
+    first = subprocess.Popen(
+        [str(Path(sys.executable).parent / "coffer"), "upload", *args],
+        env={**os.environ, **cli.env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (remembered.exists() and json.loads(remembered.read_text())):  # (polled)
+            assert first.poll() is None and time.monotonic() < deadline, "no upload was remembered"
+            time.sleep(0.05)
+        if then is not None:
+            then(remembered)
+    finally:
+        first.kill()
+        first.wait()
+    proxy.upload_rate = None  # (the next connections at full speed)
+    return cli, proxy, remembered
+
+
 def test_an_upload_run_again_elsewhere_is_not_resumed_where_it_was_going(
     stack: Any, tenant: Any, cli_for: Any, file_20: Path
 ) -> None:
@@ -185,26 +215,8 @@ def test_an_upload_run_again_elsewhere_is_not_resumed_where_it_was_going(
     upload is for the same file to the same place only: this one starts anew."""
     for name in ("a", "b"):
         assert tenant.api.post("/api/folders", json={"name": name}).status_code == 201
-    edge = urlsplit(stack.edge_url)
-    # A slow link for the first run, so that it is killed with the upload begun.
-    proxy = TcpProxy("127.0.0.1", edge.port or 80, upload_rate=4 * MIB).start()
-    cli = cli_for(urlunsplit((edge.scheme, f"127.0.0.1:{proxy.port}", "", "", "")), tenant.key)
-    remembered = Path(cli.env["XDG_CACHE_HOME"]) / "coffer" / "uploads.json"
-    first = subprocess.Popen(
-        [str(Path(sys.executable).parent / "coffer"), "upload", str(file_20), "--to", "/a", "--private"],
-        env={**os.environ, **cli.env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while not (remembered.exists() and json.loads(remembered.read_text())):  # (polled)
-            assert first.poll() is None and time.monotonic() < deadline, "no upload was remembered"
-            time.sleep(0.05)
-    finally:
-        first.kill()
-        first.wait()
-    proxy.upload_rate = None  # (the next connections at full speed)
+    # Killed with the upload begun.
+    cli, proxy, _ = _cut_off(stack, tenant, cli_for, 4 * MIB, str(file_20), "--to", "/a", "--private")
     try:
         again = cli("upload", str(file_20), "--to", "/b", "--public")
     finally:
@@ -253,28 +265,12 @@ def test_coffer_upload_of_a_file_changed_since_it_was_cut_off_fails_and_starts_a
     the next one uploads the file as it is."""
     source = tmp_path / "forty.bin"
     source.write_bytes(os.urandom(40 * MIB))  # two chunks: 32 MiB, then 8 MiB
-    edge = urlsplit(stack.edge_url)
-    # A slow link for the first run, so that it can be killed between its chunks.
-    proxy = TcpProxy("127.0.0.1", edge.port or 80, upload_rate=5 * MIB).start()
-    cli = cli_for(urlunsplit((edge.scheme, f"127.0.0.1:{proxy.port}", "", "", "")), tenant.key)
-    remembered = Path(cli.env["XDG_CACHE_HOME"]) / "coffer" / "uploads.json"
-    first = subprocess.Popen(
-        [str(Path(sys.executable).parent / "coffer"), "upload", str(source)],
-        env={**os.environ, **cli.env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not (remembered.exists() and json.loads(remembered.read_text())):  # (polled)
-            assert first.poll() is None and time.monotonic() < deadline, "no upload was remembered"
-            time.sleep(0.05)
+
+    def first_chunk_stored(remembered: Path) -> None:
         (url,) = json.loads(remembered.read_text()).values()
-        _offset_when_above(url, tenant.key, 32 * MIB, timeout=60)  # (its first chunk is stored)
-    finally:
-        first.kill()
-        first.wait()
-    proxy.upload_rate = None  # (the next connections at full speed)
+        _offset_when_above(url, tenant.key, 32 * MIB, timeout=60)
+
+    cli, proxy, remembered = _cut_off(stack, tenant, cli_for, 5 * MIB, str(source), then=first_chunk_stored)
     _change_in_place(source)
     try:
         again = cli("upload", str(source))
