@@ -485,16 +485,21 @@ def test_a_password_past_the_bound_is_refused_never_cut_short(stack: Any) -> Non
     http.close()
 
 
-def _metadata_folder_calls() -> float:
-    """Calls metadata has answered on its folder routes, in this process (the in-process stack)."""
+def metadata_calls(route_prefix: str) -> float:
+    """Calls metadata has answered on its routes under ``route_prefix``, in this process (the
+    in-process stack)."""
     return sum(
         sample.value
         for metric in HTTP_REQUESTS.collect()
         for sample in metric.samples
         if sample.name == "coffer_http_requests_total"
         and sample.labels["service"] == "metadata"
-        and sample.labels["route"].startswith("/internal/v1/orgs/{org_id}/folders")
+        and sample.labels["route"].startswith(route_prefix)
     )
+
+
+def _metadata_folder_calls() -> float:
+    return metadata_calls("/internal/v1/orgs/{org_id}/folders")
 
 
 def test_the_folder_delete_page_asks_metadata_a_fixed_number_of_times(browser: Browser) -> None:

@@ -19,8 +19,9 @@ from sqlalchemy import create_engine, text
 
 from coffer_kit.contract.ids import new_id
 from coffer_kit.contract.webhooks import EVENT_TYPES, MAX_ENDPOINTS
-from coffer_kit.metrics import HTTP_REQUESTS
 from coffer_testkit.dashboard import SAME_ORIGIN, Browser, audit_once, sign_up
+
+from .test_dashboard_files import metadata_calls
 
 # A name under .invalid never resolves (RFC 6761): metadata accepts it (it checks again at
 # each connection), and nothing is ever sent here: the in-process stack runs no dispatcher.
@@ -114,15 +115,7 @@ def test_another_orgs_folder_as_the_filter_reads_as_one_that_does_not_exist(
 
 
 def _metadata_webhook_calls() -> float:
-    """Calls metadata has answered on its webhook routes, in this process (the in-process stack)."""
-    return sum(
-        sample.value
-        for metric in HTTP_REQUESTS.collect()
-        for sample in metric.samples
-        if sample.name == "coffer_http_requests_total"
-        and sample.labels["service"] == "metadata"
-        and "/webhooks" in sample.labels["route"]
-    )
+    return metadata_calls("/internal/v1/orgs/{org_id}/webhooks")
 
 
 def test_an_id_with_a_line_break_after_it_is_refused_before_metadata(browser: Browser) -> None:
