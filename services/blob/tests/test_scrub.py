@@ -17,6 +17,7 @@ import pytest
 
 from coffer_blob import cli
 from coffer_blob.config import Settings
+from coffer_blob.grants import revocation_key
 from coffer_blob.scrub import Expected, ManifestError, RateLimit, read_manifest, scrub
 from coffer_blob.storage import Storage, StorageUnavailable, make_driver
 from coffer_blob.storage.fs import FsStorage
@@ -86,10 +87,12 @@ def corrupt(storage: Storage, key: str) -> None:
 
 
 def a_store(storage: Storage) -> tuple[str, list[Expected]]:
-    """An organization with three assets, a preset, a variant and writes in progress."""
+    """An organization with three assets, a preset, a grant revocation, a variant and writes in
+    progress."""
     org = new_id(ORG)
     entries = [put(storage, f"{org}/{new_id(ASSET)}/file-{i}.bin", bytes([i]) * (1000 + i)) for i in range(3)]
     put(storage, preset_key(org, "thumb"), b'{"w": 100}')  # not an asset's object
+    put(storage, revocation_key(org, "A" * 22), b'{"revokedAt": 1}')  # nor is a grant revocation
     variant = f"{entries[0].key.rsplit('/', 1)[0]}/v%w=100"
     put(storage, variant, b"variant bytes")  # owned by its asset
     unfinished = storage.open_writer(f"{org}/{new_id(ASSET)}/in-flight.bin")  # never listed
@@ -150,6 +153,7 @@ def test_one_missing_one_corrupt_one_orphan_are_reported_exactly(storage: Storag
     )
     assert again.deleted_orphans == 1
     assert storage.stat(orphan) is None
+    assert storage.stat(revocation_key(kept.org, "A" * 22)) is not None
     assert storage.stat(kept.key) is not None and storage.stat(damaged.key) is not None
     # Without hashing, the corrupt object (same size) is not seen; the missing one still is.
     assert sorted(f.kind for f in again.findings) == ["missing", "orphan"]

@@ -11,7 +11,7 @@ from sqlalchemy import func, or_, update
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
-from coffer_auth import audit
+from coffer_auth import audit, grants
 from coffer_auth.audit import Actor
 from coffer_auth.keys import display_prefix, generate_key, hash_key
 from coffer_auth.models import ApiKey, KeyKind, KeyUse, Membership, Organization, Role, User
@@ -247,12 +247,14 @@ def _audit(session: Session, actor: Actor, action: str, key: ApiKey, details: di
 
 def delete(session: Session, actor: Actor, *, row: ApiKey) -> None:
     """Delete a key, and the keys it made (and theirs), each audited; edges stop accepting
-    them within their cache bound (5 s)."""
+    them within their cache bound (5 s), blob the URLs signed under them once edge relays
+    their revocations (``grants``)."""
     doomed, frontier = [row], [row.id]
     while frontier:  # (a tree: each key made by one key, before it)
         made = list(session.exec(select(ApiKey).where(col(ApiKey.parent_key_id).in_(frontier))))
         doomed += made
         frontier = [key.id for key in made]
+    grants.keys_deleted(session, doomed)
     for key in reversed(doomed):  # the youngest first: no key is left whose parent is gone
         details = _details(key)
         if key is not row:

@@ -1,4 +1,5 @@
-"""Internal API: the one question edge asks on every request, and the audit of file changes."""
+"""Internal API: the one question edge asks on every request, the audit of file changes, and
+the queue of revoked grants edge relays to blob."""
 
 from __future__ import annotations
 
@@ -6,20 +7,23 @@ import logging
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header
+from fastapi import APIRouter, Depends, Header, Query
 from pydantic import Field
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 
-from coffer_auth import admin, audit, orgs
+from coffer_auth import admin, audit, grants, orgs
 from coffer_auth.deps import DatabaseDep, SessionDep
 from coffer_auth.models import Organization
 from coffer_kit.contract.errors import not_found
 from coffer_kit.contract.wire import (
+    MAX_REVOCATIONS,
     Actor,
     Done,
+    GrantRevocations,
     Ingest,
     Principal,
+    RelayedRevocations,
     ScanSyncClaim,
     ScanSyncDone,
     ScanSyncEnded,
@@ -138,3 +142,22 @@ def record_changes(body: ChangeEventsIn, session: SessionDep) -> Done:
     them from metadata); an event already recorded is skipped, so relaying twice is harmless."""
     audit.record_changes(session, [e.model_dump() for e in body.events])
     return Done()
+
+
+class RevocationsDeleted(WireModel):
+    deleted: int
+
+
+@router.get("/grant-revocations")
+def grant_revocations(
+    session: SessionDep, limit: Annotated[int, Query(ge=1, le=MAX_REVOCATIONS)] = 500
+) -> GrantRevocations:
+    """The authorities that stopped acting (a key deleted, a member removed), oldest first, for
+    edge to relay to blob: signed URLs die with their authority (``grants``)."""
+    return GrantRevocations(revocations=grants.pending(session, limit=limit))
+
+
+@router.post("/grant-revocations/relayed")
+def grant_revocations_relayed(body: RelayedRevocations, session: SessionDep) -> RevocationsDeleted:
+    """blob has stored these: they leave the queue (unknown seqs are ignored)."""
+    return RevocationsDeleted(deleted=grants.relayed(session, body.seqs))

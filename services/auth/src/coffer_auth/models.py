@@ -27,6 +27,10 @@ from coffer_kit.contract.media import IngestMode, ScanMode
 from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.contract.wire import Ingest
 
+# Rotations followed along ``ApiKey.rotated_from_key_id``, either way: from a token's key to the
+# key acting now (upload_tokens), from a deleted key back to the keys it replaced (grants).
+MAX_ROTATIONS_FOLLOWED = 32
+
 
 def _ts(nullable: bool = False, index: bool = False) -> Column:  # type: ignore[type-arg]
     return Column(DateTime(timezone=True), nullable=nullable, index=index)
@@ -308,7 +312,7 @@ TABLES = [
 
 
 def all_tables() -> list[Table]:
-    """Every auth table, those defined in other modules (upload tokens) included."""
-    from coffer_auth import upload_tokens
+    """Every auth table, those defined in other modules (upload tokens, revoked grants) included."""
+    from coffer_auth import grants, upload_tokens
 
-    return [*TABLES, *upload_tokens.TABLES]
+    return [*TABLES, *upload_tokens.TABLES, *grants.TABLES]

@@ -9,7 +9,7 @@ from typing import Any, cast
 from sqlalchemy import delete, func, or_
 from sqlmodel import Session, col, select
 
-from coffer_auth import audit, errors, invitations
+from coffer_auth import audit, errors, grants, invitations
 from coffer_auth.audit import Actor
 from coffer_auth.models import ApiKey, KeyKind, Membership, Organization, Role, User
 from coffer_auth.schemas import MemberOut, OrgOut, RoleName
@@ -426,15 +426,17 @@ def change_role(session: Session, actor: Actor, *, org_id: str, user_id: str, ro
 def remove(session: Session, actor: Actor, *, org_id: str, user_id: str) -> None:
     """Remove a member (``member.left`` when they remove themselves); never the last owner.
 
-    Their personal keys stop working for this organization within edge's cache bound (5 s);
-    the upload tokens they minted here (signed in, or with a personal key) are deleted, so that
-    none comes back if they are added again; an owner's pending invitations are revoked.
+    Their personal keys stop working for this organization within edge's cache bound (5 s),
+    and the URLs signed here by the member or with those keys die (``grants``); the upload
+    tokens they minted here (signed in, or with a personal key) are deleted, so that none
+    comes back if they are added again; an owner's pending invitations are revoked.
     """
     _locked_org(session, org_id)
     m, user = _target(session, org_id, user_id)
     if m.role == Role.owner and _owner_count(session, org_id) <= 1:
         raise errors.last_owner()
     session.delete(m)
+    grants.member_removed(session, org_id=org_id, user_id=user_id)
     personal = select(ApiKey.id).where(ApiKey.user_id == user_id, ApiKey.kind == KeyKind.user)
     session.exec(
         delete(UploadToken).where(

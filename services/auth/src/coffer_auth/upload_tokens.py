@@ -20,7 +20,14 @@ from sqlmodel import Session, SQLModel, col, select
 
 from coffer_auth import apikeys
 from coffer_auth.deps import SessionDep
-from coffer_auth.models import ApiKey, DashboardSession, KeyKind, Membership, Organization
+from coffer_auth.models import (
+    MAX_ROTATIONS_FOLLOWED,
+    ApiKey,
+    DashboardSession,
+    KeyKind,
+    Membership,
+    Organization,
+)
 from coffer_kit.contract.errors import not_found, unauthorized
 from coffer_kit.contract.ids import UPLOAD_TOKEN, new_id
 from coffer_kit.contract.timeutil import as_utc, isoformat, utcnow
@@ -220,10 +227,6 @@ def _session_lives(session: Session, token: UploadToken) -> bool:
 def _member(session: Session, *, user_id: str, org_id: str) -> bool:
     found = select(Membership).where(Membership.organization_id == org_id, Membership.user_id == user_id)
     return session.exec(found).first() is not None
-
-
-# Rotations followed from a token's key to the key acting now (each a rotation since the token).
-MAX_ROTATIONS_FOLLOWED = 32
 
 
 def _minter(session: Session, *, key_id: str, org_id: str) -> ApiKey | None:

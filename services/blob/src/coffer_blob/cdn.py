@@ -30,7 +30,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
 
 from coffer_blob import signing
-from coffer_blob.config import Settings
 from coffer_blob.deps import BlobState, blob_state
 from coffer_blob.metrics import DOWNLOAD_BYTES
 from coffer_blob.storage import ObjectInfo, Reader, Storage, read_range
@@ -86,7 +85,8 @@ CDN_HEADERS: list[tuple[bytes, bytes]] = [
 
 @router.api_route("/{key:path}", methods=["GET", "HEAD", "OPTIONS"], include_in_schema=False)
 async def download(request: Request, key: str) -> Response:
-    """Serve the object under ``key``: public, or signed with ``expires`` and ``signature``."""
+    """Serve the object under ``key``: public, or signed with ``expires`` and ``signature``
+    (and ``by``, the authority it dies with)."""
     # A lean route (coffer_kit.routes): nothing for FastAPI to solve on this, the busiest
     # route, whose plain downloads are most of the CDN's requests (issue 28: one path for
     # them all, with tracing on or off).
@@ -99,7 +99,7 @@ async def download(request: Request, key: str) -> Response:
     query = request.query_params
     if query and transforms.wants_transform(query):
         return await _transformed(request, key, state)
-    cache, access = _access(query, key, state.settings)
+    cache, access = await _access(query, key, state)
 
     if storage.inline_read_bytes:
         # On the event loop: a page-cache read of a few KiB costs less than a worker-thread
@@ -151,15 +151,16 @@ async def _serve(
 async def _transformed(request: Request, key: str, state: BlobState) -> Response:
     """A transformed answer (CONTRACT §10): the stored variant, rendered first if it is new.
 
-    Order: transforms on at all (else 404), the signature over key, expiry and transform
-    (403), the original and its visibility (404, as for any key), then the parameters (400:
-    free parameters on a public URL, an unknown preset), then the variant.
+    Order: transforms on at all (else 404), the signature over key, expiry and transform,
+    then its authority's revocation (403), the original and its visibility (404, as for any
+    key), then the parameters (400: free parameters on a public URL, an unknown preset), then
+    the variant.
     """
     settings, storage, pool = state.settings, state.storage, state.transforms
     if not settings.transforms or pool is None:
         raise not_found("Image transforms are switched off on this host.")
     query = request.query_params
-    cache, access = _access(query, key, settings)
+    cache, access = await _access(query, key, state)
     # The original's stat on the event loop where the driver reads small files there (a stat
     # is less than such a read): a stored variant cost 1.8-2.0x an original's CPU per request
     # with the stat in a worker thread (bench: transforms).
@@ -295,13 +296,17 @@ def _servable(found: tuple[ObjectInfo, bytes | None] | None, access: str) -> tup
     return found
 
 
-def _access(query: QueryParams, key: str, settings: Settings) -> tuple[str, str]:
-    """(Cache-Control, access label): public, or signed once the signature checks out (else 403)."""
+async def _access(query: QueryParams, key: str, state: BlobState) -> tuple[str, str]:
+    """(Cache-Control, access label): public, or signed once the signature checks out and its
+    authority, if it names one, was not revoked since (else 403)."""
+    settings = state.settings
     if "expires" not in query and "signature" not in query:
         return public_cache(settings.cdn_public_max_age), "public"
-    expires, sent = query.getlist("expires"), query.getlist("signature")
+    expires, sent, by = query.getlist("expires"), query.getlist("signature"), query.getlist("by")
     if len(expires) != 1 or len(sent) != 1:
         raise forbidden("A signed URL carries exactly one 'expires' and one 'signature'.")
+    if len(by) > 1:
+        raise forbidden("A signed URL carries at most one 'by'.")
     spec = ""
     if transforms.wants_transform(query):
         try:
@@ -312,10 +317,25 @@ def _access(query: QueryParams, key: str, settings: Settings) -> tuple[str, str]
     assert settings.signing_secret is not None
     now = time.time()
     secret = settings.signing_secret.get_secret_value().encode()
-    refusal = signing.check(secret, key, expires[0], sent[0], now=now, transform=spec)
+    refusal = signing.check(
+        secret, key, expires[0], sent[0], now=now, transform=spec, by=by[0] if by else None
+    )
     if refusal:
         raise forbidden(refusal)
+    if by:
+        await _check_unrevoked(state, key, by[0])
     return f"private, max-age={max(0, int(int(expires[0]) - now))}", "signed"
+
+
+async def _check_unrevoked(state: BlobState, key: str, by: str) -> None:
+    """403 when the authority of a genuine URL (``by``, checked) was revoked at or after the
+    URL was made (coffer_blob.grants)."""
+    parsed = signing.parse_by(by)
+    assert parsed is not None and state.revocations is not None
+    tag, issued = parsed
+    revoked_at = await state.revocations.revoked_at(state.storage, key.split("/", 1)[0], tag)
+    if revoked_at is not None and revoked_at >= issued:
+        raise forbidden("This signed URL was revoked: the key or member that made it no longer acts.")
 
 
 def _chosen_range(request: Request, info: ObjectInfo, headers: dict[str, str]) -> tuple[int, int, int]:

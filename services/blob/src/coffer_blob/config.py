@@ -23,6 +23,9 @@ class CdnTuning(BaseModel):
     # How long the CDN keeps an organization's presets before reading them again (<= 5 s); a
     # name it lacks is read again at once.
     preset_cache_seconds: float = Field(default=5.0, ge=0, le=5)
+    # How long the CDN keeps what it read of an authority's revocation (<= 2 s): a signed URL
+    # dies within this of its revocation reaching blob (coffer_blob.grants).
+    revocation_cache_seconds: float = Field(default=2.0, ge=0, le=2)
 
 
 class Settings(BaseServiceSettings):

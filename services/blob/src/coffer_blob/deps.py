@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from coffer_blob.config import Settings
+from coffer_blob.grants import RevocationCache
 from coffer_blob.storage import Storage
 from coffer_blob.transforms.pool import TransformPool
 from coffer_blob.transforms.presets import PresetCache
@@ -21,6 +22,8 @@ class BlobState(ServiceState[Settings]):
     # The CDN listener's (CONTRACT §10); None on the internal listener.
     transforms: TransformPool | None = None
     presets: PresetCache | None = None
+    # The CDN listener's (coffer_blob.grants); None on the internal listener.
+    revocations: RevocationCache | None = None
 
 
 def blob_state(request: Request) -> BlobState:

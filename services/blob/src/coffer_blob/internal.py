@@ -1,5 +1,5 @@
 """blob's internal API besides uploads: deleting objects and prefixes, visibility, signing CDN URLs,
-and organizations' transform presets."""
+revoking the signed URLs of an authority, and organizations' transform presets."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from urllib.parse import urlencode
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from coffer_blob import signing
+from coffer_blob import grants, signing
+from coffer_blob.config import Settings
 from coffer_blob.deps import SettingsDep, StorageDep
 from coffer_blob.transforms import presets
 from coffer_kit.contract import keys, transforms
@@ -18,7 +19,10 @@ from coffer_kit.contract.errors import invalid, not_found
 from coffer_kit.contract.ids import is_org_id
 from coffer_kit.contract.urls import asset_prefix, public_url
 from coffer_kit.contract.wire import (
+    MAX_REVOCATIONS,
     Deleted,
+    GrantRevocations,
+    RevocationsStored,
     SignIn,
     SignOut,
     TransformFields,
@@ -28,6 +32,10 @@ from coffer_kit.contract.wire import (
 )
 
 router = APIRouter(prefix="/internal/v1")
+
+# The bound of a request body on the internal listener (coffer_blob.main): room for a full
+# batch of grant revocations, about 150 bytes of JSON an entry (edge's; 256 allowed).
+REVOCATIONS_BODY_BYTES = 256 * MAX_REVOCATIONS
 
 
 @router.delete("/objects/{key:path}")
@@ -70,17 +78,37 @@ async def delete_prefix(org_id: str, asset_id: str, storage: StorageDep) -> Dele
 
 @router.post("/sign")
 async def sign(body: SignIn, settings: SettingsDep) -> SignOut:
-    """A signed CDN URL for ``key``, valid for at least ``expiresIn`` seconds."""
+    """A signed CDN URL for ``key``, valid for at least ``expiresIn`` seconds; with ``by``, it
+    also dies when that authority is revoked (``coffer_blob.grants``)."""
     if not keys.is_valid_key(body.key):
         raise invalid("Not a storage key.", field="key")
     query = _transform_query(body)
-    assert settings.signing_secret is not None
-    expires = math.ceil(time.time()) + body.expires_in
-    secret = settings.signing_secret.get_secret_value().encode()
-    signature = signing.signature(secret, body.key, expires, transforms.signed_spec(query))
-    signed = urlencode({**query, "expires": expires, "signature": signature})
+    now = time.time()
+    expires = math.ceil(now) + body.expires_in
+    secret = _secret(settings)
+    by = ""
+    if body.by is not None:
+        org_id = body.key.split("/", 1)[0]
+        by = signing.by_value(signing.grant_tag(secret, org_id, body.by), int(now))
+    signature = signing.signature(secret, body.key, expires, transforms.signed_spec(query), by)
+    signed = urlencode({**query, "expires": expires, **({"by": by} if by else {}), "signature": signature})
     url = f"{public_url(settings.cdn_url, body.key)}?{signed}"
     return SignOut(url=url, expires=expires)
+
+
+@router.post("/grant-revocations")
+async def store_revocations(
+    body: GrantRevocations, settings: SettingsDep, storage: StorageDep
+) -> RevocationsStored:
+    """Refuse, from now on, the signed URLs each authority made in its organization at or before
+    its ``revokedAt``; idempotent (edge relays auth's queue at least once)."""
+    await grants.store(storage, _secret(settings), body.revocations, now=time.time())
+    return RevocationsStored(stored=len(body.revocations))
+
+
+def _secret(settings: Settings) -> bytes:
+    assert settings.signing_secret is not None
+    return settings.signing_secret.get_secret_value().encode()
 
 
 def _transform_query(body: SignIn) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
@@ -13,12 +14,14 @@ from starlette.middleware import Middleware
 from coffer_blob import cdn, facts, internal, scan, tus, uploads
 from coffer_blob.config import Settings
 from coffer_blob.deps import BlobState
+from coffer_blob.grants import RevocationCache
 from coffer_blob.storage import StorageUnavailable, make_storage
 from coffer_blob.transforms.pool import TransformPool
 from coffer_blob.transforms.presets import PresetCache
 from coffer_kit.app import base_app
 from coffer_kit.contract.errors import error_response, unavailable
 from coffer_kit.contract.limits import MAX_FILE_BYTES, MAX_UPLOAD_BODY_BYTES
+from coffer_kit.guard import BodyLimits
 from coffer_kit.health import ReadinessCheck, health_router
 from coffer_kit.internal_token import require_internal_token
 from coffer_kit.metrics import metrics_router
@@ -38,6 +41,8 @@ def _lifespan(
             state.transforms = TransformPool(settings)
         if cdn and settings.transforms:
             state.presets = PresetCache(settings.cdn_tuning.preset_cache_seconds)
+        if cdn:
+            state.revocations = RevocationCache(settings.cdn_tuning.revocation_cache_seconds)
         install_state(app, state)
         try:
             yield
@@ -66,18 +71,25 @@ def _common(app: FastAPI, *, ready: bool = True) -> None:
     app.include_router(health_router({"storage": _storage_check(app)}, ready=ready))
 
 
+def _internal_body_limits(settings: Settings) -> BodyLimits:
+    """Uploads stream their body (the multipart parser counts the file); the other bodies are
+    small, the largest a full batch of grant revocations (internal.REVOCATIONS_BODY_BYTES,
+    past the 64 KiB default of COFFER_MAX_BODY_BYTES)."""
+    limits = settings.body_limits(
+        ("POST", r"/internal/v1/uploads/[^/]+/[^/]+", MAX_UPLOAD_BODY_BYTES),
+        # A resumable upload's chunk: its route counts it against the upload's length.
+        ("PUT", r"/internal/v1/tus/[^/]+/[^/]+/[^/]+", MAX_FILE_BYTES),
+    )
+    return dataclasses.replace(limits, body_bytes=max(limits.body_bytes, internal.REVOCATIONS_BODY_BYTES))
+
+
 def create_app(settings: Settings | None = None, *, api: bool = True) -> FastAPI:
     """The internal listener: blob's internal API (unless ``api`` is off), health, metrics."""
     settings = settings or Settings()
     app = base_app(
         "coffer-blob",
         lifespan=_lifespan(settings),
-        # Uploads stream their body (the multipart parser counts the file); others are small.
-        body_limits=settings.body_limits(
-            ("POST", r"/internal/v1/uploads/[^/]+/[^/]+", MAX_UPLOAD_BODY_BYTES),
-            # A resumable upload's chunk: its route counts it against the upload's length.
-            ("PUT", r"/internal/v1/tus/[^/]+/[^/]+/[^/]+", MAX_FILE_BYTES),
-        ),
+        body_limits=_internal_body_limits(settings),
         docs_url=None,
         redoc_url=None,
         openapi_url=None,

@@ -20,10 +20,11 @@ per resumable upload. It then walks the store (``Storage.inventory``) and report
   serves a file the row calls private, or in the trash, to anyone (docs/backup.md).
 
 What is not an asset's object is left alone: keys whose second segment is not an asset id
-(an organization's presets, ``{org}/presets/…``), the driver's own files, writes in progress
-and resumable uploads' parts (neither drivers' ``inventory`` lists them), and an asset's image
-variants (``{org}/{asset}/v%…``) while the asset has a row. A delete in progress or an upload
-in flight owns everything under its asset's prefix and expects nothing.
+(an organization's presets, ``{org}/presets/…``, and grant revocations, ``{org}/grants/…``),
+the driver's own files, writes in progress and resumable uploads' parts (neither drivers'
+``inventory`` lists them), and an asset's image variants (``{org}/{asset}/v%…``) while the
+asset has a row. A delete in progress or an upload in flight owns everything under its asset's
+prefix and expects nothing.
 
 Nothing is repaired unless asked: orphans are deleted (``delete_orphans``) and flags set to
 the row's (``flags`` ``fix``) only then; a missing or corrupt object is reported with its

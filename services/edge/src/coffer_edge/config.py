@@ -74,6 +74,10 @@ class Settings(BaseServiceSettings):
     # The image facts relay (coffer_edge.facts, issue 50): it looks for images whose facts are
     # due this often, and at once after an image's upload (0 = not in this process).
     edge_facts_interval_seconds: float = Field(default=1.0, ge=0)
+    # The revocation relay (coffer_edge.revocations): it carries auth's ended authorities to
+    # blob this often, and at once after this edge ends one (0 = not in this process). With
+    # the CDN's 2 s lookup cache it bounds how long a signed URL outlives its key or member.
+    edge_revocation_interval_seconds: float = Field(default=1.0, ge=0, le=2)
 
     # The dashboard (docs/dashboard.md). Off: an API-only install, no /dashboard routes.
     dashboard_enabled: bool = True

@@ -25,6 +25,7 @@ from coffer_edge.config import Settings
 from coffer_edge.dashboard.state import DashboardState
 from coffer_edge.facts import FactsRelay
 from coffer_edge.ratelimit import RateLimiter
+from coffer_edge.revocations import RevocationRelay
 from coffer_edge.scans import ScanRelay
 from coffer_kit.contract import scopes
 from coffer_kit.contract.errors import (
@@ -75,6 +76,13 @@ class EdgeState(ServiceState[Settings]):
     scans: ScanRelay | None = None
     # The image facts relay (issue 50), woken by image uploads; None when off here.
     facts: FactsRelay | None = None
+    # The revocation relay, woken when this edge ends a key or a membership; None when off here.
+    revocations: RevocationRelay | None = None
+
+    def authority_ended(self) -> None:
+        """A key or member stopped acting: carry its revocation to the CDN now, not next turn."""
+        if self.revocations is not None:
+            self.revocations.wake()
 
 
 def edge_state(request: Request) -> EdgeState:

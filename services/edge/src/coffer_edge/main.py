@@ -23,6 +23,7 @@ from coffer_edge.dashboard import Dashboard
 from coffer_edge.deps import EdgeState, refuse_unreadable_body, require_declared_actions
 from coffer_edge.facts import FactsRelay
 from coffer_edge.ratelimit import RateLimiter
+from coffer_edge.revocations import RevocationRelay
 from coffer_edge.routers import assets, folders, keys, transform_presets, tus, uploads, usage, webhooks
 from coffer_edge.routers import trash as trash_routes
 from coffer_edge.scans import SCAN_TIMEOUT_SECONDS, ScanModeRelay, ScanRelay
@@ -172,6 +173,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             facts = FactsRelay(state.metadata, state.blob, interval=every)
             state.facts = facts
             tasks.append(asyncio.create_task(facts.run()))
+        if (every := settings.edge_revocation_interval_seconds) > 0:
+            revocations = RevocationRelay(state.auth, state.blob, interval=every)
+            state.revocations = revocations
+            tasks.append(asyncio.create_task(revocations.run()))
         sweeper = None
         if settings.sweep_interval_seconds > 0:
             sweeper = asyncio.create_task(

@@ -580,6 +580,36 @@ def test_a_resumable_upload_of_a_member_removed_ends(browser: Browser, stack: An
     assert stack.metadata_scalar("SELECT count(*) FROM tus_uploads") == 0
 
 
+def test_the_signed_urls_a_member_made_die_when_they_leave(browser: Browser, admin: Any) -> None:
+    """A link made on the dashboard carries its member's authority: once the member leaves,
+    the CDN refuses it (the relay carries the removal to blob within seconds)."""
+    asset = browser.upload_xhr(b"shared bytes", "s.txt").json()["asset"]
+    made = browser.post(
+        f"{browser.files}/{asset['id']}/signed-url",
+        {"expiry": "custom", "custom": "86400"},
+        headers={"hx-request": "true"},
+    )
+    url = re.search(r'id="signed-url" value="([^"]+)"', made.text)
+    assert url
+    link = url.group(1).replace("&amp;", "&")
+    assert httpx.get(link, verify=TLS).content == b"shared bytes"
+    other = admin(
+        "create-user",
+        "--email",
+        f"o{secrets.token_hex(4)}@example.com",
+        "--password",
+        "pw-" + secrets.token_urlsafe(16),
+    )
+    admin("add-member", "--org", browser.org_id, "--user", other["id"], "--role", "owner")
+    assert browser.post(f"/dashboard/o/{browser.org_id}/leave", {}).status_code == 303
+    deadline = time.monotonic() + 10
+    while (answer := httpx.get(link, verify=TLS)).status_code == 200:
+        assert time.monotonic() < deadline, "the link outlived the membership"
+        time.sleep(0.1)
+    assert answer.status_code == 403
+    assert answer.json()["error"]["message"].startswith("This signed URL was revoked")
+
+
 def keep_cookies(b: Browser, answer: httpx.Response) -> None:
     """As a browser does: the cookies an answer sets go with the next requests (by hand, as
     sign_up sends the session's: httpx keeps Secure cookies to https, these tests speak http)."""

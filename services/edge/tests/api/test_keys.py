@@ -421,3 +421,73 @@ def test_a_signed_url_lives_no_longer_than_the_key_that_made_it(stack: Any, tena
     assert httpx.get(signed.json()["url"]).status_code == 200
     lasting = tenant.api.get(f"/api/assets/{asset['id']}/url", params={"expiresIn": 604800})
     assert lasting.json()["expiresIn"] == 604800
+
+
+REVOKED = "This signed URL was revoked: the key or member that made it no longer acts."
+
+
+def signed_url(api: httpx.Client, asset_id: str, **params: Any) -> str:
+    answer = api.get(f"/api/assets/{asset_id}/url", params=params)
+    assert answer.status_code == 200, answer.text
+    url: str = answer.json()["url"]
+    assert httpx.get(url).status_code == 200
+    return url
+
+
+def assert_revoked(url: str) -> None:
+    """The CDN refuses ``url`` as revoked, within the 5 s a deleted key is promised (polled)."""
+    deadline = time.monotonic() + 10
+    while (answer := httpx.get(url)).status_code == 200:
+        assert time.monotonic() < deadline, "the signed URL still serves"
+        time.sleep(0.1)
+    assert assert_error(answer, 403, "forbidden")["message"] == REVOKED
+
+
+def test_a_deleted_keys_signed_urls_die_with_it_and_no_other_keys_do(stack: Any, tenant: Any) -> None:
+    """A signed URL is the key's authority handed on: deleting the key ended the key but not the
+    week-long links it had made. They now die with it, and with the key that replaced it by
+    rotation (a rotation ends no authority, so a rotated key's links live until then)."""
+    asset = tenant.api.post("/api/assets", files={"file": ("a.txt", b"a")}).json()
+    secret, doomed_key = make_key(tenant.api, name="sharer")
+    rotating_secret, rotating = make_key(tenant.api, name="rotating")
+    with client(stack, secret) as api:
+        doomed = signed_url(api, asset["id"], expiresIn=604800)
+    with client(stack, rotating_secret) as api:
+        before_rotation = signed_url(api, asset["id"])
+    successor = tenant.api.post(f"/api/keys/{rotating['id']}/rotate", json={"graceSeconds": 0}).json()
+    with client(stack, successor["key"]) as api:
+        after_rotation = signed_url(api, asset["id"])
+    kept = signed_url(tenant.api, asset["id"])
+
+    assert tenant.api.delete(f"/api/keys/{doomed_key['id']}").status_code == 200
+    assert_revoked(doomed)
+    assert httpx.get(before_rotation).status_code == 200  # its authority lives on in the successor
+    assert tenant.api.delete(f"/api/keys/{successor['apiKey']['id']}").status_code == 200
+    assert_revoked(before_rotation)
+    assert_revoked(after_rotation)
+    assert httpx.get(kept).status_code == 200
+
+
+def test_a_removed_members_personal_key_signs_nothing_that_outlives_the_membership(
+    stack: Any, tenant: Any, new_tenant: Any, admin: Any
+) -> None:
+    """A member's personal key acts in the organizations they belong to: removed from one, the
+    links it made there die; its links in an organization they stay in, and the organization
+    key's, still serve."""
+    password = "pw-" + secrets.token_urlsafe(16)
+    user = admin("create-user", "--email", f"m{secrets.token_hex(4)}@example.com", "--password", password)
+    elsewhere = new_tenant("Elsewhere")
+    for org in (tenant.org_id, elsewhere.org_id):
+        admin("add-member", "--org", org, "--user", user["id"])
+    here = tenant.api.post("/api/assets", files={"file": ("a.txt", b"a")}).json()
+    there = elsewhere.api.post("/api/assets", files={"file": ("b.txt", b"b")}).json()
+    personal = admin("create-key", "--org", tenant.org_id, "--user", user["id"])
+    with client(stack, personal["key"], **{"x-organization-id": tenant.org_id}) as api:
+        leaving = signed_url(api, here["id"])
+    with client(stack, personal["key"], **{"x-organization-id": elsewhere.org_id}) as api:
+        staying = signed_url(api, there["id"])
+    kept = signed_url(tenant.api, here["id"])
+    admin("remove-member", "--org", tenant.org_id, "--user", user["id"])
+    assert_revoked(leaving)
+    assert httpx.get(staying).status_code == 200
+    assert httpx.get(kept).status_code == 200

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from pydantic.alias_generators import to_camel
 
-from coffer_kit.contract.ids import ASSET_ID_PATTERN, TUS_UPLOAD_ID_PATTERN
+from coffer_kit.contract.ids import ASSET_ID_PATTERN, ORG_ID_PATTERN, TUS_UPLOAD_ID_PATTERN
 from coffer_kit.contract.limits import (
     EXPIRES_IN_MAX,
     EXPIRES_IN_MIN,
@@ -705,12 +705,48 @@ class TransformFields(WireModel):
     q: StrictInt | None = None
 
 
+# Signed URLs die with their authority (docs/security.md): auth queues, in the transaction that
+# ends it, each authority that stops acting in an organization (a key deleted, with the keys it
+# replaced; a member removed, with their personal keys); edge relays the queue to blob, which
+# refuses the signed URLs made under it before that moment.
+AUTHORITY_PATTERN = r"^(key:key|user:usr)_[0-9A-Z]{26}$"
+MAX_REVOCATIONS = 1000
+
+
+class GrantRevocation(WireModel):
+    seq: StrictInt = Field(ge=0)  # auth's queue position; blob ignores it
+    organization_id: StrictStr = Field(pattern=ORG_ID_PATTERN)
+    authority: StrictStr = Field(pattern=AUTHORITY_PATTERN)
+    revoked_at: StrictInt = Field(ge=0)  # unix seconds: URLs issued at or before it are refused
+
+
+class GrantRevocations(WireModel):
+    """auth's queue, oldest first (``GET /internal/v1/grant-revocations``); blob's input
+    (``POST /internal/v1/grant-revocations``)."""
+
+    revocations: list[GrantRevocation] = Field(max_length=MAX_REVOCATIONS)
+
+
+class RelayedRevocations(WireModel):
+    """The queue entries blob has stored, which auth then deletes."""
+
+    seqs: list[StrictInt] = Field(max_length=MAX_REVOCATIONS)
+
+
+class RevocationsStored(WireModel):
+    stored: StrictInt
+
+
 class SignIn(WireModel):
     key: StrictStr = Field(max_length=2048)
     expires_in: StrictInt = Field(ge=EXPIRES_IN_MIN, le=EXPIRES_IN_MAX)
     # A transformed URL (CONTRACT §10): a preset's name, or free parameters; never both.
     preset: StrictStr | None = Field(default=None, max_length=64)
     transform: TransformFields | None = None
+    # The authority the URL is made under (``key:<id>`` or ``user:<id>``): the URL carries a tag
+    # of it and its time of issue, and dies when that authority is revoked (docs/security.md,
+    # "Signed URLs"). None makes a URL nothing revokes but its expiry.
+    by: StrictStr | None = Field(default=None, pattern=AUTHORITY_PATTERN)
 
 
 # blob: an organization's transform presets (CONTRACT §10), kept in its store.

@@ -12,6 +12,7 @@ from coffer_blob.storage.base import (
     StoredObject,
     Writer,
     read_range,
+    write_small,
 )
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ __all__ = [
     "make_driver",
     "make_storage",
     "read_range",
+    "write_small",
 ]
 
 

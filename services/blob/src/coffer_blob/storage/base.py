@@ -9,6 +9,7 @@ segments ending in ``/``.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -193,6 +194,18 @@ class Storage(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def write_small(storage: Storage, key: str, body: bytes, *, content_type: str, private: bool = False) -> None:
+    """Publish ``body`` whole under ``key`` (replacing any object there); nothing is left
+    behind if it fails. For blob's own small objects (presets, grant revocations)."""
+    writer = storage.open_writer(key)
+    try:
+        writer.write(body)
+        writer.commit(content_type=content_type, sha256=hashlib.sha256(body).hexdigest(), private=private)
+    except BaseException:
+        writer.abort()
+        raise
 
 
 def read_range(storage: Storage, key: str, start: int, end: int) -> bytes | None:

@@ -27,12 +27,11 @@ with ``%``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
 
-from coffer_blob.storage import Storage
+from coffer_blob.storage import Storage, write_small
 from coffer_kit.contract import transforms
 from coffer_kit.contract.errors import conflict
 from coffer_kit.contract.transforms import Transform
@@ -108,13 +107,7 @@ def read(storage: Storage, org_id: str) -> dict[str, Transform]:
 
 def _write(storage: Storage, org_id: str, name: str, preset: Transform) -> None:
     body = json.dumps(preset.fields()).encode()
-    writer = storage.open_writer(preset_key(org_id, name))
-    try:
-        writer.write(body)
-        writer.commit(content_type="application/json", sha256=hashlib.sha256(body).hexdigest(), private=True)
-    except BaseException:
-        writer.abort()
-        raise
+    write_small(storage, preset_key(org_id, name), body, content_type="application/json", private=True)
 
 
 def _move_legacy(storage: Storage, org_id: str) -> None:

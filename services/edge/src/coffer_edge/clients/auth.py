@@ -122,6 +122,15 @@ class AuthClient(ServiceClient):
         body = done.model_dump(by_alias=True, mode="json")
         return (await self.call(wire.ScanSyncEnded, "POST", path, json=body)).ended
 
+    async def grant_revocations(self, *, limit: int) -> wire.GrantRevocations:
+        """The authorities that stopped acting, oldest first, not yet relayed to blob."""
+        return await self.call(wire.GrantRevocations, "GET", f"/internal/v1/grant-revocations?limit={limit}")
+
+    async def revocations_relayed(self, seqs: list[int]) -> None:
+        """blob has stored these: auth forgets them."""
+        body = wire.RelayedRevocations(seqs=seqs).model_dump(by_alias=True)
+        await self.request("POST", "/internal/v1/grant-revocations/relayed", json=body)
+
     async def record_changes(self, events: list[dict[str, Any]]) -> None:
         """Record metadata's change events in the audit log (each once, however often sent)."""
         await self.request("POST", "/internal/v1/audit/changes", json={"events": events})

@@ -10,9 +10,11 @@ from urllib.parse import quote
 from coffer_edge.clients.base import ServiceClient
 from coffer_kit.contract.wire import (
     Deleted,
+    GrantRevocations,
     HeldIn,
     HoldReason,
     ImageFactsOut,
+    RevocationsStored,
     ScanOutcome,
     SignIn,
     SignOut,
@@ -163,9 +165,11 @@ class BlobClient(ServiceClient):
         request_id: str,
         preset: str | None = None,
         transform: TransformFields | None = None,
+        by: str | None,
     ) -> str:
-        """A signed CDN URL; with ``preset`` or ``transform``, the signature covers it (CONTRACT §10)."""
-        body = SignIn(key=key, expires_in=expires_in, preset=preset, transform=transform)
+        """A signed CDN URL; with ``preset`` or ``transform``, the signature covers it (CONTRACT §10).
+        ``by`` is the authority it is made under (``key:…``, ``user:…``): the URL dies with it."""
+        body = SignIn(key=key, expires_in=expires_in, preset=preset, transform=transform, by=by)
         signed = await self.call(
             SignOut,
             "POST",
@@ -174,6 +178,12 @@ class BlobClient(ServiceClient):
             request_id=request_id,
         )
         return signed.url
+
+    async def store_revocations(self, revocations: GrantRevocations) -> int:
+        """Have the CDN refuse the signed URLs made under these authorities before they ended."""
+        body = revocations.model_dump(by_alias=True)
+        stored = await self.call(RevocationsStored, "POST", "/internal/v1/grant-revocations", json=body)
+        return stored.stored
 
     async def transform_presets(self, org_id: str, *, request_id: str) -> TransformPresets:
         """The organization's own transform presets (built-in ones are not stored)."""

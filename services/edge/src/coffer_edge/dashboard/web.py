@@ -81,6 +81,11 @@ class Visit:
         return self.current.csrf_token
 
     @property
+    def authority(self) -> str:
+        """What signed URLs made here are made under: the member, so they end with the membership."""
+        return f"user:{self.current.user.id}"
+
+    @property
     def org(self) -> OrgOut:
         assert self.current.organization is not None
         return self.current.organization

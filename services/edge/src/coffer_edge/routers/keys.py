@@ -44,6 +44,7 @@ register_url_convertor("key_id", KeyIdConvertor())
 # A body that is sent must be JSON; rotate takes none (its grace then defaults to 0).
 router = APIRouter(prefix="/api/keys", tags=["keys"], route_class=JSONBodyRoute)
 AuthDep = Annotated[AuthClient, Depends(from_state(EdgeState, lambda state: state.auth))]
+StateDep = Annotated[EdgeState, Depends(from_state(EdgeState, lambda state: state))]
 KeyId = Annotated[str, Path(max_length=64, pattern=r"^key_[^/]+$", description="The key's id (`key_…`).")]
 
 
@@ -168,11 +169,12 @@ async def get_key(
     "/{key_id:key_id}", response_model=Success, responses=errors(404), openapi_extra=needs("keys:manage")
 )
 async def delete_key(
-    key_id: KeyId, principal: PrincipalDep, auth: AuthDep, metadata: MetadataDep, rid: RequestIdDep
+    key_id: KeyId, principal: PrincipalDep, state: StateDep, metadata: MetadataDep, rid: RequestIdDep
 ) -> Any:
-    """Delete a key: every edge refuses it within 5 seconds."""
-    await _get(key_id, principal, auth, metadata, rid)
-    await auth.delete_key(principal.organization_id, principal.key_id, key_id, request_id=rid)
+    """Delete a key: every edge refuses it, and the CDN the signed URLs it made, within 5 seconds."""
+    await _get(key_id, principal, state.auth, metadata, rid)
+    await state.auth.delete_key(principal.organization_id, principal.key_id, key_id, request_id=rid)
+    state.authority_ended()
     return {"success": True}
 
 

@@ -369,7 +369,11 @@ async def _thumbnails(visit: Visit, assets: list[Asset]) -> dict[str, str]:
         async def sign(asset: Asset) -> str:
             async with gate:
                 return await blob.sign(
-                    asset.key, PREVIEW_SECONDS, request_id=_rid(visit), preset=THUMB_PRESET
+                    asset.key,
+                    PREVIEW_SECONDS,
+                    request_id=_rid(visit),
+                    preset=THUMB_PRESET,
+                    by=visit.authority,
                 )
 
         signed = await asyncio.gather(*(sign(a) for a in private))
@@ -797,7 +801,11 @@ async def _asset_page(
     tasks: list[Any] = []
     if kind != "none":
         preset = PREVIEW_PRESET if resizable else None
-        tasks.append(state.blob.sign(asset.key, PREVIEW_SECONDS, request_id=_rid(visit), preset=preset))
+        tasks.append(
+            state.blob.sign(
+                asset.key, PREVIEW_SECONDS, request_id=_rid(visit), preset=preset, by=visit.authority
+            )
+        )
     if asset.folderId:
         tasks.append(_folder(visit, asset.folderId))
     found = await asyncio.gather(*tasks)
@@ -887,7 +895,7 @@ async def signed_url(request: Request, visit: OrgVisitDep, asset_id: str) -> Res
             expiry=choice,
             custom=custom,
         )
-    url = await state_of(request).blob.sign(asset.key, seconds, request_id=_rid(visit))
+    url = await state_of(request).blob.sign(asset.key, seconds, request_id=_rid(visit), by=visit.authority)
     await _audit(visit, "signed_url.created", "asset", asset.id, asset.name, expiresIn=seconds)
     signed = {"url": url, "expires_at": datetime.now(UTC) + timedelta(seconds=seconds), "seconds": seconds}
     return await _asset_page(visit, asset, signed=signed, block="signed", expiry=choice, custom=custom)
@@ -936,7 +944,9 @@ async def transformed_url(request: Request, visit: OrgVisitDep, asset_id: str) -
         )
     state = state_of(request)
     fields = TransformFields.model_validate(transform.fields())
-    url = await state.blob.sign(asset.key, seconds, request_id=_rid(visit), transform=fields)
+    url = await state.blob.sign(
+        asset.key, seconds, request_id=_rid(visit), transform=fields, by=visit.authority
+    )
     await _audit(
         visit, "signed_url.created", "asset", asset.id, asset.name, expiresIn=seconds, transform=query
     )
@@ -955,7 +965,9 @@ async def download(visit: OrgVisitDep, asset_id: str) -> Response:
     """A fresh 5-minute signed URL, so the link on a page left open still works."""
     asset = await _asset(visit, asset_id)
     refuse_unscanned(asset, visit.org.scan_mode)
-    url = await state_of(visit.request).blob.sign(asset.key, PREVIEW_SECONDS, request_id=_rid(visit))
+    url = await state_of(visit.request).blob.sign(
+        asset.key, PREVIEW_SECONDS, request_id=_rid(visit), by=visit.authority
+    )
     return redirect(url)
 
 

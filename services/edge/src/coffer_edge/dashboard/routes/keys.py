@@ -24,6 +24,7 @@ from coffer_edge.dashboard.web import (
     state_of,
     with_sudo,
 )
+from coffer_edge.deps import edge_state
 from coffer_edge.routers.keys import described
 from coffer_kit.contract.accounts import KeyCreatedOut, KeyOut, KeyRotatedOut
 from coffer_kit.contract.errors import CofferError, invalid, not_found
@@ -240,6 +241,7 @@ async def delete_page(visit: OrgVisitDep, key_id: str) -> Response:
 async def delete_key(request: Request, visit: OrgVisitDep, key_id: str) -> Response:
     await posted(request, visit)
     await accounts_of(request).delete_key(visit.caller, visit.org.id, key_id)
+    edge_state(request).authority_ended()
     return redirect(f"{PREFIX}/o/{visit.org.id}/keys?deleted=1")
 
 

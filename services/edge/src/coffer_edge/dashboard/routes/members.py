@@ -16,6 +16,7 @@ from coffer_edge.dashboard.web import (
     redirect,
     with_sudo,
 )
+from coffer_edge.deps import edge_state
 from coffer_kit.contract.accounts import InvitationCreatedOut, MemberOut
 from coffer_kit.contract.errors import CofferError, not_found
 
@@ -180,6 +181,7 @@ async def remove(request: Request, visit: OrgVisitDep, user_id: str) -> Response
             if message is None:
                 raise
             return await _members_page(v, status=exc.status, error=message)
+        edge_state(request).authority_ended()
         if user_id == v.current.user.id:
             return redirect(f"{PREFIX}/orgs")
         return redirect(f"{PREFIX}/o/{v.org.id}/members?done=removed")
@@ -198,6 +200,7 @@ async def leave(request: Request, visit: OrgVisitDep) -> Response:
         if message is None:
             raise
         return await _members_page(visit, status=exc.status, error=message)
+    edge_state(request).authority_ended()
     assert visit.caller.session_hash is not None
     accounts.forget(visit.caller.session_hash)
     return redirect(f"{PREFIX}/orgs")
