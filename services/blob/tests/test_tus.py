@@ -211,3 +211,25 @@ async def test_a_last_chunk_whose_publish_failed_is_taken_again(
     assert answer["offset"] == len(DATA) and answer["sha256"] == hashlib.sha256(DATA).hexdigest()
     assert (await cdn.get(key_path(upload.key))).content == DATA
     assert leftovers(settings, s3_server) == []
+
+
+@pytest.mark.parametrize("before_last", [8 * MiB, 9 * MiB + 1], ids=["parts-only", "with-tail"])
+async def test_a_last_chunk_retried_after_it_published_answers_the_same_file(
+    api: httpx.AsyncClient, cdn: httpx.AsyncClient, before_last: int
+) -> None:
+    """The last chunk published the file, then edge failed to make the asset (metadata down)
+    and the client sent the chunk again with the same offset and state: the upload's parts and
+    tails are gone by then. The same bytes are answered as the first time, on either driver,
+    whether the bytes before held a tail or only whole S3 parts (8 MiB); other bytes are 503."""
+    upload = await new_upload(api, len(DATA))
+    await upload.append(DATA[:before_last])
+    offset, state = upload.offset, upload.state
+    first = await upload.append(DATA[before_last:])
+    upload.offset, upload.state = offset, state
+    again = await upload.put(DATA[before_last:])
+    assert again.status_code == 200, again.text
+    assert (again.json()["offset"], again.json()["sha256"]) == (len(DATA), first["sha256"])
+    assert again.json()["sha256"] == hashlib.sha256(DATA).hexdigest()
+    other = DATA[before_last:-1] + bytes([DATA[-1] ^ 1])
+    assert_error(await upload.put(other), 503, "unavailable")
+    assert (await cdn.get(key_path(upload.key))).content == DATA

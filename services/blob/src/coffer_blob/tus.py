@@ -26,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 
 from coffer_blob import detect
 from coffer_blob.deps import StorageDep
-from coffer_blob.storage import StorageUnavailable, read_range
+from coffer_blob.storage import Storage, StorageUnavailable, read_range
 from coffer_blob.storage.base import Resumable
 from coffer_kit.contract import keys
 from coffer_kit.contract.errors import checksum_mismatch, file_too_large, invalid, unavailable
@@ -58,7 +58,7 @@ async def name_key(org_id: str, body: TusTarget) -> TusKey:
 
 @dataclass(frozen=True)
 class Replayed:
-    """A last chunk whose upload's bytes were gone: the SHA-256 the whole file would have."""
+    """A last chunk whose file was published already: the SHA-256 the whole file would have."""
 
     sha256: str
 
@@ -67,13 +67,19 @@ class _Chunk:
     """One request's bytes on their way into a resumable object, hashed as they go."""
 
     def __init__(
-        self, opener: Callable[[], Resumable], hash_state: str | None, checksum: str | None, *, resumed: bool
+        self,
+        opener: Callable[[], Resumable],
+        hash_state: str | None,
+        checksum: str | None,
+        *,
+        replaying: bool,
     ) -> None:
         self.opener = opener
         self.writer: Resumable | None = None  # opened by the first write, in its worker thread
-        # The upload's bytes so far were not in the store (``resumed``: there were some): only
-        # hashed then, for ``finish`` to tell a last chunk retried after its file was published.
-        self.resumed, self.replaying = resumed, False
+        # The upload's file is published already (``replaying``): its parts and tails are gone,
+        # so the chunk is only hashed, for ``finish`` to tell a last chunk retried after it
+        # published the file.
+        self.replaying = replaying
         # Imported by the first chunk, not at start: 0.6 MiB of idle RSS in a blob that never
         # sees a resumable upload.
         import rehashes
@@ -95,12 +101,7 @@ class _Chunk:
     def write(self, pieces: list[bytes]) -> None:
         """In a worker thread: hash and write one batch (the first opens the object)."""
         if self.writer is None and not self.replaying:
-            try:
-                self.writer = self.opener()
-            except StorageUnavailable:
-                if not self.resumed:
-                    raise
-                self.replaying = True  # gone: published by this chunk's first try? (``finish``)
+            self.writer = self.opener()
         for piece in pieces:
             self.sha256.update(piece)
             if self.check is not None:
@@ -114,7 +115,7 @@ class _Chunk:
         """In a worker thread: the last batch, then the checkpoint (answers its state), or, at
         the upload's last byte, the commit (answers the SHA-256). A last chunk retried after
         its first try published the file (and metadata then failed to make the asset) finds the
-        upload's bytes gone: it answers ``Replayed``, for the route to check against the file."""
+        file there: it answers ``Replayed``, for the route to check against the file."""
         self.write(pieces)
         if self.replaying:
             if not final:
@@ -170,6 +171,14 @@ class _Chunk:
         return received, batch
 
 
+def _published(storage: Storage, key: str, length: int) -> bool:
+    """Whether the upload's file is in the store whole: only its last chunk publishes it, so a
+    chunk that finds it is a retry (its first try published the file, then its answer or the
+    asset's row was lost), on either driver, whatever of the parts and tails is left."""
+    info = storage.stat(key)
+    return info is not None and info.size == length
+
+
 @router.put("/{org_id}/{asset_id}/{upload_id}")
 async def append(
     org_id: str,
@@ -205,7 +214,7 @@ async def append(
         functools.partial(storage.open_resumable, key, upload_id, offset, store),
         resume.get("hash"),
         checksum,
-        resumed=offset > 0,
+        replaying=offset > 0 and await run_in_threadpool(_published, storage, key, length),
     )
 
     def commit(writer: Resumable, sha256: str) -> object:
