@@ -18,7 +18,7 @@ from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from coffer_auth import passwords, sessions
+from coffer_auth import devices, passwords, sessions
 from coffer_auth.accounts import create_reset
 from coffer_auth.config import Settings
 from coffer_auth.models import AuditEvent, DashboardSession, LoginThrottle, User
@@ -217,12 +217,13 @@ async def test_throttle_after_five_failures_doubles_and_resets(api: Api, engine:
     assert_error(await api.call("POST", "/sessions", json=bad), 401, "unauthorized")
     doubled = assert_error(await api.call("POST", "/sessions", json=bad), 429, "rate_limited")
     assert 55 <= doubled["details"]["retryAfter"] <= 60
-    assert _throttles(engine) == [("a@example.com", "192.0.2.7", 6)]
+    # Counted for the network and, the browser being unknown, for the account (blocking at 20).
+    assert sorted(_throttles(engine)) == [("a@example.com", "*", 6), ("a@example.com", "192.0.2.7", 6)]
 
     # Failures older than the window no longer count; a success resets everything.
     unblock(blocked_until=None, last_failed_at=utcnow() - timedelta(minutes=16))
     assert_error(await api.call("POST", "/sessions", json=bad), 401, "unauthorized")
-    assert _throttles(engine) == [("a@example.com", "192.0.2.7", 1)]
+    assert sorted(_throttles(engine)) == [("a@example.com", "*", 1), ("a@example.com", "192.0.2.7", 1)]
     ok = await api.call("POST", "/sessions", json=good)
     assert ok.status_code == 201
     assert _throttles(engine) == []
@@ -256,11 +257,69 @@ async def test_the_addresses_of_one_ipv6_network_are_one_guesser(api: Api, engin
         assert_error(await api.call("POST", "/sessions", json=guess), 401, "unauthorized")
     sixth = {"email": "a@example.com", "password": "guess-123456", "ip": "2001:db8:7:7:ffff::6"}
     assert_error(await api.call("POST", "/sessions", json=sixth), 429, "rate_limited")
-    assert _throttles(engine) == [("a@example.com", "2001:db8:7:7::/64", 5)]
+    assert sorted(_throttles(engine)) == [
+        ("a@example.com", "*", 5),
+        ("a@example.com", "2001:db8:7:7::/64", 5),
+    ]
     owner = {"email": "a@example.com", "password": out["password"], "ip": "2001:db8:7:8::1"}
     assert (await api.call("POST", "/sessions", json=owner)).status_code == 201
     assert sessions.client_of("::ffff:192.0.2.7") == sessions.client_of("192.0.2.7") == "192.0.2.7"
     assert sessions.client_of("not an address") == "not an address"
+
+
+async def test_a_guesser_spread_over_many_networks_waits_and_the_owners_browser_does_not(api: Api) -> None:
+    """The throttle counted per network alone: a guesser with a new network for every few
+    guesses was never refused. Failures from browsers the account does not know now count for
+    the account too: past twenty, every such browser waits, whatever its network. The owner's
+    browser, known by the device token of an earlier sign-in, is not refused for them, and a
+    made-up token is no way around the wait."""
+    out = await api.register(email="a@example.com")
+    device = out["deviceToken"]
+    assert device.startswith("cof_dev_")
+    for n in range(sessions.ACCOUNT_AFTER):
+        guess = {"email": "a@example.com", "password": "guess-123456", "ip": f"198.51.{n}.1"}
+        assert_error(await api.call("POST", "/sessions", json=guess), 401, "unauthorized")
+    right = {"email": "a@example.com", "password": out["password"], "ip": "203.0.113.9"}
+    refused = assert_error(await api.call("POST", "/sessions", json=right), 429, "rate_limited")
+    assert 25 <= refused["details"]["retryAfter"] <= 30
+    forged = {**right, "deviceToken": "cof_dev_" + secrets.token_urlsafe(32)}
+    assert_error(await api.call("POST", "/sessions", json=forged), 429, "rate_limited")
+    owner = await api.call("POST", "/sessions", json={**right, "deviceToken": device})
+    assert owner.status_code == 201, owner.text
+    assert owner.json()["deviceToken"] is None  # known: its cookie stays as it is
+    # An unknown email is counted the same way: the answers tell no one which emails exist.
+    for n in range(sessions.ACCOUNT_AFTER):
+        guess = {"email": "nobody@example.com", "password": "guess-123456", "ip": f"198.51.{n}.1"}
+        assert_error(await api.call("POST", "/sessions", json=guess), 401, "unauthorized")
+    nobody = {"email": "nobody@example.com", "password": "guess-123456", "ip": "203.0.113.9"}
+    assert_error(await api.call("POST", "/sessions", json=nobody), 429, "rate_limited")
+
+
+async def test_a_known_browser_counts_only_its_own_failures(api: Api, engine: Engine) -> None:
+    """A known browser's wrong passwords block that browser alone; its token is good for its
+    own account only, and a user keeps their 20 most recent browsers."""
+    out = await api.register(email="b@example.com")
+    device = out["deviceToken"]
+    wrong = {"email": "b@example.com", "password": "guess-123456", "ip": "192.0.2.8", "deviceToken": device}
+    for _ in range(5):
+        assert_error(await api.call("POST", "/sessions", json=wrong), 401, "unauthorized")
+    right = {**wrong, "password": out["password"]}
+    assert_error(await api.call("POST", "/sessions", json=right), 429, "rate_limited")
+    known = "dev:" + hashlib.sha256(device.encode()).hexdigest()[:32]
+    assert _throttles(engine) == [("b@example.com", known, 5)]
+    # The same network without the token: not blocked by the browser's own count.
+    fresh = await api.call("POST", "/sessions", json={**right, "deviceToken": None})
+    assert fresh.status_code == 201, fresh.text
+    assert fresh.json()["deviceToken"].startswith("cof_dev_") and fresh.json()["deviceToken"] != device
+    # Another account's browser is unknown to this one, and is given a token of its own.
+    other = await api.register(email="c@example.com")
+    theirs = {"email": "c@example.com", "password": other["password"], "deviceToken": device}
+    assert (await api.call("POST", "/sessions", json=theirs)).json()["deviceToken"] not in (None, device)
+    for _ in range(25):
+        assert (await api.call("POST", "/sessions", json={**right, "deviceToken": None})).status_code == 201
+    with Session(engine) as s:
+        kept = s.exec(select(devices.KnownDevice).where(devices.KnownDevice.user_id == out["user"]["id"]))
+        assert len(list(kept)) == devices.MAX_PER_USER
 
 
 async def test_throttle_is_capped_at_fifteen_minutes(engine: Engine) -> None:

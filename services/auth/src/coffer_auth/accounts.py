@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from coffer_auth import audit, errors, invitations, passwords, sessions, tx
+from coffer_auth import audit, devices, errors, invitations, passwords, sessions, tx
 from coffer_auth.audit import Actor
 from coffer_auth.config import Settings
 from coffer_auth.models import DashboardSession, Membership, Organization, PasswordReset, User
@@ -63,12 +63,15 @@ def user_view(user: User) -> UserOut:
     )
 
 
-def _login_out(row: DashboardSession, token: str, user: User, lifetimes: Lifetimes) -> LoginOut:
+def _login_out(
+    row: DashboardSession, token: str, user: User, lifetimes: Lifetimes, *, device_token: str | None = None
+) -> LoginOut:
     return LoginOut(
         token=token,
         csrf_token=row.csrf_token,
         session=sessions.view(row, lifetimes, current_id=row.id),
         user=user_view(user),
+        device_token=device_token,
     )
 
 
@@ -82,18 +85,29 @@ def _org_names(session: Session, user_id: str) -> list[str]:
     )
 
 
-async def _throttle_check(accounts: Accounts, *, email: str, client: str) -> None:
-    """429 while this client is blocked for this email, known or not (no enumeration)."""
+# Re-entering a password in a session (re-authentication, a password change) counts against
+# the session's network alone: it takes a session, which no guesser spread over networks has.
+def _network(client: str) -> list[tuple[str, int]]:
+    return [(client, sessions.THROTTLE_AFTER)]
+
+
+async def _throttle_check(accounts: Accounts, *, email: str, counters: list[tuple[str, int]]) -> None:
+    """429 while any of these counts is blocked for this email, known or not (no enumeration)."""
+    clients = [client for client, _ in counters]
     wait = await tx.read(
-        accounts.engine, lambda s: sessions.retry_after(s, email=email, client=client, now=utcnow())
+        accounts.engine, lambda s: sessions.retry_after(s, email=email, clients=clients, now=utcnow())
     )
     if wait is not None:
-        log.info("login refused", extra={"event": "login", "outcome": "throttled", "client": client})
+        log.info("login refused", extra={"event": "login", "outcome": "throttled", "client": clients[0]})
         raise errors.throttled(wait)
 
 
-async def _failed(accounts: Accounts, *, email: str, client: str) -> None:
-    await tx.write(accounts.engine, lambda s: sessions.record_failure(s, email=email, client=client))
+async def _failed(accounts: Accounts, *, email: str, counters: list[tuple[str, int]]) -> None:
+    def count(session: Session) -> None:
+        for client, after in counters:
+            sessions.record_failure(session, email=email, client=client, after=after)
+
+    await tx.write(accounts.engine, count)
 
 
 async def register(accounts: Accounts, body: RegisterIn, actor: Actor) -> LoginOut:
@@ -132,7 +146,8 @@ async def register(accounts: Accounts, body: RegisterIn, actor: Actor) -> LoginO
         row, token = sessions.create(
             session, user_id=user.id, lifetimes=accounts.lifetimes, ip=body.ip, user_agent=body.user_agent
         )
-        return _login_out(row, token, user, accounts.lifetimes)
+        known = devices.remember(session, user_id=user.id, token=None)
+        return _login_out(row, token, user, accounts.lifetimes, device_token=known)
 
     out = await tx.write(accounts.engine, create)
     log.info("registered", extra={"event": "register", "user_id": out.user.id})
@@ -146,13 +161,17 @@ async def login(accounts: Accounts, body: LoginIn, *, replaces: str | None) -> L
         # No account has such an address (registration bounds it after lower-casing, which
         # can lengthen it: "İ" is two characters then), and the throttle's column holds 320.
         raise errors.wrong_credentials()
-    await _throttle_check(accounts, email=body.email, client=client)
+    device = await tx.read(
+        accounts.engine, lambda s: devices.recognized(s, body.device_token, email=body.email)
+    )
+    counters = sessions.counters(client, device)
+    await _throttle_check(accounts, email=body.email, counters=counters)
     user = await tx.read(accounts.engine, lambda s: sessions.user_by_email(s, body.email))
     ok, rehash = await passwords.run_verify(
         accounts.limiter, user.password_hash if user else None, body.password
     )
     if user is None or not ok:
-        await _failed(accounts, email=body.email, client=client)
+        await _failed(accounts, email=body.email, counters=counters)
         log.info(
             "login failed",
             extra={"event": "login", "outcome": "failed", "user_id": user.id if user else None},
@@ -164,7 +183,7 @@ async def login(accounts: Accounts, body: LoginIn, *, replaces: str | None) -> L
         current = _still_checked(session, user_id, checked)
         if current is None:  # deleted, or its password changed or reset, since the check
             raise errors.wrong_credentials()
-        sessions.clear_failures(session, email=current.email, client=client)
+        sessions.clear_failures(session, email=current.email, clients=[c for c, _ in counters])
         if rehash is not None:
             current.password_hash = rehash
             session.add(current)
@@ -176,7 +195,8 @@ async def login(accounts: Accounts, body: LoginIn, *, replaces: str | None) -> L
         row, token = sessions.create(
             session, user_id=user_id, lifetimes=accounts.lifetimes, ip=body.ip, user_agent=body.user_agent
         )
-        return _login_out(row, token, current, accounts.lifetimes)
+        known = devices.remember(session, user_id=user_id, token=body.device_token if device else None)
+        return _login_out(row, token, current, accounts.lifetimes, device_token=known)
 
     out = await tx.write(accounts.engine, open_session)
     log.info("login", extra={"event": "login", "outcome": "ok", "user_id": user_id})
@@ -189,11 +209,11 @@ async def reauth(accounts: Accounts, *, token_hash: str, password: str, actor: A
     row, user = await tx.read(
         accounts.engine, lambda s: sessions.resolve(s, token_hash=token_hash, lifetimes=lifetimes)
     )
-    client = sessions.client_of(actor.ip)
-    await _throttle_check(accounts, email=user.email, client=client)
+    counters = _network(sessions.client_of(actor.ip))
+    await _throttle_check(accounts, email=user.email, counters=counters)
     ok, rehash = await passwords.run_verify(accounts.limiter, user.password_hash, password)
     if not ok:
-        await _failed(accounts, email=user.email, client=client)
+        await _failed(accounts, email=user.email, counters=counters)
         raise errors.wrong_password()
 
     def renew(session: Session) -> LoginOut:
@@ -203,7 +223,7 @@ async def reauth(accounts: Accounts, *, token_hash: str, password: str, actor: A
             raise unauthorized("The session has ended. Sign in again.")
         if current is None:  # changed since the check: not the account's password now
             raise errors.wrong_password()
-        sessions.clear_failures(session, email=current.email, client=client)
+        sessions.clear_failures(session, email=current.email, clients=[c for c, _ in counters])
         if rehash is not None:
             current.password_hash = rehash
             session.add(current)
@@ -251,11 +271,11 @@ async def change_password(
         return row, user, _org_names(session, user.id)
 
     row, user, org_names = await tx.read(accounts.engine, who)
-    client = sessions.client_of(actor.ip)
-    await _throttle_check(accounts, email=user.email, client=client)
+    counters = _network(sessions.client_of(actor.ip))
+    await _throttle_check(accounts, email=user.email, counters=counters)
     ok, _ = await passwords.run_verify(accounts.limiter, user.password_hash, body.current)
     if not ok:
-        await _failed(accounts, email=user.email, client=client)
+        await _failed(accounts, email=user.email, counters=counters)
         raise errors.wrong_password()
     passwords.check_strength(body.new, context=[user.email, "coffer", *org_names])
     new_hash = await passwords.run_hash(accounts.limiter, body.new)

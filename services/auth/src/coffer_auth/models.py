@@ -186,7 +186,9 @@ class KeyUse(SQLModel, table=True):
 class LoginThrottle(SQLModel, table=True):
     """Wrong passwords for one email from one client (issue 23): keyed by both, so a guesser
     is slowed without locking the account's owner out, and an unknown email is throttled
-    exactly like a known one (no account enumeration). Works across replicas without Redis."""
+    exactly like a known one (no account enumeration). Works across replicas without Redis.
+    ``client`` is a network, ``*`` (every browser the account does not know) or a known
+    browser (``coffer_auth.devices``)."""
 
     __tablename__ = "login_throttles"
 
@@ -312,7 +314,8 @@ TABLES = [
 
 
 def all_tables() -> list[Table]:
-    """Every auth table, those defined in other modules (upload tokens, revoked grants) included."""
-    from coffer_auth import grants, upload_tokens
+    """Every auth table, those defined in other modules (upload tokens, revoked grants, known
+    browsers) included."""
+    from coffer_auth import devices, grants, upload_tokens
 
-    return [*TABLES, *upload_tokens.TABLES, *grants.TABLES]
+    return [*TABLES, *upload_tokens.TABLES, *grants.TABLES, *devices.TABLES]

@@ -83,6 +83,9 @@ class RegisterIn(ClientInfo):
 class LoginIn(ClientInfo):
     email: str = Field(max_length=320)
     password: str = Field(max_length=1024)
+    # The browser's device token (its cookie), if it has one: a browser the account knows
+    # counts only its own failures (``coffer_auth.devices``).
+    device_token: str | None = Field(default=None, max_length=128)
 
 
 class ReauthIn(Camel):

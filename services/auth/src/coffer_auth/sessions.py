@@ -1,9 +1,11 @@
 """Dashboard sessions: creation at sign-in, resolution, lifetimes, re-authentication, revocation,
-and the sign-in throttle (per email and client)."""
+and the sign-in throttle (per email and client network, per account for browsers it does not
+know)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -31,6 +33,12 @@ THROTTLE_AFTER = 5
 THROTTLE_WINDOW = timedelta(minutes=15)
 FIRST_BLOCK = timedelta(seconds=30)
 MAX_BLOCK = timedelta(minutes=15)
+# A guesser spread over many networks: failures from browsers the account does not know
+# (``coffer_auth.devices``) also count for the account as a whole (``ANY_CLIENT``), and past
+# this many within THROTTLE_WINDOW every such browser waits, on the same doubling blocks. The
+# account's known browsers count only their own: none is refused for another's guesses.
+ACCOUNT_AFTER = 20
+ANY_CLIENT = "*"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,17 +77,29 @@ def client_of(ip: str | None) -> str:
     return scopes.client_network(ip)[:64]
 
 
-def retry_after(session: Session, *, email: str, client: str, now: datetime) -> int | None:
-    """Seconds until this client may try this email again, or None when it may now."""
-    row = session.get(LoginThrottle, (normalize_email(email), client))
-    if row is None or row.blocked_until is None:
-        return None
-    left = (as_utc(row.blocked_until) - now).total_seconds()
+def counters(client: str, device: str | None) -> list[tuple[str, int]]:
+    """What a sign-in's failures count against, each with the failures before it blocks: a
+    known browser (``device``) its own count; any other its network's and the account's."""
+    if device is not None:
+        return [(device, THROTTLE_AFTER)]
+    return [(client, THROTTLE_AFTER), (ANY_CLIENT, ACCOUNT_AFTER)]
+
+
+def retry_after(session: Session, *, email: str, clients: Sequence[str], now: datetime) -> int | None:
+    """Seconds until these clients may try this email again (the longest of their blocks), or
+    None when they may now."""
+    waits = []
+    for client in clients:
+        row = session.get(LoginThrottle, (normalize_email(email), client))
+        if row is not None and row.blocked_until is not None:
+            waits.append((as_utc(row.blocked_until) - now).total_seconds())
+    left = max(waits, default=0)
     return math.ceil(left) if left > 0 else None
 
 
-def record_failure(session: Session, *, email: str, client: str) -> int | None:
-    """Count a wrong password (known email or not); answers the block it starts, in seconds."""
+def record_failure(session: Session, *, email: str, client: str, after: int = THROTTLE_AFTER) -> int | None:
+    """Count a wrong password (known email or not) against ``client``, which blocks from the
+    ``after``-th; answers the block it starts, in seconds."""
     key = (normalize_email(email), client)
     now = utcnow()
     row = session.get(LoginThrottle, key, with_for_update=True)
@@ -92,19 +112,20 @@ def record_failure(session: Session, *, email: str, client: str) -> int | None:
     row.failures += 1
     row.last_failed_at = now
     block: timedelta | None = None
-    if row.failures >= THROTTLE_AFTER:
-        block = min(FIRST_BLOCK * 2 ** (row.failures - THROTTLE_AFTER), MAX_BLOCK)
+    if row.failures >= after:
+        block = min(FIRST_BLOCK * 2 ** (row.failures - after), MAX_BLOCK)
         row.blocked_until = now + block
     session.add(row)
     session.flush()
     return math.ceil(block.total_seconds()) if block else None
 
 
-def clear_failures(session: Session, *, email: str, client: str | None = None) -> None:
-    """A success clears its client's count; a new password (``client`` None) clears them all."""
+def clear_failures(session: Session, *, email: str, clients: Sequence[str] | None = None) -> None:
+    """A success clears what it counted against; a new password (``clients`` None) clears
+    every count of the email."""
     query = delete(LoginThrottle).where(col(LoginThrottle.email) == normalize_email(email))
-    if client is not None:
-        query = query.where(col(LoginThrottle.client) == client)
+    if clients is not None:
+        query = query.where(col(LoginThrottle.client).in_(clients))
     session.exec(query)
 
 

@@ -33,6 +33,8 @@ from coffer_kit.metrics import HTTP_REQUESTS
 from coffer_testkit.dashboard import COOKIE, SAME_ORIGIN, Browser, audit_once, sign_up
 from coffer_testkit.testing import TLS
 
+DEVICE_COOKIE = "__Host-coffer_device"
+
 
 @pytest.fixture
 def browser(stack: Any) -> Iterator[Browser]:
@@ -608,6 +610,33 @@ def test_the_signed_urls_a_member_made_die_when_they_leave(browser: Browser, adm
         time.sleep(0.1)
     assert answer.status_code == 403
     assert answer.json()["error"]["message"].startswith("This signed URL was revoked")
+
+
+def test_a_browser_that_signed_in_before_is_not_refused_for_anothers_guesses(stack: Any) -> None:
+    """Five wrong passwords from a network made the owner's own browser there wait too. A
+    browser that signed in keeps a device cookie, and the throttle counts its failures apart:
+    the guesser waits, the owner's browser signs in (and keeps the cookie it has)."""
+    email, password = f"d{secrets.token_hex(4)}@example.com", "pw-" + secrets.token_urlsafe(16)
+    with (
+        httpx.Client(base_url=stack.edge_url, headers=SAME_ORIGIN, timeout=60, verify=TLS) as owner,
+        httpx.Client(base_url=stack.edge_url, headers=SAME_ORIGIN, timeout=60, verify=TLS) as guesser,
+    ):
+        registered = owner.post("/dashboard/register", data={"email": email, "password": password})
+        assert registered.status_code == 303, registered.text
+        device = registered.cookies[DEVICE_COOKIE]
+        for n in range(5):
+            wrong = guesser.post("/dashboard/login", data={"email": email, "password": f"wrong {n}"})
+            assert wrong.status_code == 400
+        assert (
+            guesser.post("/dashboard/login", data={"email": email, "password": password}).status_code == 429
+        )
+        back = owner.post(
+            "/dashboard/login",
+            data={"email": email, "password": password},
+            headers={"cookie": f"{DEVICE_COOKIE}={device}"},
+        )
+        assert back.status_code == 303, back.text
+        assert COOKIE in back.cookies and DEVICE_COOKIE not in back.cookies
 
 
 def keep_cookies(b: Browser, answer: httpx.Response) -> None:

@@ -81,6 +81,9 @@ class LoginOut(Camel):
     csrf_token: str
     session: SessionOut
     user: UserOut
+    # A sign-in from a browser the account did not know: the token its device cookie keeps
+    # (returned once; None when the browser's cookie stays as it is).
+    device_token: str | None = None
 
 
 class CurrentOut(Camel):

@@ -345,8 +345,17 @@ class AccountsClient(ServiceClient):
         }
         return schemas.LoginOut.model_validate(await self._call("POST", "/users", caller, json=body))
 
-    async def login(self, caller: Caller, *, email: str, password: str) -> schemas.LoginOut:
-        body = {"email": email, "password": password, "ip": caller.ip, "userAgent": caller.user_agent}
+    async def login(
+        self, caller: Caller, *, email: str, password: str, device_token: str | None = None
+    ) -> schemas.LoginOut:
+        body = {
+            "email": email,
+            "password": password,
+            "ip": caller.ip,
+            "userAgent": caller.user_agent,
+            # Only a plausible one is sent on (auth bounds it too, as a 400 the form would show).
+            "deviceToken": device_token if device_token and len(device_token) <= 128 else None,
+        }
         answer = schemas.LoginOut.model_validate(await self._call("POST", "/sessions", caller, json=body))
         if caller.session_hash:
             self.forget(caller.session_hash)

@@ -36,6 +36,12 @@ class CookiePolicy:
     name: str
     secure: bool
 
+    @property
+    def device(self) -> str:
+        """The cookie that tells auth's sign-in throttle this browser signed in before
+        (``coffer_auth.devices``): named and flagged as the session's."""
+        return self.name.replace("session", "device")
+
 
 def cookie_policy(settings: Settings) -> CookiePolicy:
     """``__Host-coffer_session`` (Secure) wherever browsers keep it: https, and http on loopback.

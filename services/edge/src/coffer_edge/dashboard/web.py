@@ -31,6 +31,9 @@ from coffer_kit.contract.limits import PASSWORD_MAX_CHARS
 
 log = logging.getLogger("coffer.edge.dashboard")
 
+# A known browser's cookie lives as long as auth keeps the browser known unused (a year).
+DEVICE_COOKIE_SECONDS = 365 * 24 * 3600
+
 
 def state_of(request: Request) -> DashboardState:
     state = edge_state(request).dashboard
@@ -198,6 +201,21 @@ def set_session_cookie(request: Request, response: Response, login: LoginOut) ->
         httponly=True,
         samesite="lax",
     )
+    if login.device_token is not None:  # a browser the account did not know: it is known now
+        response.set_cookie(
+            policy.device,
+            login.device_token,
+            max_age=DEVICE_COOKIE_SECONDS,
+            path="/",
+            secure=policy.secure,
+            httponly=True,
+            samesite="lax",
+        )
+
+
+def device_token(request: Request) -> str | None:
+    """The browser's device cookie, if it has one (sign-out leaves it: it opens nothing)."""
+    return request.cookies.get(state_of(request).cookie.device)
 
 
 def clear_session_cookie(request: Request, response: Response) -> None:

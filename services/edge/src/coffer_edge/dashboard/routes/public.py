@@ -16,6 +16,7 @@ from coffer_edge.dashboard.web import (
     accounts_of,
     caller_of,
     clear_session_cookie,
+    device_token,
     error_page,
     field,
     form_of,
@@ -101,7 +102,9 @@ async def login(request: Request) -> Response:
         DASHBOARD_LOGINS.labels("throttled").inc()
         return _too_many(request, "login.html", retry, **context)
     try:
-        session = await accounts_of(request).login(caller_of(request), email=email, password=password)
+        session = await accounts_of(request).login(
+            caller_of(request), email=email, password=password, device_token=device_token(request)
+        )
     except CofferError as exc:
         if exc.status == 429:
             DASHBOARD_LOGINS.labels("throttled").inc()
