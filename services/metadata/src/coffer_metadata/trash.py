@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection, Row
 from sqlmodel import Session
 
 from coffer_kit.contract import expiry
-from coffer_kit.contract.errors import forbidden, not_found, quota_exceeded
+from coffer_kit.contract.errors import forbidden, not_found, not_own_deletion, quota_exceeded
 from coffer_kit.contract.ids import is_asset_id
 from coffer_kit.contract.limits import PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX, PAGE_OFFSET_MAX, TRASH_PURGE_BATCH
 from coffer_kit.contract.timeutil import as_utc, isoformat, utcnow
@@ -126,7 +126,7 @@ def _missing(conn: Connection, *, org_id: str, asset_id: str) -> Exception:
 def _check_user(row: Any, only_user: str | None) -> None:
     """A member acts only on what they trashed themselves."""
     if only_user is not None and row.trashed_by_user != only_user:
-        raise forbidden("Members may restore or purge only what they deleted themselves.")
+        raise not_own_deletion()
 
 
 def trash(

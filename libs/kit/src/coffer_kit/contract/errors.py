@@ -74,6 +74,20 @@ def forbidden(message: str = "You do not have access to this resource.") -> Coff
     return CofferError(403, "forbidden", message)
 
 
+# ``details.reason`` of the 403 a member meets restoring or purging a file another deleted
+# (issue 47): the dashboard tells it from "another organization's" by this, not by wording.
+NOT_OWN_DELETION = "not_own_deletion"
+
+
+def not_own_deletion() -> CofferError:
+    return CofferError(
+        403,
+        "forbidden",
+        "Members may restore or purge only what they deleted themselves.",
+        details={"reason": NOT_OWN_DELETION},
+    )
+
+
 def insufficient_scope(required: str, granted: Sequence[str], message: str | None = None) -> CofferError:
     """403 ``insufficient_scope`` (issue 46): the key's scopes do not allow this;
     ``details.required`` names what is missing (an action, ``folder``, ``networks``, ``expiry``)."""

@@ -25,7 +25,7 @@ from coffer_edge.dashboard.web import (
     redirect,
     state_of,
 )
-from coffer_kit.contract.errors import CofferError, forbidden, invalid
+from coffer_kit.contract.errors import NOT_OWN_DELETION, CofferError, forbidden, invalid
 from coffer_kit.contract.limits import TRASH_RETENTION_DAYS_MAX
 from coffer_kit.contract.resources import TrashList
 
@@ -34,9 +34,6 @@ PAGE_SIZE = 50
 # Batches one "Empty trash" click runs (100 assets each); past them the page says how many are left.
 EMPTY_BATCHES = 20
 NOT_IN_TRASH = "That file is not in the trash."
-# metadata's refusal of a member acting on what someone else deleted: a file this organization's
-# Trash lists to them, so its 403 and reason stay (every other 403 is another organization's).
-MEMBERS_OWN_ONLY = "Members may restore or purge only what they deleted themselves."
 NOTICES = {
     "restored": "The file is back, with the same URLs.",
     "purged": "The file is deleted for good.",
@@ -118,7 +115,9 @@ async def _act(visit: Visit, action: str, asset_id: str) -> Response:
                 rid=_rid(visit),
             )
     except CofferError as exc:
-        if exc.status == 404 or (exc.status == 403 and exc.message != MEMBERS_OWN_ONLY):
+        # A member acting on what someone else deleted keeps metadata's 403 and reason (a file
+        # this organization's Trash lists to them); every other 403 is another organization's.
+        if exc.status == 404 or (exc.status == 403 and (exc.details or {}).get("reason") != NOT_OWN_DELETION):
             # Another organization's file, or one not there: the same answer for both (metadata
             # says 403 for the first, no existence oracle here, as files.py's _unknown).
             return await _page(visit, page=1, error=NOT_IN_TRASH, status=404)
