@@ -185,8 +185,12 @@ async def test_hashing_runs_at_most_four_at_once(api: Api, monkeypatch: pytest.M
             return real.verify(hash, password)
 
     monkeypatch.setattr(passwords, "HASHER", Slow())
-    body = {"email": "a@example.com", "password": out["password"]}
-    answers = await asyncio.gather(*(api.call("POST", "/sessions", json=body) for _ in range(12)))
+    # From twelve networks: each attempt is counted before its check (a success clears it),
+    # and twelve at once from one network would pass its limit of five.
+    bodies = [
+        {"email": "a@example.com", "password": out["password"], "ip": f"192.0.2.{n}"} for n in range(12)
+    ]
+    answers = await asyncio.gather(*(api.call("POST", "/sessions", json=body) for body in bodies))
     assert [a.status_code for a in answers] == [201] * 12
     assert peak == passwords.HASH_CONCURRENCY
 
@@ -329,6 +333,81 @@ async def test_throttle_is_capped_at_fifteen_minutes(engine: Engine) -> None:
     assert blocks[:4] == [None] * 4
     assert blocks[4:9] == [30, 60, 120, 240, 480]
     assert blocks[9:] == [900, 900, 900]
+    # 2 ** failures overflowed a timedelta past about 60: a 500, and the failure not counted.
+    with Session(writer(engine)) as s:
+        assert {sessions.record_failure(s, email="Y@example.com", client="c") for _ in range(100)} == {
+            None,
+            30,
+            60,
+            120,
+            240,
+            480,
+            900,
+        }
+        s.commit()
+
+
+async def test_guesses_made_at_once_are_all_counted(api: Api, engine: Engine) -> None:
+    """The throttle was checked before the password and counted after it: 100 guesses at once
+    from 100 networks all passed the check (61 answered 401 and 39 a 500, none 429). Each
+    attempt is now counted, its row locked, before its password is checked."""
+    await api.register(email="a@example.com")
+    guesses = [
+        {"email": "a@example.com", "password": "guess-123456", "ip": f"198.51.{n}.1"}
+        for n in range(2 * sessions.ACCOUNT_AFTER)
+    ]
+    answers = await asyncio.gather(*(api.call("POST", "/sessions", json=g) for g in guesses))
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses == [401] * sessions.ACCOUNT_AFTER + [429] * sessions.ACCOUNT_AFTER
+    assert ("a@example.com", "*", sessions.ACCOUNT_AFTER) in _throttles(engine)
+
+
+async def test_sitting_out_the_longest_block_does_not_start_the_count_again(api: Api, engine: Engine) -> None:
+    """The count started again 15 minutes after the last failure, the length of the longest
+    block: a guesser who sat each one out had 20 fresh guesses every half hour. It now starts
+    again only 15 minutes after the block's end; until then each guess waits the longest."""
+    await api.register(email="a@example.com")
+    for n in range(sessions.ACCOUNT_AFTER):
+        guess = {"email": "a@example.com", "password": "guess-123456", "ip": f"198.51.{n}.1"}
+        assert_error(await api.call("POST", "/sessions", json=guess), 401, "unauthorized")
+    with Session(writer(engine)) as s:  # a 15-minute block from the last failure, just over
+        s.exec(
+            update(LoginThrottle).values(  # type: ignore[call-overload]
+                last_failed_at=utcnow() - timedelta(minutes=16), blocked_until=utcnow() - timedelta(minutes=1)
+            )
+        )
+        s.commit()
+    guess = {"email": "a@example.com", "password": "guess-123456", "ip": "198.51.100.1"}
+    assert_error(await api.call("POST", "/sessions", json=guess), 401, "unauthorized")
+    assert_error(
+        await api.call("POST", "/sessions", json={**guess, "ip": "198.51.101.1"}), 429, "rate_limited"
+    )
+    assert ("a@example.com", "*", sessions.ACCOUNT_AFTER + 1) in _throttles(engine)
+
+
+async def test_a_new_password_forgets_every_browser_but_the_one_that_set_it(api: Api) -> None:
+    """Whoever knew the old password may have signed in, and their browser stayed known: never
+    made to wait for a guesser's failures. A password change forgets every known browser and
+    makes the one that changed it known afresh."""
+    out = await api.register(email="a@example.com")
+    old_device, new_password = out["deviceToken"], strong_password()
+    changed = await api.call(
+        "POST",
+        "/users/me/password",
+        token=out["token"],
+        json={"current": out["password"], "new": new_password},
+    )
+    assert changed.status_code == 200, changed.text
+    new_device = changed.json()["deviceToken"]
+    assert new_device.startswith("cof_dev_") and new_device != old_device
+    for n in range(sessions.ACCOUNT_AFTER):
+        guess = {"email": "a@example.com", "password": "guess-123456", "ip": f"198.51.{n}.1"}
+        assert_error(await api.call("POST", "/sessions", json=guess), 401, "unauthorized")
+    right = {"email": "a@example.com", "password": new_password, "ip": "203.0.113.9"}
+    assert_error(
+        await api.call("POST", "/sessions", json={**right, "deviceToken": old_device}), 429, "rate_limited"
+    )
+    assert (await api.call("POST", "/sessions", json={**right, "deviceToken": new_device})).status_code == 201
 
 
 @pytest.mark.parametrize(

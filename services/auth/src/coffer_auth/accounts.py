@@ -91,23 +91,16 @@ def _network(client: str) -> list[tuple[str, int]]:
     return [(client, sessions.THROTTLE_AFTER)]
 
 
-async def _throttle_check(accounts: Accounts, *, email: str, counters: list[tuple[str, int]]) -> None:
-    """429 while any of these counts is blocked for this email, known or not (no enumeration)."""
-    clients = [client for client, _ in counters]
-    wait = await tx.read(
-        accounts.engine, lambda s: sessions.retry_after(s, email=email, clients=clients, now=utcnow())
+async def _attempt(accounts: Accounts, *, email: str, counters: list[tuple[str, int]]) -> None:
+    """Count an attempt at this email's password (known email or not: no enumeration) before
+    it is checked, so attempts made at once are all counted; 429 while any count is blocked.
+    The success clears what it counted (``sessions.clear_failures``)."""
+    wait = await tx.write(
+        accounts.engine, lambda s: sessions.attempt(s, email=email, counters=counters, now=utcnow())
     )
     if wait is not None:
-        log.info("login refused", extra={"event": "login", "outcome": "throttled", "client": clients[0]})
+        log.info("login refused", extra={"event": "login", "outcome": "throttled", "client": counters[0][0]})
         raise errors.throttled(wait)
-
-
-async def _failed(accounts: Accounts, *, email: str, counters: list[tuple[str, int]]) -> None:
-    def count(session: Session) -> None:
-        for client, after in counters:
-            sessions.record_failure(session, email=email, client=client, after=after)
-
-    await tx.write(accounts.engine, count)
 
 
 async def register(accounts: Accounts, body: RegisterIn, actor: Actor) -> LoginOut:
@@ -165,13 +158,12 @@ async def login(accounts: Accounts, body: LoginIn, *, replaces: str | None) -> L
         accounts.engine, lambda s: devices.recognized(s, body.device_token, email=body.email)
     )
     counters = sessions.counters(client, device)
-    await _throttle_check(accounts, email=body.email, counters=counters)
+    await _attempt(accounts, email=body.email, counters=counters)
     user = await tx.read(accounts.engine, lambda s: sessions.user_by_email(s, body.email))
     ok, rehash = await passwords.run_verify(
         accounts.limiter, user.password_hash if user else None, body.password
     )
     if user is None or not ok:
-        await _failed(accounts, email=body.email, counters=counters)
         log.info(
             "login failed",
             extra={"event": "login", "outcome": "failed", "user_id": user.id if user else None},
@@ -210,10 +202,9 @@ async def reauth(accounts: Accounts, *, token_hash: str, password: str, actor: A
         accounts.engine, lambda s: sessions.resolve(s, token_hash=token_hash, lifetimes=lifetimes)
     )
     counters = _network(sessions.client_of(actor.ip))
-    await _throttle_check(accounts, email=user.email, counters=counters)
+    await _attempt(accounts, email=user.email, counters=counters)
     ok, rehash = await passwords.run_verify(accounts.limiter, user.password_hash, password)
     if not ok:
-        await _failed(accounts, email=user.email, counters=counters)
         raise errors.wrong_password()
 
     def renew(session: Session) -> LoginOut:
@@ -272,11 +263,12 @@ async def change_password(
 
     row, user, org_names = await tx.read(accounts.engine, who)
     counters = _network(sessions.client_of(actor.ip))
-    await _throttle_check(accounts, email=user.email, counters=counters)
+    await _attempt(accounts, email=user.email, counters=counters)
     ok, _ = await passwords.run_verify(accounts.limiter, user.password_hash, body.current)
     if not ok:
-        await _failed(accounts, email=user.email, counters=counters)
         raise errors.wrong_password()
+    clients = [client for client, _ in counters]  # the right password: a weak new one is no guess
+    await tx.write(accounts.engine, lambda s: sessions.clear_failures(s, email=user.email, clients=clients))
     passwords.check_strength(body.new, context=[user.email, "coffer", *org_names])
     new_hash = await passwords.run_hash(accounts.limiter, body.new)
 
@@ -291,6 +283,9 @@ async def change_password(
         session.add(current)
         revoked = sessions.revoke_all(session, user_id=current.id, keep=old.id) if body.revoke_others else 0
         login = _replaced(session, old, current, actor, lifetimes)
+        # Whoever knew the old password signed in somewhere: no browser stays known but this one.
+        devices.forget(session, user_id=current.id)
+        login.device_token = devices.remember(session, user_id=current.id, token=None)
         audit.record_user(
             session, actor, "user.password_changed", current, details={"sessionsRevoked": revoked}
         )
@@ -371,6 +366,7 @@ async def consume_reset(accounts: Accounts, *, token_hash: str, password: str, a
         current.password_hash = new_hash
         current.password_changed_at = now
         sessions.clear_failures(session, email=current.email)
+        devices.forget(session, user_id=current.id)
         session.add(reset)
         session.add(current)
         session.flush()

@@ -68,6 +68,12 @@ def recognized(session: Session, token: str | None, *, email: str) -> str | None
     return THROTTLE_PREFIX + row.token_hash[:32]
 
 
+def forget(session: Session, *, user_id: str) -> None:
+    """No browser of the user stays known (a new password: whoever knew the old one may have
+    signed in somewhere)."""
+    session.exec(delete(KnownDevice).where(col(KnownDevice.user_id) == user_id))
+
+
 def remember(session: Session, *, user_id: str, token: str | None) -> str | None:
     """After a sign-in with the right password: a browser already known by ``token`` is
     touched (None answered: its cookie stays); any other is given a new token, answered once.

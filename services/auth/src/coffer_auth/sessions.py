@@ -85,39 +85,79 @@ def counters(client: str, device: str | None) -> list[tuple[str, int]]:
     return [(client, THROTTLE_AFTER), (ANY_CLIENT, ACCOUNT_AFTER)]
 
 
-def retry_after(session: Session, *, email: str, clients: Sequence[str], now: datetime) -> int | None:
-    """Seconds until these clients may try this email again (the longest of their blocks), or
-    None when they may now."""
-    waits = []
-    for client in clients:
-        row = session.get(LoginThrottle, (normalize_email(email), client))
-        if row is not None and row.blocked_until is not None:
-            waits.append((as_utc(row.blocked_until) - now).total_seconds())
-    left = max(waits, default=0)
-    return math.ceil(left) if left > 0 else None
+def attempt(
+    session: Session, *, email: str, counters: Sequence[tuple[str, int]], now: datetime
+) -> int | None:
+    """Count a sign-in attempt before its password is checked (a success clears it again), each
+    count's row locked, so attempts made at once are all counted; answers the seconds to wait
+    instead while any of the counts is blocked (and counts nothing)."""
+    email = normalize_email(email)
+    rows = [_locked(session, email, client, now) for client, _ in counters]
+    waits = [
+        (as_utc(row.blocked_until) - now).total_seconds() for row in rows if row.blocked_until is not None
+    ]
+    if (left := max(waits, default=0)) > 0:
+        return math.ceil(left)
+    for row, (_, after) in zip(rows, counters, strict=True):
+        _count(row, after, now)
+        session.add(row)
+    session.flush()
+    return None
 
 
 def record_failure(session: Session, *, email: str, client: str, after: int = THROTTLE_AFTER) -> int | None:
     """Count a wrong password (known email or not) against ``client``, which blocks from the
     ``after``-th; answers the block it starts, in seconds."""
-    key = (normalize_email(email), client)
     now = utcnow()
-    row = session.get(LoginThrottle, key, with_for_update=True)
-    if row is None:
-        row = LoginThrottle(email=key[0], client=client, failures=0, last_failed_at=now)
-        # Old rows go when their email fails again; none outlives the window by much.
-        session.exec(delete(LoginThrottle).where(col(LoginThrottle.last_failed_at) < now - THROTTLE_WINDOW))
-    elif now - as_utc(row.last_failed_at) > THROTTLE_WINDOW:
-        row.failures = 0
-    row.failures += 1
-    row.last_failed_at = now
-    block: timedelta | None = None
-    if row.failures >= after:
-        block = min(FIRST_BLOCK * 2 ** (row.failures - after), MAX_BLOCK)
-        row.blocked_until = now + block
+    row = _locked(session, normalize_email(email), client, now)
+    block = _count(row, after, now)
     session.add(row)
     session.flush()
     return math.ceil(block.total_seconds()) if block else None
+
+
+def _locked(session: Session, email: str, client: str, now: datetime) -> LoginThrottle:
+    """The count of ``email`` at ``client``, locked for the transaction (made if there is none:
+    an insert that lets a concurrent one win, then the row whoever made it)."""
+    row = session.get(LoginThrottle, (email, client), with_for_update=True)
+    if row is not None:
+        return row
+    # Rows long past their last block go when a new count starts; none outlives it by much.
+    old = delete(LoginThrottle).where(col(LoginThrottle.last_failed_at) < now - THROTTLE_WINDOW - MAX_BLOCK)
+    # (Not matched against the rows this session holds: SQLite's times come back naive.)
+    session.exec(old.execution_options(synchronize_session=False))
+    values = {"email": email, "client": client, "failures": 0, "last_failed_at": now}
+    # (Imported here: auth loads no PostgreSQL dialect before it talks to PostgreSQL.)
+    if session.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        session.execute(postgresql.insert(LoginThrottle).values(**values).on_conflict_do_nothing())
+    else:
+        from sqlalchemy.dialects import sqlite
+
+        session.execute(sqlite.insert(LoginThrottle).values(**values).on_conflict_do_nothing())
+    found = session.get(LoginThrottle, (email, client), with_for_update=True, populate_existing=True)
+    assert found is not None
+    return found
+
+
+def _count(row: LoginThrottle, after: int, now: datetime) -> timedelta | None:
+    """One more failure on ``row``; the block it starts, if any. The count starts again only
+    after THROTTLE_WINDOW without a failure or a block: a guesser who sits out the longest
+    block finds the count where it was, and waits that long after each further guess."""
+    quiet_since = as_utc(row.last_failed_at)
+    if row.blocked_until is not None:
+        quiet_since = max(quiet_since, as_utc(row.blocked_until))
+    if now - quiet_since > THROTTLE_WINDOW:
+        row.failures = 0
+    row.failures += 1
+    row.last_failed_at = now
+    if row.failures < after:
+        return None
+    # (The exponent is bounded first: 2 ** failures overflows a timedelta past about 60.)
+    block: timedelta = min(FIRST_BLOCK * 2 ** min(row.failures - after, 16), MAX_BLOCK)
+    row.blocked_until = now + block
+    return block
 
 
 def clear_failures(session: Session, *, email: str, clients: Sequence[str] | None = None) -> None:

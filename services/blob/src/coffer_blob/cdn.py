@@ -29,7 +29,7 @@ from prometheus_client import Counter
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
 
-from coffer_blob import signing
+from coffer_blob import grants, signing
 from coffer_blob.deps import BlobState, blob_state
 from coffer_blob.metrics import DOWNLOAD_BYTES
 from coffer_blob.storage import ObjectInfo, Reader, Storage, read_range
@@ -334,7 +334,7 @@ async def _check_unrevoked(state: BlobState, key: str, by: str) -> None:
     assert parsed is not None and state.revocations is not None
     tag, issued = parsed
     revoked_at = await state.revocations.revoked_at(state.storage, key.split("/", 1)[0], tag)
-    if revoked_at is not None and revoked_at >= issued:
+    if grants.refuses(revoked_at, issued):
         raise forbidden("This signed URL was revoked: the key or member that made it no longer acts.")
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -40,13 +41,20 @@ from coffer_blob.storage import Storage, write_small
 from coffer_kit.contract.limits import EXPIRES_IN_MAX
 from coffer_kit.contract.wire import GrantRevocation
 
+log = logging.getLogger("coffer.blob.grants")
+
 # ``{"revokedAt": …}``: a few dozen bytes; anything larger is not one of ours.
 MAX_REVOCATION_BYTES = 1024
 # Revocations one CDN process keeps at once; past it the cache starts afresh.
 CACHE_ENTRIES = 10_000
-# A URL lives at most EXPIRES_IN_MAX after it was made: a day past that, no URL a revocation
-# refuses is alive, and the revocation may go.
-STALE_SECONDS = EXPIRES_IN_MAX + 24 * 3600
+# A revocation also refuses the URLs made this long after it: edge acts on what auth said of a
+# key or member up to 5 s before (COFFER_EDGE_AUTH_CACHE_SECONDS), so a key deleted can still
+# have a URL signed for that long, and auth's clock (the revocation's time) and blob's (the
+# URL's) may differ. The cost: a member added back within it makes no working URL until then.
+SETTLE_SECONDS = 30
+# A URL lives at most EXPIRES_IN_MAX after it was made: a day past that (and the settling), no
+# URL a revocation refuses is alive, and the revocation may go.
+STALE_SECONDS = EXPIRES_IN_MAX + SETTLE_SECONDS + 24 * 3600
 # Stored revocations of one organization looked at (each one read) per call that stores some.
 PRUNE_READS = 100
 # Store calls at once for one batch (each a read and a write: many round trips to S3, which
@@ -70,12 +78,22 @@ def stale(revoked_at: int, now: float) -> bool:
     return revoked_at + STALE_SECONDS < now
 
 
+def refuses(revoked_at: int | None, issued: int) -> bool:
+    """Whether a revocation at ``revoked_at`` (None: none) refuses a URL made at ``issued``."""
+    return revoked_at is not None and issued <= revoked_at + SETTLE_SECONDS
+
+
 def read(storage: Storage, key: str) -> int | None:
-    """The revocation time stored under ``key``, or None when there is none."""
+    """The revocation time stored under ``key``, or None when there is none or what is there
+    cannot be read (a damaged object must not stop the relay: the next write replaces it)."""
     found = storage.read_small(key, MAX_REVOCATION_BYTES)
     if found is None or found[1] is None:
         return None
-    raw = json.loads(found[1])
+    try:
+        raw = json.loads(found[1])
+    except ValueError:
+        log.warning("unreadable grant revocation; treated as none", extra={"key": key})
+        return None
     value = raw.get("revokedAt") if isinstance(raw, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -119,7 +137,18 @@ async def store(
         orgs.setdefault(org_id, set()).add(key)
     fresh = {key: at for key, at in latest.items() if not stale(at, now)}
     await _each(functools.partial(_write, storage, key, at) for key, at in fresh.items())
-    await _each(functools.partial(_prune, storage, org_id, keys, now) for org_id, keys in orgs.items())
+    await _each(
+        functools.partial(_prune_quietly, storage, org_id, keys, now) for org_id, keys in orgs.items()
+    )
+
+
+def _prune_quietly(storage: Storage, org_id: str, keep: set[str], now: float) -> None:
+    """Pruning is housekeeping: its failure must not fail the revocations just stored (edge
+    would send the batch again and again); the next call tries again."""
+    try:
+        _prune(storage, org_id, keep, now)
+    except Exception:
+        log.warning("pruning grant revocations failed", extra={"org_id": org_id}, exc_info=True)
 
 
 async def _each(calls: Iterable[Callable[[], None]]) -> None:
