@@ -7,7 +7,7 @@ import re
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -491,3 +491,24 @@ def test_a_removed_members_personal_key_signs_nothing_that_outlives_the_membersh
     assert_revoked(leaving)
     assert httpx.get(staying).status_code == 200
     assert httpx.get(kept).status_code == 200
+
+
+def test_a_key_that_may_not_delete_may_not_set_an_expiry_either(stack: Any, tenant: Any) -> None:
+    """A key without assets:delete (an uploader: write, no delete) set an asset's expiresAt a
+    few seconds ahead with PATCH, and the expiry sweeper deleted the asset for it. Setting an
+    expiry now takes assets:delete as well; clearing one, or the other changes, do not."""
+    asset = tenant.api.post("/api/assets", files={"file": ("contract.pdf", b"%PDF-1.4 x")}).json()
+    secret, _ = make_key(tenant.api, name="writer", scopes=["assets:write"])
+    soon = (datetime.now(UTC) + timedelta(hours=1)).isoformat().replace("+00:00", "Z")
+    with client(stack, secret) as api:
+        refused = assert_error(
+            api.patch(f"/api/assets/{asset['id']}", json={"expiresAt": soon}), 403, "insufficient_scope"
+        )
+        assert refused["details"]["required"] == "assets:delete"
+        assert_error(api.delete(f"/api/assets/{asset['id']}"), 403, "insufficient_scope")
+        assert (
+            api.patch(f"/api/assets/{asset['id']}", json={"expiresAt": None, "name": "c.pdf"}).status_code
+            == 200
+        )
+    assert tenant.api.get(f"/api/assets/{asset['id']}").json()["expiresAt"] is None
+    assert tenant.api.patch(f"/api/assets/{asset['id']}", json={"expiresAt": soon}).status_code == 200

@@ -54,11 +54,12 @@ from coffer_edge.schemas import (
     errors,
 )
 from coffer_edge.schemas import Asset as AssetOut
-from coffer_kit.contract import describe, expiry, transforms
+from coffer_kit.contract import describe, expiry, scopes, transforms
 from coffer_kit.contract.describe import MAX_META_FILTERS, MAX_TAG_FILTERS
 from coffer_kit.contract.errors import (
     CofferError,
     file_too_large,
+    insufficient_scope,
     invalid,
     invalid_transform,
     quota_exceeded,
@@ -744,11 +745,18 @@ async def update_asset(
     rid: RequestIdDep,
 ) -> Response:
     """Rename, move and/or change the visibility of an asset; its key and signed URLs do not
-    change (a private asset's publicUrl is null)."""
+    change (a private asset's publicUrl is null). Setting ``expiresAt`` deletes the asset in
+    time, so it takes the ``assets:delete`` scope too (clearing it does not)."""
     changes = body.changes()
     if not changes:
         raise invalid(
             "Send 'name', 'folderId', 'visibility', 'expiresAt', 'metadata' or 'tags'.", field="body"
+        )
+    if changes.get("expiresAt") is not None and "assets:delete" not in principal.actions:
+        raise insufficient_scope(
+            "assets:delete",
+            scopes.ordered(principal.actions),
+            "Setting an asset's expiry deletes it in time: this key lacks the assets:delete scope.",
         )
     asset = await update_stored_asset(principal.organization_id, asset_id, changes, metadata, blob, rid)
     return Response(asset, media_type="application/json")
