@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from coffer_kit.contract.ids import new_id
+from coffer_metadata.folders import service as folders_service
 
 pytestmark = pytest.mark.anyio
 
@@ -114,3 +115,24 @@ async def test_patch_refusals(api: httpx.AsyncClient) -> None:
         f"{base(org)}/folders/{a['id']}", content=b"{", headers={"content-type": "application/json"}
     )
     assert response.status_code == 400
+
+
+async def test_a_folder_holds_a_bounded_number_of_folders(
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parent's children are listed all at once: 100,000 root folders made one listing 43 MB
+    and 10 s. Creating or moving a folder into a parent that holds the most is 409."""
+    org = new_id("org")
+    monkeypatch.setattr(folders_service, "MAX_FOLDER_CHILDREN", 3)
+    full = await make_folder(api, org, "full")
+    for name in ("a", "b", "c"):
+        await make_folder(api, org, name, full["id"])
+    over = await api.post(f"{base(org)}/folders", json={"name": "d", "parentId": full["id"]})
+    assert over.status_code == 409 and "the most one folder may hold" in over.json()["error"]["message"]
+    loose = await make_folder(api, org, "loose")
+    moved = await api.patch(f"{base(org)}/folders/{loose['id']}", json={"parentId": full["id"]})
+    assert moved.status_code == 409
+    renamed = await api.patch(f"{base(org)}/folders/{loose['id']}", json={"name": "still loose"})
+    assert renamed.status_code == 200  # no move: nothing to make room for
+    listed = await api.get(f"{base(org)}/folders", params={"parentId": full["id"]})
+    assert [f["name"] for f in listed.json()["folders"]] == ["a", "b", "c"]

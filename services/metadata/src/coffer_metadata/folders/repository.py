@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sqlalchemy as sa
+from sqlalchemy import func, update
 from sqlalchemy import select as sa_select
-from sqlalchemy import update
 from sqlmodel import Session, col, delete, select
 
 from coffer_kit.contract.limits import MAX_FOLDER_DEPTH
@@ -109,6 +109,13 @@ def ancestries(session: Session, *, org_id: str, folder_ids: list[str]) -> dict[
     for row in session.connection().execute(query):
         found.setdefault(row.start, []).append((row.id, row.name))
     return found
+
+
+def child_count(session: Session, *, org_id: str, parent_id: str | None) -> int:
+    """How many folders ``parent_id`` (None: the root) holds."""
+    parent = col(Folder.parent_id).is_(None) if parent_id is None else Folder.parent_id == parent_id
+    query = select(func.count()).select_from(Folder).where(Folder.organization_id == org_id, parent)
+    return int(session.exec(query).one())
 
 
 def sibling_named(

@@ -9,7 +9,7 @@ from sqlmodel import Session
 
 from coffer_kit.contract.errors import CofferError, conflict, folder_cycle, forbidden, not_found
 from coffer_kit.contract.ids import FOLDER, is_folder_id, new_id
-from coffer_kit.contract.limits import MAX_FOLDER_DEPTH
+from coffer_kit.contract.limits import MAX_FOLDER_CHILDREN, MAX_FOLDER_DEPTH
 from coffer_kit.contract.names import normalize_name
 from coffer_kit.contract.timeutil import isoformat, utcnow
 from coffer_kit.contract.wire import Actor
@@ -98,6 +98,7 @@ def create(
 
     if repository.sibling_named(session, org_id=org_id, parent_id=parent_id, name=name):
         raise duplicate()
+    _has_room(session, org_id=org_id, parent_id=parent_id)
     now = utcnow()
     folder = Folder(
         id=new_id(FOLDER),
@@ -118,6 +119,15 @@ def create(
         raise duplicate() from None
     events.record(session, org_id=org_id, type="folder.created", data=view(folder), actor=actor, now=now)
     return folder
+
+
+def _has_room(session: Session, *, org_id: str, parent_id: str | None) -> None:
+    """409 when the parent already holds MAX_FOLDER_CHILDREN folders (its listing answers them
+    all at once). Two creates at once may each pass: the bound is meant for the size of one
+    answer, which one more folder does not change."""
+    if repository.child_count(session, org_id=org_id, parent_id=parent_id) >= MAX_FOLDER_CHILDREN:
+        where = "The root" if parent_id is None else f"Folder {parent_id}"
+        raise conflict(f"{where} holds {MAX_FOLDER_CHILDREN:,} folders, the most one folder may hold.")
 
 
 def _fits(depth: int) -> None:
@@ -155,6 +165,8 @@ def update(
             raise folder_cycle(f"Folder {folder.id} cannot move into itself or one of its subfolders.")
         if new_parent != folder.parent_id:  # (the walk up is whole only within the bound)
             _fits(len(path) + repository.height(session, org_id=org_id, folder_id=folder.id))
+    if moving and new_parent != folder.parent_id:
+        _has_room(session, org_id=org_id, parent_id=new_parent)
     new_days = folder.expiry_days if isinstance(expiry_days, Unset) else expiry_days
     changes = {
         field: old
