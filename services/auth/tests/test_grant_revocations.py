@@ -95,6 +95,18 @@ async def test_a_deleted_key_takes_the_keys_it_made_and_replaced(api: Api) -> No
     assert await _queued(api) == {(org["id"], f"key:{k}") for k in (first, second, third, child)}
 
 
+async def test_a_line_of_rotations_without_grace_is_revoked_whole(api: Api) -> None:
+    """Each rotation without grace deletes the old key's row: walking the successors' links
+    back stopped at the first row gone, and the first key's week-long URLs outlived the line.
+    Each key now keeps the ids of every key it replaced."""
+    owner, _, org = await _team(api)
+    line = [await _key(api, owner, org)]
+    for _ in range(3):
+        line.append(await _rotate(api, owner, org, line[-1], grace=0))
+    await _delete(api, owner, org, line[-1])
+    assert await _queued(api) == {(org["id"], f"key:{k}") for k in line}
+
+
 async def test_a_personal_key_deleted_is_queued_in_every_organization_of_its_user(api: Api) -> None:
     owner, member, org = await _team(api)
     other = await api.org(owner["token"], "Other")

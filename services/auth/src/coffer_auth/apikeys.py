@@ -14,7 +14,7 @@ from sqlmodel import Session, col, select
 from coffer_auth import audit, grants
 from coffer_auth.audit import Actor
 from coffer_auth.keys import display_prefix, generate_key, hash_key
-from coffer_auth.models import ApiKey, KeyKind, KeyUse, Membership, Organization, Role, User
+from coffer_auth.models import MAX_LINEAGE, ApiKey, KeyKind, KeyUse, Membership, Organization, Role, User
 from coffer_auth.schemas import KeyKindName, KeyOut, UserRef
 from coffer_kit.contract import scopes
 from coffer_kit.contract.errors import conflict, forbidden, invalid, not_found
@@ -358,6 +358,7 @@ def _replacement(
         networks=old.networks,
         parent_key_id=old.parent_key_id,  # (made by a key, it still dies with that key)
         rotated_from_key_id=old.id,  # (its upload tokens and uploads follow it here)
+        replaced_key_ids=" ".join(old.lineage()[:MAX_LINEAGE]),  # (their signed URLs too)
     )
     session.add(new)
     session.flush()

@@ -16,7 +16,7 @@ from datetime import datetime
 from sqlalchemy import Column, DateTime, Integer, String, delete
 from sqlmodel import Field, Session, SQLModel, col, select
 
-from coffer_auth.models import MAX_ROTATIONS_FOLLOWED, ApiKey, KeyKind, Membership
+from coffer_auth.models import ApiKey, KeyKind, Membership
 from coffer_kit.contract.timeutil import as_utc, utcnow
 from coffer_kit.contract.wire import GrantRevocation
 
@@ -44,7 +44,7 @@ def keys_deleted(session: Session, keys: Sequence[ApiKey]) -> None:
     to it), in every organization it acts in."""
     entries: list[tuple[str, str]] = []
     for key in keys:
-        lineage = _lineage(session, key)
+        lineage = _lineage(key)
         entries += [(org_id, authority) for org_id in _acts_in(session, key) for authority in lineage]
     _queue(session, entries)
 
@@ -55,7 +55,7 @@ def member_removed(session: Session, *, org_id: str, user_id: str) -> None:
     personal = list(
         session.exec(select(ApiKey).where(ApiKey.user_id == user_id, ApiKey.kind == KeyKind.user))
     )
-    authorities = [f"user:{user_id}", *(a for key in personal for a in _lineage(session, key))]
+    authorities = [f"user:{user_id}", *(a for key in personal for a in _lineage(key))]
     _queue(session, ((org_id, a) for a in authorities))
 
 
@@ -98,14 +98,8 @@ def _acts_in(session: Session, key: ApiKey) -> list[str]:
     return list(session.exec(select(Membership.organization_id).where(Membership.user_id == key.user_id)))
 
 
-def _lineage(session: Session, key: ApiKey) -> list[str]:
+def _lineage(key: ApiKey) -> list[str]:
     """``key:<id>`` of the key and of each key it replaced, newest first: a rotation hands the
-    old key's URLs on to the new one. A predecessor already deleted is named all the same; the
-    chain ends there, since it named its own predecessor."""
-    ids = [key.id]
-    previous = key.rotated_from_key_id
-    while previous is not None and previous not in ids and len(ids) <= MAX_ROTATIONS_FOLLOWED:
-        ids.append(previous)
-        row = session.get(ApiKey, previous)
-        previous = row.rotated_from_key_id if row is not None else None
-    return [f"key:{key_id}" for key_id in ids]
+    old key's URLs on to the new one (the ids are kept on the key, its predecessors' rows may
+    be gone)."""
+    return [f"key:{key_id}" for key_id in key.lineage()]

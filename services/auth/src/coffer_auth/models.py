@@ -27,9 +27,12 @@ from coffer_kit.contract.media import IngestMode, ScanMode
 from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.contract.wire import Ingest
 
-# Rotations followed along ``ApiKey.rotated_from_key_id``, either way: from a token's key to the
-# key acting now (upload_tokens), from a deleted key back to the keys it replaced (grants).
+# Rotations followed along ``ApiKey.rotated_from_key_id``, from a token's key to the key acting
+# now (upload_tokens).
 MAX_ROTATIONS_FOLLOWED = 32
+# The replaced keys a key remembers (``ApiKey.replaced_key_ids``): a hundred rotations within
+# the week a signed URL lives.
+MAX_LINEAGE = 100
 
 
 def _ts(nullable: bool = False, index: bool = False) -> Column:  # type: ignore[type-arg]
@@ -166,6 +169,14 @@ class ApiKey(SQLModel, table=True):
     rotated_from_key_id: str | None = Field(
         default=None, sa_column=Column(String(40), nullable=True, index=True)
     )
+    # Every key it replaced through rotations, newest first, space-separated (at most
+    # MAX_LINEAGE): kept here because a rotation without grace deletes the old key's row, and
+    # the signed URLs they made die with this key (coffer_auth.grants).
+    replaced_key_ids: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
+
+    def lineage(self) -> list[str]:
+        """This key's id, then those of the keys it replaced, newest first."""
+        return [self.id, *self.replaced_key_ids.split()]
 
 
 class KeyUse(SQLModel, table=True):
