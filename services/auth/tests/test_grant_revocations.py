@@ -14,6 +14,7 @@ from coffer_auth.config import Settings
 from coffer_testkit.testing import assert_error
 
 from .support import Api, join, strong_password
+from .test_keys import _team
 
 pytestmark = pytest.mark.anyio
 
@@ -29,14 +30,6 @@ async def _queue(api: Api, **params: Any) -> list[dict[str, Any]]:
 
 async def _queued(api: Api) -> set[tuple[str, str]]:
     return {(r["organizationId"], r["authority"]) for r in await _queue(api)}
-
-
-async def _team(api: Api) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    owner = await api.register(email="owner@example.com")
-    org = await api.org(owner["token"], "Acme")
-    member = await api.register(email="member@example.com")
-    await join(api, owner, org["id"], member)
-    return owner, member, org
 
 
 async def _key(api: Api, who: dict[str, Any], org: dict[str, Any], kind: str = "organization") -> str:

@@ -191,26 +191,19 @@ def safe_next(value: str | None) -> str | None:
 
 def set_session_cookie(request: Request, response: Response, login: LoginOut) -> None:
     policy = state_of(request).cookie
-    max_age = max(1, int((login.session.expires_at - login.session.created_at).total_seconds()))
-    response.set_cookie(
+
+    def cookie(name: str, value: str, max_age: int) -> None:
+        response.set_cookie(
+            name, value, max_age=max_age, path="/", secure=policy.secure, httponly=True, samesite="lax"
+        )
+
+    cookie(
         policy.name,
         login.token,
-        max_age=max_age,
-        path="/",
-        secure=policy.secure,
-        httponly=True,
-        samesite="lax",
+        max(1, int((login.session.expires_at - login.session.created_at).total_seconds())),
     )
     if login.device_token is not None:  # a browser the account did not know: it is known now
-        response.set_cookie(
-            policy.device,
-            login.device_token,
-            max_age=DEVICE_COOKIE_SECONDS,
-            path="/",
-            secure=policy.secure,
-            httponly=True,
-            samesite="lax",
-        )
+        cookie(policy.device, login.device_token, DEVICE_COOKIE_SECONDS)
 
 
 def device_token(request: Request) -> str | None:
