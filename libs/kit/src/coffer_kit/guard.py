@@ -110,17 +110,28 @@ class BodyLimits:
     from ``Content-Length`` or while counting. ``json_depth``: nesting of a JSON body.
     ``streamed``: (method, path pattern, limit) of the routes that stream their body
     (uploads): refused here from ``Content-Length`` only; the route counts what arrives.
+    ``larger``: (method, path pattern, limit) of the routes whose body, read whole and checked
+    like any other, may pass ``body_bytes`` (a batch).
     """
 
     body_bytes: int = 64 * 1024
     json_depth: int = 32
     streamed: tuple[tuple[str, re.Pattern[str], int], ...] = ()
+    larger: tuple[tuple[str, re.Pattern[str], int], ...] = ()
 
     def streamed_limit(self, scope: Scope) -> int | None:
-        for method, pattern, limit in self.streamed:
-            if scope["method"] == method and pattern.fullmatch(scope["path"]):
-                return limit
-        return None
+        return _route_limit(self.streamed, scope)
+
+    def whole_limit(self, scope: Scope) -> int:
+        """The bound on a body read whole by its route."""
+        return _route_limit(self.larger, scope) or self.body_bytes
+
+
+def _route_limit(routes: tuple[tuple[str, re.Pattern[str], int], ...], scope: Scope) -> int | None:
+    for method, pattern, limit in routes:
+        if scope["method"] == method and pattern.fullmatch(scope["path"]):
+            return limit
+    return None
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -202,7 +213,7 @@ class BodyGuardMiddleware:
             await self.app(scope, receive, send)
             return
         streamed = self.limits.streamed_limit(scope)
-        limit = streamed if streamed is not None else self.limits.body_bytes
+        limit = streamed if streamed is not None else self.limits.whole_limit(scope)
         declared = _header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             if streamed is None:

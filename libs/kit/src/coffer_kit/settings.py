@@ -117,13 +117,19 @@ class BaseServiceSettings(BaseSettings):
         self.cdn_url = self.cdn_url.rstrip("/")
         return self
 
-    def body_limits(self, *streamed: tuple[str, str, int]) -> BodyLimits:
+    def body_limits(
+        self, *streamed: tuple[str, str, int], larger: tuple[tuple[str, str, int], ...] = ()
+    ) -> BodyLimits:
         """The bounds on this service's request bodies; ``streamed``: (method, path regex,
-        limit) of the routes that stream their body (uploads)."""
+        limit) of the routes that stream their body (uploads); ``larger``: of the routes whose
+        body, read whole, may pass ``max_body_bytes`` (never below it)."""
         return BodyLimits(
             body_bytes=self.max_body_bytes,
             json_depth=self.max_json_depth,
             streamed=tuple((method, re.compile(path), limit) for method, path, limit in streamed),
+            larger=tuple(
+                (method, re.compile(path), max(limit, self.max_body_bytes)) for method, path, limit in larger
+            ),
         )
 
     def database_budget(self) -> DatabaseBudget:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
@@ -73,14 +72,14 @@ def _common(app: FastAPI, *, ready: bool = True) -> None:
 
 def _internal_body_limits(settings: Settings) -> BodyLimits:
     """Uploads stream their body (the multipart parser counts the file); the other bodies are
-    small, the largest a full batch of grant revocations (internal.REVOCATIONS_BODY_BYTES,
-    past the 64 KiB default of COFFER_MAX_BODY_BYTES)."""
-    limits = settings.body_limits(
+    small, but for a full batch of grant revocations (internal.REVOCATIONS_BODY_BYTES, past
+    the 64 KiB default of COFFER_MAX_BODY_BYTES)."""
+    return settings.body_limits(
         ("POST", r"/internal/v1/uploads/[^/]+/[^/]+", MAX_UPLOAD_BODY_BYTES),
         # A resumable upload's chunk: its route counts it against the upload's length.
         ("PUT", r"/internal/v1/tus/[^/]+/[^/]+/[^/]+", MAX_FILE_BYTES),
+        larger=(("POST", r"/internal/v1/grant-revocations", internal.REVOCATIONS_BODY_BYTES),),
     )
-    return dataclasses.replace(limits, body_bytes=max(limits.body_bytes, internal.REVOCATIONS_BODY_BYTES))
 
 
 def create_app(settings: Settings | None = None, *, api: bool = True) -> FastAPI:
