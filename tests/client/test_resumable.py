@@ -62,7 +62,9 @@ def test_sdk_uploads_in_chunks_with_progress(stack: Any, sdk: Coffer, file_20: P
     assert len(urls) == 1 and urls[0].startswith(f"{stack.edge_url}/api/uploads/tus/tus_")
 
 
-def test_sdk_continues_an_interrupted_upload(sdk: Coffer, file_20: Path) -> None:
+def _cut_at_7_mib(sdk: Coffer, path: Path) -> str:
+    """Upload ``path`` in 4 MiB chunks until 7 MiB are sent, then stop as a killed client
+    would; answers the upload's URL."""
     urls: list[str] = []
 
     def stop(done: int, _total: int) -> None:
@@ -70,9 +72,14 @@ def test_sdk_continues_an_interrupted_upload(sdk: Coffer, file_20: Path) -> None
             raise Interrupted
 
     with pytest.raises(Interrupted):
-        sdk.upload_resumable(file_20, chunk_size=4 * MIB, progress=stop, on_created=urls.append)
+        sdk.upload_resumable(path, chunk_size=4 * MIB, progress=stop, on_created=urls.append)
+    return urls[0]
+
+
+def test_sdk_continues_an_interrupted_upload(sdk: Coffer, file_20: Path) -> None:
+    url = _cut_at_7_mib(sdk, file_20)
     resumed: list[int] = []
-    asset = sdk.upload_resumable(file_20, upload_url=urls[0], progress=lambda d, _t: resumed.append(d))
+    asset = sdk.upload_resumable(file_20, upload_url=url, progress=lambda d, _t: resumed.append(d))
     # The service kept the first chunk at least (and what arrived of the second).
     assert resumed[0] >= 4 * MIB
     assert asset.sha256 == sha256(file_20)
@@ -240,17 +247,10 @@ def _change_in_place(path: Path) -> None:
 def test_sdk_refuses_to_resume_an_upload_of_a_file_changed_since(sdk: Coffer, file_20: Path) -> None:
     """An upload resumed after its file changed was stored as the old start and the new end,
     and reported done: the asset's sha256 is now checked against the file's."""
-    urls: list[str] = []
-
-    def stop(done: int, _total: int) -> None:
-        if done >= 7 * MIB:
-            raise Interrupted
-
-    with pytest.raises(Interrupted):
-        sdk.upload_resumable(file_20, chunk_size=4 * MIB, progress=stop, on_created=urls.append)
+    url = _cut_at_7_mib(sdk, file_20)
     _change_in_place(file_20)
     with pytest.raises(errors.CofferError) as refused:
-        sdk.upload_resumable(file_20, upload_url=urls[0])
+        sdk.upload_resumable(file_20, upload_url=url)
     assert refused.value.code == "file_changed" and "twenty.bin" in str(refused.value)
     assert list(sdk.list_assets()) == []  # the mixed copy is gone (to the trash)
     assert sdk.upload_resumable(file_20).sha256 == sha256(file_20)  # and a new upload stores it
