@@ -284,7 +284,8 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
         404: "Unknown id (`not_found`).",
         408: "The client sent none of the upload's body for a minute (`request_timeout`).",
         409: "A sibling folder has the same name (`conflict`); a folder cannot move into its own"
-        " subtree (`folder_cycle`); folders nest at most 100 deep (`conflict`).",
+        " subtree (`folder_cycle`); folders nest at most 100 deep, and a folder holds at most 10,000"
+        " folders (`conflict`).",
         413: "File over 100 MiB (`file_too_large`) or over quota (`quota_exceeded`).",
         415: "Wrong Content-Type (`unsupported_media_type`).",
         429: "Rate limit hit (`rate_limited`); see Retry-After.",
