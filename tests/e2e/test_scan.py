@@ -137,10 +137,13 @@ def test_eicar_in_block_mode_is_quarantined(
     # Deletable, as any asset.
     assert api.delete(f"/api/assets/{asset['id']}").status_code == 200
 
-    # A clean file: held while pending, then clean and served, and signable.
+    # A clean file: held while pending, then clean and served, and signable. The hold follows
+    # the recorded status (edge releases it once metadata says clean), a blob call later: polled.
     clean = upload(api, "notes.txt", CLEAN)
     status_within(api, clean["id"], "clean", INFECTED_WITHIN)
-    served = httpx.get(clean["publicUrl"])
+    deadline = time.monotonic() + 5
+    while (served := httpx.get(clean["publicUrl"])).status_code == 404 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert (served.status_code, served.content) == (200, CLEAN)
     url = api.get(f"/api/assets/{clean['id']}/url")
     assert url.status_code == 200 and httpx.get(url.json()["url"]).content == CLEAN
