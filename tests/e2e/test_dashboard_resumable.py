@@ -130,7 +130,7 @@ def test_a_reloaded_page_resumes_the_same_file(dashboard: Any, tmp_path: Path, u
 
 STORED = """() => {
   const tus = (store) => Object.keys(store).filter((k) => k.startsWith("tus::"))
-    .map((k) => JSON.parse(store.getItem(k)).uploadUrl);
+    .map((k) => JSON.parse(store.getItem(k)).uploadUrl).sort();  // Storage keys have no order
   return { local: tus(localStorage), session: tus(sessionStorage) };
 }"""
 
