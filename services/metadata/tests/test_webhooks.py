@@ -81,6 +81,10 @@ REFUSED = [
 ]
 
 
+# 2130706433 (127.0.0.1) in "segmented digits", U+1FBF0-U+1FBF9.
+SEGMENTED_LOOPBACK = "".join(chr(0x1FBF0 + int(d)) for d in "2130706433")
+
+
 def base(org: str) -> str:
     return f"/internal/v1/orgs/{org}/webhooks"
 
@@ -93,6 +97,38 @@ async def test_internal_and_malformed_urls_are_refused(api: httpx.AsyncClient, u
     assert answer.json()["error"]["code"] == "invalid_request"
     assert answer.json()["error"]["details"]["field"] == "url"
     assert (await api.get(base(org))).json() == {"webhooks": []}
+
+
+@pytest.mark.parametrize(
+    ("url", "read_as"),
+    [
+        # The idna codec made these an xn-- name (not resolved: accepted); the sender's URL
+        # parser (yarl) reads 2130706433, 127.0.0.1.
+        (f"https://{SEGMENTED_LOOPBACK}/x", "2130706433"),
+        ("https://2130706433/x", "2130706433"),
+        ("https://0x7f.1/x", "0x7f.1"),
+    ],
+)
+async def test_a_number_not_written_as_a_dotted_quad_is_refused(
+    api: httpx.AsyncClient, url: str, read_as: str
+) -> None:
+    """URL parsers and inet_aton read each as 127.0.0.1; only a.b.c.d is taken as an address."""
+    answer = await api.post(base(new_id("org")), json={"url": url, "events": EVENTS}, headers=AS_KEY)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["message"] == (
+        f"The URL's host is refused: {read_as} is a number but not an IPv4 address written a.b.c.d."
+    )
+
+
+async def test_a_refused_name_does_not_say_what_it_resolves_to(api: httpx.AsyncClient) -> None:
+    """Naming the address mapped internal DNS names for anyone who may make a webhook."""
+    answer = await api.post(
+        base(new_id("org")), json={"url": "https://localhost/h", "events": EVENTS}, headers=AS_KEY
+    )
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["message"] == (
+        "The URL's host is refused: localhost resolves to an internal address; webhooks may not reach it."
+    )
 
 
 async def test_an_update_to_an_internal_url_is_refused(api: httpx.AsyncClient) -> None:
@@ -312,6 +348,35 @@ async def test_the_dispatcher_refuses_an_internal_address_when_it_connects(
         await dispatcher.close()
         engine.dispose()
     assert len(got) == (3 if allowlist else 0)
+
+
+async def test_the_dispatcher_refuses_a_number_not_written_as_a_dotted_quad(
+    local_receiver: tuple[str, list[bytes]], database_url: str, tmp_path: Any
+) -> None:
+    """A URL saved before creation refused these: each is 127.0.0.1 to a resolver that asks
+    inet_aton; the sender takes only a.b.c.d as an address, even where loopback is allowed."""
+    port, got = local_receiver
+    settings = Settings(
+        metadata_database_url=database_url,
+        data_dir=tmp_path,
+        metadata_webhook_allow_http=True,
+        metadata_webhook_allowed_networks="127.0.0.0/8",
+    )
+    engine = make_engine(database_url)
+    dispatcher = Dispatcher(settings, Database(engine))
+    try:
+        errors = []
+        for host in (SEGMENTED_LOOPBACK, "2130706433", "0x7f.1", "127.1"):
+            outcome = await dispatcher.send(_job(f"http://{host}:{port}/h"))
+            errors.append((outcome.status, outcome.error))
+    finally:
+        await dispatcher.close()
+        engine.dispose()
+    assert got == []
+    assert errors == [
+        (None, f"refused: {host} is a number but not an IPv4 address written a.b.c.d")
+        for host in ("2130706433", "2130706433", "0x7f.1", "127.1")
+    ]
 
 
 async def test_a_url_the_sender_cannot_read_is_a_failed_attempt_not_a_crash(
@@ -938,3 +1003,124 @@ async def test_a_folder_moved_into_a_keys_subtree_brings_no_deliveries_from_befo
     assert [d["eventId"] for d in after["deliveries"]] == [sent["docs"]]
     assert sorted(d["eventId"] for d in owner["deliveries"]) == sorted(sent.values())
     assert sorted(sent) == ["acquisition-plans", "docs"]
+
+
+@pytest.mark.parametrize("raised_by", ["filter", "move"])
+async def test_a_url_change_after_the_scope_rose_sends_none_of_the_earlier_retries(
+    metadata_app: Any, database_url: str, tmp_path: Any, raised_by: str
+) -> None:
+    """An endpoint failing (503) holds a retry of an event of ``private``; an owner then
+    narrows its filter to ``public`` (or moves its folder there), and a key of ``public``
+    sets the endpoint's URL to its own receiver: the retry sent the ``private`` event there,
+    while the key's log showed nothing. The retries of before the change now end, unsent."""
+    from coffer_kit.contract.wire import SUBTREE_HEADER
+
+    async with sending(metadata_app, database_url, tmp_path) as it:
+        api, org, engine = it.api, it.org, it.engine
+        it.receiver.answers["/h"] = lambda _got: (503, b"down")
+        public, private = await it.folder("public"), await it.folder("private")
+        body: dict[str, Any] = {"url": f"{it.receiver.url}/h", "events": ["folder.created"]}
+        if raised_by == "move":
+            body["folderId"] = await it.folder("secret", private)
+        endpoint = (await api.post(base(org), json=body, headers=AS_KEY)).json()["id"]
+        await it.folder("acquisition-plans", body.get("folderId", private))
+        await it.logged(endpoint, 1)  # failed: retried in 5 s
+        if raised_by == "filter":
+            changed = await api.patch(f"{base(org)}/{endpoint}", json={"folderId": public}, headers=AS_KEY)
+        else:
+            changed = await api.patch(
+                f"/internal/v1/orgs/{org}/folders/{body['folderId']}",
+                json={"parentId": public},
+                headers=AS_KEY,
+            )
+        assert changed.status_code == 200, changed.text
+        confined = {**AS_KEY, SUBTREE_HEADER: public}
+        taken = await api.patch(
+            f"{base(org)}/{endpoint}", json={"url": f"{it.receiver.url}/attacker"}, headers=confined
+        )
+        assert taken.status_code == 200, taken.text
+        mine = {"e": endpoint, "t": utcnow()}
+        with engine.begin() as c:  # the retry due now
+            c.execute(text("UPDATE webhook_deliveries SET next_attempt_at = :t WHERE endpoint_id = :e"), mine)
+        for _ in range(3):
+            await it.dispatcher.step()
+            if it.dispatcher.tasks:
+                await asyncio.wait(set(it.dispatcher.tasks))
+        with engine.connect() as c:
+            found = c.execute(text("SELECT status FROM webhook_deliveries WHERE endpoint_id = :e"), mine)
+            statuses = list(found.scalars())
+        log = (await api.get(f"{base(org)}/{endpoint}/deliveries", headers=AS_KEY)).json()
+        key_log = (await api.get(f"{base(org)}/{endpoint}/deliveries", headers=confined)).json()
+    assert it.receiver.on("/attacker") == []
+    assert statuses == ["failed"]
+    assert [(d["result"], d["error"]) for d in log["deliveries"]] == [
+        ("failed", "not sent: the endpoint's URL changed after its folder filter did"),
+        ("failed", None),
+    ]
+    assert key_log["total"] == 0
+
+
+async def test_a_subtree_key_is_told_when_its_deliverys_event_is_no_longer_kept(
+    api: httpx.AsyncClient, engine: Any
+) -> None:
+    """A subtree key redelivers a delivery only while its event is kept (the outbox's 7 days:
+    the event says whether it was of the key's subtree); its log lists the delivery for 30.
+    The 404 says why for one the key's log lists, and nothing of one it does not."""
+    from coffer_kit.contract.ids import WEBHOOK_DELIVERY
+    from coffer_kit.contract.wire import SUBTREE_HEADER
+    from coffer_metadata.models import Event, WebhookDelivery, WebhookEndpoint
+
+    org = new_id("org")
+
+    async def folder(name: str) -> str:
+        made = await api.post(f"/internal/v1/orgs/{org}/folders", json={"name": name}, headers=AS_KEY)
+        assert made.status_code == 201, made.text
+        return made.json()["id"]  # type: ignore[no-any-return]
+
+    hook = await api.post(
+        base(org), json={"url": "https://93.184.215.7/h", "events": ["folder.created"]}, headers=AS_KEY
+    )
+    endpoint = hook.json()["id"]
+    private, public = await folder("private"), await folder("public")
+    narrowed = await api.patch(f"{base(org)}/{endpoint}", json={"folderId": public}, headers=AS_KEY)
+    assert narrowed.status_code == 200, narrowed.text
+    events, endpoints = Event.__table__, WebhookEndpoint.__table__  # type: ignore[attr-defined]
+    deliveries = {}
+    with engine.begin() as c:
+        scope = c.execute(sa.select(endpoints.c.scope).where(endpoints.c.id == endpoint)).scalar_one()
+        # private's planned while the endpoint heard everything, public's since it was narrowed
+        for made, planned_in in ((private, scope - 1), (public, scope)):
+            event = c.execute(
+                sa.select(events.c.id).where(events.c.type == "folder.created", events.c.data.contains(made))
+            ).scalar_one()
+            deliveries[made] = new_id(WEBHOOK_DELIVERY)
+            c.execute(
+                sa.insert(WebhookDelivery.__table__),  # type: ignore[attr-defined]
+                {
+                    **{"id": deliveries[made], "endpoint_id": endpoint, "organization_id": org},
+                    **{
+                        "event_id": event,
+                        "event_type": "folder.created",
+                        "body": "{}",
+                        "status": "succeeded",
+                    },
+                    **{"attempts": 1, "next_attempt_at": None, "retry_until": utcnow() + timedelta(days=3)},
+                    **{"scope": planned_in, "created_at": utcnow()},
+                },
+            )
+        c.execute(sa.delete(events).where(events.c.organization_id == org))  # retention pruned them
+    confined = {**AS_KEY, SUBTREE_HEADER: public}
+
+    def redeliver(made: str, headers: dict[str, str]) -> Any:
+        return api.post(f"{base(org)}/{endpoint}/deliveries/{deliveries[made]}/redeliver", headers=headers)
+
+    kept = await redeliver(public, confined)
+    assert kept.status_code == 404, kept.text
+    assert kept.json()["error"]["message"] == (
+        f"Delivery {deliveries[public]} cannot be redelivered by this key: its event is no longer kept."
+    )
+    outside = await redeliver(private, confined)
+    assert outside.status_code == 404, outside.text
+    assert outside.json()["error"]["message"] == f"Delivery {deliveries[private]} does not exist."
+    assert (await redeliver(public, AS_KEY)).status_code == 202  # the organization's key: its whole log
+    assert (await redeliver(private, AS_KEY)).status_code == 202

@@ -164,11 +164,11 @@ def redeliver(
     root: SubtreeDep,
     actor: ActorDep,
 ) -> WebhookDelivery:
-    if root is not None and not _event_inside(session, delivery_id, root):
+    if root is not None:
         # A subtree key redelivers only what its subtree made: the endpoint may have been
         # narrowed to it after sending the organization's other events, and redelivery goes
         # to the endpoint's URL as it is now (which the subtree key may have set).
-        raise not_found(f"Delivery {delivery_id} does not exist.")
+        _check_event_inside(session, org_id=org_id, webhook_id=webhook_id, delivery_id=delivery_id, root=root)
     return service.redeliver(
         session,
         org_id=org_id,
@@ -180,22 +180,37 @@ def redeliver(
     )
 
 
-def _event_inside(session: SessionDep, delivery_id: str, root: str) -> bool:
-    """Whether the delivery's event happened inside ``root``'s subtree (before or after a move),
-    as fan-out decides for an endpoint limited to it; False once the event is pruned. A ping
-    is the endpoint's own."""
+def _check_event_inside(
+    session: SessionDep, *, org_id: str, webhook_id: str, delivery_id: str, root: str
+) -> None:
+    """404 unless the delivery's event happened inside ``root``'s subtree (before or after a
+    move), as fan-out decides for an endpoint limited to it; a ping is the endpoint's own.
+    Once retention has pruned the event (the outbox's 7 days; the log keeps 30), nothing says
+    where it happened: still 404, saying why only for a delivery this key's log lists (planned
+    in the endpoint's current scope, as attempts_page shows it), so it tells nothing of others."""
     from coffer_metadata.models import Event
     from coffer_metadata.models import WebhookDelivery as DeliveryRow
     from coffer_metadata.webhooks.dispatch.fanout import Tree
 
     delivery = session.get(DeliveryRow, delivery_id) if len(delivery_id) <= 40 else None
     if delivery is None:
-        return True  # (service.redeliver answers 404 for it)
+        return  # (service.redeliver answers 404 for it)
     if not delivery.event_type.startswith(("asset.", "folder.")):
-        return True  # the endpoint's own (a test ping): about nothing of the organization's
+        return  # the endpoint's own (a test ping): about nothing of the organization's
     event = session.get(Event, delivery.event_id)
     if event is None:
-        return False
+        endpoint = session.get(WebhookEndpointRow, webhook_id)
+        if (
+            endpoint is not None
+            and endpoint.organization_id == org_id
+            and delivery.endpoint_id == endpoint.id
+            and delivery.scope == endpoint.scope
+        ):
+            raise not_found(
+                f"Delivery {delivery_id} cannot be redelivered by this key: its event is no longer kept."
+            )
+        raise not_found(f"Delivery {delivery_id} does not exist.")
     changes = json.loads(event.changes) if event.changes else {}
     tree = Tree(session.connection(), [event])
-    return tree.touches(event.type.partition(".")[0], json.loads(event.data), changes, root)
+    if not tree.touches(event.type.partition(".")[0], json.loads(event.data), changes, root):
+        raise not_found(f"Delivery {delivery_id} does not exist.")

@@ -13,8 +13,11 @@ does not resolve literals). Redirects are never followed (the sender passes
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Sequence
 from urllib.parse import urlsplit
+
+from yarl import URL
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -86,19 +89,33 @@ class AddressPolicy:
             return True
         return not self.internal(address)
 
-    def check(self, address: str) -> None:
-        """Refuse ``address`` (text) unless webhooks may reach it."""
+    def check(self, address: str, *, name: str | None = None) -> None:
+        """Refuse ``address`` (text) unless webhooks may reach it; ``name``: the host it was
+        resolved from, which the refusal names instead (naming the address would map internal
+        DNS names for anyone who may make a webhook)."""
         ip = ipaddress.ip_address(address.split("%", 1)[0])  # drop an IPv6 zone
         if not self.permits(ip):
-            raise RefusedAddress(f"{ip} is an internal address; webhooks may not reach it")
+            what = f"{ip} is" if name is None else f"{name} resolves to"
+            raise RefusedAddress(f"{what} an internal address; webhooks may not reach it")
+
+
+# A host whose last label is a number (decimal, octal, or 0x and hex digits) is an IPv4 address
+# to URL parsers (WHATWG's "ends in a number") and to inet_aton, whatever its form: 127.1,
+# 2130706433, 0x7f.1 and 017700000001 are each 127.0.0.1. No name ends in one.
+_NUMBER = re.compile(r"[0-9]+|0[xX][0-9a-fA-F]*")
 
 
 def literal_address(host: str) -> str | None:
-    """The host as an IP address if the URL names one (``[::1]`` → ``::1``), else None."""
+    """The host as an IP address if the URL names one (``[::1]`` → ``::1``), else None (a
+    name). ``host`` as the sender reads it (yarl's ``URL(url).host``): ``127。0。0。1`` and
+    segmented digits (U+1FBF0…) are ASCII there. A number in any other form than a.b.c.d is
+    refused (RefusedAddress): it is no name, and only that form is checked as an address."""
     bare = host.strip("[]")
     try:
         ipaddress.ip_address(bare.split("%", 1)[0])
     except ValueError:
+        if _NUMBER.fullmatch(bare.rstrip(".").rpartition(".")[2]):
+            raise RefusedAddress(f"{host} is a number but not an IPv4 address written a.b.c.d") from None
         return None
     return bare
 
@@ -122,14 +139,11 @@ def url_problem(url: str, *, allow_http: bool) -> str | None:
         return "The URL must not carry credentials."
     if port == 0:
         return "The URL's port is not valid."
-    if literal_address(parts.hostname) is None:
-        try:
-            parts.hostname.encode("idna")
-            # ... and as the sender reads it (aiohttp's yarl, stricter: ``xn--a.com`` or a
-            # zero-width joiner passed the line above, then failed every send).
-            import yarl
-
-            yarl.URL(url).host  # noqa: B018
-        except ValueError:  # (UnicodeError is one)
-            return "The URL's host is not a valid name."
+    try:
+        parts.hostname.encode("idna")
+        # ... and as the sender reads it (aiohttp's yarl, stricter: ``xn--a.com`` or a
+        # zero-width joiner passed the line above, then failed every send).
+        URL(url).host  # noqa: B018
+    except ValueError:  # (UnicodeError is one)
+        return "The URL's host is not a valid name."
     return None

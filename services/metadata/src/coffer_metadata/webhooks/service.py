@@ -12,14 +12,14 @@ import socket
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from sqlmodel import Session, col, func, select
+from yarl import URL
 
 from coffer_kit import pagination
 from coffer_kit.contract.errors import conflict, invalid, not_found
-from coffer_kit.contract.ids import EVENT, WEBHOOK, WEBHOOK_DELIVERY, id_pattern, new_id
+from coffer_kit.contract.ids import EVENT, WEBHOOK, WEBHOOK_ATTEMPT, WEBHOOK_DELIVERY, id_pattern, new_id
 from coffer_kit.contract.timeutil import as_utc, isoformat, utcnow
 from coffer_kit.contract.webhooks import (
     MAX_ENDPOINTS,
@@ -72,7 +72,9 @@ def check_url(url: str, settings: Settings) -> None:
     problem = url_problem(url, allow_http=settings.metadata_webhook_allow_http)
     if problem is not None:
         raise invalid(problem, field="url")
-    host = urlsplit(url).hostname or ""
+    # The host the sender connects to (aiohttp reads the URL with yarl), not urlsplit's: the idna
+    # codec makes segmented digits (U+1FBF0…) an xn-- name, which yarl reads as a number.
+    host = URL(url).host or ""
     policy = AddressPolicy(settings.webhook_networks())
     try:
         literal = literal_address(host)
@@ -86,7 +88,7 @@ def check_url(url: str, settings: Settings) -> None:
             # Not resolvable now: deliveries fail (and retry) until it is; each is checked again.
             return
         for info in infos:
-            policy.check(str(info[4][0]))
+            policy.check(str(info[4][0]), name=host)
     except RefusedAddress as exc:
         raise invalid(f"The URL's host is refused: {exc}.", field="url") from exc
 
@@ -198,8 +200,60 @@ def update(
         row.updated_at = utcnow()
         session.add(row)
         session.flush()
+        if "url" in changed:
+            _end_earlier_retries(session, row)
         _record(session, row, "webhook.updated", actor, changes=changed, now=row.updated_at)
     return view(row)
+
+
+# The error each delivery _end_earlier_retries ends shows in the delivery log.
+NOT_SENT = "not sent: the endpoint's URL changed after its folder filter did"
+
+
+def _end_earlier_retries(session: Session, row: EndpointRow) -> None:
+    """Fail, unsent, the endpoint's pending deliveries planned under an earlier scope (before
+    its folder filter last changed or its folder last moved): they may carry events of folders
+    no key of its subtree could see, and its new URL may be such a key's (redeliver refuses
+    them to a subtree key for the same reason). Their leases go too: a send already under way
+    records no next step, and one leased but not yet read is never sent."""
+    endpoints, deliveries = EndpointRow.__table__, DeliveryRow.__table__  # type: ignore[attr-defined]
+    scope = sa.select(endpoints.c.scope).where(endpoints.c.id == row.id).scalar_subquery()
+    connection = session.connection()
+    ended = connection.execute(
+        sa.update(deliveries)
+        .where(
+            deliveries.c.endpoint_id == row.id,
+            deliveries.c.status == "pending",
+            deliveries.c.scope < scope,
+        )
+        .values(
+            status="failed",
+            attempts=deliveries.c.attempts + 1,
+            next_attempt_at=None,
+            lease_token=None,
+            lease_until=None,
+        )
+        .returning(deliveries.c.id, deliveries.c.attempts)
+    ).all()
+    if ended:
+        connection.execute(
+            sa.insert(AttemptRow.__table__),  # type: ignore[attr-defined]
+            [
+                {
+                    "id": new_id(WEBHOOK_ATTEMPT),
+                    "delivery_id": delivery_id,
+                    "endpoint_id": row.id,
+                    "attempt": attempt,
+                    "result": "failed",
+                    "response_status": None,
+                    "error": NOT_SENT,
+                    "latency_ms": 0,
+                    "response": None,
+                    "created_at": row.updated_at,
+                }
+                for delivery_id, attempt in ended
+            ],
+        )
 
 
 def rescope(session: Session, *, org_id: str, folder_ids: sa.Select[tuple[str]]) -> None:

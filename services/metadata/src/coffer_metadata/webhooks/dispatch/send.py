@@ -38,7 +38,7 @@ class PublicOnlyResolver(AbstractResolver):
     ) -> list[ResolveResult]:
         results = await self._inner.resolve(host, port, family)
         for result in results:
-            self.policy.check(result["host"])
+            self.policy.check(result["host"], name=host)
         return results
 
     async def close(self) -> None:
@@ -70,7 +70,8 @@ async def post(http: aiohttp.ClientSession, job: Job, *, policy: AddressPolicy, 
     response: str | None = None
     try:
         # The host as aiohttp will read it (yarl's, which makes 127。0。0。1 a literal that it
-        # connects to without asking the resolver that checks names), not as urlsplit does.
+        # connects to without asking the resolver that checks names), not as urlsplit does; a
+        # number in another form than a.b.c.d is refused here (a resolver reads it as one).
         literal = literal_address(URL(job.url).host or "")
         if literal is not None:
             policy.check(literal)
