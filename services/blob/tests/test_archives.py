@@ -14,6 +14,7 @@ import io
 import lzma
 import struct
 import tarfile
+import tracemalloc
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -114,6 +115,33 @@ def test_the_walk_is_bounded(check, monkeypatch: pytest.MonkeyPatch) -> None:  #
     monkeypatch.setattr(archives, "MAX_EXTRACTED", 10_000)
     big_inner = zipped(("noise.bin", bytes(range(256)) * 100), method=zipfile.ZIP_STORED)
     assert check(zipped(("inner.zip", big_inner))) == "nested archives of more than 10000 bytes"
+
+
+def _bare_directory(records: int, *, says: int) -> bytes:
+    """A ZIP that is nothing but central directory records (47 bytes each, naming no entry
+    anywhere), its end record saying it holds ``says``."""
+    record = struct.pack(
+        "<4s4B4HL2L5H2L", b"PK\x01\x02", 20, 0, 20, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0
+    )
+    directory = (record + b"a") * records
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, says, says, len(directory), 0, 0)
+    return directory + end
+
+
+@pytest.mark.parametrize("says", [50_000, 1])
+def test_a_directory_past_the_entry_bound_is_refused_before_it_is_read(check, says: int) -> None:  # type: ignore[no-untyped-def]
+    """zipfile reads a ZIP's whole central directory into an object per record before the walk
+    could count them: 100,000 bare records (4.7 MB) took hundreds of MiB. They are counted a
+    header at a time first, whatever the end record says they are."""
+    data = _bare_directory(100_000, says=says)
+    tracemalloc.start()
+    try:
+        why = check(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert why == f"an archive of more than {archives.MAX_ENTRIES} entries"
+    assert peak < 4 * 1024 * 1024, peak
 
 
 def test_a_zip64_zip_behind_other_bytes_or_in_a_form_zipfile_cannot_read_is_not_passed(check) -> None:  # type: ignore[no-untyped-def]
