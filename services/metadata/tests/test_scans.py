@@ -5,14 +5,20 @@ and a result sent again changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
+from sqlmodel import Session
 
 from coffer_kit.contract.ids import new_id
+from coffer_kit.contract.wire import SYSTEM
+from coffer_kit.db.engine import writer
+from coffer_metadata import trash as T
 from coffer_testkit.testing import commit_asset
 
 from .test_events import pending
@@ -166,3 +172,59 @@ async def test_the_assets_a_scan_mode_change_holds_or_releases(api: httpx.AsyncC
     assert await holds(org, after=expected[-1][0]) == []
     assert len(await holds(other)) == 1
     assert (await api.get(f"/internal/v1/orgs/{org}/scan-holds", params={"limit": 0})).status_code == 400
+
+
+def _waiting_on_a_lock(engine: Engine) -> bool:
+    with engine.connect() as conn:
+        waiting = conn.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        ).scalar()
+    return bool(waiting)
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # two writers at once
+@pytest.mark.parametrize("move", ["restore", "trash"])
+async def test_a_result_reported_as_its_asset_is_restored_or_trashed_is_recorded(
+    api: httpx.AsyncClient, engine: Engine, move: str
+) -> None:
+    """The report read the row unlocked, then wrote it: a restore (or a trash) that moved the
+    row between the two left the write nothing to update, a 500, and the result was lost. It
+    now waits for the move, and records the result where the row went, with its event."""
+    org = new_id("org")
+    asset = (await commit_asset(api, org, name="x.txt", scanStatus="pending")).json()["id"]
+    assert (await claim(api))["jobs"][0]["assetId"] == asset
+    cdn = {"cdn_url": "http://cdn", "actor": SYSTEM}
+    trash = {"retention_days": 7, "limit_bytes": 10**9, **cdn}
+    if move == "restore":
+        with Session(writer(engine)) as s:
+            T.trash(s, org_id=org, asset_id=asset, **trash)
+            s.commit()
+    holder = Session(writer(engine))
+    if move == "restore":
+        T.restore(holder, org_id=org, asset_id=asset, quota_bytes=10**9, only_user=None, **cdn)
+    else:
+        T.trash(holder, org_id=org, asset_id=asset, **trash)
+    holder.flush()
+    sent = asyncio.create_task(report(api, org, asset, status="clean"))
+    deadline = time.monotonic() + 10
+    while not _waiting_on_a_lock(engine):  # (polled: until the report waits for the move)
+        assert not sent.done(), sent.result().text
+        assert time.monotonic() < deadline, "the report never waited"
+        await asyncio.sleep(0.01)
+    holder.commit()
+    holder.close()
+    answer = await sent
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["scanStatus"] == "clean"
+    if move == "trash":
+        restored = await api.post(
+            f"/internal/v1/orgs/{org}/trash/{asset}/restore", json={"quotaBytes": 10**9}
+        )
+        assert restored.status_code == 200, restored.text
+    shown = (await api.get(f"/internal/v1/orgs/{org}/assets/{asset}")).json()
+    assert shown["scanStatus"] == "clean"
+    scanned = [e["data"]["scanStatus"] for e in await pending(api) if e["type"] == "asset.scanned"]
+    assert scanned == ["clean"]

@@ -653,3 +653,28 @@ async def test_a_permanent_delete_behind_a_trash_of_the_same_asset_finds_it_gone
     }
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM tombstones")).scalar() == 0
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_a_restore_behind_a_restore_of_the_same_asset_answers_it_live(
+    api: httpx.AsyncClient, engine: Engine
+) -> None:
+    """The second restore found the trashed row, waited on the usage row's lock for the first,
+    then found nothing to take and answered 404 for an asset that was live: a restore of a live
+    asset answers it as it is (200)."""
+    org = new_id("org")
+    asset = (await upload(api, org, 10))["id"]
+    assert (await trash(api, org, asset)).status_code == 200
+    holder = Session(writer(engine))
+    first = _ON_THE_OLDEST["restore"](holder, org, asset)
+    holder.flush()
+
+    def restore_again() -> Any:
+        with Session(writer(engine)) as s:
+            done = _ON_THE_OLDEST["restore"](s, org, asset)
+            s.commit()
+            return done
+
+    again = _behind(engine, holder, restore_again)
+    assert again == {"value": first}
+    assert await usage(api, org) == {"usedBytes": 10, "assetCount": 1, "trashedBytes": 0, "trashedCount": 0}

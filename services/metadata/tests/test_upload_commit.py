@@ -5,25 +5,31 @@ loop. Every refusal, and the commit, on each way; a refused commit writes nothin
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
+import httpx
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from coffer_harness.inprocess import truncate_all
 from coffer_kit.contract.errors import CofferError
-from coffer_kit.contract.ids import ASSET, ORG, new_id
+from coffer_kit.contract.ids import ASSET, ORG, TUS_UPLOAD, new_id
 from coffer_kit.contract.limits import TUS_EXPIRY_SECONDS
 from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.contract.wire import Actor
 from coffer_kit.db import Database, PgTransaction
+from coffer_kit.db.engine import writer
 from coffer_metadata.assets import repository, service
 from coffer_metadata.folders import service as folders
 from coffer_metadata.models import Asset, Event, UploadIntent, Usage
+from coffer_testkit.testing import assert_error
 
 pytestmark = pytest.mark.anyio
 
@@ -163,3 +169,88 @@ def _resumable_intent(session: Session, org: str, *, reserved: int) -> str:
     row["expires_at"] = now + timedelta(seconds=TUS_EXPIRY_SECONDS)
     assert repository.add_intent(session, row)
     return asset_id
+
+
+def _waiting_on_a_lock(engine: Engine) -> bool:
+    with engine.connect() as conn:
+        waiting = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        ).scalar()
+    return bool(waiting)
+
+
+async def _tus_completion(api: httpx.AsyncClient, org: str, folder: str) -> Any:
+    """A resumable upload of 5 bytes into ``folder``, its last byte in: its completion, to send."""
+    asset_id = new_id(ASSET)
+    created = await api.post(
+        f"/internal/v1/orgs/{org}/tus",
+        json={
+            "id": new_id(TUS_UPLOAD),
+            "assetId": asset_id,
+            "key": f"{org}/{asset_id}/f.bin",
+            "name": "f.bin",
+            "mimeType": "application/octet-stream",
+            "uploadMetadata": "",
+            "length": 5,
+            "quotaBytes": 1000,
+            "folderId": folder,
+        },
+    )
+    assert created.status_code == 201, created.text
+    upload = created.json()["id"]
+    lease = {"organizationId": org, "offset": 0, "leaseSeconds": 30}
+    token = (await api.post(f"/internal/v1/tus/{upload}/lock", json=lease)).json()["lockToken"]
+    done = {"lockToken": token, "fromOffset": 0, "sha256": "b" * 64}
+    return functools.partial(api.post, f"/internal/v1/tus/{upload}/complete", json=done)
+
+
+async def _commit_into(api: httpx.AsyncClient, org: str, folder: str) -> Any:
+    """An upload's commit into ``folder`` (its intent registered), to send."""
+    asset_id = new_id(ASSET)
+    assert (await api.post(f"/internal/v1/orgs/{org}/intents", json={"assetId": asset_id})).status_code == 201
+    commit = {
+        "id": asset_id,
+        "key": f"{org}/{asset_id}/f.bin",
+        "filename": "f.bin",
+        "mimeType": "application/octet-stream",
+        "size": 5,
+        "sha256": "a" * 64,
+        "quotaBytes": 1000,
+        "folderId": folder,
+    }
+    return functools.partial(api.post, f"/internal/v1/orgs/{org}/assets", json=commit)
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # two writers at once
+@pytest.mark.parametrize("way", ["tus completion", "folder with an expiry"])
+async def test_a_commit_behind_its_folders_delete_is_a_missing_folder_never_a_500(
+    api: httpx.AsyncClient, engine: Engine, way: str
+) -> None:
+    """The commit checked its folder, then inserted: behind a folder delete not yet committed,
+    the insert waited on the folder's row and failed on the foreign key once the delete
+    committed (a 500). The commits that take the Session's steps (every tus completion, every
+    upload into a folder with a default expiry) now take turns with tree changes: 404."""
+    org = new_id(ORG)
+    expiry = {"expiryDays": 30} if way == "folder with an expiry" else {}
+    made = await api.post(f"/internal/v1/orgs/{org}/folders", json={"name": "doomed", **expiry})
+    folder = made.json()["id"]
+    send = await (_tus_completion if way == "tus completion" else _commit_into)(api, org, folder)
+    before = (await api.get(f"/internal/v1/orgs/{org}/usage")).json()
+    holder = Session(writer(engine))
+    folders.delete_tree(holder, org_id=org, folder_id=folder, actor=ACTOR)
+    holder.flush()
+    sent = asyncio.create_task(send())
+    deadline = time.monotonic() + 10
+    while not _waiting_on_a_lock(engine):  # (polled: until the commit waits for the delete)
+        assert not sent.done(), sent.result().text
+        assert time.monotonic() < deadline, "the commit never waited"
+        await asyncio.sleep(0.01)
+    holder.commit()
+    holder.close()
+    assert_error(await sent, 404, "not_found")
+    assert (await api.get(f"/internal/v1/orgs/{org}/usage")).json() == before
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM assets")).scalar() == 0

@@ -60,6 +60,7 @@ __all__ = [
     "TransformPreset",
     "TransformPresetBody",
     "TransformPresetList",
+    "TrueOrFalse",
     "UploadToken",
     "UploadTokenCreate",
     "Usage",
@@ -77,6 +78,9 @@ def _whole_number(value: Any) -> Any:
 # Integer query parameters within their bounds, accepting only integer notation (docs/contract.md §5.1, §5.3).
 PageLimit = Annotated[int, Interval(ge=1, le=PAGE_LIMIT_MAX), BeforeValidator(_whole_number)]
 PageOffset = Annotated[int, Interval(ge=0, le=PAGE_OFFSET_MAX), BeforeValidator(_whole_number)]
+# A boolean query parameter as docs/api.md writes them: `true` or `false`, anything else 400.
+# (FastAPI's bool also takes 1/0, yes/no, on/off, t/f: `permanent=1` deleted for good.)
+TrueOrFalse = Literal["true", "false"]
 ByteCount = Annotated[int, Interval(ge=0, le=2**63 - 1), BeforeValidator(_whole_number)]
 ExpiresIn = Annotated[int, Interval(ge=EXPIRES_IN_MIN, le=EXPIRES_IN_MAX), BeforeValidator(_whole_number)]
 

@@ -208,6 +208,29 @@ def test_list_parameters_out_of_range_are_400(tenant, params) -> None:
     assert_error(tenant.api.get("/api/assets", params=params), 400, "invalid_request")
 
 
+def test_list_booleans_are_true_or_false_and_nothing_else(tenant) -> None:
+    """docs/api.md: `recursive` and `total` are `true` or `false`; FastAPI's bool took `1`,
+    `yes`, `on`, `t` (and `0`, `no`, `off`, `f`) as well."""
+    for name in ("recursive", "total"):
+        for value in ("1", "yes", "on", "t", "True", "0", "no", "off", "f", ""):
+            refused = tenant.api.get("/api/assets", params={name: value})
+            assert name in assert_error(refused, 400, "invalid_request")["message"], (name, value)
+    tenant.api.post("/api/assets", files={"file": ("a.txt", b"a")})
+    for value in ("true", "false"):
+        assert tenant.api.get("/api/assets", params={"recursive": value}).json()["total"] == 1
+    assert "total" not in tenant.api.get("/api/assets", params={"total": "false"}).json()
+    assert tenant.api.get("/api/assets", params={"total": "true"}).json()["total"] == 1
+    # The other listings' `total` likewise.
+    webhook = tenant.api.post(
+        "/api/webhooks", json={"url": "https://hooks.example.com/in", "events": ["asset.created"]}
+    ).json()["id"]
+    for path in ("/api/uploads", f"/api/webhooks/{webhook}/deliveries"):
+        refused = tenant.api.get(path, params={"total": "1"})
+        assert "total" in assert_error(refused, 400, "invalid_request")["message"], path
+        assert "total" not in tenant.api.get(path, params={"total": "false"}).json(), path
+        assert tenant.api.get(path, params={"total": "true"}).json()["total"] == 0, path
+
+
 def test_list_limits_at_the_edges(tenant) -> None:
     assert tenant.api.get("/api/assets", params={"limit": 1}).status_code == 200
     assert tenant.api.get("/api/assets", params={"limit": 100}).status_code == 200

@@ -85,6 +85,24 @@ def test_the_retention_decides_what_a_delete_does(tenant: Any, admin: Any) -> No
     assert api.get("/api/trash").json()["total"] == 2
 
 
+def test_permanent_is_true_or_false_and_nothing_else(tenant: Any) -> None:
+    """`permanent` other than `true`/`false` is 400 (docs/api.md): FastAPI's bool took
+    `1`, `yes`, `on` and `t` for true, and deleted at once what the trash should have kept."""
+    api = tenant.api
+    assert api.put("/api/trash/settings", json={"retentionDays": 3}).status_code == 200
+    deadline = time.monotonic() + 5  # (edge's principal cache may still hold 0)
+    while api.get("/api/trash/settings").json()["retentionDays"] != 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    asset = api.post("/api/assets", files={"file": ("a.txt", b"a")}).json()["id"]
+    for value in ("1", "yes", "on", "t", "True", "TRUE", "0", "no", "off", "f", "False", ""):
+        refused = api.delete(f"/api/assets/{asset}", params={"permanent": value})
+        assert "permanent" in assert_error(refused, 400, "invalid_request")["message"], value
+    assert api.get(f"/api/assets/{asset}").status_code == 200  # neither deleted nor trashed
+    assert api.delete(f"/api/assets/{asset}", params={"permanent": "false"}).status_code == 200
+    assert [a["id"] for a in api.get("/api/trash").json()["assets"]] == [asset]
+
+
 def test_an_expiry_set_at_upload_is_answered_and_listed(tenant: Any) -> None:
     api = tenant.api
     when = isoformat(utcnow() + timedelta(days=2))

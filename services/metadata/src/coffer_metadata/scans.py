@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from datetime import timedelta
 from types import SimpleNamespace
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Query
 from sqlmodel import Session, col, select, text
@@ -37,6 +37,7 @@ from coffer_metadata.due import DueQueue
 from coffer_metadata.models import SCAN_HOLD_WHERE, Asset, TrashedAsset
 
 router = APIRouter(prefix="/internal/v1")
+_Row = TypeVar("_Row", Asset, TrashedAsset)
 _QUEUE = DueQueue("scan_due_at")
 
 
@@ -61,10 +62,8 @@ def report(
     An asset trashed while it was scanned keeps the result in the trash, for its restore: blob
     has acted on it already (an infected object is held), and a restore that found it still
     pending released that hold (issue 48)."""
-    asset: Asset | TrashedAsset | None = session.get(Asset, asset_id)
+    asset = _locked(session, org_id=org_id, asset_id=asset_id)
     if asset is None:
-        asset = session.get(TrashedAsset, asset_id)
-    if asset is None or asset.organization_id != org_id:
         raise not_found(f"Asset {asset_id} does not exist.")
     if asset.scan_status != "pending":
         return view(SimpleNamespace(**asset.model_dump()), cdn_url)
@@ -85,6 +84,27 @@ def report(
     if result.status == "infected":
         events.record(session, org_id=org_id, type="asset.infected", data=public, actor=SYSTEM, now=now)
     return public
+
+
+def _locked(session: Session, *, org_id: str, asset_id: str) -> Asset | TrashedAsset | None:
+    """The organization's asset, live or trashed, locked until this transaction ends. Read
+    unlocked, a restore or a trash that moved the row before the write left the write nothing
+    to update (a 500, the result lost). A lookup that waited for such a move finds the row gone
+    from its table, so the other table is read again after it: live, trash, live (a restore
+    while this waited), trash (a trash then)."""
+    for _ in range(2):
+        live = _row_locked(session, Asset, org_id=org_id, asset_id=asset_id)
+        if live is not None:
+            return live
+        trashed = _row_locked(session, TrashedAsset, org_id=org_id, asset_id=asset_id)
+        if trashed is not None:
+            return trashed
+    return None
+
+
+def _row_locked(session: Session, table: type[_Row], *, org_id: str, asset_id: str) -> _Row | None:
+    query = select(table).where(col(table.organization_id) == org_id, col(table.id) == asset_id)
+    return session.exec(query.with_for_update()).first()
 
 
 @router.post("/scans/claim")

@@ -290,6 +290,11 @@ def restore(
     repository.lock_usage(session, org_id=org_id)
     row = _take(conn, _trashed, org_id=org_id, asset_id=asset_id)
     if row is None:
+        # Taken while this waited for the lock: by a restore beside this one (then the asset is
+        # live, answered as it is, as above), or by a purge.
+        live = repository.get(session, org_id=org_id, asset_id=asset_id)
+        if live is not None:
+            return view(live, cdn_url)
         raise not_found(f"Asset {asset_id} is not in the trash.")
     now = utcnow()
     folder = row.folder_id

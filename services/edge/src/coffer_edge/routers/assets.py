@@ -51,6 +51,7 @@ from coffer_edge.schemas import (
     SignedAsset,
     SignedUrl,
     Success,
+    TrueOrFalse,
     errors,
 )
 from coffer_edge.schemas import Asset as AssetOut
@@ -598,7 +599,7 @@ async def list_assets(
         ),
     ] = None,
     total: Annotated[
-        bool | SkipJsonSchema[None],
+        TrueOrFalse | SkipJsonSchema[None],
         Query(
             description="Count every match into `total`: default true without `cursor` (the contract's "
             "`total`), false with one. `total=false` without a cursor reads the first page by cursor."
@@ -642,12 +643,12 @@ async def list_assets(
         Query(alias="createdBefore", max_length=64, description="ISO 8601: `createdAt` before."),
     ] = None,
     recursive: Annotated[
-        bool,
+        TrueOrFalse,
         Query(
             description="`true`: the folder's whole subtree (or the whole organization), each item "
             "with `folderPath`."
         ),
-    ] = False,
+    ] = "false",
 ) -> Response:
     """List assets (newest first by default), with the total that match; search by name; filter
     by tags, metadata, media type, size and creation time; list a whole subtree; page by
@@ -656,7 +657,7 @@ async def list_assets(
     if cursor is not None:
         params["cursor"] = cursor
     if total is not None:
-        params["total"] = "true" if total else "false"
+        params["total"] = total
     params.update(
         describe_filters(
             request,
@@ -667,7 +668,7 @@ async def list_assets(
             max_size=max_size,
             created_after=created_after,
             created_before=created_before,
-            recursive=recursive,
+            recursive=recursive == "true",
             expires_before=expires_before,
         )
     )
@@ -838,18 +839,18 @@ async def delete_asset(
     blob: BlobDep,
     rid: RequestIdDep,
     permanent: Annotated[
-        bool,
+        TrueOrFalse,
         Query(
             description="Issue 47: delete at once even when the organization keeps a trash "
             "(organization keys and owners' keys only)."
         ),
-    ] = False,
+    ] = "false",
 ) -> Any:
     """Delete an asset's metadata and bytes; its URLs answer 404 afterwards. With a trash
     retention (issue 47), the asset goes to the trash instead, unless `permanent=true`."""
-    if permanent:
+    if permanent == "true":
         trash.require_admin(principal, "delete permanently")
-    await remove_asset(principal, asset_id, metadata, blob, rid, permanent=permanent)
+    await remove_asset(principal, asset_id, metadata, blob, rid, permanent=permanent == "true")
     return {"success": True}
 
 

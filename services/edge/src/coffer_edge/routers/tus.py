@@ -58,7 +58,15 @@ from coffer_edge.deps import (
 from coffer_edge.metrics import UPLOAD_BYTES, UPLOADS
 from coffer_edge.routers.assets import arriving, media_type_allowed
 from coffer_edge.routers.uploads import TOKEN_PREFIX, UPLOADS_PATH, token_hash
-from coffer_edge.schemas import ErrorEnvelope, OpenUploadList, PageLimit, PageOffset, Success, errors
+from coffer_edge.schemas import (
+    ErrorEnvelope,
+    OpenUploadList,
+    PageLimit,
+    PageOffset,
+    Success,
+    TrueOrFalse,
+    errors,
+)
 from coffer_kit.contract import describe, expiry, keys, media
 from coffer_kit.contract.errors import (
     CofferError,
@@ -1143,7 +1151,7 @@ async def list_open_uploads(
         Query(max_length=CURSOR_MAX_CHARS, description="A previous page's `nextCursor`: the page after it."),
     ] = None,
     total: Annotated[
-        bool | SkipJsonSchema[None],
+        TrueOrFalse | SkipJsonSchema[None],
         Query(description="Count every upload into `total`: default true without `cursor`, false with one."),
     ] = None,
 ) -> Any:
@@ -1153,7 +1161,7 @@ async def list_open_uploads(
     if cursor is not None:
         extra["cursor"] = cursor
     if total is not None:
-        extra["total"] = "true" if total else "false"
+        extra["total"] = total
     page = await metadata.tus_list(
         principal.organization_id, limit=limit, offset=offset, request_id=rid, extra=extra
     )
@@ -1161,7 +1169,7 @@ async def list_open_uploads(
     body: dict[str, Any] = {"uploads": uploads, "limit": limit}
     if page.total is not None:
         body["total"] = page.total
-    if cursor is None and total is not False:
+    if cursor is None and total != "false":
         body["offset"] = offset
     body["nextCursor"] = page.next_cursor
     return JSONResponse(body)

@@ -19,7 +19,7 @@ from starlette.routing import BaseRoute
 from coffer_edge.clients.auth import Principal
 from coffer_edge.deps import MetadataDep, PrincipalDep, RequestIdDep, needs
 from coffer_edge.routers.folders import require_json
-from coffer_edge.schemas import PageLimit, PageOffset, Success, errors
+from coffer_edge.schemas import PageLimit, PageOffset, Success, TrueOrFalse, errors
 from coffer_kit.contract.errors import forbidden, invalid
 from coffer_kit.contract.limits import CURSOR_MAX_CHARS, PAGE_LIMIT_DEFAULT, PAGE_OFFSET_DEFAULT
 from coffer_kit.contract.webhooks import (
@@ -173,7 +173,7 @@ async def list_webhook_deliveries(
         Query(max_length=CURSOR_MAX_CHARS, description="A previous page's `nextCursor`: the page after it."),
     ] = None,
     total: Annotated[
-        bool | SkipJsonSchema[None],
+        TrueOrFalse | SkipJsonSchema[None],
         Query(description="Count every attempt into `total`: default true without `cursor`, false with one."),
     ] = None,
 ) -> Response:
@@ -183,7 +183,7 @@ async def list_webhook_deliveries(
     if cursor is not None:
         params["cursor"] = cursor
     if total is not None:
-        params["total"] = "true" if total else "false"
+        params["total"] = total
     body = await metadata.list_webhook_deliveries(
         principal.organization_id, webhook_id, params=params, request_id=rid
     )

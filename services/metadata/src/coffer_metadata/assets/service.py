@@ -311,6 +311,12 @@ def commit_upload(
         tags=tags,
     )
     params = _commit_params(asset, quota_bytes=quota_bytes, idle_seconds=idle_seconds)
+    if folder_id is not None:
+        # In turns with folder deletes: one committed between the folder's check and the insert
+        # failed the insert on the foreign key, a 500 (every tus completion, every upload into a
+        # folder with a default expiry); after it, the check answers 404. Before the usage row's
+        # lock, in the order a restore takes them.
+        folder_repository.lock_tree(session, org_id=org_id)
     with tracer.start_as_current_span("quota.reserve"):
         repository.lock_usage(session, org_id=org_id)  # (makes the row if missing)
         checks = repository.commit_checks(session, params)
