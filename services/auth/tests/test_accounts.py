@@ -16,12 +16,12 @@ import pytest
 from pydantic import SecretStr
 from sqlalchemy import update
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from coffer_auth import devices, passwords, sessions
 from coffer_auth.accounts import create_reset
 from coffer_auth.config import Settings
-from coffer_auth.models import AuditEvent, DashboardSession, LoginThrottle, User
+from coffer_auth.models import AuditEvent, DashboardSession, LoginThrottle, PasswordReset, User
 from coffer_kit.contract.timeutil import utcnow
 from coffer_kit.db import writer
 from coffer_testkit.testing import assert_error
@@ -597,7 +597,11 @@ async def test_password_reset(api: Api, engine: Engine) -> None:
     with Session(writer(engine), expire_on_commit=False) as s:
         user = s.exec(select(User)).one()
         _, token = create_reset(s, user=user, ttl=timedelta(hours=1), created_by="cli")
-        _, expired = create_reset(s, user=user, ttl=timedelta(seconds=-1), created_by="cli")
+        s.commit()
+    await api.register(email="b@example.com")  # (a user's new link ends their earlier ones)
+    with Session(writer(engine), expire_on_commit=False) as s:
+        other = s.exec(select(User).where(User.email == "b@example.com")).one()
+        _, expired = create_reset(s, user=other, ttl=timedelta(seconds=-1), created_by="cli")
         s.commit()
     h = hashlib.sha256(token.encode()).hexdigest()
     preview = await api.call("GET", f"/password-resets/{h}")
@@ -620,6 +624,90 @@ async def test_password_reset(api: Api, engine: Engine) -> None:
     assert (
         await api.call("POST", "/sessions", json={"email": "a@example.com", "password": new})
     ).status_code == 201
+
+
+def _reset(engine: Engine, email: str) -> str:
+    """A new reset link's token hash, as the operator's ``reset-password`` makes it."""
+    with Session(writer(engine), expire_on_commit=False) as s:
+        user = s.exec(select(User).where(User.email == email)).one()
+        _, token = create_reset(s, user=user, ttl=timedelta(hours=1), created_by="cli")
+        s.commit()
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+async def _reset_status(api: Api, token_hash: str) -> str | None:
+    """None while the link is usable, else why not (``used``, ``expired``)."""
+    r = await api.call("GET", f"/password-resets/{token_hash}")
+    if r.status_code == 200:
+        return None
+    status: str = assert_error(r, 410, "reset_gone")["details"]["status"]
+    return status
+
+
+async def test_a_new_password_or_a_new_link_ends_every_earlier_reset_link(api: Api, engine: Engine) -> None:
+    """Reset links outlived a password change, another link and the reset made with another
+    link: whoever had an old one (a forwarded mail) could set the password again."""
+    out = await api.register(email="a@example.com")
+    first = _reset(engine, "a@example.com")
+    second = _reset(engine, "a@example.com")
+    assert await _reset_status(api, first) == "used" and await _reset_status(api, second) is None
+
+    new = strong_password()
+    changed = await api.call(
+        "POST", "/users/me/password", token=out["token"], json={"current": out["password"], "new": new}
+    )
+    assert changed.status_code == 200, changed.text
+    assert await _reset_status(api, second) == "used"
+    again = await api.call(
+        "POST", "/password-resets/consume", json={"tokenHash": second, "password": new + "x"}
+    )
+    assert_error(again, 410, "reset_gone")
+
+    # Links issued before this rule (two usable at once): using one ends the other.
+    third, fourth = _reset(engine, "a@example.com"), _reset(engine, "a@example.com")
+    with Session(writer(engine)) as s:
+        s.exec(update(PasswordReset).where(col(PasswordReset.token_hash) == third).values(used_at=None))
+        s.commit()
+    assert await _reset_status(api, third) is None and await _reset_status(api, fourth) is None
+    done = await api.call(
+        "POST", "/password-resets/consume", json={"tokenHash": fourth, "password": strong_password()}
+    )
+    assert done.status_code == 200, done.text
+    assert await _reset_status(api, third) == "used"
+
+
+async def test_re_authenticating_keeps_the_sessions_resumable_uploads(api: Api) -> None:
+    """Re-authenticating replaces the session: the dashboard's resumable uploads, whose tokens
+    name the session they were minted in, were refused and terminated at their next request.
+    The tokens move to the new session; signing out still ends them."""
+    out = await api.register()
+    org = await api.org(out["token"])
+    token_hash = hashlib.sha256(secrets.token_bytes(16)).hexdigest()
+    minted = await api.call(
+        "POST",
+        f"/orgs/{org['id']}/upload-tokens",
+        json={
+            "tokenHash": token_hash,
+            "userId": out["user"]["id"],
+            "sessionId": out["session"]["id"],
+            "maxBytes": 10,
+            "expiresIn": 3600,
+        },
+    )
+    assert minted.status_code == 201, minted.text
+    grant = {"x-token-hash": token_hash}
+    minter = {"minters": [{"organizationId": org["id"], "tokenId": minted.json()["id"]}]}
+
+    renewed = await api.call(
+        "POST", "/sessions/current/reauth", token=out["token"], json={"password": out["password"]}
+    )
+    assert renewed.status_code == 201, renewed.text
+    assert (await api.call("GET", "/upload-tokens/grant", headers=grant)).status_code == 200
+    assert (await api.call("POST", "/upload-tokens/minters", json=minter)).json()["acting"] == [True]
+
+    assert (await api.call("DELETE", "/sessions/current", token=renewed.json()["token"])).status_code == 200
+    assert_error(await api.call("GET", "/upload-tokens/grant", headers=grant), 401, "unauthorized")
+    assert (await api.call("POST", "/upload-tokens/minters", json=minter)).json()["acting"] == [False]
 
 
 def _held_after_verifying(

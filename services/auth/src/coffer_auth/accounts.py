@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from anyio import CapacityLimiter
-from sqlalchemy import delete
+from sqlalchemy import delete, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from coffer_auth import audit, devices, errors, invitations, passwords, sessions, tx
+from coffer_auth import audit, devices, errors, invitations, passwords, sessions, tx, upload_tokens
 from coffer_auth.audit import Actor
 from coffer_auth.config import Settings
 from coffer_auth.models import DashboardSession, Membership, Organization, PasswordReset, User
@@ -236,7 +236,9 @@ def _replaced(
     session: Session, old: DashboardSession, user: User, actor: Actor, lifetimes: Lifetimes
 ) -> LoginOut:
     """A new session (new token and CSRF token) in place of ``old``, whose user has just
-    entered their password (a re-authentication, a password change)."""
+    entered their password (a re-authentication, a password change). It is the same browser:
+    the upload tokens minted in ``old`` move to the new session, and its resumable uploads go
+    on (they end with the session they name: ``upload_tokens._session_lives``)."""
     session.delete(old)
     session.flush()
     new, token = sessions.create(
@@ -247,6 +249,7 @@ def _replaced(
         user_agent=actor.user_agent or old.user_agent,
         last_org_id=old.last_org_id,
     )
+    upload_tokens.move_session(session, old_id=old.id, new_id=new.id)
     return _login_out(new, token, user, lifetimes)
 
 
@@ -281,6 +284,7 @@ async def change_password(
         current.password_changed_at = utcnow()
         sessions.clear_failures(session, email=current.email)
         session.add(current)
+        _end_resets(session, user_id=current.id, now=current.password_changed_at)
         revoked = sessions.revoke_all(session, user_id=current.id, keep=old.id) if body.revoke_others else 0
         login = _replaced(session, old, current, actor, lifetimes)
         # Whoever knew the old password signed in somewhere: no browser stays known but this one.
@@ -297,11 +301,23 @@ async def change_password(
 # --- password reset (operator CLI now; self-service once there is a mailer) ---------------
 
 
+def _end_resets(session: Session, *, user_id: str, now: datetime) -> None:
+    """Mark every unused reset link of the user used: a new password, or a newer link, ends the
+    links issued before it (a forwarded or leaked mail would set the password again)."""
+    session.exec(
+        update(PasswordReset)
+        .where(col(PasswordReset.user_id) == user_id, col(PasswordReset.used_at).is_(None))
+        .values(used_at=now)
+    )
+
+
 def create_reset(
     session: Session, *, user: User, ttl: timedelta, created_by: str
 ) -> tuple[PasswordReset, str]:
-    """A single-use reset token for ``user`` (returned once; stored as its SHA-256)."""
+    """A single-use reset token for ``user`` (returned once; stored as its SHA-256); the
+    user's earlier links end."""
     now = utcnow()
+    _end_resets(session, user_id=user.id, now=now)
     token, token_hash = new_token(RESET_PREFIX)
     reset = PasswordReset(
         id=new_id(RESET_ID),
@@ -360,14 +376,13 @@ async def consume_reset(accounts: Accounts, *, token_hash: str, password: str, a
         session.exec(
             select(PasswordReset).where(PasswordReset.token_hash == token_hash.lower()).with_for_update()
         ).first()
-        reset, current = _usable_reset(session, token_hash)
+        _, current = _usable_reset(session, token_hash)
         now = utcnow()
-        reset.used_at = now
+        _end_resets(session, user_id=current.id, now=now)  # this one, and any other
         current.password_hash = new_hash
         current.password_changed_at = now
         sessions.clear_failures(session, email=current.email)
         devices.forget(session, user_id=current.id)
-        session.add(reset)
         session.add(current)
         session.flush()
         revoked = sessions.revoke_all(session, user_id=current.id)

@@ -245,10 +245,10 @@ def _audit(session: Session, actor: Actor, action: str, key: ApiKey, details: di
     )
 
 
-def delete(session: Session, actor: Actor, *, row: ApiKey) -> None:
-    """Delete a key, and the keys it made (and theirs), each audited; edges stop accepting
-    them within their cache bound (5 s), blob the URLs signed under them once edge relays
-    their revocations (``grants``)."""
+def delete(session: Session, actor: Actor, *, row: ApiKey, because: dict[str, Any] | None = None) -> None:
+    """Delete a key, and the keys it made (and theirs), each audited (with ``because``, when
+    it is not the caller's choice); edges stop accepting them within their cache bound (5 s),
+    blob the URLs signed under them once edge relays their revocations (``grants``)."""
     doomed, frontier = [row], [row.id]
     while frontier:  # (a tree: each key made by one key, before it)
         made = list(session.exec(select(ApiKey).where(col(ApiKey.parent_key_id).in_(frontier))))
@@ -256,12 +256,44 @@ def delete(session: Session, actor: Actor, *, row: ApiKey) -> None:
         frontier = [key.id for key in made]
     grants.keys_deleted(session, doomed)
     for key in reversed(doomed):  # the youngest first: no key is left whose parent is gone
-        details = _details(key)
+        details = {**_details(key), **(because or {})}
         if key is not row:
             details["parentKeyId"] = key.parent_key_id  # deleted with the key that made it
         session.delete(key)
         session.flush()
         _audit(session, actor, "key.deleted", key, details)
+
+
+def made_by_personal_keys(session: Session, *, user_id: str, org_id: str) -> list[ApiKey]:
+    """The organization keys of ``org_id`` that a personal key of ``user_id`` made through the
+    key API, which only an owner's key may. A personal key makes personal keys of its own user
+    and an organization key only keys of its organization, so these are the organization's
+    keys whose makers lead to that user, less the keys they made (deleting them takes those)."""
+    personal = select(ApiKey.id).where(ApiKey.user_id == user_id, ApiKey.kind == KeyKind.user.value)
+    return list(
+        session.exec(
+            select(ApiKey).where(
+                ApiKey.kind == KeyKind.organization.value,
+                ApiKey.organization_id == org_id,
+                col(ApiKey.parent_key_id).in_(personal),
+            )
+        )
+    )
+
+
+def ancestors(session: Session, key: ApiKey) -> set[str]:
+    """The ids of the keys that made ``key``: its maker, that key's maker, and so on, each with
+    the keys it replaced (one still in its grace is the same authority)."""
+    found: set[str] = set()
+    parent_id = key.parent_key_id
+    while parent_id is not None and parent_id not in found and parent_id != key.id:  # (a tree)
+        found.add(parent_id)
+        parent = session.get(ApiKey, parent_id)
+        if parent is None:
+            break
+        found.update(parent.lineage())
+        parent_id = parent.parent_key_id
+    return found
 
 
 def require_room(session: Session, org: Organization) -> None:

@@ -133,8 +133,12 @@ def _visible(session: Session, caller: Caller, key_id: str) -> ApiKey:
     return row
 
 
-def _manage(caller: Caller, row: ApiKey) -> None:
+def _manage(session: Session, caller: Caller, row: ApiKey) -> None:
     apikeys.require_manage(row, user_id=caller.row.user_id or "", role=caller.role)
+    # A key as wide as its maker sees it; rotating it took it over (its holder locked out, the
+    # new key made by nobody), and deleting it ended the key it was made under.
+    if row.id in apikeys.ancestors(session, caller.row):
+        raise forbidden("A key cannot rotate or delete the key that made it, nor that key's makers.")
 
 
 @router.get("", response_model=KeysOut)
@@ -208,7 +212,7 @@ def create_key(body: KeyCreate, caller: CallerDep, session: SessionDep) -> KeyCr
 @router.delete("/{key_id}", response_model=SuccessOut)
 def delete_key(key_id: str, caller: CallerDep, session: SessionDep) -> SuccessOut:
     row = _visible(session, caller, key_id)
-    _manage(caller, row)
+    _manage(session, caller, row)
     apikeys.delete(session, caller.actor, row=row)
     return SuccessOut()
 
@@ -216,7 +220,7 @@ def delete_key(key_id: str, caller: CallerDep, session: SessionDep) -> SuccessOu
 @router.post("/{key_id}/rotate", status_code=201, response_model=KeyRotatedOut)
 def rotate_key(key_id: str, body: KeyRotate, caller: CallerDep, session: SessionDep) -> KeyRotatedOut:
     row = _visible(session, caller, key_id)
-    _manage(caller, row)
+    _manage(session, caller, row)
     # Read before the rotation: a key rotating itself is ``row`` too, whose expiry the rotation
     # moves to the grace's end (its successor died with it).
     end = caller.row.expires_at

@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import delete, func, or_
+from sqlalchemy import delete, func
 from sqlmodel import Session, col, select
 
-from coffer_auth import audit, errors, grants, invitations
+from coffer_auth import apikeys, audit, errors, grants, invitations
 from coffer_auth.audit import Actor
 from coffer_auth.models import ApiKey, KeyKind, Membership, Organization, Role, User
 from coffer_auth.schemas import MemberOut, OrgOut, RoleName
@@ -23,6 +23,9 @@ from coffer_kit.contract.timeutil import as_utc, utcnow
 from coffer_kit.contract.wire import ScanSync
 
 MAX_QUOTA_BYTES = 2**63 - 1
+# Ids bound into one IN list: well under SQLite's 32,766 host parameters and PostgreSQL's
+# 65,535, for a user with many keys each remembering up to MAX_LINEAGE replaced ones.
+_IDS_PER_QUERY = 1000
 
 
 def _name(name: str) -> str:
@@ -418,9 +421,18 @@ def change_role(session: Session, actor: Actor, *, org_id: str, user_id: str, ro
         organization_id=org_id,
         details={"from": old, "to": role.value},
     )
-    if old == Role.owner:  # their invitations go with their authority
+    if old == Role.owner:  # their invitations, and the keys their keys made, go with their authority
         invitations.revoke_made_by(session, actor, org_id=org_id, user_id=user_id)
+        _end_keys_made_by(session, actor, org_id=org_id, user_id=user_id)
     return m
+
+
+def _end_keys_made_by(session: Session, actor: Actor, *, org_id: str, user_id: str) -> None:
+    """Delete the organization's keys that the user's personal keys made (an owner's keys may
+    make organization keys), and the keys those made: a key made by a key lives no longer than
+    its maker's authority here. Their signed URLs are revoked (``apikeys.delete``)."""
+    for key in apikeys.made_by_personal_keys(session, user_id=user_id, org_id=org_id):
+        apikeys.delete(session, actor, row=key, because={"makerNoLongerOwner": True})
 
 
 def remove(session: Session, actor: Actor, *, org_id: str, user_id: str) -> None:
@@ -428,8 +440,10 @@ def remove(session: Session, actor: Actor, *, org_id: str, user_id: str) -> None
 
     Their personal keys stop working for this organization within edge's cache bound (5 s),
     and the URLs signed here by the member or with those keys die (``grants``); the upload
-    tokens they minted here (signed in, or with a personal key) are deleted, so that none
-    comes back if they are added again; an owner's pending invitations are revoked.
+    tokens they minted here (signed in, or with a personal key, or with a key it replaced
+    through a rotation) are deleted, so that none comes back if they are added again; the
+    organization keys their personal keys made are deleted; an owner's pending invitations
+    are revoked.
     """
     _locked_org(session, org_id)
     m, user = _target(session, org_id, user_id)
@@ -437,14 +451,17 @@ def remove(session: Session, actor: Actor, *, org_id: str, user_id: str) -> None
         raise errors.last_owner()
     session.delete(m)
     grants.member_removed(session, org_id=org_id, user_id=user_id)
-    personal = select(ApiKey.id).where(ApiKey.user_id == user_id, ApiKey.kind == KeyKind.user)
-    session.exec(
-        delete(UploadToken).where(
-            col(UploadToken.organization_id) == org_id,
-            or_(col(UploadToken.user_id) == user_id, col(UploadToken.key_id).in_(personal)),
-        )
-    )
+    personal = session.exec(select(ApiKey).where(ApiKey.user_id == user_id, ApiKey.kind == KeyKind.user))
+    # A token minted before a rotation names the replaced key, and follows the rotation to its
+    # successor (``upload_tokens._minter``): it goes too, or the member's return revived it.
+    minted_with = sorted({key_id for key in personal for key_id in key.lineage()})
+    here = col(UploadToken.organization_id) == org_id
+    session.exec(delete(UploadToken).where(here, col(UploadToken.user_id) == user_id))
+    for start in range(0, len(minted_with), _IDS_PER_QUERY):
+        batch = minted_with[start : start + _IDS_PER_QUERY]
+        session.exec(delete(UploadToken).where(here, col(UploadToken.key_id).in_(batch)))
     session.flush()
+    _end_keys_made_by(session, actor, org_id=org_id, user_id=user_id)
     left = actor.type == "user" and actor.id == user_id
     audit.record_user(
         session,

@@ -224,6 +224,12 @@ def _session_lives(session: Session, token: UploadToken) -> bool:
     return row is not None and as_utc(row.expires_at) > utcnow()
 
 
+def move_session(session: Session, *, old_id: str, new_id: str) -> None:
+    """The tokens minted in a dashboard session now name the session that replaced it (a
+    re-authentication: the same browser), so that its resumable uploads go on."""
+    session.exec(update(UploadToken).where(col(UploadToken.session_id) == old_id).values(session_id=new_id))
+
+
 def _member(session: Session, *, user_id: str, org_id: str) -> bool:
     found = select(Membership).where(Membership.organization_id == org_id, Membership.user_id == user_id)
     return session.exec(found).first() is not None
