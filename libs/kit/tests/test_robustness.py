@@ -239,3 +239,15 @@ async def test_a_json_body_with_a_lone_surrogate_is_400(body: bytes) -> None:
         )
         assert ok.status_code == 200
         assert seen == [{"name": "😀"}]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("path", ["/things/", "/things%2F"])
+async def test_a_trailing_slash_is_not_redirected(path: str) -> None:
+    """Starlette's default answers a body-less 307 to the path without it, its Location built
+    from the client's Host header, before any route (so before authentication): a 404 instead."""
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=_app()), base_url="http://t") as client:
+        response = await client.get(path, headers={"host": "evil.example"})
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+    assert "location" not in response.headers

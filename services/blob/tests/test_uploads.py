@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from coffer_blob import uploads
-from coffer_blob.multipart import ParseFailed, parse_boundary
+from coffer_blob.multipart import ParseFailed, PartRouter, Target, parse_boundary
 from coffer_blob.storage import StorageUnavailable
 from coffer_blob.storage import fs as fs_module
 from coffer_kit.contract.errors import CofferError
@@ -223,6 +223,30 @@ async def test_not_multipart_is_415(api: httpx.AsyncClient, content_type: str) -
 async def test_missing_boundary_is_400(api: httpx.AsyncClient) -> None:
     response = await post(api, form(file_part(b"x")), **{"content-type": "multipart/form-data"})
     assert assert_error(response, 400, "invalid_request")["details"] == {"field": "content-type"}
+
+
+def _form_with(boundary: str) -> bytes:
+    return form(file_part(b"x", filename="b.txt")).replace(BOUNDARY.encode(), boundary.encode())
+
+
+@pytest.mark.parametrize("length", [71, 257])
+async def test_a_boundary_longer_than_70_is_400(api: httpx.AsyncClient, blob_dir: Path, length: int) -> None:
+    """RFC 2046 §5.1.1 bounds a boundary at 70 characters; 257 passed python-multipart's own
+    bound (256), whose FormParserError was a 500."""
+    boundary = "b" * length
+    response = await post(
+        api, _form_with(boundary), **{"content-type": f"multipart/form-data; boundary={boundary}"}
+    )
+    assert assert_error(response, 400, "invalid_request")["details"] == {"field": "content-type"}
+    assert objects(blob_dir) == []
+    at_the_bound = "b" * 70
+    content_type = f"multipart/form-data; boundary={at_the_bound}"
+    assert (await post(api, _form_with(at_the_bound), **{"content-type": content_type})).status_code == 201
+
+
+def test_the_part_router_refuses_what_its_parser_cannot_take() -> None:
+    with pytest.raises(ParseFailed):
+        PartRouter(b"b" * 257, {}, Target())
 
 
 @pytest.mark.parametrize("path", [f"{ORG}/fld_1", "usr_1/ast_1", f"{ORG}/ast_..", f"{ORG}/ast_a-b"])
@@ -447,7 +471,15 @@ def test_the_boundary_is_read_as_rfc_2046_writes_it(content_type: str, boundary:
 
 @pytest.mark.parametrize(
     "content_type",
-    ["multipart/form-data", "multipart/form-data; boundary=", "multipart/mixed; boundary=x", ""],
+    [
+        "multipart/form-data",
+        "multipart/form-data; boundary=",
+        "multipart/mixed; boundary=x",
+        "",
+        # RFC 2046 §5.1.1: 1 to 70 characters.
+        "multipart/form-data; boundary=" + "b" * 71,
+        'multipart/form-data; boundary="' + "b" * 257 + '"',
+    ],
 )
 def test_no_boundary_no_parse(content_type: str) -> None:
     with pytest.raises(ParseFailed):

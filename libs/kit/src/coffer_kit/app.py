@@ -33,7 +33,10 @@ def base_app(
     """
     service = service or title.removeprefix("coffer-")
     setup_tracing(service)
-    app = app_class(public=public)(title=title, telemetry=telemetry(), **kwargs)
+    # No redirect to the path with or without a trailing slash (Starlette's default): that 307
+    # came before any route, so before authentication, and took its Location from the client's
+    # Host header. Such a path is a 404 or 405 like any other unknown one.
+    app = app_class(public=public)(title=title, telemetry=telemetry(), redirect_slashes=False, **kwargs)
     install_error_handlers(app)
     # Innermost first: the guard (500 envelope, 405's Allow) answers inside the request-id
     # middleware, so its 500 carries the request id and is counted and logged like any other.

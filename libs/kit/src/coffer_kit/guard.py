@@ -10,6 +10,7 @@ envelope and returns normally, so the connection stays usable.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from coffer_kit.contract.errors import envelope, file_too_large
+from coffer_kit.contract.errors import CofferError, envelope, file_too_large, request_timeout
 
 log = logging.getLogger("coffer.errors")
 
@@ -101,6 +102,14 @@ _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKETS = bytes(range(256)).translate(None, b"[]{}")  # every byte but the four brackets
 _METHODS_WITHOUT_BODY = ("GET", "HEAD", "OPTIONS", "DELETE")
 
+# A body read whole here (at most ``body_bytes``, 64 KiB by default) may pause this long between
+# two pieces, and must arrive whole within BODY_SECONDS of the head: 64 KiB in 30 s is 2 KiB/s,
+# slower than any link a person uses. Without them a client sending a byte every few seconds
+# held a connection for good, before any route and so before authentication. An upload's
+# body is the route's to time (edge's ``client_idle_timeout_seconds``).
+BODY_IDLE_SECONDS = 10.0
+BODY_SECONDS = 30.0
+
 
 @dataclass(frozen=True, slots=True)
 class BodyLimits:
@@ -111,13 +120,16 @@ class BodyLimits:
     ``streamed``: (method, path pattern, limit) of the routes that stream their body
     (uploads): refused here from ``Content-Length`` only; the route counts what arrives.
     ``larger``: (method, path pattern, limit) of the routes whose body, read whole and checked
-    like any other, may pass ``body_bytes`` (a batch).
+    like any other, may pass ``body_bytes`` (a batch). ``idle_seconds``, ``body_seconds``: how
+    long a body read whole may pause, and take in all (408 ``request_timeout`` past either).
     """
 
     body_bytes: int = 64 * 1024
     json_depth: int = 32
     streamed: tuple[tuple[str, re.Pattern[str], int], ...] = ()
     larger: tuple[tuple[str, re.Pattern[str], int], ...] = ()
+    idle_seconds: float = BODY_IDLE_SECONDS
+    body_seconds: float = BODY_SECONDS
 
     def streamed_limit(self, scope: Scope) -> int | None:
         return _route_limit(self.streamed, scope)
@@ -184,8 +196,8 @@ async def _refuse(
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(payload)).encode()),
-                # The rest of an oversized body is not read: the connection cannot be reused.
-                *([(b"connection", b"close")] if status == 413 else []),
+                # The rest of the body is not read: the connection cannot be reused.
+                *([(b"connection", b"close")] if status in (408, 413) else []),
             ],
         }
     )
@@ -225,7 +237,12 @@ class BodyGuardMiddleware:
         if streamed is not None:
             await self.app(scope, receive, send)
             return
-        messages = await _read_at_most(receive, limit)
+        try:
+            messages = await _read_at_most(receive, limit, self.limits)
+        except CofferError as error:  # 408: the client went quiet, or is too slow
+            log.info("request body too slow", extra={"request_id": scope.get("state", {}).get("request_id")})
+            await _refuse(scope, send, error.status, error.code, error.message, field=None)
+            return
         if messages is None:
             await _refuse(scope, send, 413, "body_too_large", _too_large(limit))
             return
@@ -252,12 +269,24 @@ class BodyGuardMiddleware:
         return None
 
 
-async def _read_at_most(receive: Receive, limit: int) -> list[Message] | None:
-    """The request's messages, or None once its body passes ``limit`` bytes."""
+async def _read_at_most(receive: Receive, limit: int, limits: BodyLimits) -> list[Message] | None:
+    """The request's messages, or None once its body passes ``limit`` bytes; 408
+    ``request_timeout`` when the client sends nothing for ``limits.idle_seconds``, or not all
+    of it within ``limits.body_seconds``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limits.body_seconds
     messages: list[Message] = []
     size = 0
     while True:
-        message = await receive()
+        remaining = deadline - loop.time()
+        idle = limits.idle_seconds < remaining  # which bound ends this wait first
+        try:
+            async with asyncio.timeout(limits.idle_seconds if idle else remaining):
+                message = await receive()
+        except TimeoutError:
+            if idle:
+                raise request_timeout(limits.idle_seconds, upload=False) from None
+            raise request_timeout(limits.body_seconds, whole=True, upload=False) from None
         messages.append(message)
         if message["type"] != "http.request":
             return messages

@@ -16,8 +16,10 @@ this keeps of a head is bounded too.
 
 from __future__ import annotations
 
-from python_multipart.exceptions import MultipartParseError
+from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
+
+from coffer_kit.contract.limits import MAX_BOUNDARY_CHARS
 
 __all__ = ["ParseFailed", "PartRouter", "Target", "parse_boundary"]
 
@@ -28,11 +30,13 @@ class ParseFailed(Exception):
 
 def parse_boundary(content_type: str) -> bytes:
     """The boundary of a ``multipart/form-data`` Content-Type; ParseFailed when it is another
-    type or names none."""
+    type, or names none or one longer than RFC 2046 allows (``MAX_BOUNDARY_CHARS``)."""
     media_type, params = parse_options_header(content_type)
     boundary = params.get(b"boundary", b"").rstrip()
     if media_type != b"multipart/form-data" or not boundary:
         raise ParseFailed("not multipart/form-data with a boundary")
+    if len(boundary) > MAX_BOUNDARY_CHARS:
+        raise ParseFailed(f"a boundary longer than {MAX_BOUNDARY_CHARS} characters")
     return boundary
 
 
@@ -74,23 +78,26 @@ class PartRouter:
         self._field, self._value = bytearray(), bytearray()
         self._headers: dict[bytes, bytes] = {}
         self._current: Target | None = None
-        self._parser = MultipartParser(
-            boundary,
-            {
-                "on_part_begin": self._begin,
-                "on_header_field": self._header_field,
-                "on_header_value": self._header_value,
-                "on_header_end": self._header_end,
-                "on_headers_finished": self._headers_finished,
-                "on_part_data": self._data,
-                "on_part_end": self._end,
-            },
-        )
+        try:
+            self._parser = MultipartParser(
+                boundary,
+                {
+                    "on_part_begin": self._begin,
+                    "on_header_field": self._header_field,
+                    "on_header_value": self._header_value,
+                    "on_header_end": self._header_end,
+                    "on_headers_finished": self._headers_finished,
+                    "on_part_data": self._data,
+                    "on_part_end": self._end,
+                },
+            )
+        except FormParserError as exc:  # a boundary it cannot take (parse_boundary refuses it first)
+            raise ParseFailed(str(exc)) from None
 
     def data_received(self, data: bytes) -> None:
         try:
             self._parser.write(data)
-        except MultipartParseError as exc:
+        except FormParserError as exc:  # MultipartParseError, and any other refusal of the parser's
             raise ParseFailed(str(exc)) from None
 
     def _begin(self) -> None:

@@ -44,7 +44,7 @@ from coffer_blob.multipart import ParseFailed, PartRouter, Target, parse_boundar
 from coffer_blob.storage import ObjectInfo, Storage, StorageUnavailable, Writer
 from coffer_kit.contract import keys, media
 from coffer_kit.contract.errors import CofferError, file_too_large, invalid, unsupported_media_type
-from coffer_kit.contract.limits import MAX_FILE_BYTES
+from coffer_kit.contract.limits import MAX_BOUNDARY_CHARS, MAX_FILE_BYTES
 from coffer_kit.contract.resources import VISIBILITIES, Visibility
 from coffer_kit.contract.wire import (
     MEDIA_RANGE_PATTERN,
@@ -275,14 +275,17 @@ class _Upload:
         self.fixed_visibility = fixed
         self.org_id = org_id
         self.asset_id = asset_id
-        try:
-            boundary = parse_boundary(content_type)
-        except ParseFailed:
-            raise invalid("The multipart boundary is missing or invalid.", field="content-type") from None
         self.file = _FileTarget()
         self.fields = {name: _FieldTarget() for name in FIELDS}
         self.other = _PartTarget()  # every other part: read and dropped
-        self.parser = PartRouter(boundary, {"file": self.file, **self.fields}, self.other)
+        try:
+            boundary = parse_boundary(content_type)
+            self.parser = PartRouter(boundary, {"file": self.file, **self.fields}, self.other)
+        except ParseFailed:
+            raise invalid(
+                f"The multipart boundary is missing, or not 1 to {MAX_BOUNDARY_CHARS} characters (RFC 2046).",
+                field="content-type",
+            ) from None
         self.preamble = _Preamble(boundary)
         self.heads = _PartHeads(boundary)
         self.writer: Writer | None = None

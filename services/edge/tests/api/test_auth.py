@@ -42,6 +42,20 @@ def test_organization_key_with_organization_header(tenant, new_tenant) -> None:
     assert_error(folders(tenant.api, **{"x-organization-id": "org_unknown"}), 403, "forbidden")
 
 
+def test_an_organization_header_that_is_no_organization_id_is_refused_before_auth(tenant, anon) -> None:
+    """60,000 Latin-1 characters (a head under edge's 64 KiB) became 120 KB of UTF-8 in the
+    call to auth, which answered 431, relayed: refused as any unknown organization is (403),
+    the key still checked first (401)."""
+    latin = b"\xe9" * 60_000
+    for value in (latin, b"org_" + b"A" * 27, b"fld_01JD4Z3X6Q8ZK3Q0W5N6M7P8R9"):
+        response = tenant.api.get("/api/folders", headers={"x-organization-id": value})
+        error = assert_error(response, 403, "forbidden")
+        assert "x-organization-id" in error["message"]
+    unknown_key = {"x-api-key": "cof_org_" + "x" * 32, "x-organization-id": latin}
+    assert_error(anon.get("/api/folders", headers=unknown_key), 401, "unauthorized")
+    assert_error(anon.get("/api/folders", headers={"x-organization-id": latin}), 401, "unauthorized")
+
+
 def _user_key(admin, stack, *orgs: str):
     user = admin(
         "create-user", "--email", f"u{time.monotonic_ns()}@example.com", "--password", "correct horse"

@@ -83,3 +83,41 @@ def test_names_that_reorder_what_a_person_sees_are_refused(tenant: Any) -> None:
     # Right-to-left names, with their direction marks, are fine.
     assert api.post("/api/folders", json={"name": "\u05e9\u05dc\u05d5\u05dd\u200f"}).status_code == 201
     assert [a["name"] for a in api.get("/api/assets").json()["assets"]] == ["a.txt"]
+
+
+def _form(boundary: str) -> bytes:
+    return (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="b.txt"\r\n\r\n'
+        f"x\r\n--{boundary}--\r\n"
+    ).encode()
+
+
+def _with_boundary(post: Any, boundary: str) -> httpx.Response:
+    return post(  # type: ignore[no-any-return]
+        content=_form(boundary), headers={"content-type": f"multipart/form-data; boundary={boundary}"}
+    )
+
+
+def test_a_boundary_longer_than_rfc_2046_allows_is_400(tenant: Any) -> None:
+    """RFC 2046 §5.1.1: 1 to 70 characters. 257 was a 500 (the parser's own bound, 256, raised)."""
+    api = tenant.api
+    token_url = api.post("/api/upload-tokens", json={}).json()["url"]
+    by_key = lambda **kw: api.post("/api/assets", **kw)  # noqa: E731
+    by_token = lambda **kw: httpx.post(token_url, timeout=60, **kw)  # noqa: E731
+    for post in (by_key, by_token):
+        for length in (71, 257):
+            error = assert_error(_with_boundary(post, "b" * length), 400, "invalid_request")
+            assert error["details"] == {"field": "content-type"}
+        # At the bound: stored (and the token was not spent by the refusals before).
+        response = _with_boundary(post, "b" * 70)
+        assert response.status_code == 201, response.text
+    assert api.get("/api/assets").json()["total"] == 2
+
+
+def test_a_trailing_slash_is_a_404_not_a_redirect(anon: Any) -> None:
+    """The 307 to the path without it came before authentication, its Location from the
+    client's Host header."""
+    for path in ("/api/folders/", "/api/folders%2F"):
+        response = anon.get(path, headers={"host": "evil.example"})
+        assert_error(response, 404, "not_found")
+        assert "location" not in response.headers

@@ -222,9 +222,18 @@ def range_not_satisfiable(size: int) -> CofferError:
     )
 
 
-def request_timeout(seconds: float, *, whole: bool = False) -> CofferError:
+def request_timeout(seconds: float, *, whole: bool = False, upload: bool = True) -> CofferError:
     """408 ``request_timeout``: the client sent none of the body for ``seconds`` (or, ``whole``,
-    not all of it within ``seconds``)."""
+    not all of it within ``seconds``); ``upload``: the body is an upload's, else any other
+    request's (JSON, a form)."""
+    if not upload:
+        if whole:
+            return CofferError(
+                408, "request_timeout", f"The request body did not arrive within {seconds:g} s."
+            )
+        return CofferError(
+            408, "request_timeout", f"The client sent nothing for {seconds:g} s; the request was stopped."
+        )
     if whole:
         message = (
             f"The upload did not end within {seconds:g} s and was stopped; "

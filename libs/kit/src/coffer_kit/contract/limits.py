@@ -8,6 +8,10 @@ MAX_FILE_BYTES = 100 * 1024 * 1024
 MULTIPART_OVERHEAD = 1024 * 1024
 # The largest upload request body (a file of the maximum size in its multipart form).
 MAX_UPLOAD_BODY_BYTES = MAX_FILE_BYTES + MULTIPART_OVERHEAD
+# A multipart boundary's length, in characters (RFC 2046 §5.1.1: 1 to 70); edge and blob
+# refuse any other with 400. python-multipart's own bound (256) raised an error blob did not
+# catch: a 500.
+MAX_BOUNDARY_CHARS = 70
 
 # A resumable upload (tus, CONTRACT §9) expires this long after its last write.
 TUS_EXPIRY_SECONDS = 24 * 3600

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
+from python_multipart.multipart import parse_options_header
 from starlette.requests import ClientDisconnect
 
 from coffer_edge import trash
@@ -73,6 +74,7 @@ from coffer_kit.contract.ids import ASSET, new_id
 from coffer_kit.contract.limits import (
     CURSOR_MAX_CHARS,
     EXPIRES_IN_DEFAULT,
+    MAX_BOUNDARY_CHARS,
     MAX_FILE_BYTES,
     MULTIPART_OVERHEAD,
     PAGE_LIMIT_DEFAULT,
@@ -221,6 +223,14 @@ def _require_multipart(request: Request) -> str:
         or "boundary=" not in content_type
     ):
         raise unsupported_media_type("Upload the file as multipart/form-data with a 'file' part.")
+    # Read as blob reads it, and refused before anything is reserved: one past the bound of
+    # python-multipart (256) was blob's 500.
+    boundary = parse_options_header(content_type)[1].get(b"boundary", b"").rstrip()
+    if not 1 <= len(boundary) <= MAX_BOUNDARY_CHARS:
+        raise invalid(
+            f"The multipart boundary is not 1 to {MAX_BOUNDARY_CHARS} characters (RFC 2046).",
+            field="content-type",
+        )
     return content_type
 
 
