@@ -42,6 +42,7 @@ class Hostile:
 
     routes: dict[tuple[str, str], Callable[[], Answer]] = field(default_factory=dict)
     seen: list[tuple[str, str, str | None]] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)  # of every request with a declared length
     url: str = ""
 
     def json(self, method: str, path: str, body: Any, status: int = 200, **headers: str) -> None:
@@ -61,14 +62,17 @@ def hostile() -> Iterator[Callable[[], Hostile]]:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # (else each answer's body waits out a delayed ACK: 40 ms)
 
             def log_message(self, *args: Any) -> None:
                 pass
 
             def _answer(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
+                length, body = int(self.headers.get("content-length") or 0), []
                 while length > 0:
-                    length -= len(self.rfile.read(min(length, 1 << 20)) or b"x" * length)
+                    body.append(self.rfile.read(min(length, 1 << 20)) or b"x" * length)
+                    length -= len(body[-1])
+                state.bodies.append(b"".join(body))
                 path = self.path.split("?")[0]
                 state.seen.append((self.command, path, self.headers.get("x-api-key")))
                 found = state.routes.get((self.command, path)) or state.routes.get((self.command, "*"))
@@ -512,9 +516,13 @@ def test_a_listing_whose_cursors_go_round_or_bring_nothing_is_a_bad_response(
     assert empty.value.code == "bad_response"
 
 
-def test_ls_writes_a_listing_as_its_pages_come(hostile: Any, cli_for: Any) -> None:
+@pytest.mark.parametrize("json_flag", [(), ("--json",)])
+def test_ls_writes_a_listing_as_its_pages_come(
+    hostile: Any, cli_for: Any, json_flag: tuple[str, ...]
+) -> None:
     """A listing without end (a new cursor and a new asset on every page) was held whole before a
-    line was written, in ever more memory. Piped, ``ls`` writes each page once it has it."""
+    line was written, in ever more memory. Piped, ``ls`` writes each page once it has it; with
+    ``--json``, the one document's pieces."""
     server = hostile()
     server.json("GET", "/api/folders", {"folders": []})
     pages = itertools.count()
@@ -527,20 +535,25 @@ def test_ls_writes_a_listing_as_its_pages_come(hostile: Any, cli_for: Any) -> No
     server.routes[("GET", "/api/assets")] = page
     cli = cli_for(server.url, KEY)
     program = subprocess.Popen(
-        [str(Path(sys.executable).parent / "coffer"), "ls", "/"],
+        [str(Path(sys.executable).parent / "coffer"), "ls", "/", *json_flag],
         env={**os.environ, **cli.env},
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        text=True,
     )
     try:
         assert program.stdout is not None
-        readable, _, _ = select.select([program.stdout], [], [], 60)
-        first = program.stdout.readline() if readable else ""
+        first, deadline = "", time.monotonic() + 60
+        while len(first) < 60 and select.select([program.stdout], [], [], deadline - time.monotonic())[0]:
+            if not (piece := os.read(program.stdout.fileno(), 4096)):
+                break  # (it ended)
+            first += piece.decode()
     finally:
         program.kill()
         program.wait()
-    assert first.startswith("a0.txt\t1 B\t"), first
+    if json_flag:
+        assert first.startswith('{"folders": [], "assets": [{"id": "ast_0", '), first
+    else:
+        assert first.startswith("a0.txt\t1 B\t"), first
 
 
 def test_answers_and_ids_no_parser_or_url_takes_are_one_line_errors(
@@ -658,3 +671,336 @@ def test_a_downloaded_file_has_the_mode_the_umask_gives(
     assert run.exit_code == 0, run.stderr
     for path in (by_cli, by_sdk):
         assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, (path, oct(path.stat().st_mode))
+
+
+def _run_measured(cli: Any, *argv: str, limit: int = 2 * 1024**3) -> tuple[int, str, str, int]:
+    """``coffer ARGV`` as a program: its exit code, stdout, stderr and peak RSS in bytes (its own,
+    from wait4), its address space capped at ``limit`` so that a client gone wrong fails rather
+    than take the machine's memory."""
+    import resource
+
+    program = subprocess.Popen(
+        [str(Path(sys.executable).parent / "coffer"), *argv],
+        env={**os.environ, **cli.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+    )
+    read: dict[int, bytes] = {}
+    readers = [
+        threading.Thread(target=lambda n=n, pipe=pipe: read.setdefault(n, pipe.read()), daemon=True)
+        for n, pipe in enumerate((program.stdout, program.stderr))
+    ]
+    for reader in readers:
+        reader.start()
+    overdue = threading.Timer(120, program.kill)  # (wait4 has no timeout of its own)
+    overdue.start()
+    try:
+        _, status, usage = os.wait4(program.pid, 0)  # the child's own rusage, not every child's
+    finally:
+        overdue.cancel()
+    program.returncode = os.waitstatus_to_exitcode(status)
+    for reader in readers:
+        reader.join()
+    return program.returncode, read[0].decode(), read[1].decode(), usage.ru_maxrss * 1024
+
+
+def test_an_answer_of_many_broken_items_is_refused_in_little_memory(hostile: Any, cli_for: Any) -> None:
+    """2 MiB of ``[{}, {}, …]`` where assets were due: pydantic kept an error per missing field of
+    every item (6,291,459 of them, 4.5 GB), and the command line then wrote them all into its
+    message. Now a list stops at its first bad item, and the message is one short line."""
+    server = hostile()
+    server.json("GET", "/api/folders", {"folders": []})
+    items = b"[" + b"{}," * (2 * 1024 * 1024 // 3) + b"{}]"
+    body = b'{"limit": 100, "nextCursor": null, "assets": ' + items + b"}"
+    server.routes[("GET", "/api/assets")] = lambda: (200, {"content-type": "application/json"}, body)
+    server.routes[("GET", "/api/trash")] = lambda: (
+        200,
+        {"content-type": "application/json"},
+        b'{"total": 1, "limit": 100, "offset": 0, "assets": ' + items + b"}",
+    )
+    image = {"image": {f"k{n}": "x" for n in range(200_000)}}  # a dict of a typed value: the same
+    server.json("GET", "/api/assets/ast_x", {**_asset("a.txt", 1), **image})
+    cli = cli_for(server.url, KEY)
+    for argv in (("ls", "/"), ("trash", "ls"), ("info", "ast_x")):
+        code, _, stderr, peak = _run_measured(cli, *argv)
+        assert code == 1 and stderr.count("\n") == 1 and len(stderr) < 400, (argv, code, stderr[:2000])
+        assert "[bad_response]" in stderr, (argv, stderr)
+        # Measured alone: 85 MiB for ls and trash ls, 116 MiB for info (its 200,000 keys parsed
+        # before they are counted; the interpreter and its imports are ~50 of it), and up to 211
+        # MiB for ls amid the other client tests. Before: 4.5 GB. The bound is a tenth of that.
+        assert peak < 450 * 1024**2, (argv, peak)
+
+
+def test_json_output_keeps_every_character_of_a_name(hostile: Any, cli_for: Any) -> None:
+    """A name with a C1 control character (U+0080-U+009F, which the service allows) came out of
+    ``--json`` as the text ``\\x9b``: JSON no parser read, and not the name. JSON escapes it."""
+    server = hostile()
+    name = "a\u009b[2Jb\u0085c\x7f.txt"
+    asset = {**_asset(name, 1), "id": "ast_x"}
+    server.json("GET", "/api/folders", {"folders": []})
+    server.json("GET", "/api/assets/ast_x", asset)
+    server.json("GET", "/api/assets", {"assets": [asset], "limit": 100, "nextCursor": None})
+    cli = cli_for(server.url, KEY)
+    for argv, found in (
+        (("info", "ast_x", "--json"), lambda doc: doc["name"]),
+        (("ls", "/", "--json"), lambda doc: doc["assets"][0]["name"]),
+    ):
+        run = cli(*argv)
+        assert run.exit_code == 0, run.stderr
+        assert found(json.loads(run.stdout)) == name, run.stdout
+        assert not set(run.stdout) & {"\u009b", "\u0085", "\x7f", "\x1b"}  # (escaped, never raw)
+
+
+@pytest.mark.parametrize("command", ["upload", "sync"])
+def test_a_file_swapped_for_a_link_after_the_scan_is_not_followed(
+    hostile: Any, cli_for: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """``upload -r`` and ``sync`` leave symbolic links out when they scan, but opened each file
+    later by its name, following a link put there since: the file it names was uploaded (a
+    secret, from a directory someone else can write to). Each file is now opened without
+    following a link, and must still be the regular file the scan found."""
+    import coffer_client.cli as cli_module
+
+    server = hostile()
+    folder = {"id": "fld_s", "organizationId": "org_x", "parentId": None, "name": "site"}
+    answers = iter([{"folders": [{**folder, "createdAt": "2026-01-01T00:00:00Z"}]}])  # (then none)
+    server.routes[("GET", "/api/folders")] = lambda: (
+        200,
+        {"content-type": "application/json"},
+        json.dumps(next(answers, {"folders": []})).encode(),
+    )
+    server.json("GET", "/api/assets", {"assets": [], "limit": 100, "nextCursor": None})
+    server.json("POST", "/api/assets", _asset("b.txt", 4), status=201)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRET")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "a.txt").write_text("hello")
+    (site / "b.txt").write_text("fine")
+    ensure_folders = cli_module.ensure_folders
+
+    def swapped(*args: Any) -> Any:  # (after the scan, before the uploads)
+        (site / "a.txt").unlink()
+        (site / "a.txt").symlink_to(secret)
+        return ensure_folders(*args)
+
+    monkeypatch.setattr(cli_module, "ensure_folders", swapped)
+    argv = ("upload", "-r", str(site), "--to", "/") if command == "upload" else ("sync", str(site), "/site")
+    run = cli_for(server.url, KEY)(*argv, "-q")
+    assert run.exit_code == 1, run.stderr
+    assert "a.txt" in run.stderr and "symbolic link" in run.stderr, run.stderr
+    assert not any(b"TOPSECRET" in body for body in server.bodies)
+    assert any(b"fine" in body for body in server.bodies)  # (the other file went)
+
+
+def _trashed(n: int) -> dict[str, Any]:
+    return {
+        **_asset(f"t{n}.txt", 1),
+        "id": f"ast_{n}",
+        **{"trashedAt": "2026-01-01T00:00:00Z", "purgeAt": "2026-01-02T00:00:00Z"},
+        **{"trashedBy": {"type": "key", "id": "key_x", "label": None}, "reason": "deleted"},
+    }
+
+
+def test_trash_ls_writes_its_pages_as_they_come_and_stops_at_the_offset_bound(
+    hostile: Any, cli_for: Any
+) -> None:
+    """A trash that never ends (a total of a billion, each page new) was held whole, nothing
+    written, until the service said the offset had reached the total. Now each page is written
+    as it comes, and paging stops at the largest offset the service serves (100,000)."""
+    server = hostile()
+    pages, first_read = itertools.count(), threading.Event()
+
+    def page() -> Answer:
+        n = next(pages)
+        if n == 1:
+            first_read.wait(30)  # (the second page waits until the first line was read)
+        body = {"assets": [_trashed(n * 100 + i) for i in range(100)], "total": 10**9, "limit": 100}
+        return 200, {"content-type": "application/json"}, json.dumps({**body, "offset": n * 100}).encode()
+
+    server.routes[("GET", "/api/trash")] = page
+    cli = cli_for(server.url, KEY)
+    program = subprocess.Popen(
+        [str(Path(sys.executable).parent / "coffer"), "trash", "ls"],
+        env={**os.environ, **cli.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert program.stdout is not None
+        readable, _, _ = select.select([program.stdout], [], [], 20)
+        first = program.stdout.readline() if readable else ""
+        first_read.set()
+        rest, stderr = program.communicate(timeout=120)
+    finally:
+        first_read.set()
+        program.kill()
+        program.wait()
+    assert first.startswith("t0.txt\t1 B\t"), first
+    assert program.returncode == 1 and stderr.count("\n") == 1 and "100,000" in stderr, stderr
+    assert len(rest.splitlines()) + 1 <= 100_100
+    assert next(pages) <= 1002  # (the pages up to offset 100,000, and no more)
+
+    server.routes[("GET", "/api/trash")] = lambda: (  # the same page for ever: nothing new
+        200,
+        {"content-type": "application/json"},
+        json.dumps({"assets": [_trashed(0)], "total": 10**9, "limit": 100, "offset": 0}).encode(),
+    )
+    server.seen.clear()
+    run = cli("trash", "ls", "--json")
+    assert run.exit_code == 1 and json.loads(run.stdout)["error"]["code"] == "bad_response", run.stdout
+    assert len(server.seen) == 2
+
+
+def test_emptying_a_trash_that_never_empties_stops(hostile: Any, cli_for: Any) -> None:
+    """``empty_trash`` asked again while the service said something remained: a round that
+    purges nothing now ends it, with ``bad_response``, rather than go round for ever."""
+    server = hostile()
+    server.json("DELETE", "/api/trash", {"purged": 0, "remaining": 5})
+    with Coffer(server.url, KEY) as sdk, pytest.raises(errors.CofferError) as stuck:
+        sdk.empty_trash()
+    assert stuck.value.code == "bad_response" and len(server.seen) == 1
+    run = cli_for(server.url, KEY)("trash", "purge", "--all")
+    assert run.exit_code == 1 and "[bad_response]" in run.stderr, run.stderr
+
+
+def test_ls_recursive_holds_a_bounded_listing(hostile: Any, cli_for: Any) -> None:
+    """``ls -r`` sorts its listing, so it holds it: a listing without end was held until memory
+    ran out. It holds at most 100,000 assets, then stops with a message."""
+    server = hostile()
+    pages = itertools.count()
+
+    def page() -> Answer:
+        n = next(pages)
+        listed = [{**_asset(f"a{n}-{i}", 1), "id": f"ast_{n}_{i}"} for i in range(1000)]
+        body = {"assets": listed, "limit": 1000, "nextCursor": f"c{n}"}
+        return 200, {"content-type": "application/json"}, json.dumps(body).encode()
+
+    server.routes[("GET", "/api/assets")] = page
+    for json_flag in ((), ("--json",)):
+        run = cli_for(server.url, KEY)("ls", "-r", "/", *json_flag)
+        assert run.exit_code == 1 and "100,000" in run.stderr, run.stderr[-500:]
+        assert run.stderr.count("\n") == 1
+    assert next(pages) <= 2 * 101 + 1
+
+
+def _answers(server: Hostile, path: str, key: str, *answers: list[dict[str, Any]], **more: Any) -> None:
+    """``GET path`` answers ``{key: answers[0], **more}``, then the next, then empty lists."""
+    given = iter(answers)
+    server.routes[("GET", path)] = lambda: (
+        200,
+        {"content-type": "application/json"},
+        json.dumps({key: next(given, []), **more}).encode(),
+    )
+
+
+def _folder(folder_id: str, name: str, parent: str | None) -> dict[str, Any]:
+    return {
+        **{"id": folder_id, "organizationId": "org_x", "parentId": parent, "name": name},
+        "createdAt": "2026-01-01T00:00:00Z",
+    }
+
+
+def test_sync_delete_keeps_what_the_scan_left_out(hostile: Any, cli_for: Any, tmp_path: Path) -> None:
+    """``sync --delete`` scanned without symbolic links and took the remote copies of what they
+    hold for stale: ``photos -> ../external/photos`` cost /site/photos, without a word. Now it
+    warns of what it left out, as ``upload -r`` does, and keeps what is remote under it."""
+    server = hostile()
+    _answers(
+        server,
+        "/api/folders",
+        "folders",
+        [_folder("fld_s", "site", None)],
+        [_folder("fld_p", "photos", "fld_s")],
+    )
+    cat = {**_asset("cat.jpg", 3), "id": "ast_cat", "folderId": "fld_p"}
+    _answers(server, "/api/assets", "assets", [], [cat], limit=100, nextCursor=None)
+    server.routes[("DELETE", "*")] = lambda: (204, {}, b"")
+    (tmp_path / "external" / "photos").mkdir(parents=True)
+    (tmp_path / "external" / "photos" / "cat.jpg").write_text("cat")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "photos").symlink_to("../external/photos")
+    run = cli_for(server.url, KEY)("sync", str(site), "/site", "--delete")
+    assert run.exit_code == 0, run.stderr
+    assert "left out 1 symbolic link" in run.stderr and "photos" in run.stderr, run.stderr
+    assert [s for s in server.seen if s[0] == "DELETE"] == []
+
+
+def test_sync_refuses_two_local_names_that_are_one_remotely(
+    hostile: Any, cli_for: Any, tmp_path: Path
+) -> None:
+    """``café.txt`` written composed and decomposed are two files here and one name remotely
+    (NFC): sync kept the last it met and left the other out. It now refuses, naming both."""
+    server = hostile()
+    _answers(server, "/api/folders", "folders", [_folder("fld_s", "site", None)])
+    _answers(server, "/api/assets", "assets", limit=100, nextCursor=None)
+    server.json("POST", "/api/assets", _asset("x", 1), status=201)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "caf\u00e9.txt").write_text("composed")
+    (site / "cafe\u0301.txt").write_text("decomposed")
+    run = cli_for(server.url, KEY)("sync", str(site), "/site")
+    assert run.exit_code == 1 and "caf\u00e9.txt" in run.stderr and "cafe\u0301.txt" in run.stderr, run.stderr
+    assert [s for s in server.seen if s[0] != "GET"] == []
+
+
+def test_sync_stops_on_a_folder_tree_without_end(hostile: Any, cli_for: Any, tmp_path: Path) -> None:
+    """Every folder with a subfolder of its own (a new one each time, or the same one again):
+    sync's walk of the remote tree recursed until RecursionError, a traceback. Now a tree past
+    256 folders deep, or with a folder met twice, is a one-line ``bad_response``."""
+    server = hostile()
+    made = itertools.count()
+    server.routes[("GET", "/api/folders")] = lambda: (
+        200,
+        {"content-type": "application/json"},
+        json.dumps({"folders": [_folder(f"fld_{next(made)}", "deeper", None)]}).encode(),
+    )
+    _answers(server, "/api/assets", "assets", limit=100, nextCursor=None)
+    (tmp_path / "site").mkdir()
+    cli = cli_for(server.url, KEY)
+    run = cli("sync", str(tmp_path / "site"), "/deeper")
+    assert run.exit_code == 1 and run.stderr.count("\n") == 1, run.stderr[-2000:]
+    assert "[bad_response]" in run.stderr and "256" in run.stderr
+    server.json("GET", "/api/folders", {"folders": [_folder("fld_same", "again", None)]})
+    run = cli("sync", str(tmp_path / "site"), "/again")
+    assert run.exit_code == 1 and "twice" in run.stderr and "[bad_response]" in run.stderr, run.stderr[-2000:]
+
+
+def test_an_asset_with_a_long_name_downloads(hostile: Any, cli_for: Any, tmp_path: Path) -> None:
+    """A name of 233 to 255 bytes is a valid file name, but the temporary file beside it
+    (``.NAME.<16 hex>.part``) was longer than a file name may be: the download failed."""
+    server = hostile()
+    name = "n" * 251 + ".txt"
+    _downloadable(server, name, 5, b"hello")
+    into = tmp_path / "into"
+    into.mkdir()
+    run = cli_for(server.url, KEY)("download", "ast_x", "-o", str(into), "-q")
+    assert run.exit_code == 0, run.stderr
+    assert (into / name).read_bytes() == b"hello" and len(list(into.iterdir())) == 1
+
+
+def test_emoji_codes_in_names_are_shown_as_written(hostile: Any, cli_for: Any, tmp_path: Path) -> None:
+    """rich turns ``:warning:`` into ⚠ on a terminal: ``:warning:.txt`` was shown as ``⚠.txt``,
+    a name that is not the asset's, in the table, the messages and the bars."""
+    server = hostile()
+    name = ":warning::smile:.txt"
+    asset = {**_asset(name, 5), "id": "ast_x"}
+    server.json("GET", "/api/folders", {"folders": []})
+    server.json("GET", "/api/assets", {"assets": [asset], "limit": 100, "nextCursor": None})
+    server.json("POST", "/api/assets", asset, status=201)
+    local = tmp_path / name
+    local.write_text("hello")
+    cli = cli_for(server.url, KEY)
+    for argv in (("ls", "/"), ("upload", str(local))):
+        run = cli(*argv, FORCE_COLOR="1")  # (a terminal for rich)
+        assert run.exit_code == 0, run.stderr
+        shown = CSI.sub("", run.stdout + run.stderr)
+        assert name in shown and "\u26a0" not in shown and "\U0001f604" not in shown, (argv, shown)
+    _downloadable(server, name, 5, b"hello")
+    run = cli("download", "ast_x", "-o", str(tmp_path / "f.bin"), FORCE_COLOR="1")  # with its bar
+    assert run.exit_code == 0, run.stderr
+    assert "\u26a0" not in run.stderr and name in CSI.sub("", run.stderr), run.stderr

@@ -284,3 +284,59 @@ def test_coffer_upload_of_a_file_changed_since_it_was_cut_off_fails_and_starts_a
     assert last.exit_code == 0, last.stderr
     (asset,) = tenant.api.get("/api/assets").json()["assets"]
     assert asset["sha256"] == sha256(source)
+
+
+KEEP = """
+import sys, threading
+from pathlib import Path
+from coffer_client._tus import Resumes
+
+def run(t):
+    for n in range(50):
+        Resumes(Path(sys.argv[1])).put(f"{sys.argv[2]}-{t}-{n}", f"http://x/{t}/{n}")
+
+threads = [threading.Thread(target=run, args=(t,)) for t in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"""
+
+
+def test_uploads_side_by_side_keep_every_resume_url(tmp_path: Path) -> None:
+    """``coffer upload -j 8`` keeps each large file's upload URL through a Resumes of its own:
+    each had its own lock and every thread the same temporary file, so 8 threads of 50 URLs kept
+    5 and raised 190 FileExistsError/FileNotFoundError. Threads, and processes, keep them all."""
+    import threading
+
+    from coffer_client._tus import Resumes
+
+    path = tmp_path / "cache" / "uploads.json"
+    failures: list[BaseException] = []
+
+    def run(t: int) -> None:
+        try:
+            for n in range(50):
+                Resumes(path).put(f"{t}-{n}", f"http://x/{t}/{n}")
+        except BaseException as exc:  # noqa: BLE001 - counted below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    kept = json.loads(path.read_text())
+    assert len(kept) == 400 and kept["7-49"] == "http://x/7/49"
+    assert oct(path.stat().st_mode & 0o777) == oct(0o600)
+
+    others = [
+        subprocess.Popen([sys.executable, "-c", KEEP, str(path), f"p{p}"], stderr=subprocess.PIPE, text=True)
+        for p in range(2)
+    ]
+    for other in others:
+        _, stderr = other.communicate(timeout=120)
+        assert other.returncode == 0, stderr
+    assert len(json.loads(path.read_text())) == 400 + 2 * 4 * 50
+    assert sorted(p.name for p in path.parent.iterdir() if p.name != "uploads.json.lock") == ["uploads.json"]

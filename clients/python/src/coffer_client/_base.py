@@ -18,7 +18,7 @@ from urllib.parse import quote
 import httpx
 import pydantic_core
 import tenacity
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from coffer_client import errors
 from coffer_client._options import CHUNK, MAX_FILE_BYTES, UNSET, ProgressCallback, RetryPolicy
@@ -31,6 +31,9 @@ USER_AGENT = "coffer-client-python/0.1"
 # a page of 1,000 assets with their metadata, is a few MiB; a larger answer is not Coffer's
 # (a 200 MB one took 1 GB of memory before this bound).
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+# The most batches ``empty_trash`` asks for (100 assets each, docs/api.md "The trash"): a million
+# assets, then ``incomplete``; a service answering "more remain" for ever is stopped there.
+MAX_EMPTY_ROUNDS = 10_000
 # Sent on every request, whatever httpx client the caller gave: no content coding is asked
 # for, and one that comes anyway is refused (``encoded``).
 IDENTITY = {"accept-encoding": "identity"}
@@ -260,7 +263,26 @@ def check(response: httpx.Response) -> httpx.Response:
 
 
 def parse(model: type[M], response: httpx.Response) -> M:
-    return model.model_validate_json(response.content)
+    """The answer as ``model``; one that is not (no JSON, a field missing) is ``bad_response``."""
+    try:
+        return model.model_validate_json(response.content)
+    except ValidationError as exc:
+        raise errors.CofferError(
+            f"The service's answer is not Coffer's: {invalid(exc)}", code="bad_response"
+        ) from None
+
+
+def invalid(exc: ValidationError) -> str:
+    """A validation error in one short line: how many, and the first. Never the whole error,
+    which repeats every failure with its input."""
+    count = exc.error_count()
+    # (errors() makes a dict of each: only for a count the models' fail_fast keeps small)
+    first = (
+        exc.errors(include_url=False, include_context=False, include_input=False)[0] if count <= 100 else None
+    )
+    where = ".".join(str(part) for part in first["loc"]) if first else ""
+    said = f": {where + ': ' if where else ''}{first['msg']}" if first else ""
+    return f"{count} error{'s' if count != 1 else ''} in {exc.title}{said}"[:300]
 
 
 def document(response: httpx.Response) -> Any:
@@ -297,8 +319,9 @@ class Cursors:
 def partial_file(target: Path) -> tuple[int, str]:
     """A new file beside ``target`` to download into, open for writing, and its path. Made with
     mode 0666 less the umask, as ``cp`` and ``curl -o`` make a file (mkstemp's is always 0600,
-    which the finished file kept); ``O_EXCL``: never an existing file or a link."""
-    tmp = target.parent / f".{target.name}.{secrets.token_hex(8)}.part"
+    which the finished file kept); ``O_EXCL``: never an existing file or a link. Its name is
+    short whatever the target's: ``.NAME.….part`` made a valid name of 233-255 bytes too long."""
+    tmp = target.parent / f".coffer-{secrets.token_hex(8)}.part"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     return os.open(tmp, flags, 0o666), str(tmp)
 

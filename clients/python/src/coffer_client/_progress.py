@@ -58,6 +58,19 @@ def _speed_column() -> ProgressColumn:
     return BinarySpeedColumn()
 
 
+def _description_column() -> ProgressColumn:
+    """The file's name (or the total's bold label), as markup without emoji codes: rich's own
+    column made ``:warning:.txt`` into ⚠.txt, a name that is not the file's."""
+    from rich.progress import ProgressColumn, Task
+    from rich.text import Text
+
+    class DescriptionColumn(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            return Text.from_markup(task.description, emoji=False, justify="left")
+
+    return DescriptionColumn()
+
+
 def _ignore(*_: object) -> None:
     return None
 
@@ -97,7 +110,6 @@ class Transfers(Bars):
             BarColumn,
             DownloadColumn,
             Progress,
-            TextColumn,
             TimeRemainingColumn,
         )
 
@@ -106,7 +118,7 @@ class Transfers(Bars):
         self.finished = 0
         self._lock = threading.Lock()
         self._progress = Progress(
-            TextColumn("{task.description}", justify="left"),
+            _description_column(),
             BarColumn(bar_width=30),
             DownloadColumn(binary_units=True),
             _speed_column(),

@@ -24,6 +24,7 @@ from coffer_client._base import (
     CHUNK,
     DEFAULT_TIMEOUT,
     IDENTITY,
+    MAX_EMPTY_ROUNDS,
     MAX_FILE_BYTES,
     MAX_RESPONSE_BYTES,
     UNSET,
@@ -366,13 +367,26 @@ class Coffer:
         self._request("DELETE", f"/api/trash/{segment(asset_id)}")
 
     def empty_trash(self) -> int:
-        """Delete everything in the trash for good, batch after batch; how many went."""
+        """Delete everything in the trash for good, batch after batch; how many went. A batch
+        that purges nothing while some remain is ``bad_response`` (it went round for ever);
+        past MAX_EMPTY_ROUNDS batches, ``incomplete``: call it again to go on."""
         purged = 0
-        while True:
+        for _ in range(MAX_EMPTY_ROUNDS):
             batch = document(self._request("DELETE", "/api/trash"))
-            purged += int(batch["purged"])
-            if batch["remaining"] == 0:
+            went, remaining = int(batch["purged"]), batch["remaining"]
+            purged += went
+            if remaining == 0:
                 return purged
+            if went <= 0:
+                raise errors.CofferError(
+                    f"The service purged nothing from the trash and says {remaining!r} remain"
+                    f" ({purged} purged before).",
+                    code="bad_response",
+                )
+        raise errors.CofferError(
+            f"Stopped after {MAX_EMPTY_ROUNDS:,} batches ({purged:,} purged): empty it again to go on.",
+            code="incomplete",
+        )
 
     def trash_settings(self) -> TrashSettings:
         return parse(TrashSettings, self._request("GET", "/api/trash/settings"))

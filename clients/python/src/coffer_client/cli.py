@@ -5,20 +5,22 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import functools
 import itertools
 import json
 import math
 import os
 import re
+import stat
 import sys
 import time
 import unicodedata
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, cast, get_args
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, NoReturn, TypeVar, cast, get_args
 
 import typer
 from typer.core import TyperGroup
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from coffer_client._sync import Coffer
-    from coffer_client.models import Asset, Folder
+    from coffer_client.models import Asset, Folder, TrashedAsset
 
 OK, FAILURE, USAGE, NOT_FOUND, AUTH = 0, 1, 2, 3, 4
 F = TypeVar("F", bound=Callable[..., Any])
@@ -82,6 +84,24 @@ def print(*values: object, **kwargs: Any) -> None:
     builtins.print(*(visible(v) if isinstance(v, str) else v for v in values), **kwargs)
 
 
+# DEL and the C1 controls: json.dumps(ensure_ascii=False) writes them as they are, and a terminal
+# acts on them (U+009B begins a sequence as ESC [ does). Escaped as \u00XX, they stay JSON.
+_RAW_IN_JSON = re.compile("[\x7f-\x9f]")
+
+
+def json_text(value: Any) -> str:
+    """``value`` as JSON on one line: non-ASCII text as it is, every control character escaped
+    the JSON way."""
+    text = json.dumps(value, ensure_ascii=False)
+    return _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def print_json(value: Any) -> None:
+    """``value`` as one line of JSON on stdout (``json_text``); never through ``print`` above,
+    whose ``\x85`` is no JSON escape."""
+    builtins.print(json_text(value))
+
+
 def error_json(exc: errors.CofferError) -> dict[str, Any]:
     return {"status": exc.status, "code": exc.code, "message": exc.message, "requestId": exc.request_id}
 
@@ -102,7 +122,7 @@ def handled(fn: F) -> F:
             interrupted()
         except (ValueError, KeyError, TypeError) as exc:  # an answer no Coffer gives (a portal's HTML page)
             answer = errors.CofferError(
-                f"The service's answer is not Coffer's: {exc!r}"[:300], code="bad_response"
+                f"The service's answer is not Coffer's: {unexpected(exc)}", code="bad_response"
             )
             fail(answer, bool(kwargs.get("as_json")))
         except OSError as exc:  # a local file: unreadable, a directory in the way, a full disk
@@ -112,6 +132,18 @@ def handled(fn: F) -> F:
             fail(local, bool(kwargs.get("as_json")))
 
     return run  # type: ignore[return-value]
+
+
+def unexpected(exc: Exception) -> str:
+    """What was wrong with an answer, in one short line: a pydantic error by its count and first
+    failure (its repr holds every failure, each with its input), anything else by its repr."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        from coffer_client._base import invalid
+
+        return invalid(exc)
+    return repr(exc)[:300]
 
 
 def interrupted() -> NoReturn:
@@ -138,7 +170,7 @@ def reader_gone() -> NoReturn:
 
 def fail(exc: errors.CofferError, as_json: bool) -> NoReturn:
     if as_json:
-        print(json.dumps({"error": error_json(exc)}))
+        print_json({"error": error_json(exc)})
     detail = f" [{exc.code}" + (f", request {exc.request_id}" if exc.request_id else "") + "]"
     if isinstance(exc, errors.ConfigurationError | errors.TransportError) or exc.code == "local":
         detail = ""
@@ -177,7 +209,7 @@ class CommandLine(TyperGroup):
             options = argv[: argv.index("--")] if "--" in argv else argv
             if "--json" in options:
                 usage = {"status": None, "code": "usage", "message": exc.format_message(), "requestId": None}
-                print(json.dumps({"error": usage}))
+                print_json({"error": usage})
             exc.show()
             code = exc.exit_code
         except typer.Abort:
@@ -292,31 +324,49 @@ JobsOpt = Annotated[
 ]
 
 
+# emoji=False: rich writes ``:warning:`` as ⚠, and a name holding it is not shown as it is.
 def out() -> Console:
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, emoji=False)
 
 
 def err() -> Console:
+    """stderr: the messages, and the console the progress bars draw on."""
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, emoji=False)
+
+
+def plain(value: Any) -> Any:
+    """``value`` with its models as the service writes them (JSON's types)."""
+    from coffer_client.models import Model
+
+    if isinstance(value, Model):
+        return value.model_dump(mode="json", by_alias=True, exclude_none=False)
+    if isinstance(value, list):
+        return [plain(x) for x in value]
+    if isinstance(value, dict):
+        return {k: plain(x) for k, x in value.items()}
+    return value
 
 
 def dump(value: Any) -> None:
-    from coffer_client.models import Model
+    print_json(plain(value))
 
-    def plain(v: Any) -> Any:
-        if isinstance(v, Model):
-            return v.model_dump(mode="json", by_alias=True, exclude_none=False)
-        if isinstance(v, list):
-            return [plain(x) for x in v]
-        if isinstance(v, dict):
-            return {k: plain(x) for k, x in v.items()}
-        return v
 
-    print(json.dumps(plain(value), ensure_ascii=False))
+def dump_listing(folders: list[Folder], assets: Iterable[Asset]) -> None:
+    """``dump({"folders": folders, "assets": assets})``, the same line, written as the pages of
+    ``assets`` come rather than held whole."""
+    head = json_text({"folders": plain(folders), "assets": []})
+    sys.stdout.write(head.removesuffix("]}"))
+    try:
+        for n, asset in enumerate(assets):
+            sys.stdout.write((", " if n else "") + json_text(plain(asset)))
+    except BaseException:
+        sys.stdout.write("\n")  # the unfinished document's line ends; the error's follows
+        raise
+    sys.stdout.write("]}\n")
 
 
 def usage_error(message: str) -> NoReturn:
@@ -324,6 +374,26 @@ def usage_error(message: str) -> NoReturn:
 
 
 # --- ls, mkdir, rmdir --------------------------------------------------------------------------
+
+
+# The most assets ``ls -r`` holds at once: it sorts the listing by path, so holds it whole (1.8
+# KiB an asset: 100,000 are ~180 MiB). Without ``-r``, ``ls`` writes each page as it comes, as
+# lines or (``--json``) as the one document's pieces, and holds none.
+MAX_HELD = 100_000
+
+
+def held(assets: Iterable[Asset]) -> list[Asset]:
+    """``assets`` as a list, or ``too_many`` once there are more than MAX_HELD."""
+    kept: list[Asset] = []
+    for a in assets:
+        if len(kept) == MAX_HELD:
+            raise errors.CofferError(
+                f"More than {MAX_HELD:,} assets to list: ls -r sorts the listing by path, so holds"
+                " it whole, and at most that many; list a folder further down, or without -r.",
+                code="too_many",
+            )
+        kept.append(a)
+    return kept
 
 
 @app.command()
@@ -347,14 +417,17 @@ def ls(
     assets: Iterable[Asset] = c.list_assets(where, sort="name", tags=tag or (), recursive=recursive)
     if recursive:  # the name as a path below the root, in the order of the paths, as find(1)
         assets = sorted(
-            (
+            held(
                 a.model_copy(update={"name": "/".join([p["name"] for p in a.folder_path or []] + [a.name])})
                 for a in assets
             ),
             key=lambda a: a.name,
         )
     if as_json:
-        dump({"folders": folders, "assets": list(assets)})
+        if recursive:
+            dump({"folders": folders, "assets": assets})
+        else:
+            dump_listing(folders, assets)
         return
     # Dates in the local time zone, as ls(1) writes them (--json keeps the service's UTC).
     rows = itertools.chain(
@@ -450,6 +523,10 @@ class Job:
     name: str
     size: int
     replace: list[str] = field(default_factory=list)  # assets this upload supersedes (sync)
+    # (st_dev, st_ino) of the regular file a directory's scan found: the file opened to be
+    # sent must be that one, never a link put in its place since. None: a file named on the
+    # command line, whose link is followed as cp follows it.
+    scanned: tuple[int, int] | None = None
 
 
 @dataclass
@@ -483,10 +560,11 @@ def run_uploads(
                     "visibility": visibility,
                 }
                 # (An expiry goes with the one-request upload, whatever the size.)
-                if job.size > resumable_above() and expires_at is None:
-                    asset = upload_resumably(c, job.path, options)
-                else:
-                    asset = c.upload(job.path, expires_at=expires_at, **options)
+                with open_local(job.path, job.scanned) as fh:
+                    if job.size > resumable_above() and expires_at is None:
+                        asset = upload_resumably(c, job.path, fh, options)
+                    else:
+                        asset = c.upload(fh, filename=job.name, expires_at=expires_at, **options)
                 for old in job.replace:
                     c.delete_asset(old)
             except errors.CofferError as exc:
@@ -515,9 +593,9 @@ def resumable_above() -> int:
     return RESUMABLE_ABOVE
 
 
-def upload_resumably(c: Coffer, path: Path, options: dict[str, Any]) -> Asset:
-    """A large file through tus: the upload's URL is kept in the cache directory until it
-    completes, so the same command run again after an interruption continues it."""
+def upload_resumably(c: Coffer, path: Path, fh: BinaryIO, options: dict[str, Any]) -> Asset:
+    """A large file (``path``, open as ``fh``) through tus: the upload's URL is kept in the cache
+    directory until it completes, so the same command run again after an interruption continues it."""
     from coffer_client._tus import Resumes
 
     resumes = Resumes()
@@ -525,7 +603,11 @@ def upload_resumably(c: Coffer, path: Path, options: dict[str, Any]) -> Asset:
     key = Resumes.key(c.base_url, c.organization_id, path, target)
     try:
         asset = c.upload_resumable(
-            path, upload_url=resumes.get(key), on_created=lambda url: resumes.put(key, url), **options
+            fh,
+            filename=options["name"],
+            upload_url=resumes.get(key),
+            on_created=lambda url: resumes.put(key, url),
+            **options,
         )
     except errors.CofferError as exc:
         if exc.code == "file_changed":  # (its copy is deleted: the next run starts anew)
@@ -657,7 +739,7 @@ def upload(
                     dirs.add(f"{top}/{nfc(rel.as_posix())}")
                 else:
                     folder = join_path(to, top, *map(nfc, rel.parts[:-1]))
-                    todo.append(Job(f, folder, nfc(f.name), f.stat().st_size))
+                    todo.append(Job(f, folder, nfc(f.name), f.lstat().st_size, scanned=identity(f)))
             warn_skipped(skipped, quiet=quiet or as_json)
         else:
             todo.append(Job(p, join_path(to), nfc(p.name), p.stat().st_size))
@@ -729,6 +811,44 @@ def tree(top: Path) -> tuple[list[Path], list[Path]]:
             path = here / f
             (found if path.is_file() and not path.is_symlink() else skipped).append(path)
     return sorted(found), sorted(skipped)
+
+
+def identity(path: Path) -> tuple[int, int]:
+    """What a scan found at ``path`` (never following a link): the file to open later."""
+    st = path.lstat()
+    return st.st_dev, st.st_ino
+
+
+@contextlib.contextmanager
+def open_local(path: Path, scanned: tuple[int, int] | None) -> Iterator[BinaryIO]:
+    """``path`` open for reading, and only if it is a regular file: size and bytes then come from
+    this one descriptor. A file a scan found (``scanned``) is opened without following a link
+    and must be the file it found: one swapped for a link to ``~/.ssh/id_rsa`` since the scan
+    was uploaded. O_NONBLOCK: a FIFO put in its place is refused, not waited on."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_BINARY", 0)
+    if scanned is not None:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and scanned is not None:
+            raise errors.CofferError(
+                f"{path} became a symbolic link after it was scanned: left out, as links are.", code="local"
+            ) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise errors.CofferError(f"{path} is not a regular file: left out.", code="local")
+        if scanned is not None and (st.st_dev, st.st_ino) != scanned:
+            raise errors.CofferError(f"{path} was replaced after it was scanned: left out.", code="local")
+        os.set_blocking(fd, True)
+        fh = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with fh:
+        yield fh
 
 
 def warn_skipped(skipped: list[Path], *, quiet: bool) -> None:
@@ -1218,29 +1338,43 @@ def rm(
 # --- sync --------------------------------------------------------------------------------------
 
 
-def sha256_of(path: Path) -> str:
+def sha256_of(path: Path, scanned: tuple[int, int] | None) -> str:
     import hashlib
 
     h = hashlib.sha256()
-    with path.open("rb") as fh:
+    with open_local(path, scanned) as fh:
         while chunk := fh.read(CHUNK):
             h.update(chunk)
     return h.hexdigest()
 
 
+# The deepest remote folder ``sync`` walks to, below its folder: far past any tree a person
+# makes, and a bound on one that never ends (it went on until RecursionError).
+MAX_DEPTH = 256
+
+
 def remote_tree(c: Coffer, root: Folder | None) -> tuple[dict[str, list[Asset]], dict[str, Folder]]:
-    """Assets by relative path (``a/b.txt``) and folders by relative path, below ``root``."""
+    """Assets by relative path (``a/b.txt``) and folders by relative path, below ``root``; a
+    tree deeper than MAX_DEPTH, or with a folder met twice (a cycle), is ``bad_response``."""
     assets: dict[str, list[Asset]] = {}
     folders: dict[str, Folder] = {}
-
-    def walk(folder_id: str | None, prefix: str) -> None:
+    start = root.id if root else None
+    todo: list[tuple[str | None, str, int]] = [(start, "", 0)]
+    walked: set[str | None] = {start}
+    while todo:
+        folder_id, prefix, depth = todo.pop()
         for a in c.list_assets(folder_id if folder_id else ""):
             assets.setdefault(prefix + a.name, []).append(a)
-        for f in c.list_folders(folder_id):
+        below = c.list_folders(folder_id)
+        for f in reversed(below):  # (popped in the service's order)
+            if f.id in walked or depth >= MAX_DEPTH:
+                why = "a folder met twice" if f.id in walked else f"deeper than {MAX_DEPTH} folders"
+                raise errors.CofferError(
+                    f"The service's folder tree is not a tree ({why}).", code="bad_response"
+                )
+            walked.add(f.id)
             folders[prefix + f.name] = f
-            walk(f.id, prefix + f.name + "/")
-
-    walk(root.id if root else None, "")
+            todo.append((f.id, prefix + f.name + "/", depth + 1))
     return assets, folders
 
 
@@ -1270,6 +1404,7 @@ def sync(
         base, exists = (None, False) if dry_run else (c.make_folders(folder, parents=True), True)
     remote, remote_folders = remote_tree(c, base) if exists else ({}, {})
     plan = plan_sync(local_dir, folder, remote, remote_folders, delete=delete)
+    warn_skipped(plan.skipped, quiet=quiet or as_json)
     if dry_run:
         show_plan(plan, as_json=as_json)
         return
@@ -1296,6 +1431,7 @@ class SyncPlan:
     local_dirs: set[str]
     stale_assets: list[Asset]
     stale_folders: list[Folder]
+    skipped: list[Path] = field(default_factory=list)  # left out by the scan (links, FIFOs)
 
 
 def plan_sync(
@@ -1307,32 +1443,49 @@ def plan_sync(
     delete: bool,
 ) -> SyncPlan:
     """What to upload (missing, or no remote copy with the same sha256) and, with ``delete``,
-    what to delete (remote assets without a local file, topmost remote folders without a local one)."""
+    what to delete (remote assets without a local file, topmost remote folders without a local
+    one). What the scan left out (a link, a FIFO) is not "not in LOCAL_DIR": its remote copy,
+    and all below it, is kept, as rsync keeps it. Two local names that are one once normalised
+    (NFC, as the service keeps names) are refused before anything changes."""
     local: dict[str, Path] = {}
     local_dirs: set[str] = set()
-    for entry in tree(local_dir)[0]:
+    found, skipped = tree(local_dir)
+    by_name: dict[str, Path] = {}
+    for entry in found:
         rel = nfc(entry.relative_to(local_dir).as_posix())
+        if (other := by_name.setdefault(rel, entry)) is not entry:
+            raise errors.CofferError(
+                f"{other} and {entry} are one name remotely ({rel!r}, normalised): rename one.",
+                code="name_clash",
+            )
         if entry.is_dir():
             local_dirs.add(rel)
         else:
             local[rel] = entry
+    kept = tuple(nfc(p.relative_to(local_dir).as_posix()) for p in skipped)
+
+    def gone(rel: str) -> bool:
+        return delete and not any(rel == k or rel.startswith(k + "/") for k in kept)
+
     todo: list[Job] = []
     unchanged = 0
     for rel, path in local.items():
         have = remote.get(rel, [])
-        if have and sha256_of(path) in {a.sha256 for a in have}:
+        scanned = identity(path)
+        if have and sha256_of(path, scanned) in {a.sha256 for a in have}:
             unchanged += 1
             continue
         *dirs, name = rel.split("/")
-        todo.append(Job(path, join_path(folder, *dirs), name, path.stat().st_size, [a.id for a in have]))
-    stale_assets = [a for rel, lst in remote.items() if rel not in local for a in lst] if delete else []
+        size = path.lstat().st_size
+        todo.append(Job(path, join_path(folder, *dirs), name, size, [a.id for a in have], scanned=scanned))
+    stale_assets = [a for rel, lst in remote.items() if rel not in local and gone(rel) for a in lst]
     # Only the topmost missing folders: deleting a folder deletes its subfolders.
     stale_folders = [
         f
         for rel, f in remote_folders.items()
-        if delete and rel not in local_dirs and ("/" not in rel or rel.rsplit("/", 1)[0] in local_dirs)
+        if gone(rel) and rel not in local_dirs and ("/" not in rel or rel.rsplit("/", 1)[0] in local_dirs)
     ]
-    return SyncPlan(todo, unchanged, local_dirs, stale_assets, stale_folders)
+    return SyncPlan(todo, unchanged, local_dirs, stale_assets, stale_folders, skipped)
 
 
 def show_plan(plan: SyncPlan, *, as_json: bool) -> None:
@@ -1421,27 +1574,52 @@ trash_app = typer.Typer(
 app.add_typer(trash_app, name="trash")
 
 
+# The largest offset the service serves (docs/api.md "List offset"): the trash is paged by
+# offset, so this bounds what ``trash ls`` lists (and holds, with --json).
+MAX_OFFSET = 100_000
+
+
+def trash_pages(c: Coffer) -> Iterator[list[TrashedAsset]]:
+    """The trash, page by page, each asset once; a page of only assets given before is
+    ``bad_response`` (the listing does not move on), and a trash past MAX_OFFSET ``incomplete``."""
+    offset, given = 0, set[str]()
+    while True:
+        page = c.list_trash(limit=100, offset=offset)
+        new = [a for a in page.assets if a.id not in given]
+        if page.assets and not new:
+            raise errors.CofferError(
+                "The service's listing of the trash does not move on (a page of nothing new).",
+                code="bad_response",
+            )
+        given.update(a.id for a in new)
+        yield new
+        offset += len(page.assets)
+        if not page.assets or offset >= page.total:
+            return
+        if offset > MAX_OFFSET:
+            raise errors.CofferError(
+                f"The trash holds more than the {MAX_OFFSET:,} entries the service lists by offset"
+                f" ({page.total:,}, it says): these are the newest.",
+                code="incomplete",
+            )
+
+
 @trash_app.command("ls")
 @handled
 def trash_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """List the trash, newest deleted first: name, size, deleted, by, deleted for good, id."""
     c = state(ctx).client()
-    found, offset = [], 0
-    while True:
-        page = c.list_trash(limit=100, offset=offset)
-        found += page.assets
-        offset += len(page.assets)
-        if not page.assets or offset >= page.total:
-            break
     if as_json:
-        dump({"assets": found})
+        dump({"assets": [a for page in trash_pages(c) for a in page]})
         return
-    for a in found:
-        by = a.trashed_by.get("label") or a.trashed_by.get("id") or a.trashed_by.get("type")
-        print(
-            f"{a.name}\t{human(a.size)}\t{a.trashed_at.astimezone():%Y-%m-%d %H:%M}\t{by}\t"
-            f"{a.purge_at.astimezone():%Y-%m-%d %H:%M}\t{a.id}"
-        )
+    for page in trash_pages(c):  # (written as the pages come)
+        for a in page:
+            by = a.trashed_by.get("label") or a.trashed_by.get("id") or a.trashed_by.get("type")
+            print(
+                f"{a.name}\t{human(a.size)}\t{a.trashed_at.astimezone():%Y-%m-%d %H:%M}\t{by}\t"
+                f"{a.purge_at.astimezone():%Y-%m-%d %H:%M}\t{a.id}"
+            )
+        sys.stdout.flush()
 
 
 @trash_app.command("restore")

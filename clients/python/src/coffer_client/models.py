@@ -4,10 +4,29 @@ service never breaks an older client; fields added by §8 are optional for the s
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+V = TypeVar("V")
+
+# A list stops at its first bad item: pydantic otherwise keeps an error for every missing field
+# of every item, and 2 MiB of ``[{}, {}, …]`` made 6,291,459 of them (4.5 GB).
+Items = Annotated[list[V], Field(fail_fast=True)]
+# The most keys a dict of typed values may hold: each value is checked, and a failed check is
+# an error kept; ``fail_fast`` on a dict needs pydantic 2.14, newer than the oldest admitted (2.9).
+# Coffer's are a few keys (an image's width, height, orientation; who trashed an asset).
+SMALL_DICT = 64
+
+
+def _few_keys(value: object) -> object:
+    if isinstance(value, dict) and len(value) > SMALL_DICT:
+        raise ValueError(f"more than {SMALL_DICT} keys")
+    return value
+
+
+Fields = Annotated[dict[str, V], BeforeValidator(_few_keys)]
 
 
 class Model(BaseModel):
@@ -34,7 +53,7 @@ class Folder(Model):
     #: The default expiry, in days, of the assets uploaded into it; None = none.
     expiry_days: int | None = None
     #: From the root folder down to this one; only ``get_folder`` returns it.
-    path: list[PathEntry] | None = None
+    path: Items[PathEntry] | None = None
 
     @property
     def path_str(self) -> str | None:
@@ -69,16 +88,16 @@ class Asset(Model):
     expires_at: datetime | None = None
     #: The application's own metadata and tags (issue 50).
     metadata: dict[str, Any] = {}
-    tags: list[str] = []
+    tags: Items[str] = []
     #: ``{"width", "height", "orientation"}`` of an image, once computed; its BlurHash.
-    image: dict[str, int] | None = None
+    image: Fields[int] | None = None
     placeholder: str | None = None
     #: In a recursive listing: the folders from the root down to the asset's own.
-    folder_path: list[dict[str, str]] | None = None
+    folder_path: Items[Fields[str]] | None = None
 
 
 class AssetPage(Model):
-    assets: list[Asset]
+    assets: Items[Asset]
     #: Every match; None on a cursor page that did not ask for it (``total=False``).
     total: int | None = None
     limit: int
@@ -117,12 +136,12 @@ class TrashedAsset(Asset):
 
     trashed_at: datetime
     purge_at: datetime
-    trashed_by: dict[str, str | None]
+    trashed_by: Fields[str | None]
     reason: str
 
 
 class TrashPage(Model):
-    assets: list[TrashedAsset]
+    assets: Items[TrashedAsset]
     total: int
     limit: int
     offset: int
@@ -163,10 +182,10 @@ class ApiKey(Model):
     created_at: datetime
     expires_at: datetime | None = None
     last_used_at: datetime | None = None
-    scopes: list[str] = ["full"]
-    actions: list[str] = []
+    scopes: Items[str] = ["full"]
+    actions: Items[str] = []
     folder_id: str | None = None
-    networks: list[str] = []
+    networks: Items[str] = []
     #: The scopes in words ("can upload into /avatars; cannot read or delete").
     description: str = ""
 
@@ -184,10 +203,10 @@ class KeySelf(Model):
     id: str
     kind: str
     organization_id: str
-    scopes: list[str]
-    actions: list[str]
+    scopes: Items[str]
+    actions: Items[str]
     folder_id: str | None = None
     folder_path: str | None = None
-    networks: list[str] = []
+    networks: Items[str] = []
     expires_at: datetime | None = None
     description: str = ""
