@@ -5,8 +5,6 @@ and a result sent again changes nothing."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import httpx
@@ -21,6 +19,7 @@ from coffer_kit.db.engine import writer
 from coffer_metadata import trash as T
 from coffer_testkit.testing import commit_asset
 
+from .support import sent_behind
 from .test_events import pending
 
 pytestmark = pytest.mark.anyio
@@ -174,17 +173,6 @@ async def test_the_assets_a_scan_mode_change_holds_or_releases(api: httpx.AsyncC
     assert (await api.get(f"/internal/v1/orgs/{org}/scan-holds", params={"limit": 0})).status_code == 400
 
 
-def _waiting_on_a_lock(engine: Engine) -> bool:
-    with engine.connect() as conn:
-        waiting = conn.execute(
-            text(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            )
-        ).scalar()
-    return bool(waiting)
-
-
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # two writers at once
 @pytest.mark.parametrize("move", ["restore", "trash"])
 async def test_a_result_reported_as_its_asset_is_restored_or_trashed_is_recorded(
@@ -208,15 +196,7 @@ async def test_a_result_reported_as_its_asset_is_restored_or_trashed_is_recorded
     else:
         T.trash(holder, org_id=org, asset_id=asset, **trash)
     holder.flush()
-    sent = asyncio.create_task(report(api, org, asset, status="clean"))
-    deadline = time.monotonic() + 10
-    while not _waiting_on_a_lock(engine):  # (polled: until the report waits for the move)
-        assert not sent.done(), sent.result().text
-        assert time.monotonic() < deadline, "the report never waited"
-        await asyncio.sleep(0.01)
-    holder.commit()
-    holder.close()
-    answer = await sent
+    answer = await sent_behind(engine, holder, lambda: report(api, org, asset, status="clean"))
     assert answer.status_code == 200, answer.text
     assert answer.json()["scanStatus"] == "clean"
     if move == "trash":

@@ -28,6 +28,8 @@ from coffer_metadata.assets import service as asset_service
 from coffer_metadata.folders import service as folder_service
 from coffer_testkit.testing import commit_asset
 
+from .support import waiting_on_a_lock
+
 pytestmark = pytest.mark.anyio
 
 
@@ -476,17 +478,6 @@ async def test_an_asset_moved_into_a_folder_being_deleted_is_never_a_500(
     assert (await api.get(f"/internal/v1/orgs/{org}/folders/{folder}")).status_code == 404
 
 
-def _waiting_on_a_lock(engine: Engine) -> bool:
-    with engine.connect() as conn:
-        waiting = conn.execute(
-            text(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            )
-        ).scalar()
-    return bool(waiting)
-
-
 def _behind(engine: Engine, holder: Session, work: Callable[[], Any]) -> dict[str, Any]:
     """Run ``work`` in a thread until it waits on a lock ``holder`` holds; then commit
     ``holder`` and answer what ``work`` returned or raised."""
@@ -503,7 +494,7 @@ def _behind(engine: Engine, holder: Session, work: Callable[[], Any]) -> dict[st
     thread = threading.Thread(target=run)
     thread.start()
     deadline = time.monotonic() + 10
-    while not _waiting_on_a_lock(engine):
+    while not waiting_on_a_lock(engine):
         assert thread.is_alive(), outcome  # (it must wait for the holder)
         assert time.monotonic() < deadline
         time.sleep(0.01)
@@ -607,7 +598,7 @@ async def test_a_restore_beside_its_folders_delete_restores_to_the_root(
         if deleting.ident is None and statement.startswith("SELECT folders.id"):
             deleting.start()
             deadline = time.monotonic() + 10
-            while deleting.is_alive() and not _waiting_on_a_lock(engine):
+            while deleting.is_alive() and not waiting_on_a_lock(engine):
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
 
