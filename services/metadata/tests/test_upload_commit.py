@@ -5,9 +5,7 @@ loop. Every refusal, and the commit, on each way; a refused commit writes nothin
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -30,6 +28,8 @@ from coffer_metadata.assets import repository, service
 from coffer_metadata.folders import service as folders
 from coffer_metadata.models import Asset, Event, UploadIntent, Usage
 from coffer_testkit.testing import assert_error
+
+from .support import sent_behind
 
 pytestmark = pytest.mark.anyio
 
@@ -171,17 +171,6 @@ def _resumable_intent(session: Session, org: str, *, reserved: int) -> str:
     return asset_id
 
 
-def _waiting_on_a_lock(engine: Engine) -> bool:
-    with engine.connect() as conn:
-        waiting = conn.execute(
-            sa.text(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            )
-        ).scalar()
-    return bool(waiting)
-
-
 async def _tus_completion(api: httpx.AsyncClient, org: str, folder: str) -> Any:
     """A resumable upload of 5 bytes into ``folder``, its last byte in: its completion, to send."""
     asset_id = new_id(ASSET)
@@ -242,15 +231,7 @@ async def test_a_commit_behind_its_folders_delete_is_a_missing_folder_never_a_50
     holder = Session(writer(engine))
     folders.delete_tree(holder, org_id=org, folder_id=folder, actor=ACTOR)
     holder.flush()
-    sent = asyncio.create_task(send())
-    deadline = time.monotonic() + 10
-    while not _waiting_on_a_lock(engine):  # (polled: until the commit waits for the delete)
-        assert not sent.done(), sent.result().text
-        assert time.monotonic() < deadline, "the commit never waited"
-        await asyncio.sleep(0.01)
-    holder.commit()
-    holder.close()
-    assert_error(await sent, 404, "not_found")
+    assert_error(await sent_behind(engine, holder, send), 404, "not_found")
     assert (await api.get(f"/internal/v1/orgs/{org}/usage")).json() == before
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM assets")).scalar() == 0
