@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from coffer_kit.contract.ids import new_id
 from coffer_testkit.testing import rss_bytes
 
 # The HTTP layer's and the services' isolation, not their storage: the embedded default only.
@@ -103,9 +104,7 @@ def test_an_unhandled_error_in_a_service_never_fails_another_tenants_writes(
                 fault = {"x-api-key": keys["a"], "x-request-id": f"fault-{service}-{round_no}"}
                 key_b = {"x-api-key": keys["b"]}
                 if service == "auth":  # new cache entries, so edge has to ask auth both times
-                    forced = _request(
-                        "GET", "/api/folders", {**fault, "x-organization-id": f"org_{round_no}"}
-                    )
+                    forced = _request("GET", "/api/folders", {**fault, "x-organization-id": new_id("org")})
                     body = json.dumps({"name": f"{service}{round_no}"}).encode()
                     write = _request(
                         "POST", "/api/folders", {**key_b, **json_type, "x-organization-id": orgs["b"]}, body
