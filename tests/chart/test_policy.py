@@ -684,6 +684,40 @@ def test_generated_secret_is_a_hook_before_the_migrations(render: Callable[..., 
     assert {component(j) for j in of_kind(docs, "Job")} == {"auth-migrate", "metadata-migrate"}
 
 
+def test_a_migration_jobs_env_is_enough_for_its_service_to_start(render: Callable[..., Docs]) -> None:
+    """A Job has the Secret's keys it names and nothing else (no ConfigMap yet): with them alone,
+    in production mode, its service's settings must load. metadata's need the webhook key, which
+    the Job lacked: ``coffer-metadata migrate`` refused to start, and every install failed."""
+    import base64
+    import os
+    import subprocess
+    import sys
+
+    docs = render(
+        "--set",
+        "database.auth.url=postgresql+psycopg://u:p@db/auth",
+        "--set",
+        "database.metadata.url=postgresql+psycopg://u:p@db/metadata",
+    )
+    secret = {k: base64.b64decode(v).decode() for k, v in named(docs, "Secret", "coffer")["data"].items()}
+    for job in of_kind(docs, "Job"):
+        (c,) = job["spec"]["template"]["spec"]["containers"]
+        env = {"PATH": os.environ["PATH"]}
+        for e in c["env"]:
+            ref = e.get("valueFrom", {}).get("secretKeyRef")
+            env[e["name"]] = secret[ref["key"]] if ref else e["value"]
+        assert env["COFFER_MODE"] == "production"
+        svc = component(job).removesuffix("-migrate")
+        loaded = subprocess.run(
+            [sys.executable, "-c", f"from coffer_{svc}.config import Settings; Settings()"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert loaded.returncode == 0, (svc, loaded.stderr[-1500:])
+
+
 def test_given_values_reach_the_secret_and_config(render: Callable[..., Docs]) -> None:
     import base64
     import secrets
