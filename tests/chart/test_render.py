@@ -32,6 +32,17 @@ def test_helm_lint(helm_run: Callable[..., Any], values: list[str]) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_production_mode_needs_an_https_dashboard(helm_run: Callable[..., Any]) -> None:
+    """edge refuses to start with the dashboard on an http URL in production mode (its cookies
+    are Secure): the chart rendered it, and every edge pod crash-looped. It refuses as edge does."""
+    proc = helm_run("template", "coffer", str(CHART), *REQUIRED, "--set", "hosts.scheme=http")
+    assert proc.returncode != 0
+    assert "the dashboard needs an https URL in production mode" in proc.stderr, proc.stderr
+    for allowed in (["--set", "dashboard.enabled=false"], ["--set", "config.mode=local"]):
+        proc = helm_run("template", "coffer", str(CHART), *REQUIRED, "--set", "hosts.scheme=http", *allowed)
+        assert proc.returncode == 0, (allowed, proc.stderr)
+
+
 def test_production_mode_needs_the_trusted_proxies_said(helm_run: Callable[..., Any]) -> None:
     """Issue 23: without them, every client behind the ingress shares its address in the
     sign-in throttle; the chart refuses, as edge does, unless they are named or waived."""
