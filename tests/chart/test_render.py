@@ -43,6 +43,27 @@ def test_production_mode_needs_an_https_dashboard(helm_run: Callable[..., Any]) 
         assert proc.returncode == 0, (allowed, proc.stderr)
 
 
+def test_values_the_kubernetes_api_would_refuse_fail_the_render(helm_run: Callable[..., Any]) -> None:
+    """An HPA whose minimum passes its maximum, or a PodDisruptionBudget's maxUnavailable that is
+    neither a count nor a percentage, rendered and then failed at apply, mid-install."""
+    for values, said in (
+        (
+            [
+                "auth.autoscaling.enabled=true",
+                "auth.autoscaling.minReplicas=10",
+                "auth.autoscaling.maxReplicas=2",
+            ],
+            "minReplicas (10) is more than maxReplicas (2)",
+        ),
+        (["edge.pdb.maxUnavailable=banana"], "maxUnavailable"),
+    ):
+        sets = [arg for value in values for arg in ("--set", value)]
+        proc = helm_run("template", "coffer", str(CHART), *REQUIRED, *sets)
+        assert proc.returncode != 0 and said in proc.stderr, (values, proc.stderr)
+    proc = helm_run("template", "coffer", str(CHART), *REQUIRED, "--set", "edge.pdb.maxUnavailable=25%")
+    assert proc.returncode == 0 and "maxUnavailable: 25%" in proc.stdout, proc.stderr
+
+
 def test_production_mode_needs_the_trusted_proxies_said(helm_run: Callable[..., Any]) -> None:
     """Issue 23: without them, every client behind the ingress shares its address in the
     sign-in throttle; the chart refuses, as edge does, unless they are named or waived."""

@@ -90,6 +90,9 @@ spec:
     apiVersion: apps/v1
     kind: Deployment
     name: {{ include "coffer.componentName" . }}
+  {{- if gt (int $a.minReplicas) (int $a.maxReplicas) }}
+  {{- fail (printf "%s.autoscaling: minReplicas (%v) is more than maxReplicas (%v)" .component $a.minReplicas $a.maxReplicas) }}
+  {{- end }}
   minReplicas: {{ $a.minReplicas }}
   maxReplicas: {{ $a.maxReplicas }}
   metrics:
