@@ -46,10 +46,12 @@ def base_app(
     return app
 
 
-def database_service_app(service: str, database_url: str, settings: BaseServiceSettings) -> FastAPI:
+def database_service_app(
+    service: str, database_url: str, settings: BaseServiceSettings, *, body_limits: BodyLimits | None = None
+) -> FastAPI:
     """A service that owns a database (auth, metadata): its typed state (settings and database)
     is installed by the lifespan, the engine closed after; ``/healthz``, ``/readyz`` (database
-    check) and ``/metrics`` are mounted."""
+    check) and ``/metrics`` are mounted. ``body_limits``: the settings' own unless given."""
     from collections.abc import AsyncIterator
     from contextlib import asynccontextmanager
 
@@ -75,7 +77,7 @@ def database_service_app(service: str, database_url: str, settings: BaseServiceS
     app = base_app(
         f"coffer-{service}",
         lifespan=lifespan,
-        body_limits=settings.body_limits(),
+        body_limits=body_limits or settings.body_limits(),
         docs_url=None,
         redoc_url=None,
     )

@@ -20,6 +20,7 @@ from coffer_auth.internal import router as internal_router
 from coffer_auth.key_api import router as key_api_router
 from coffer_auth.upload_tokens import router as upload_tokens_router
 from coffer_kit.app import database_service_app
+from coffer_kit.contract.limits import AUDIT_BATCH_BYTES
 from coffer_kit.db import DatabaseState, writer
 from coffer_kit.metrics import RETENTION_PRUNED
 from coffer_kit.state import install_state, state_of
@@ -73,7 +74,11 @@ async def _sweeper(app: FastAPI) -> None:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the auth app; the engine opens in the lifespan, not at import."""
     settings = settings or Settings()
-    app = database_service_app("auth", settings.auth_database_url, settings)
+    # The audit relay's batches of change events may pass the 64 KiB other bodies are held to.
+    larger = (("POST", r"/internal/v1/audit/changes", AUDIT_BATCH_BYTES),)
+    app = database_service_app(
+        "auth", settings.auth_database_url, settings, body_limits=settings.body_limits(larger=larger)
+    )
     app.include_router(internal_router)
     app.include_router(upload_tokens_router)
     app.include_router(key_api_router)

@@ -11,19 +11,40 @@ relay (after a short pause that gathers a burst into one batch); a slow tick cat
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from contextlib import suppress
+from typing import Any
 
 from coffer_edge.clients.auth import AuthClient
 from coffer_edge.clients.metadata import MetadataClient
 from coffer_kit.contract.errors import CofferError
+from coffer_kit.contract.limits import AUDIT_BATCH_BYTES
 
 log = logging.getLogger("coffer.edge.audit")
 
 # Events per round trip (metadata's and auth's bound).
 BATCH = 500
+# The JSON of the events sent to auth at once, below its bound on that route's body
+# (AUDIT_BATCH_BYTES, with room for the envelope): a batch is sent in as many pieces as it takes.
+PIECE_BYTES = AUDIT_BATCH_BYTES - 4096
 # How long a change waits for others to join its batch.
 GATHER_SECONDS = 0.25
+
+
+def pieces(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """``events`` in order, in pieces of at most PIECE_BYTES of JSON each (an event alone is far
+    below it: the contract bounds what a change holds)."""
+    cut: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for event in events:
+        length = len(json.dumps(event)) + 2  # (its separator)
+        if cut[-1] and size + length > PIECE_BYTES:
+            cut.append([])
+            size = 0
+        cut[-1].append(event)
+        size += length
+    return cut
 
 
 class AuditRelay:
@@ -44,9 +65,10 @@ class AuditRelay:
             events = await self.metadata.audit_pending(limit=BATCH)
             if not events:
                 return relayed
-            await self.auth.record_changes(events)
-            await self.metadata.mark_audited([e["id"] for e in events])
-            relayed += len(events)
+            for piece in pieces(events):
+                await self.auth.record_changes(piece)
+                await self.metadata.mark_audited([e["id"] for e in piece])
+                relayed += len(piece)
             if len(events) < BATCH:
                 return relayed
 

@@ -136,3 +136,28 @@ def test_transform_preset_changes_are_audited_with_the_key(stack: Any, admin: An
         ("preset.deleted", "card", key["id"], "design-system"),
     ]
     assert events[0]["details"]["w"] == 320 and events[0]["details"]["fmt"] == "webp"
+
+
+def test_a_backlog_past_64_kib_reaches_the_audit_log(stack: Any, admin: Any) -> None:
+    """One folder delete of 161 long-named folders makes 161 events in one transaction, about
+    100 KiB of JSON in one relay batch: auth refused it (413, its 64 KiB body bound) again and
+    again, and no organization's change reached the audit log after it. The relay sends a batch
+    in pieces below the bound auth reads that route's body to."""
+    owner = sign_up(stack.edge_url, "Many folders")
+    other = sign_up(stack.edge_url, "Bystander")
+    key = admin("create-key", "--org", owner.org_id, "--name", "bulk")["key"]
+    other_key = admin("create-key", "--org", other.org_id, "--name", "one")["key"]
+    with (
+        httpx.Client(base_url=stack.edge_url, headers={"x-api-key": key}, timeout=60) as api,
+        httpx.Client(base_url=stack.edge_url, headers={"x-api-key": other_key}, timeout=60) as theirs,
+    ):
+        parent = api.post("/api/folders", json={"name": "p"}).json()
+        for i in range(160):
+            made = api.post("/api/folders", json={"name": f"{i:04d}" + "x" * 200, "parentId": parent["id"]})
+            assert made.status_code == 201, made.text
+        audit_events(owner, owner.org_id, 161)
+        assert api.delete(f"/api/folders/{parent['id']}").status_code == 200
+        assert theirs.post("/api/folders", json={"name": "after"}).status_code == 201
+    deleted = [e for e in audit_events(owner, owner.org_id, 322) if e["action"] == "folder.deleted"]
+    assert len(deleted) == 161
+    assert [e["action"] for e in audit_events(other, other.org_id, 1)] == ["folder.created"]
