@@ -224,6 +224,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # Resumable uploads' chunks (CONTRACT §9): each counted against its upload's length.
             ("POST", r"/api/uploads/tus", MAX_FILE_BYTES),
             ("PATCH", r"/api/uploads/tus/[^/]+", MAX_FILE_BYTES),
+            # ... and a POST standing for a PATCH (X-HTTP-Method-Override, tus 1.0.0 core).
+            ("POST", r"/api/uploads/tus/[^/]+", MAX_FILE_BYTES),
             ("POST", r"/dashboard/o/[^/]+/files/upload", MAX_UPLOAD_BODY_BYTES),
         ),
     )

@@ -747,3 +747,128 @@ def test_a_chunks_late_record_never_lets_another_request_write_beside_the_next_c
     asset = tenant.api.get(f"/api/assets/{done.headers['coffer-asset-id']}").json()
     assert asset["sha256"] == hashlib.sha256(first + second + b"!").hexdigest()
     assert hashlib.sha256(httpx.get(asset["publicUrl"]).content).hexdigest() == asset["sha256"]
+
+
+@pytest.mark.parametrize("when", ["before the next chunk", "while the next chunk streams"])
+def test_a_chunk_whose_record_failed_sends_the_client_back_to_head(
+    monkeypatch: pytest.MonkeyPatch, tenant: Tenant, when: str
+) -> None:
+    """A chunk is answered before metadata records its offset. One record that failed (a blip
+    of metadata) made every later record fail too, while their chunks were still answered 204
+    at ever higher offsets; HEAD answered the old one, and only the last chunk was 409, the
+    client starting again from there. Now the next chunk is 409 at once (or as soon as it has
+    streamed), at most one 204 runs ahead of the record, and the upload resumes from HEAD."""
+    import asyncio
+
+    from coffer_edge.clients.metadata import MetadataClient
+    from coffer_kit.contract.errors import CofferError
+
+    advance, records, streamed = MetadataClient.tus_advance, [], threading.Event()
+
+    async def blip(self: Any, upload_id: str, step: Any, *, request_id: str) -> Any:
+        records.append(step.offset)
+        if len(records) == 2:  # the second chunk's record
+            while when != "before the next chunk" and not streamed.is_set():
+                await asyncio.sleep(0.01)
+            raise CofferError(503, "unavailable", "blip")
+        return await advance(self, upload_id, step, request_id=request_id)
+
+    monkeypatch.setattr(MetadataClient, "tus_advance", blip)
+    data = os.urandom(5 * MIB)
+    url = create(tenant.api, len(data)).headers["location"]
+
+    def chunk(offset: int) -> httpx.Response:
+        piece = data[offset : offset + MIB]
+
+        def body() -> Any:
+            yield piece
+            if offset == 2 * MIB:
+                streamed.set()  # the third chunk's bytes are sent
+
+        headers = {**TUS, "Upload-Offset": str(offset), "Content-Type": "application/offset+octet-stream"}
+        return tenant.api.patch(path_of(url), content=body(), headers={**headers, "Content-Length": str(MIB)})
+
+    offset, answered = 0, []
+    while (answer := chunk(offset)).status_code == 204:
+        offset = int(answer.headers["upload-offset"])
+        answered.append(offset)
+    assert_error(answer, 409, "conflict")
+    recorded = int(head(tenant.api, url).headers["upload-offset"])
+    assert recorded == MIB
+    assert [o for o in answered if o > recorded] == [2 * MIB], answered  # one 204 ahead, no more
+    offset = recorded
+    while offset < len(data):
+        answer = chunk(offset)
+        assert answer.status_code == 204, answer.text
+        offset = int(answer.headers["upload-offset"])
+    asset = tenant.api.get(f"/api/assets/{answer.headers['coffer-asset-id']}").json()
+    assert asset["size"] == len(data) and asset["sha256"] == hashlib.sha256(data).hexdigest()
+    assert hashlib.sha256(httpx.get(asset["publicUrl"]).content).hexdigest() == asset["sha256"]
+
+
+def test_a_creation_whose_completion_answer_was_lost_spends_its_token_once(
+    monkeypatch: pytest.MonkeyPatch, tenant: Tenant, anon: httpx.Client
+) -> None:
+    """creation-with-upload whose completion metadata committed, its answer lost (503 to edge):
+    the creation was 503 and the upload token released, so the client's retry made a second
+    asset with a single-use token. Edge now reads the upload again: it completed, so the
+    creation is answered as a success, and the token stays spent."""
+    from coffer_edge.clients.metadata import MetadataClient
+    from coffer_kit.contract.errors import CofferError
+
+    complete, lost = MetadataClient.tus_complete, [CofferError(503, "unavailable", "the answer was lost")]
+
+    async def committed_then_lost(self: Any, *args: Any, **kwargs: Any) -> Any:
+        completed = await complete(self, *args, **kwargs)
+        if lost:
+            raise lost.pop()
+        return completed
+
+    monkeypatch.setattr(MetadataClient, "tus_complete", committed_then_lost)
+    token = tenant.api.post("/api/upload-tokens", json={}).json()["token"]
+    headers = {
+        **TUS,
+        "Content-Type": "application/offset+octet-stream",
+        "Upload-Length": "3",
+        "Upload-Metadata": meta(filename="once.bin"),
+    }
+    first = anon.post(f"/api/uploads/tus?token={token}", content=b"abc", headers=headers)
+    assert first.status_code == 201, first.text
+    assert first.headers["upload-offset"] == "3" and "?token=cof_tus_" in first.headers["location"]
+    again = anon.post(f"/api/uploads/tus?token={token}", content=b"abc", headers=headers)
+    assert_error(again, 401, "unauthorized")
+    assets = tenant.api.get("/api/assets").json()
+    assert [a["id"] for a in assets["assets"]] == [first.headers["coffer-asset-id"]]
+    assert used_bytes(tenant.api) == 3
+
+
+def test_a_post_with_x_http_method_override_is_the_method_it_names(
+    tenant: Tenant, anon: httpx.Client, new_tenant: Any
+) -> None:
+    """tus 1.0.0: ``X-HTTP-Method-Override`` MUST be taken as the request's method (tus-js-client
+    sends it with ``overridePatchMethod``; the CORS preflight allows it). A POST on an upload's
+    URL is PATCH, DELETE or HEAD as it says, with every check of that method; without it, 405."""
+    url = create(tenant.api, 10 + 100_000).headers["location"]
+    chunk = {"Content-Type": "application/offset+octet-stream"}
+
+    def post(method: str | None, data: bytes = b"", api: httpx.Client = tenant.api, **headers: str) -> Any:
+        sent = {**TUS, **headers} | ({"X-HTTP-Method-Override": method} if method else {})
+        return api.post(path_of(url), content=data, headers=sent)
+
+    written = post("PATCH", b"01234", **chunk, **{"Upload-Offset": "0"})
+    assert written.status_code == 204 and written.headers["upload-offset"] == "5", written.text
+    assert head(tenant.api, url).headers["upload-offset"] == "5"
+    asked = post("HEAD")
+    assert asked.status_code == 200 and asked.headers["upload-offset"] == "5", asked.text
+    assert asked.headers["upload-length"] == "100010" and asked.content == b""
+    # A chunk past the 64 KiB a body read whole may have streams as a PATCH's does.
+    large = post("PATCH", os.urandom(100_000), **chunk, **{"Upload-Offset": "5"})
+    assert large.status_code == 204 and large.headers["upload-offset"] == "100005", large.text
+    assert_error(post("PATCH", b"56789", **chunk, **{"Upload-Offset": "0"}), 409, "offset_mismatch")
+    assert_error(post("PATCH", b"56789", anon, **chunk, **{"Upload-Offset": "100005"}), 401, "unauthorized")
+    assert_error(post("DELETE", api=new_tenant().api), 404, "not_found")  # another organization's
+    assert_error(post("GET"), 400, "invalid_request")
+    assert_error(post(None), 405, "method_not_allowed")
+    assert post("DELETE").status_code == 204
+    assert_error(post("HEAD"), 404, "not_found")
+    assert tenant.api.get("/api/uploads").json()["uploads"] == []

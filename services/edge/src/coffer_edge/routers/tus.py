@@ -38,6 +38,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic.json_schema import SkipJsonSchema
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Scope
 
@@ -373,8 +374,9 @@ class _Chunk:
 # Lease affinity. Between two chunks of one client this edge keeps the upload's lease for
 # KEEP_SECONDS and the upload as metadata would answer it, so the next chunk neither asks for
 # the lease nor waits for the last one's record, which metadata writes while it streams (each
-# record waits for the one before it: they stay in order, and a chunk whose record failed is
-# refused, sending the client back to HEAD). Measured on tus 100 MiB in 5 MiB chunks
+# record waits for the one before it: they stay in order; and the chunk after one whose record
+# failed is refused, at once or once it has streamed, never answered: the client goes back to
+# HEAD with at most one 204 ahead of metadata's offset). Measured on tus 100 MiB in 5 MiB chunks
 # (docs/performance.md).
 # Another edge's request for the upload meanwhile waits for the kept lease to run out
 # (KEEP_SECONDS at most; ``_lock``); a HEAD there may read one chunk behind for a few
@@ -559,23 +561,23 @@ async def _write(
     is after (its offset moved, or complete with its asset). A chunk that did not complete the
     upload is answered before metadata has its record, which is written while the next chunk
     streams, the lease kept for it (``Kept``); records are written in order (each after
-    ``previous``, the last chunk's), and a chunk that may complete the upload waits for it
-    first. On every other way out the lease is given back."""
+    ``previous``, the last chunk's). A chunk waits for the last one's record before it is
+    answered, and before it streams when it may complete the upload; a record that failed
+    refuses it (409, ``_recorded_before``). On every other way out the lease is given back."""
     state = edge_state(request)
     metadata = state.metadata
     assert upload.lock_token is not None
     declared = request.headers.get("content-length")
     size = int(declared) if declared is not None and declared.isascii() and declared.isdigit() else None
-    if previous is not None and (size is None or upload.offset + size >= upload.length):
-        try:
-            await previous
-        except CofferError:
-            await _let_go(metadata, upload, rid)
-            raise CofferError(
-                409, "conflict", "The last chunk was not recorded; ask HEAD and resume."
-            ) from None
+    if previous is not None and (previous.done() or size is None or upload.offset + size >= upload.length):
+        await _recorded_before(metadata, upload, rid, previous)
         previous = None
     appended, held = await _append(request, upload, rid, size, previous)
+    if previous is not None:
+        # Answered only once the last chunk is recorded (mostly it is by now: one write in
+        # metadata against a chunk's streaming): a failed record refuses this chunk too, so
+        # no 204 is ever more than one chunk ahead of metadata's offset, which HEAD answers.
+        await _recorded_before(metadata, upload, rid, previous)
     UPLOAD_BYTES.inc(appended.offset - upload.offset)
     if appended.sha256 is None:
         # A subtree key's next chunk is never given the kept lease (``Kept.take``): for it the
@@ -630,6 +632,19 @@ async def _write(
     if state.facts is not None and describe.facts_due(upload.mime_type, appended.detected_type):
         state.facts.wake()  # an image's facts were queued with it (issue 50)
     return completed
+
+
+async def _recorded_before(
+    metadata: MetadataClient, upload: TusUpload, rid: str, previous: asyncio.Future[TusUpload]
+) -> None:
+    """The last chunk's record, waited for (never cancelled by this request); if it failed,
+    the lease is given back and this chunk refused (409): the client asks HEAD, which answers
+    the offset metadata has, and resumes from there (blob drops what was written past it)."""
+    try:
+        await asyncio.shield(previous)
+    except CofferError:
+        await _let_go(metadata, upload, rid)
+        raise CofferError(409, "conflict", "The last chunk was not recorded; ask HEAD and resume.") from None
 
 
 async def _admitted(
@@ -978,19 +993,69 @@ async def create_upload(request: Request, token: Token = None) -> Response:
             upload = await _write(request, upload, rid)
             if upload.offset < upload.length and await request.is_disconnected():
                 raise invalid("The client went away.")  # (blob kept what arrived)
-        except Exception:
-            # The client got no Location to resume with: the upload ends now, its reservation
-            # released, rather than hold it until it expires (a day).
+        except Exception as exc:
             entry = state.kept_uploads.pop(upload_id, None)
-            token = await entry.given_up() if entry is not None else None
-            with contextlib.suppress(CofferError):
-                await _terminate(
-                    upload_id, target.organization_id, state.metadata, state.blob, rid, lock_token=token
-                )
-            await _release_token(state, target, asset_id, rid)
-            raise
+            lock_token = await entry.given_up() if entry is not None else None
+            completed = await _completed_after(state, upload_id, target, exc, rid)
+            if completed is None:
+                await _abandon(state, upload_id, target, asset_id, exc, rid, lock_token=lock_token)
+                raise
+            upload = completed
         headers |= _upload_headers(upload)
     return Response(status_code=201, headers=headers)
+
+
+async def _completed_after(
+    state: EdgeState, upload_id: str, target: _Target, failure: Exception, rid: str
+) -> TusUpload | None:
+    """The upload, if a creation's failure of unknown outcome (anything but a refusal, 4xx:
+    the completion's answer lost, say) came after metadata made its asset: then the creation
+    succeeded, and is answered so, its upload token spent once (answered 503 and the token
+    released, the client's retry made a second asset with a single-use token)."""
+    if isinstance(failure, CofferError) and failure.status < 500:
+        return None
+    try:
+        upload = await state.metadata.tus_get(upload_id, target.organization_id, request_id=rid)
+    except CofferError:
+        return None
+    if not upload.completed:
+        return None
+    UPLOADS.labels("created").inc()
+    for relay in (state.scans, state.facts):  # (its scan or its image's facts may be due)
+        if relay is not None:
+            relay.wake()
+    return upload
+
+
+async def _abandon(
+    state: EdgeState,
+    upload_id: str,
+    target: _Target,
+    asset_id: str,
+    failure: Exception,
+    rid: str,
+    *,
+    lock_token: str | None,
+) -> None:
+    """A creation that failed: the client got no Location to resume with, so the upload ends
+    now, its reservation released, rather than hold it until it expires (a day); its upload
+    token is given back only when nothing was made: the failure was a refusal (4xx), or the
+    termination ended the upload unfinished. Otherwise (metadata unreachable, say) the token
+    stays spent, as a one-shot upload's whose commit's outcome is unknown."""
+    ended = False
+    with contextlib.suppress(CofferError):
+        await _terminate(
+            upload_id,
+            target.organization_id,
+            state.metadata,
+            state.blob,
+            rid,
+            lock_token=lock_token,
+            found=True,
+        )
+        ended = True
+    if ended or (isinstance(failure, CofferError) and failure.status < 500):
+        await _release_token(state, target, asset_id, rid)
 
 
 async def _release_token(state: EdgeState, target: _Target, asset_id: str, rid: str) -> None:
@@ -1110,6 +1175,30 @@ async def terminate_upload(upload_id: UploadIdPath, request: Request, token: Tok
     token = await entry.given_up() if entry is not None else None
     await _terminate(upload_id, caller.organization_id, state.metadata, state.blob, rid, lock_token=token)
     return Response(status_code=204)
+
+
+# The methods a POST on an upload's URL may name in X-HTTP-Method-Override, and their routes.
+_OVERRIDES: dict[str, Callable[[str, Request, str | None], Awaitable[Response]]] = {
+    "PATCH": upload_chunk,
+    "DELETE": terminate_upload,
+    "HEAD": upload_state,
+}
+
+
+@router.post("/{upload_id}", include_in_schema=False, openapi_extra=needs("assets:write"))
+async def overridden(upload_id: UploadIdPath, request: Request, token: Token = None) -> Response:
+    """A POST naming its method in ``X-HTTP-Method-Override``, which tus 1.0.0 says MUST be
+    taken as the request's method (for a client or proxy that sends no PATCH or DELETE:
+    tus-js-client's ``overridePatchMethod``; the CORS preflight allows the header): that
+    method's route, with its every check; any other method 400; without the header, 405."""
+    method = request.headers.get("x-http-method-override")
+    if method is None:
+        raise StarletteHTTPException(405, headers={"Allow": "DELETE, HEAD, OPTIONS, PATCH"})
+    route = _OVERRIDES.get(method.strip())
+    if route is None:
+        problem = f"X-HTTP-Method-Override on an upload's URL is one of {', '.join(_OVERRIDES)}."
+        raise invalid(problem, field="X-HTTP-Method-Override")
+    return await route(upload_id, request, token)
 
 
 # -- an organization's open uploads (GET /api/uploads, DELETE /api/uploads/{id}) ----------
