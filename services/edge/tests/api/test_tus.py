@@ -756,8 +756,9 @@ def test_a_chunk_whose_record_failed_sends_the_client_back_to_head(
     """A chunk is answered before metadata records its offset. One record that failed (a blip
     of metadata) made every later record fail too, while their chunks were still answered 204
     at ever higher offsets; HEAD answered the old one, and only the last chunk was 409, the
-    client starting again from there. Now the next chunk is 409 at once (or as soon as it has
-    streamed), at most one 204 runs ahead of the record, and the upload resumes from HEAD."""
+    client starting again from there. Now a chunk that finds the last record failed is 409, at
+    most two 204s run ahead of the record (one when the failure came before the next chunk
+    began), and the upload resumes from HEAD."""
     import asyncio
 
     from coffer_edge.clients.metadata import MetadataClient
@@ -795,7 +796,10 @@ def test_a_chunk_whose_record_failed_sends_the_client_back_to_head(
     assert_error(answer, 409, "conflict")
     recorded = int(head(tenant.api, url).headers["upload-offset"])
     assert recorded == MIB
-    assert [o for o in answered if o > recorded] == [2 * MIB], answered  # one 204 ahead, no more
+    # Failing while the third chunk is sent, the record may fail before edge reads that chunk's
+    # head (then it is refused at once) or while its bytes stream (then it is answered).
+    allowed = [[2 * MIB]] if when == "before the next chunk" else [[2 * MIB], [2 * MIB, 3 * MIB]]
+    assert [o for o in answered if o > recorded] in allowed, answered
     offset = recorded
     while offset < len(data):
         answer = chunk(offset)
