@@ -822,6 +822,27 @@ def test_prometheus_rule_alerts_on_the_four_signals(production: Docs) -> None:
         assert metric in exprs, metric
 
 
+def test_prometheus_rule_covers_every_scraped_service(production: Docs) -> None:
+    """Each alert selects the jobs it watches by a pattern of Service names; the webhook
+    dispatcher's was scraped but left out of it: down, it raised no alert."""
+    rule = named(production, "PrometheusRule", "coffer")
+    patterns = {
+        m.group(1)
+        for g in rule["spec"]["groups"]
+        for r in g["rules"]
+        for m in re.finditer(r'job=~"([^"]+)"', r["expr"])
+    }
+    assert len(patterns) == 1, patterns
+    (pattern,) = patterns
+    for monitor in of_kind(production, "ServiceMonitor"):
+        (svc,) = [
+            s
+            for s in of_kind(production, "Service")
+            if selects(monitor["spec"]["selector"], s["metadata"]["labels"])
+        ]
+        assert re.fullmatch(pattern, svc["metadata"]["name"]), (pattern, svc["metadata"]["name"])
+
+
 def test_dashboard_is_valid_json_over_the_same_metrics(production: Docs) -> None:
     import json
 
