@@ -812,13 +812,30 @@ async def test_an_attempt_the_database_refuses_holds_back_no_other_organization(
     assert [d["result"] for d in log["deliveries"]] == ["succeeded"]
 
 
+def _succeeded_delivery(c: Any, *, endpoint: str, org: str, event: str, scope: int) -> str:
+    """A succeeded delivery of a ``folder.created`` event, planned in ``scope``; its id."""
+    from coffer_kit.contract.ids import WEBHOOK_DELIVERY
+    from coffer_metadata.models import WebhookDelivery
+
+    delivery = new_id(WEBHOOK_DELIVERY)
+    c.execute(
+        sa.insert(WebhookDelivery.__table__),  # type: ignore[attr-defined]
+        {
+            **{"id": delivery, "endpoint_id": endpoint, "organization_id": org, "event_id": event},
+            **{"event_type": "folder.created", "body": "{}", "status": "succeeded", "attempts": 1},
+            **{"next_attempt_at": None, "retry_until": utcnow() + timedelta(days=3)},
+            **{"scope": scope, "created_at": utcnow()},
+        },
+    )
+    return delivery
+
+
 async def test_a_subtree_key_redelivers_only_its_subtrees_events(api: httpx.AsyncClient, engine: Any) -> None:
     """An endpoint that heard the whole organization, then narrowed (by an owner) to a subtree:
     a key of that subtree, which may set the endpoint's URL, could redeliver the organization's
     other events there. Each redelivery is now checked as fan-out checks an event."""
-    from coffer_kit.contract.ids import WEBHOOK_DELIVERY
     from coffer_kit.contract.wire import SUBTREE_HEADER
-    from coffer_metadata.models import Event, WebhookDelivery, WebhookEndpoint
+    from coffer_metadata.models import Event, WebhookEndpoint
 
     org = new_id("org")
 
@@ -849,22 +866,8 @@ async def test_a_subtree_key_redelivers_only_its_subtrees_events(api: httpx.Asyn
                     Event.__table__.c.data.contains(made),  # type: ignore[attr-defined]
                 )
             ).scalar_one()
-            deliveries[made] = new_id(WEBHOOK_DELIVERY)
-            c.execute(
-                sa.insert(WebhookDelivery.__table__),  # type: ignore[attr-defined]
-                {
-                    **{"id": deliveries[made], "endpoint_id": endpoint, "organization_id": org},
-                    **{
-                        "event_id": event,
-                        "event_type": "folder.created",
-                        "body": "{}",
-                        "status": "succeeded",
-                    },
-                    **{"attempts": 1, "next_attempt_at": None, "retry_until": utcnow() + timedelta(days=3)},
-                    "scope": scope,  # (as though planned since the narrowing: the event is checked too)
-                    "created_at": utcnow(),
-                },
-            )
+            # (as though planned since the narrowing: the event is checked too)
+            deliveries[made] = _succeeded_delivery(c, endpoint=endpoint, org=org, event=event, scope=scope)
     confined = {**AS_KEY, SUBTREE_HEADER: public}
 
     def redeliver(made: str, headers: dict[str, str]) -> Any:
@@ -1066,9 +1069,8 @@ async def test_a_subtree_key_is_told_when_its_deliverys_event_is_no_longer_kept(
     """A subtree key redelivers a delivery only while its event is kept (the outbox's 7 days:
     the event says whether it was of the key's subtree); its log lists the delivery for 30.
     The 404 says why for one the key's log lists, and nothing of one it does not."""
-    from coffer_kit.contract.ids import WEBHOOK_DELIVERY
     from coffer_kit.contract.wire import SUBTREE_HEADER
-    from coffer_metadata.models import Event, WebhookDelivery, WebhookEndpoint
+    from coffer_metadata.models import Event, WebhookEndpoint
 
     org = new_id("org")
 
@@ -1093,20 +1095,8 @@ async def test_a_subtree_key_is_told_when_its_deliverys_event_is_no_longer_kept(
             event = c.execute(
                 sa.select(events.c.id).where(events.c.type == "folder.created", events.c.data.contains(made))
             ).scalar_one()
-            deliveries[made] = new_id(WEBHOOK_DELIVERY)
-            c.execute(
-                sa.insert(WebhookDelivery.__table__),  # type: ignore[attr-defined]
-                {
-                    **{"id": deliveries[made], "endpoint_id": endpoint, "organization_id": org},
-                    **{
-                        "event_id": event,
-                        "event_type": "folder.created",
-                        "body": "{}",
-                        "status": "succeeded",
-                    },
-                    **{"attempts": 1, "next_attempt_at": None, "retry_until": utcnow() + timedelta(days=3)},
-                    **{"scope": planned_in, "created_at": utcnow()},
-                },
+            deliveries[made] = _succeeded_delivery(
+                c, endpoint=endpoint, org=org, event=event, scope=planned_in
             )
         c.execute(sa.delete(events).where(events.c.organization_id == org))  # retention pruned them
     confined = {**AS_KEY, SUBTREE_HEADER: public}
